@@ -1,0 +1,26 @@
+// Command scheduler is kube-scheduler v1.34 with Lockstep's out-of-tree
+// plugins registered. It runs as a secondary scheduler; profiles come from the
+// KubeSchedulerConfiguration passed with --config (deploy/scheduler).
+package main
+
+import (
+	"os"
+
+	"k8s.io/component-base/cli"
+	_ "k8s.io/component-base/logs/json/register"
+	_ "k8s.io/component-base/metrics/prometheus/clientgo"
+	_ "k8s.io/component-base/metrics/prometheus/version"
+	"k8s.io/kubernetes/cmd/kube-scheduler/app"
+
+	// Registers CoschedulingArgs with the scheduler's config scheme so the
+	// plugin's args decode from --config.
+	_ "sigs.k8s.io/scheduler-plugins/apis/config/scheme"
+	"sigs.k8s.io/scheduler-plugins/pkg/coscheduling"
+)
+
+func main() {
+	command := app.NewSchedulerCommand(
+		app.WithPlugin(coscheduling.Name, coscheduling.New),
+	)
+	os.Exit(cli.Run(command))
+}

@@ -1,0 +1,94 @@
+#!/usr/bin/env bash
+# Builds the test-cluster tools into bin/ from the Go module proxy.
+#
+# Versions come from go.mod files only: the product's go.mod (kube-apiserver,
+# kube-controller-manager, kubectl, built from the same Kubernetes pin as the
+# scheduler) and hack/tools/*/go.mod (etcd, kwok, controller-gen). A binary is
+# rebuilt only when the module version recorded in its build info differs from
+# the pinned one, so a warm bin/ costs a few `go version -m` calls.
+#
+# Usage: hack/tools.sh [BIN_DIR]
+set -euo pipefail
+
+root=$(cd "$(dirname "$0")/.." && pwd)
+bin=${1:-$root/bin}
+mkdir -p "$bin"
+
+# pinned_version DIR MODULE: the version MODULE resolves to in DIR's module,
+# after replace directives.
+pinned_version() {
+	(cd "$1" && go list -m -f '{{with .Replace}}{{.Version}}{{else}}{{.Version}}{{end}}' "$2")
+}
+
+# built_version BINARY MODULE: the version of MODULE recorded in BINARY's build
+# info, or nothing when the binary is missing or was built without it.
+built_version() {
+	[ -x "$1" ] || return 0
+	go version -m "$1" 2>/dev/null | awk -v m="$2" '
+		($1 == "mod" || $1 == "dep" || $1 == "=>") && $2 == m { v = $3 }
+		END { print v }'
+}
+
+# go_binary_name PACKAGE: the file name go build gives PACKAGE's binary: its
+# last path element, skipping a major-version suffix such as /v3.
+go_binary_name() {
+	local base=${1##*/}
+	if [[ $base =~ ^v[0-9]+$ ]]; then
+		base=${1%/*}
+		base=${base##*/}
+	fi
+	echo "$base"
+}
+
+# ensure DIR MODULE LDFLAGS NAME=PACKAGE...: builds every NAME that is not
+# already at MODULE's pinned version, in one go build so shared packages
+# compile once.
+ensure() {
+	local dir=$1 module=$2 ldflags=$3
+	shift 3
+	local want pkgs=() names=()
+	want=$(pinned_version "$dir" "$module")
+	for spec in "$@"; do
+		local name=${spec%%=*} pkg=${spec#*=}
+		local have
+		have=$(built_version "$bin/$name" "$module")
+		if [ "$have" = "$want" ]; then
+			echo "tools: $name $module@$want present"
+			continue
+		fi
+		names+=("$name")
+		pkgs+=("$pkg")
+	done
+	[ ${#pkgs[@]} -gt 0 ] || return 0
+	echo "tools: building ${names[*]} ($module@$want)"
+	local out
+	out=$(mktemp -d)
+	(cd "$dir" && go build -trimpath -ldflags "$ldflags" -o "$out/" "${pkgs[@]}")
+	for i in "${!names[@]}"; do
+		mv -f "$out/$(go_binary_name "${pkgs[$i]}")" "$bin/${names[$i]}"
+	done
+	rm -rf "$out"
+}
+
+kube_version=$(pinned_version "$root" k8s.io/kubernetes)
+kube_minor=$(echo "$kube_version" | cut -d. -f2)
+kube_ldflags="-s -w \
+ -X k8s.io/component-base/version.gitVersion=$kube_version \
+ -X k8s.io/component-base/version.gitMajor=1 \
+ -X k8s.io/component-base/version.gitMinor=$kube_minor \
+ -X k8s.io/component-base/version.gitTreeState=clean"
+
+ensure "$root" k8s.io/kubernetes "$kube_ldflags" \
+	kube-apiserver=k8s.io/kubernetes/cmd/kube-apiserver \
+	kube-controller-manager=k8s.io/kubernetes/cmd/kube-controller-manager \
+	kubectl=k8s.io/kubernetes/cmd/kubectl
+
+ensure "$root/hack/tools/etcd" go.etcd.io/etcd/server/v3 "-s -w" \
+	etcd=go.etcd.io/etcd/server/v3
+
+ensure "$root/hack/tools/kwok" sigs.k8s.io/kwok "-s -w" \
+	kwok=sigs.k8s.io/kwok/cmd/kwok \
+	kwokctl=sigs.k8s.io/kwok/cmd/kwokctl
+
+ensure "$root/hack/tools/controller-gen" sigs.k8s.io/controller-tools "-s -w" \
+	controller-gen=sigs.k8s.io/controller-tools/cmd/controller-gen

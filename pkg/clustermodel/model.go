@@ -1,0 +1,153 @@
+// Package clustermodel reads cluster model files: a description of a GPU
+// cluster's network tree and node pools that turns into fake Node objects for
+// the local test cluster, the demo and the benchmarks. See
+// docs/cluster-model.md for the file format.
+package clustermodel
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+
+	kjson "sigs.k8s.io/json"
+	"sigs.k8s.io/yaml"
+)
+
+const (
+	// APIVersion and Kind identify a cluster model file.
+	APIVersion = "lockstep.dev/v1alpha1"
+	Kind       = "ClusterModel"
+)
+
+// Model is a cluster model file.
+type Model struct {
+	APIVersion string `json:"apiVersion"`
+	Kind       string `json:"kind"`
+	// Name names the model; it is informational.
+	Name string `json:"name"`
+	// Levels are the network topology levels above the host, narrowest first.
+	Levels []Level `json:"levels"`
+	// Pools are groups of identical nodes and where they sit in the tree.
+	Pools []Pool `json:"pools"`
+}
+
+// Level is one topology level, such as a leaf switch or a spine.
+type Level struct {
+	// Name is the level's name, e.g. "leaf". Domain label values are derived
+	// from it ("leaf-3").
+	Name string `json:"name"`
+	// NodeLabel is the node label key that carries the node's domain at this
+	// level, e.g. "fabric.topograph.run/tier-1".
+	NodeLabel string `json:"nodeLabel"`
+	// Oversubscription is the bandwidth reduction for traffic that crosses a
+	// switch of this level, i.e. runs between two child domains of one domain
+	// of this level. 1 means non-blocking; 2 means 2:1. Defaults to 1.
+	Oversubscription float64 `json:"oversubscription,omitempty"`
+	// Optional levels may be left out by pools whose nodes have no such domain,
+	// like a multi-node NVLink clique that only some machines have.
+	Optional bool `json:"optional,omitempty"`
+}
+
+// Pool is a group of nodes of one hardware profile.
+type Pool struct {
+	// Name names the pool; node names are "<name>-<index>".
+	Name string `json:"name"`
+	// Profile is a built-in hardware profile name (pkg/topology).
+	Profile string `json:"profile"`
+	// Nodes is the number of nodes in the pool.
+	Nodes int `json:"nodes"`
+	// NodesPerDomain gives, for each level, how many of this pool's nodes fill
+	// one domain of that level. Wider levels must hold a whole number of
+	// narrower domains so the tree nests.
+	NodesPerDomain map[string]int `json:"nodesPerDomain"`
+	// FirstDomain places the pool's first domain of a level at that index
+	// instead of after the domains of earlier pools, so pools can share a
+	// domain (e.g. two pools under spine-0).
+	FirstDomain map[string]int `json:"firstDomain,omitempty"`
+}
+
+// Load reads, decodes and validates the model file at path. Every error names
+// the file and, for invalid content, the field and how to fix it.
+func Load(path string) (*Model, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("reading cluster model: %w", err)
+	}
+	m, err := Parse(data)
+	if err != nil {
+		return nil, fmt.Errorf("cluster model %s: %w", path, err)
+	}
+	return m, nil
+}
+
+// Parse decodes and validates a model. Unknown fields are errors, so a typo
+// never silently falls back to a default.
+func Parse(data []byte) (*Model, error) {
+	jsonData, err := yaml.YAMLToJSON(data)
+	if err != nil {
+		return nil, fmt.Errorf("not valid YAML: %w", err)
+	}
+	if bytes.Equal(bytes.TrimSpace(jsonData), []byte("null")) {
+		return nil, errors.New("file is empty; see docs/cluster-model.md for the format")
+	}
+	var m Model
+	strictErrs, err := kjson.UnmarshalStrict(jsonData, &m, kjson.DisallowUnknownFields, kjson.DisallowDuplicateFields)
+	if err != nil {
+		return nil, describeDecodeError(err)
+	}
+	if len(strictErrs) > 0 {
+		lines := make([]string, len(strictErrs))
+		for i, e := range strictErrs {
+			lines[i] = "  " + e.Error() + ": check its spelling against docs/cluster-model.md"
+		}
+		return nil, fmt.Errorf("fields not in the format:\n%s", strings.Join(lines, "\n"))
+	}
+	m.setDefaults()
+	if errs := m.Validate(); len(errs) > 0 {
+		lines := make([]string, len(errs))
+		for i, e := range errs {
+			lines[i] = "  " + e.Error()
+		}
+		return nil, fmt.Errorf("invalid model:\n%s", strings.Join(lines, "\n"))
+	}
+	return &m, nil
+}
+
+func (m *Model) setDefaults() {
+	for i := range m.Levels {
+		if m.Levels[i].Oversubscription == 0 {
+			m.Levels[i].Oversubscription = 1
+		}
+	}
+}
+
+// describeDecodeError turns type errors into messages that name the field
+// and what it should hold.
+func describeDecodeError(err error) error {
+	var typeErr *json.UnmarshalTypeError
+	if errors.As(err, &typeErr) {
+		return fmt.Errorf("%s: expected a %s, got a %s", typeErr.Field, typeErr.Type, typeErr.Value)
+	}
+	return fmt.Errorf("decoding: %w", err)
+}
+
+// LevelNames returns the level names, narrowest first.
+func (m *Model) LevelNames() []string {
+	names := make([]string, len(m.Levels))
+	for i, l := range m.Levels {
+		names[i] = l.Name
+	}
+	return names
+}
+
+// NodeCount returns the total number of nodes in the model.
+func (m *Model) NodeCount() int {
+	n := 0
+	for _, p := range m.Pools {
+		n += p.Nodes
+	}
+	return n
+}

@@ -1,0 +1,182 @@
+package framework
+
+import (
+	"context"
+	"crypto/tls"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	"sigs.k8s.io/yaml"
+)
+
+// Component is one of our binaries run against the cluster.
+type Component struct {
+	// Name identifies the component and names its log file.
+	Name string
+	// Binary is the file name in bin/.
+	Binary string
+	Args   []string
+	// HealthURL, when set, must answer 200 before the component counts as
+	// started.
+	HealthURL string
+}
+
+// SchedulerName is the scheduler name of Lockstep's profile.
+const SchedulerName = "lockstep-scheduler"
+
+// StartComponent starts comp and waits for its health endpoint.
+func (c *Cluster) StartComponent(ctx context.Context, comp Component) (*Process, error) {
+	c.mu.Lock()
+	if _, running := c.components[comp.Name]; running {
+		c.mu.Unlock()
+		return nil, fmt.Errorf("component %s is already running", comp.Name)
+	}
+	c.mu.Unlock()
+	bin := filepath.Join(c.RepoRoot, "bin", comp.Binary)
+	if _, err := os.Stat(bin); err != nil {
+		return nil, fmt.Errorf("component %s: %w (run make build)", comp.Name, err)
+	}
+	p, err := StartProcess(comp.Name, c.LogDir, bin, comp.Args, StartOptions{Detached: c.Detached})
+	if err != nil {
+		return nil, err
+	}
+	if c.Detached {
+		pidDir := filepath.Join(c.Dir, "pids")
+		if err := os.MkdirAll(pidDir, 0o755); err != nil {
+			return nil, err
+		}
+		if err := os.WriteFile(filepath.Join(pidDir, comp.Name+".pid"), fmt.Appendf(nil, "%d\n", p.Pid()), 0o644); err != nil {
+			return nil, err
+		}
+	} else {
+		c.mu.Lock()
+		c.components[comp.Name] = p
+		c.mu.Unlock()
+	}
+	if comp.HealthURL != "" {
+		if err := waitHealthy(ctx, p, comp.HealthURL); err != nil {
+			return nil, fmt.Errorf("component %s: %w (log: %s)", comp.Name, err, p.LogPath)
+		}
+	}
+	return p, nil
+}
+
+// StopComponent stops a running component gracefully.
+func (c *Cluster) StopComponent(name string) error {
+	c.mu.Lock()
+	p, ok := c.components[name]
+	delete(c.components, name)
+	c.mu.Unlock()
+	if !ok {
+		return fmt.Errorf("component %s is not running", name)
+	}
+	return p.Stop(10 * time.Second)
+}
+
+// Component returns a running component's process.
+func (c *Cluster) Component(name string) (*Process, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	p, ok := c.components[name]
+	return p, ok
+}
+
+// ComponentPIDs returns the process ids of our running components by name.
+func (c *Cluster) ComponentPIDs() map[string]int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := map[string]int{}
+	for name, p := range c.components {
+		out[name] = p.Pid()
+	}
+	return out
+}
+
+// SchedulerComponent describes lockstep-scheduler run with deploy/'s
+// configuration, pointed at this cluster and serving health on loopback.
+func (c *Cluster) SchedulerComponent() (Component, error) {
+	cfgPath, err := c.renderSchedulerConfig()
+	if err != nil {
+		return Component{}, err
+	}
+	ports, err := freePorts(1)
+	if err != nil {
+		return Component{}, err
+	}
+	port := strconv.Itoa(ports[0])
+	return Component{
+		Name:   "scheduler",
+		Binary: "lockstep-scheduler",
+		Args: []string{
+			"--config=" + cfgPath,
+			"--bind-address=127.0.0.1",
+			"--secure-port=" + port,
+			"--authentication-kubeconfig=" + c.Kubeconfig,
+			"--authorization-kubeconfig=" + c.Kubeconfig,
+			"--v=2",
+		},
+		HealthURL: "https://127.0.0.1:" + port + "/healthz",
+	}, nil
+}
+
+// StartScheduler starts lockstep-scheduler.
+func (c *Cluster) StartScheduler(ctx context.Context) error {
+	comp, err := c.SchedulerComponent()
+	if err != nil {
+		return err
+	}
+	_, err = c.StartComponent(ctx, comp)
+	return err
+}
+
+// renderSchedulerConfig writes deploy/scheduler/config.yaml with this
+// cluster's kubeconfig. With --config, kube-scheduler ignores --kubeconfig, so
+// the file itself must name it. Leader election is off: one scheduler runs
+// here, and a restarted one must not wait out its predecessor's lease.
+func (c *Cluster) renderSchedulerConfig() (string, error) {
+	src := filepath.Join(c.RepoRoot, "deploy", "scheduler", "config.yaml")
+	data, err := os.ReadFile(src)
+	if err != nil {
+		return "", err
+	}
+	var cfg map[string]any
+	if err := yaml.Unmarshal(data, &cfg); err != nil {
+		return "", fmt.Errorf("parsing %s: %w", src, err)
+	}
+	cfg["clientConnection"] = map[string]any{"kubeconfig": c.Kubeconfig, "qps": 200, "burst": 400}
+	cfg["leaderElection"] = map[string]any{"leaderElect": false}
+	out, err := yaml.Marshal(cfg)
+	if err != nil {
+		return "", err
+	}
+	path := filepath.Join(c.Dir, "scheduler-config.yaml")
+	return path, os.WriteFile(path, out, 0o644)
+}
+
+// waitHealthy polls url until it answers 200, failing early if p exits.
+func waitHealthy(ctx context.Context, p *Process, url string) error {
+	// Components serve health over HTTPS with self-signed certificates.
+	httpClient := &http.Client{
+		Timeout:   2 * time.Second,
+		Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}, //nolint:gosec // loopback health probe
+	}
+	return Poll(ctx, 200*time.Millisecond, time.Minute, url, func(ctx context.Context) (bool, error) {
+		if exited, err := p.Exited(); exited {
+			return false, fmt.Errorf("process exited: %v", err)
+		}
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		if err != nil {
+			return false, err
+		}
+		resp, err := httpClient.Do(req)
+		if err != nil {
+			return false, nil
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK, nil
+	})
+}

@@ -1,0 +1,113 @@
+package framework
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+)
+
+// NewNamespace creates a namespace for one test and, when the test ends,
+// deletes it and waits until its pods are gone so the next test starts with
+// every GPU free. It returns once pods can be created there.
+func (c *Cluster) NewNamespace(t testing.TB) string {
+	t.Helper()
+	ctx := context.Background()
+	name := strings.ToLower(strings.NewReplacer("/", "-", "_", "-").Replace(t.Name()))
+	if len(name) > 40 {
+		name = name[:40]
+	}
+	ns, err := c.Clientset.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{
+		ObjectMeta: metav1.ObjectMeta{GenerateName: strings.TrimRight(name, "-") + "-"},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("creating namespace: %v", err)
+	}
+	t.Cleanup(func() { c.deleteNamespace(t, ns.Name) })
+	// Pod admission needs the namespace's default ServiceAccount, which
+	// kube-controller-manager creates shortly after the namespace.
+	err = Poll(ctx, 100*time.Millisecond, 30*time.Second, "default ServiceAccount in "+ns.Name, func(ctx context.Context) (bool, error) {
+		_, err := c.Clientset.CoreV1().ServiceAccounts(ns.Name).Get(ctx, "default", metav1.GetOptions{})
+		return err == nil, nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ns.Name
+}
+
+func (c *Cluster) deleteNamespace(t testing.TB, ns string) {
+	ctx := context.Background()
+	err := c.Clientset.CoreV1().Namespaces().Delete(ctx, ns, metav1.DeleteOptions{})
+	if err != nil && !apierrors.IsNotFound(err) {
+		t.Errorf("deleting namespace %s: %v", ns, err)
+		return
+	}
+	err = Poll(ctx, 200*time.Millisecond, time.Minute, "pods of namespace "+ns+" gone", func(ctx context.Context) (bool, error) {
+		pods, err := c.Clientset.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
+		return err == nil && len(pods.Items) == 0, nil
+	})
+	if err != nil {
+		t.Errorf("cleaning up: %v", err)
+	}
+}
+
+// CreatePods creates the pods, failing the test on the first error.
+func (c *Cluster) CreatePods(t testing.TB, pods ...*corev1.Pod) {
+	t.Helper()
+	for _, p := range pods {
+		if _, err := c.Clientset.CoreV1().Pods(p.Namespace).Create(context.Background(), p, metav1.CreateOptions{}); err != nil {
+			t.Fatalf("creating pod %s/%s: %v", p.Namespace, p.Name, err)
+		}
+	}
+}
+
+// Pods lists the pods of a namespace.
+func (c *Cluster) Pods(ctx context.Context, ns string) ([]corev1.Pod, error) {
+	list, err := c.Clientset.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("listing pods in %s: %w", ns, err)
+	}
+	return list.Items, nil
+}
+
+// BoundPods returns the pods of ns that are bound to a node.
+func BoundPods(pods []corev1.Pod) []corev1.Pod {
+	var bound []corev1.Pod
+	for _, p := range pods {
+		if p.Spec.NodeName != "" {
+			bound = append(bound, p)
+		}
+	}
+	return bound
+}
+
+// Events returns the events about an object.
+func (c *Cluster) Events(ctx context.Context, ns, kind, name string) ([]corev1.Event, error) {
+	selector := fields.Set{"involvedObject.kind": kind, "involvedObject.name": name}.AsSelector().String()
+	list, err := c.Clientset.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: selector})
+	if err != nil {
+		return nil, fmt.Errorf("listing events of %s %s/%s: %w", kind, ns, name, err)
+	}
+	return list.Items, nil
+}
+
+// HasEvent reports whether events holds one with the reason, reported by the
+// component if it is not empty.
+func HasEvent(events []corev1.Event, reason, component string) bool {
+	for _, e := range events {
+		if e.Reason != reason {
+			continue
+		}
+		if component == "" || e.ReportingController == component || e.Source.Component == component {
+			return true
+		}
+	}
+	return false
+}

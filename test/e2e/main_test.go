@@ -1,0 +1,114 @@
+// Package e2e holds Lockstep's end-to-end tests. TestMain brings up one
+// cluster for the package (see test/e2e/framework); each test works in its
+// own namespace and leaves the cluster's GPUs free when it ends.
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/lockstep-dev/lockstep/test/e2e/framework"
+)
+
+// cluster is the package's test cluster, set by TestMain before any test.
+var cluster *framework.Cluster
+
+func TestMain(m *testing.M) {
+	os.Exit(runSuite(m))
+}
+
+func runSuite(m *testing.M) int {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	root, err := filepath.Abs(filepath.Join("..", ".."))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	model := os.Getenv("E2E_MODEL")
+	if model == "" {
+		model = filepath.Join(root, "test", "e2e", "models", "hgx-32.yaml")
+	}
+
+	// teardown runs once: after the tests, or from the signal handler when the
+	// run is interrupted, so Ctrl-C never leaves a cluster behind.
+	var (
+		mu       sync.Mutex
+		started  *framework.Cluster
+		tornDown bool
+	)
+	teardown := func(failed bool) {
+		mu.Lock()
+		defer mu.Unlock()
+		if tornDown || started == nil {
+			tornDown = true
+			return
+		}
+		tornDown = true
+		if failed {
+			saveArtifacts(root, started)
+		}
+		if err := started.Stop(context.Background()); err != nil {
+			fmt.Fprintf(os.Stderr, "e2e: teardown: %v\n", err)
+		}
+	}
+	signals := make(chan os.Signal, 1)
+	signal.Notify(signals, os.Interrupt, syscall.SIGTERM)
+	go func() {
+		sig := <-signals
+		fmt.Fprintf(os.Stderr, "e2e: %v: tearing the cluster down\n", sig)
+		cancel()
+		teardown(true)
+		os.Exit(130)
+	}()
+
+	begin := time.Now()
+	c, err := framework.Start(ctx, framework.Options{
+		RepoRoot:   root,
+		Model:      model,
+		Kubeconfig: os.Getenv("KUBECONFIG"),
+	})
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "e2e: starting the cluster: %v\n", err)
+		return 1
+	}
+	mu.Lock()
+	started, cluster = c, c
+	mu.Unlock()
+	code := func() int {
+		if err := c.WaitNodesReady(ctx, 2*time.Minute); err != nil {
+			fmt.Fprintf(os.Stderr, "e2e: %v\n", err)
+			return 1
+		}
+		if err := c.StartScheduler(ctx); err != nil {
+			fmt.Fprintf(os.Stderr, "e2e: %v\n", err)
+			return 1
+		}
+		fmt.Fprintf(os.Stderr, "e2e: cluster of %d nodes up in %s (dir %s)\n",
+			c.Model.NodeCount(), time.Since(begin).Round(time.Millisecond), c.Dir)
+		return m.Run()
+	}()
+	teardown(code != 0)
+	return code
+}
+
+// saveArtifacts keeps the cluster's logs of a failed run under $ARTIFACTS,
+// or _artifacts/ in the repository.
+func saveArtifacts(root string, c *framework.Cluster) {
+	dir := os.Getenv("ARTIFACTS")
+	if dir == "" {
+		dir = filepath.Join(root, "_artifacts")
+	}
+	dir = filepath.Join(dir, "e2e-"+time.Now().Format("20060102-150405"))
+	if err := c.SaveArtifacts(dir); err != nil {
+		fmt.Fprintf(os.Stderr, "e2e: saving logs: %v\n", err)
+	}
+	fmt.Fprintf(os.Stderr, "e2e: logs of the failed run are in %s\n", dir)
+}
