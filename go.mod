@@ -11,6 +11,7 @@ require (
 	k8s.io/component-base v0.34.7
 	k8s.io/kubernetes v1.34.7
 	sigs.k8s.io/controller-runtime v0.22.4
+	sigs.k8s.io/json v0.0.0-20241014173422-cfa47c3a1cc8
 	sigs.k8s.io/scheduler-plugins v0.34.7
 	sigs.k8s.io/yaml v1.6.0
 )
@@ -174,7 +175,6 @@ require (
 	k8s.io/pod-security-admission v0.0.0 // indirect
 	k8s.io/utils v0.0.0-20250604170112-4c0f3b243397 // indirect
 	sigs.k8s.io/apiserver-network-proxy/konnectivity-client v0.31.2 // indirect
-	sigs.k8s.io/json v0.0.0-20241014173422-cfa47c3a1cc8 // indirect
 	sigs.k8s.io/kustomize/api v0.20.1 // indirect
 	sigs.k8s.io/kustomize/kustomize/v5 v5.7.1 // indirect
 	sigs.k8s.io/kustomize/kyaml v0.20.1 // indirect
@@ -182,6 +182,11 @@ require (
 	sigs.k8s.io/structured-merge-diff/v6 v6.3.0 // indirect
 )
 
+// Kubernetes pin (DESIGN §5): k8s.io/kubernetes v1.34.4 with every staging
+// module at v0.34.4. The requires above read v1.34.7/v0.34.7 because
+// scheduler-plugins v0.34.7 asks for them and go mod tidy raises them; these
+// replaces decide what is built. Later 1.34 patch releases are not fully served
+// by the module proxy our machines use.
 replace (
 	k8s.io/api => k8s.io/api v0.34.4
 	k8s.io/apiextensions-apiserver => k8s.io/apiextensions-apiserver v0.34.4

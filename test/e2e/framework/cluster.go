@@ -101,6 +101,12 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 		}
 		c.ownsDir = true
 	}
+	// Checked before c.local is set, so the failed start's teardown leaves the
+	// existing cluster alone.
+	local := newKWOKCluster(opts.RepoRoot, c.Dir)
+	if _, err := os.Stat(local.clusterDir()); err == nil && opts.Kubeconfig == "" {
+		return c, fmt.Errorf("a cluster already runs in %s: stop it first (make cluster-down)", c.Dir)
+	}
 	c.LogDir = filepath.Join(c.Dir, "logs")
 	if err := os.MkdirAll(c.LogDir, 0o755); err != nil {
 		return c, err
@@ -113,12 +119,7 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 
 	c.Kubeconfig = opts.Kubeconfig
 	if c.Kubeconfig == "" {
-		c.local = &kwokCluster{
-			name:    "lockstep",
-			workdir: filepath.Join(c.Dir, "kwok"),
-			binDir:  filepath.Join(opts.RepoRoot, "bin"),
-			logDir:  c.LogDir,
-		}
+		c.local = local
 		if err := os.MkdirAll(c.local.workdir, 0o755); err != nil {
 			return c, err
 		}
@@ -205,6 +206,25 @@ func (c *Cluster) Stop(ctx context.Context) error {
 		errs = append(errs, os.RemoveAll(c.Dir))
 	}
 	return errors.Join(errs...)
+}
+
+// StopDetached stops a cluster that cluster-up left running in dir: our
+// components from their pid files, then the local control plane, then the
+// directory itself.
+func StopDetached(ctx context.Context, repoRoot, dir string) error {
+	var errs []error
+	pidFiles, _ := filepath.Glob(filepath.Join(dir, detachedPIDDir, "*.pid"))
+	for _, f := range pidFiles {
+		errs = append(errs, KillPIDFile(f, 10*time.Second))
+	}
+	local := newKWOKCluster(repoRoot, dir)
+	if _, err := os.Stat(local.clusterDir()); err == nil {
+		errs = append(errs, local.delete(ctx))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	return os.RemoveAll(dir)
 }
 
 // SaveArtifacts copies every log (our components, kwokctl, the control

@@ -25,6 +25,9 @@ type Component struct {
 	HealthURL string
 }
 
+// detachedPIDDir holds the pid files of detached components, under Dir.
+const detachedPIDDir = "pids"
+
 // SchedulerName is the scheduler name of Lockstep's profile.
 const SchedulerName = "lockstep-scheduler"
 
@@ -44,18 +47,18 @@ func (c *Cluster) StartComponent(ctx context.Context, comp Component) (*Process,
 	if err != nil {
 		return nil, err
 	}
+	c.mu.Lock()
+	c.components[comp.Name] = p
+	c.mu.Unlock()
 	if c.Detached {
-		pidDir := filepath.Join(c.Dir, "pids")
+		// cluster-down finds detached components through their pid files.
+		pidDir := filepath.Join(c.Dir, detachedPIDDir)
 		if err := os.MkdirAll(pidDir, 0o755); err != nil {
 			return nil, err
 		}
 		if err := os.WriteFile(filepath.Join(pidDir, comp.Name+".pid"), fmt.Appendf(nil, "%d\n", p.Pid()), 0o644); err != nil {
 			return nil, err
 		}
-	} else {
-		c.mu.Lock()
-		c.components[comp.Name] = p
-		c.mu.Unlock()
 	}
 	if comp.HealthURL != "" {
 		if err := waitHealthy(ctx, p, comp.HealthURL); err != nil {

@@ -24,6 +24,16 @@ type kwokCluster struct {
 	logDir  string
 }
 
+// newKWOKCluster describes the local control plane of the cluster in dir.
+func newKWOKCluster(repoRoot, dir string) *kwokCluster {
+	return &kwokCluster{
+		name:    "lockstep",
+		workdir: filepath.Join(dir, "kwok"),
+		binDir:  filepath.Join(repoRoot, "bin"),
+		logDir:  filepath.Join(dir, "logs"),
+	}
+}
+
 // kwokctlConfig renders the KwokctlConfiguration. Every component binds to
 // 127.0.0.1; ports are picked by us rather than by kwokctl, whose own pick
 // probes all interfaces and can collide between parallel clusters.
