@@ -46,7 +46,7 @@ generate: tools ## Regenerate deepcopy code and CRD manifests with controller-ge
 
 .PHONY: lint
 lint: ## gofmt and go vet.
-	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go' -not -path './bin/*')); \
+	@out=$$(gofmt -l $$(find . -name '*.go' -not -path './bin/*' -not -path './.*')); \
 	  if [ -n "$$out" ]; then echo "gofmt needed on:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 
