@@ -42,7 +42,9 @@ go_binary_name() {
 
 # ensure DIR MODULE LDFLAGS NAME=PACKAGE...: builds every NAME that is not
 # already at MODULE's pinned version, in one go build so shared packages
-# compile once.
+# compile once. No -trimpath: it would change every build-cache key, so the
+# Kubernetes packages go vet and our scheduler build already compiled would
+# be compiled again.
 ensure() {
 	local dir=$1 module=$2 ldflags=$3
 	shift 3
@@ -63,7 +65,7 @@ ensure() {
 	echo "tools: building ${names[*]} ($module@$want)"
 	local out
 	out=$(mktemp -d)
-	(cd "$dir" && go build -trimpath -ldflags "$ldflags" -o "$out/" "${pkgs[@]}")
+	(cd "$dir" && go build -ldflags "$ldflags" -o "$out/" "${pkgs[@]}") || { rm -rf "$out"; return 1; }
 	for i in "${!names[@]}"; do
 		mv -f "$out/$(go_binary_name "${pkgs[$i]}")" "$bin/${names[$i]}"
 	done

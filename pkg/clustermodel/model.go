@@ -40,7 +40,7 @@ type Level struct {
 	// from it ("leaf-3").
 	Name string `json:"name"`
 	// NodeLabel is the node label key that carries the node's domain at this
-	// level, e.g. "fabric.topograph.run/tier-1".
+	// level, e.g. "fabric.topograph.run/tier-0".
 	NodeLabel string `json:"nodeLabel"`
 	// Oversubscription is the bandwidth reduction for traffic that crosses a
 	// switch of this level, i.e. runs between two child domains of one domain

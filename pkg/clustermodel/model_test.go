@@ -16,9 +16,9 @@ kind: ClusterModel
 name: small
 levels:
   - name: leaf
-    nodeLabel: fabric.topograph.run/tier-1
+    nodeLabel: fabric.topograph.run/tier-0
   - name: spine
-    nodeLabel: fabric.topograph.run/tier-2
+    nodeLabel: fabric.topograph.run/tier-1
     oversubscription: 2
 pools:
   - name: h100
@@ -59,12 +59,12 @@ func TestParseRejectsBadModels(t *testing.T) {
 		},
 		{
 			name:     "level without a label key",
-			edit:     replace("    nodeLabel: fabric.topograph.run/tier-2\n", ""),
+			edit:     replace("    nodeLabel: fabric.topograph.run/tier-1\n", ""),
 			wantErrs: []string{"levels[1].nodeLabel: Required value: set the node label key"},
 		},
 		{
 			name:     "invalid label key",
-			edit:     replace("fabric.topograph.run/tier-2", "fabric topograph/tier 2"),
+			edit:     replace("fabric.topograph.run/tier-1", "fabric topograph/tier 2"),
 			wantErrs: []string{`levels[1].nodeLabel: Invalid value: "fabric topograph/tier 2": must be a label key`},
 		},
 		{
@@ -153,7 +153,7 @@ func TestNodes(t *testing.T) {
 	type placed struct{ Name, Leaf, Spine string }
 	var got []placed
 	for _, n := range nodes {
-		got = append(got, placed{n.Name, n.Labels["fabric.topograph.run/tier-1"], n.Labels["fabric.topograph.run/tier-2"]})
+		got = append(got, placed{n.Name, n.Labels["fabric.topograph.run/tier-0"], n.Labels["fabric.topograph.run/tier-1"]})
 	}
 	want := []placed{
 		{"h100-0", "leaf-0", "spine-0"},

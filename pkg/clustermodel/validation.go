@@ -47,7 +47,7 @@ func (m *Model) validateLevels(path *field.Path) field.ErrorList {
 		switch {
 		case l.NodeLabel == "":
 			errs = append(errs, field.Required(p.Child("nodeLabel"),
-				"set the node label key that carries this level, e.g. fabric.topograph.run/tier-1"))
+				"set the node label key that carries this level, e.g. fabric.topograph.run/tier-0"))
 		case len(validation.IsQualifiedName(l.NodeLabel)) > 0:
 			errs = append(errs, field.Invalid(p.Child("nodeLabel"), l.NodeLabel,
 				"must be a label key: "+strings.Join(validation.IsQualifiedName(l.NodeLabel), "; ")))

@@ -17,12 +17,12 @@ const (
 	// LabelAcceleratorDomain is topograph's NVLink domain label, an
 	// alternative key for the clique level.
 	LabelAcceleratorDomain = "accelerator.topograph.run/domain"
-	// LabelFabricTier1 names the node's leaf switch.
+	// LabelFabricTier0 names the node's leaf switch.
+	LabelFabricTier0 = "fabric.topograph.run/tier-0"
+	// LabelFabricTier1 names the node's spine.
 	LabelFabricTier1 = "fabric.topograph.run/tier-1"
-	// LabelFabricTier2 names the node's spine.
+	// LabelFabricTier2 names the node's block (core or super-spine group).
 	LabelFabricTier2 = "fabric.topograph.run/tier-2"
-	// LabelFabricTier3 names the node's block (core or super-spine group).
-	LabelFabricTier3 = "fabric.topograph.run/tier-3"
 )
 
 // The two implicit levels of every tree.
@@ -53,9 +53,9 @@ type Level struct {
 func DefaultLevels() []Level {
 	return []Level{
 		{Name: "clique", LabelKey: LabelGPUClique, NVLink: true},
-		{Name: "leaf", LabelKey: LabelFabricTier1},
-		{Name: "spine", LabelKey: LabelFabricTier2},
-		{Name: "block", LabelKey: LabelFabricTier3},
+		{Name: "leaf", LabelKey: LabelFabricTier0},
+		{Name: "spine", LabelKey: LabelFabricTier1},
+		{Name: "block", LabelKey: LabelFabricTier2},
 	}
 }
 
@@ -108,7 +108,7 @@ type Domain struct {
 	//     name: nothing is known about what it shares at that level, so
 	//     nothing is assumed, and it meets other nodes only at a wider level
 	//     where it has a label, or at the cluster root.
-	//   - A level no node has a label for (tier-3 on a two-tier network) is
+	//   - A level no node has a label for (tier-2 on a two-tier network) is
 	//     absent: each domain of the level above has a single pass-through
 	//     child with an empty Value, so the levels above still group nodes.
 	//     LowestCommonDomain looks past such domains to their parent.

@@ -12,9 +12,9 @@ func labels(clique, leaf, spine, block string) map[string]string {
 	l := map[string]string{}
 	for key, v := range map[string]string{
 		LabelGPUClique:   clique,
-		LabelFabricTier1: leaf,
-		LabelFabricTier2: spine,
-		LabelFabricTier3: block,
+		LabelFabricTier0: leaf,
+		LabelFabricTier1: spine,
+		LabelFabricTier2: block,
 	} {
 		if v != "" {
 			l[key] = v

@@ -22,8 +22,8 @@ func ExampleEstimateAllReduce() {
 	p, _ := topology.LookupProfile("hgx-h100")
 	node, _ := p.Node()
 	tree, _ := topology.NewTree(topology.DefaultLevels(), []topology.NodeLabels{
-		{Name: "a", Labels: map[string]string{topology.LabelFabricTier1: "leaf-1", topology.LabelFabricTier2: "spine-1"}},
-		{Name: "b", Labels: map[string]string{topology.LabelFabricTier1: "leaf-2", topology.LabelFabricTier2: "spine-1"}},
+		{Name: "a", Labels: map[string]string{topology.LabelFabricTier0: "leaf-1", topology.LabelFabricTier1: "spine-1"}},
+		{Name: "b", Labels: map[string]string{topology.LabelFabricTier0: "leaf-2", topology.LabelFabricTier1: "spine-1"}},
 	})
 	fabric := topology.Fabric{Oversubscription: map[string]float64{"spine": 2}}
 

@@ -1,0 +1,130 @@
+package discovery_test
+
+import (
+	"context"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	podresourcesv1 "k8s.io/kubelet/pkg/apis/podresources/v1"
+
+	"github.com/lockstep-dev/lockstep/pkg/topology"
+	"github.com/lockstep-dev/lockstep/pkg/topology/discovery"
+	"github.com/lockstep-dev/lockstep/pkg/topology/discovery/discoverytest"
+)
+
+// kubeletPods are the pods of a node as its kubelet reports them: whole
+// GPUs by UUID, a time-sliced GPU shared by two pods, a MIG device, the
+// index id strategy, a second container, and other resources.
+func kubeletPods(gpus []topology.GPU) []*podresourcesv1.PodResources {
+	const gpu = discovery.DefaultGPUResourceName
+	trainer := discoverytest.PodWithGPUs("ml", "trainer-0", "pytorch", gpu, gpus[0].UUID, gpus[1].UUID)
+	trainer.Containers = append(trainer.Containers, &podresourcesv1.ContainerResources{
+		Name:    "sidecar",
+		Devices: []*podresourcesv1.ContainerDevices{{ResourceName: "example.com/fpga", DeviceIds: []string{"fpga0"}}},
+	})
+	return []*podresourcesv1.PodResources{
+		trainer,
+		discoverytest.PodWithGPUs("ml", "notebook-a", "jupyter", gpu, gpus[2].UUID+"::0"),
+		discoverytest.PodWithGPUs("ml", "notebook-b", "jupyter", gpu, gpus[2].UUID+"::1"),
+		discoverytest.PodWithGPUs("infer", "server", "triton", gpu, "MIG-0c0a1c2e-8a3b-5c7d-9e1f-2a3b4c5d6e7f"),
+		discoverytest.PodWithGPUs("batch", "by-index", "job", gpu, "5"),
+		{Namespace: "kube-system", Name: "no-gpus", Containers: []*podresourcesv1.ContainerResources{{Name: "c"}}},
+	}
+}
+
+func TestListGPUAllocations(t *testing.T) {
+	node := profileNode(t, "hgx-h100")
+	socket := discoverytest.ServePodResources(t, &discoverytest.PodResourcesServer{Pods: kubeletPods(node.GPUs)})
+
+	got, err := discovery.ListGPUAllocations(context.Background(), socket, discovery.DefaultGPUResourceName)
+	if err != nil {
+		t.Fatalf("ListGPUAllocations: %v", err)
+	}
+	want := []discovery.Allocation{
+		{Namespace: "batch", Pod: "by-index", Container: "job", DeviceIDs: []string{"5"}},
+		{Namespace: "infer", Pod: "server", Container: "triton", DeviceIDs: []string{"MIG-0c0a1c2e-8a3b-5c7d-9e1f-2a3b4c5d6e7f"}},
+		{Namespace: "ml", Pod: "notebook-a", Container: "jupyter", DeviceIDs: []string{node.GPUs[2].UUID + "::0"}},
+		{Namespace: "ml", Pod: "notebook-b", Container: "jupyter", DeviceIDs: []string{node.GPUs[2].UUID + "::1"}},
+		{Namespace: "ml", Pod: "trainer-0", Container: "pytorch", DeviceIDs: []string{node.GPUs[0].UUID, node.GPUs[1].UUID}},
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("allocations (-want,+got):\n%s", diff)
+	}
+
+	resolved, unresolved := discovery.ResolveGPUs(got, node.GPUs)
+	wantGPUs := [][]int{{5}, nil, {2}, {2}, {0, 1}}
+	for i, a := range resolved {
+		if diff := cmp.Diff(wantGPUs[i], a.GPUs); diff != "" {
+			t.Errorf("%s/%s GPUs (-want,+got):\n%s", a.Namespace, a.Pod, diff)
+		}
+	}
+	if diff := cmp.Diff([]string{"MIG-0c0a1c2e-8a3b-5c7d-9e1f-2a3b4c5d6e7f"}, unresolved); diff != "" {
+		t.Errorf("unresolved ids (-want,+got):\n%s", diff)
+	}
+	if got[0].GPUs != nil {
+		t.Error("ResolveGPUs modified its input")
+	}
+}
+
+func TestListGPUAllocationsFails(t *testing.T) {
+	tests := []struct {
+		name     string
+		socket   func(t *testing.T) string
+		wantText string
+	}{
+		{
+			name:     "no socket",
+			socket:   func(t *testing.T) string { return filepath.Join(t.TempDir(), "kubelet.sock") },
+			wantText: "mount the kubelet's pod-resources directory",
+		},
+		{
+			name: "kubelet refuses",
+			socket: func(t *testing.T) string {
+				return discoverytest.ServePodResources(t, &discoverytest.PodResourcesServer{Err: status.Error(codes.PermissionDenied, "denied")})
+			},
+			wantText: "PermissionDenied",
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := discovery.ListGPUAllocations(context.Background(), tc.socket(t), discovery.DefaultGPUResourceName)
+			if err == nil || !strings.Contains(err.Error(), tc.wantText) {
+				t.Errorf("ListGPUAllocations error = %v, want one saying %q", err, tc.wantText)
+			}
+		})
+	}
+}
+
+// TestDiscoverAllocations checks that Discover lists allocations when given
+// the socket, maps them to GPU indices, and reports what it cannot map or
+// cannot reach without failing.
+func TestDiscoverAllocations(t *testing.T) {
+	lib, node := profileNVML(t, "hgx-h100")
+	socket := discoverytest.ServePodResources(t, &discoverytest.PodResourcesServer{Pods: kubeletPods(node.GPUs)})
+	report, err := discovery.Discover(context.Background(), discovery.Options{NVML: lib, SysfsRoot: t.TempDir(), PodResourcesSocket: socket})
+	if err != nil {
+		t.Fatalf("Discover: %v", err)
+	}
+	if got := len(report.Allocations); got != 5 || report.Allocations[4].Pod != "trainer-0" {
+		t.Errorf("allocations = %+v, want the 5 containers holding GPUs", report.Allocations)
+	}
+	wantWarnings := []string{"allocated nvidia.com/gpu devices that are no GPU of this node: [MIG-0c0a1c2e-8a3b-5c7d-9e1f-2a3b4c5d6e7f]"}
+	if diff := cmp.Diff(wantWarnings, report.Warnings); diff != "" {
+		t.Errorf("warnings (-want,+got):\n%s", diff)
+	}
+
+	lib, _ = profileNVML(t, "hgx-h100")
+	report, err = discovery.Discover(context.Background(), discovery.Options{
+		NVML: lib, SysfsRoot: t.TempDir(), PodResourcesSocket: filepath.Join(t.TempDir(), "missing.sock"),
+	})
+	if err != nil {
+		t.Fatalf("Discover without a kubelet: %v", err)
+	}
+	if report.Allocations != nil || len(report.Warnings) != 1 || !strings.HasPrefix(report.Warnings[0], "GPU allocations unknown: ") {
+		t.Errorf("without a kubelet: allocations %v, warnings %q; want none and one warning", report.Allocations, report.Warnings)
+	}
+}
