@@ -3,13 +3,16 @@ module github.com/lockstep-dev/lockstep
 go 1.24.0
 
 require (
+	github.com/NVIDIA/go-nvml v0.12.9-0
 	github.com/google/go-cmp v0.7.0
+	google.golang.org/grpc v1.72.1
 	k8s.io/api v0.34.7
 	k8s.io/apiextensions-apiserver v0.34.7
 	k8s.io/apimachinery v0.34.7
 	k8s.io/client-go v0.34.7
 	k8s.io/component-base v0.34.7
 	k8s.io/klog/v2 v2.130.1
+	k8s.io/kubelet v0.34.7
 	k8s.io/kubernetes v1.34.7
 	k8s.io/utils v0.0.0-20250604170112-4c0f3b243397
 	sigs.k8s.io/controller-runtime v0.22.4
@@ -146,7 +149,6 @@ require (
 	gomodules.xyz/jsonpatch/v2 v2.4.0 // indirect
 	google.golang.org/genproto/googleapis/api v0.0.0-20250303144028-a0af3efb3deb // indirect
 	google.golang.org/genproto/googleapis/rpc v0.0.0-20250303144028-a0af3efb3deb // indirect
-	google.golang.org/grpc v1.72.1 // indirect
 	google.golang.org/protobuf v1.36.5 // indirect
 	gopkg.in/evanphx/json-patch.v4 v4.12.0 // indirect
 	gopkg.in/go-jose/go-jose.v2 v2.6.3 // indirect
@@ -171,7 +173,6 @@ require (
 	k8s.io/kube-openapi v0.0.0-20250710124328-f3f2b991d03b // indirect
 	k8s.io/kube-scheduler v0.34.7 // indirect
 	k8s.io/kubectl v0.0.0 // indirect
-	k8s.io/kubelet v0.34.7 // indirect
 	k8s.io/metrics v0.34.7 // indirect
 	k8s.io/mount-utils v0.0.0 // indirect
 	k8s.io/pod-security-admission v0.0.0 // indirect

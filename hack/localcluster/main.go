@@ -77,11 +77,11 @@ func up(ctx context.Context, dir, model, bin string) error {
 	if err := c.WaitNodesReady(ctx, 5*time.Minute); err != nil {
 		return fail(err)
 	}
-	if err := c.StartScheduler(ctx); err != nil {
+	if err := c.StartComponents(ctx); err != nil {
 		return fail(err)
 	}
 	fmt.Printf(`
-Local cluster %q is up in %s: %d nodes, lockstep-scheduler running.
+Local cluster %q is up in %s: %d nodes; lockstep-scheduler and the fake topology agent running.
 Logs: %s
 
   export KUBECONFIG=%s

@@ -87,7 +87,7 @@ func runSuite(m *testing.M) int {
 			fmt.Fprintf(os.Stderr, "e2e: %v\n", err)
 			return 1
 		}
-		if err := c.StartScheduler(ctx); err != nil {
+		if err := c.StartComponents(ctx); err != nil {
 			fmt.Fprintf(os.Stderr, "e2e: %v\n", err)
 			return 1
 		}

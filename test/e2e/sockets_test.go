@@ -19,7 +19,7 @@ func TestListenersOnLoopbackOnly(t *testing.T) {
 	}
 	// These must be listening; a check that found no sockets would prove
 	// nothing.
-	mustListen := []string{"scheduler"}
+	mustListen := []string{"scheduler", "topology-agent"}
 	if cluster.Local() {
 		mustListen = append(mustListen, "etcd", "kube-apiserver", "kube-controller-manager", "kwok-controller")
 	}

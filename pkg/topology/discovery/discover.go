@@ -116,7 +116,9 @@ func Discover(ctx context.Context, opts Options) (report *Report, err error) {
 	if err != nil {
 		w.add("reading RDMA devices from %s: %v; the node has no NICs in the report", opts.SysfsRoot, err)
 	}
-	report.HCAs = hcas
+	for _, h := range hcas {
+		report.HCAs = append(report.HCAs, h.HCA)
+	}
 	report.Topology.NICs = buildNICs(hcas, locations, opts.HCAs)
 
 	if opts.PodResourcesSocket != "" {

@@ -9,17 +9,17 @@
 // three from a topology, and the tests discover every built-in profile back
 // from them.
 //
-// The real NVML adapter (github.com/NVIDIA/go-nvml, which needs cgo) is
-// compiled in with the "nvml" build tag; without it NewNVML reports NVML as
-// not found.
+// The real NVML adapter uses github.com/NVIDIA/go-nvml, which needs cgo but
+// loads libnvidia-ml.so.1 only at Init: binaries start on machines without
+// the driver, and Discover then fails with ErrNVMLNotFound.
 //
 // Files by concern:
 //
 //	discover.go        Options and Discover, which ties the steps together
 //	report.go          Report and per-GPU health
+//	report_json.go     the JSON form of a Report
 //	nvml.go            the Library and Device interfaces and NVML's value types
-//	nvml_gonvml.go     the go-nvml implementation (build tag nvml)
-//	nvml_disabled.go   NewNVML in builds without it
+//	nvml_gonvml.go     the go-nvml implementation, NewNVML
 //	errors.go          NVML return codes as errors, QueryError, ErrNVMLNotFound
 //	gpus.go            what NVML and sysfs say about one GPU
 //	links.go           the link class and bandwidth of each GPU pair

@@ -66,17 +66,16 @@ func queryGPU(lib Library, index int, sys sysfs, w *warnings) *gpuFacts {
 		arch:   ArchUnknown,
 		nvlink: nvlinkEnds{toGPU: map[string]int{}, toUnknown: map[string]int{}},
 	}
-	if err := f.query(lib, sys, w); err != nil {
-		f.health.State = GPUUnknown
-		if errors.Is(err, NVMLErrorGPUIsLost) {
-			f.health.State = GPULost
-		}
-		f.health.Reason = err.Error()
-		f.health.UUID = f.gpu.UUID
-		return f
-	}
-	f.queried = true
+	err := f.query(lib, sys, w)
 	f.health.UUID = f.gpu.UUID
+	switch {
+	case err == nil:
+		f.queried = true
+	case errors.Is(err, NVMLErrorGPUIsLost):
+		f.health.State, f.health.Reason = GPULost, err.Error()
+	default:
+		f.health.State, f.health.Reason = GPUUnknown, err.Error()
+	}
 	return f
 }
 

@@ -26,9 +26,12 @@ type HCA struct {
 	NUMANode int `json:"numaNode"`
 	// Ports are the adapter's ports by number.
 	Ports []HCAPort `json:"ports"`
+}
 
-	// pci is where the adapter sits in the PCIe tree; path is empty when
-	// unknown.
+// rdmaDevice is an HCA and where it sits in the PCIe tree; the path is empty
+// when sysfs does not say.
+type rdmaDevice struct {
+	HCA
 	pci pciDevice
 }
 
@@ -60,7 +63,7 @@ func (h HCA) ActiveRateGbps() float64 {
 // readHCAs lists the RDMA devices of the sysfs tree, sorted by name. A
 // machine without RDMA devices has no /sys/class/infiniband: that is no
 // HCAs, not an error.
-func (s sysfs) readHCAs(w *warnings) ([]HCA, error) {
+func (s sysfs) readHCAs(w *warnings) ([]rdmaDevice, error) {
 	class := filepath.Join(s.root, "class", "infiniband")
 	entries, err := os.ReadDir(class)
 	if errors.Is(err, fs.ErrNotExist) {
@@ -69,7 +72,7 @@ func (s sysfs) readHCAs(w *warnings) ([]HCA, error) {
 	if err != nil {
 		return nil, fmt.Errorf("listing RDMA devices: %w", err)
 	}
-	hcas := make([]HCA, 0, len(entries))
+	hcas := make([]rdmaDevice, 0, len(entries))
 	for _, e := range entries {
 		hca, err := s.readHCA(filepath.Join(class, e.Name()), w)
 		if err != nil {
@@ -84,11 +87,11 @@ func (s sysfs) readHCAs(w *warnings) ([]HCA, error) {
 // readHCA reads one /sys/class/infiniband/<name> directory. The PCI
 // location is optional: soft-RoCE devices have none, and without it the NIC
 // is placed by NUMA node alone.
-func (s sysfs) readHCA(dir string, w *warnings) (HCA, error) {
-	hca := HCA{Name: filepath.Base(dir), NUMANode: -1}
+func (s sysfs) readHCA(dir string, w *warnings) (rdmaDevice, error) {
+	hca := rdmaDevice{HCA: HCA{Name: filepath.Base(dir), NUMANode: -1}}
 	guid, err := readSysfsString(filepath.Join(dir, "node_guid"))
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return HCA{}, err
+		return rdmaDevice{}, err
 	}
 	hca.NodeGUID = guid
 	switch pci, err := s.pciDeviceAt(filepath.Join(dir, "device")); {
@@ -102,7 +105,7 @@ func (s sysfs) readHCA(dir string, w *warnings) (HCA, error) {
 	portsDir := filepath.Join(dir, "ports")
 	entries, err := os.ReadDir(portsDir)
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return HCA{}, fmt.Errorf("listing ports: %w", err)
+		return rdmaDevice{}, fmt.Errorf("listing ports: %w", err)
 	}
 	for _, e := range entries {
 		n, err := strconv.Atoi(e.Name())
@@ -111,7 +114,7 @@ func (s sysfs) readHCA(dir string, w *warnings) (HCA, error) {
 		}
 		port, err := readHCAPort(filepath.Join(portsDir, e.Name()), n)
 		if err != nil {
-			return HCA{}, fmt.Errorf("port %d: %w", n, err)
+			return rdmaDevice{}, fmt.Errorf("port %d: %w", n, err)
 		}
 		hca.Ports = append(hca.Ports, port)
 	}

@@ -7,7 +7,6 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
-	"github.com/google/go-cmp/cmp/cmpopts"
 
 	"github.com/lockstep-dev/lockstep/pkg/topology"
 	"github.com/lockstep-dev/lockstep/pkg/topology/discovery"
@@ -139,7 +138,7 @@ func TestDiscoverHCAs(t *testing.T) {
 				{Number: 1, State: "ACTIVE", RateGbps: 10, LinkLayer: "InfiniBand"},
 			}},
 		}
-		if diff := cmp.Diff(want, report.HCAs, cmpopts.IgnoreUnexported(discovery.HCA{})); diff != "" {
+		if diff := cmp.Diff(want, report.HCAs); diff != "" {
 			t.Errorf("HCAs (-want,+got):\n%s", diff)
 		}
 	})

@@ -23,7 +23,7 @@ type gpuLocation struct {
 // PCIe path between them in sysfs, or the NUMA relation when either end is
 // not in the PCIe tree; its nearest GPUs are the queried GPUs on the
 // closest path, the pairing NCCL would make.
-func buildNICs(hcas []HCA, gpus []gpuLocation, patterns []string) []topology.NIC {
+func buildNICs(hcas []rdmaDevice, gpus []gpuLocation, patterns []string) []topology.NIC {
 	var nics []topology.NIC
 	for _, hca := range hcas {
 		rate := hca.ActiveRateGbps()

@@ -1,5 +1,3 @@
-//go:build nvml
-
 package discovery
 
 import (
@@ -8,11 +6,6 @@ import (
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 )
-
-// NVMLBuildTag is the build tag that links the real NVML library in. It
-// keeps github.com/NVIDIA/go-nvml, which needs cgo, out of builds that do
-// not ask for it.
-const NVMLBuildTag = "nvml"
 
 // NewNVML returns the real NVML library, github.com/NVIDIA/go-nvml. It loads
 // libnvidia-ml.so.1 at Init, so a binary built with it still starts on a

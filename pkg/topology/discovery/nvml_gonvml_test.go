@@ -1,5 +1,3 @@
-//go:build nvml
-
 package discovery_test
 
 import (

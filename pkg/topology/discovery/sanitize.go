@@ -34,7 +34,6 @@ func (r *Report) Sanitize() *Report {
 	}
 	for i, h := range r.HCAs {
 		h.Ports = append([]HCAPort(nil), h.Ports...)
-		h.pci.path = append([]string(nil), h.pci.path...)
 		if h.NodeGUID != "" {
 			placeholder := fmt.Sprintf("0000:0000:0000:%04x", i)
 			pairs = append(pairs, h.NodeGUID, placeholder)

@@ -24,6 +24,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	schedv1alpha1 "sigs.k8s.io/scheduler-plugins/apis/scheduling/v1alpha1"
 
+	"github.com/lockstep-dev/lockstep/pkg/apis/lockstep/v1alpha1"
 	"github.com/lockstep-dev/lockstep/pkg/clustermodel"
 )
 
@@ -71,6 +72,7 @@ func Scheme() (*runtime.Scheme, error) {
 		clientgoscheme.AddToScheme,
 		apiextensionsv1.AddToScheme,
 		schedv1alpha1.AddToScheme,
+		v1alpha1.AddToScheme,
 	} {
 		if err := add(s); err != nil {
 			return nil, err

@@ -126,14 +126,41 @@ func (c *Cluster) SchedulerComponent() (Component, error) {
 	}, nil
 }
 
-// StartScheduler starts lockstep-scheduler.
-func (c *Cluster) StartScheduler(ctx context.Context) error {
-	comp, err := c.SchedulerComponent()
+// FakeAgentComponent describes the topology agent in fake mode, serving
+// every node that carries a hardware profile label.
+func (c *Cluster) FakeAgentComponent() (Component, error) {
+	ports, err := freePorts(2)
 	if err != nil {
-		return err
+		return Component{}, err
 	}
-	_, err = c.StartComponent(ctx, comp)
-	return err
+	return Component{
+		Name:   "topology-agent",
+		Binary: "lockstep-topology-agent",
+		Args: []string{
+			"--mode=fake",
+			"--kubeconfig=" + c.Kubeconfig,
+			"--node-selector=lockstep.dev/profile",
+			fmt.Sprintf("--metrics-bind-address=127.0.0.1:%d", ports[0]),
+			fmt.Sprintf("--health-probe-bind-address=127.0.0.1:%d", ports[1]),
+			"--v=2",
+		},
+		HealthURL: fmt.Sprintf("http://127.0.0.1:%d/healthz", ports[1]),
+	}, nil
+}
+
+// StartComponents starts every component the suite runs: the scheduler and
+// the fake topology agent.
+func (c *Cluster) StartComponents(ctx context.Context) error {
+	for _, describe := range []func() (Component, error){c.SchedulerComponent, c.FakeAgentComponent} {
+		comp, err := describe()
+		if err != nil {
+			return err
+		}
+		if _, err := c.StartComponent(ctx, comp); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // renderSchedulerConfig writes deploy/scheduler/config.yaml with this

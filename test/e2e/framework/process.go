@@ -15,6 +15,8 @@ import (
 type Process struct {
 	Name    string
 	LogPath string
+	// Started is when the process was started.
+	Started time.Time
 	cmd     *exec.Cmd
 	done    chan struct{}
 	waitErr error
@@ -53,7 +55,7 @@ func StartProcess(name, logDir, bin string, args []string, opts StartOptions) (*
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("starting %s (%s): %w", name, bin, err)
 	}
-	p := &Process{Name: name, LogPath: logPath, cmd: cmd, done: make(chan struct{})}
+	p := &Process{Name: name, LogPath: logPath, Started: time.Now(), cmd: cmd, done: make(chan struct{})}
 	// A detached process stays our child while the harness lives; waiting on it
 	// keeps Exited truthful and reaps it if it dies early.
 	go func() {

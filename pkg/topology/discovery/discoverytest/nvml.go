@@ -1,8 +1,3 @@
-// Package discoverytest builds what discovery reads, from a topology: a fake
-// NVML library, a fake sysfs tree and a fake kubelet pod-resources server.
-// Discovering from them must give the topology back, which is how the
-// discovery tests check themselves against the built-in profiles; the
-// knobs on each fake inject the failures real machines show.
 package discoverytest
 
 import (

@@ -1,0 +1,146 @@
+// Command topology-agent publishes GPU nodes' hardware topology and GPU
+// allocation as NodeTopology objects (see pkg/agent).
+//
+//	--mode=real  one agent per GPU node (DaemonSet): NVML, sysfs and the
+//	             kubelet's pod-resources API describe this node.
+//	--mode=fake  one agent for many simulated nodes: each node's hardware
+//	             profile label describes it, and GPU allocation of pods bound
+//	             there is emulated.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	"github.com/lockstep-dev/lockstep/pkg/agent"
+	"github.com/lockstep-dev/lockstep/pkg/apis/lockstep/v1alpha1"
+)
+
+type options struct {
+	mode               string
+	kubeconfig         string
+	nodeName           string
+	nodeSelector       string
+	heartbeat          time.Duration
+	workers            int
+	metricsAddr        string
+	healthAddr         string
+	podResourcesSocket string
+	sysfsRoot          string
+	hcas               string
+	resyncInterval     time.Duration
+	qps                float64
+	burst              int
+}
+
+func main() {
+	var opts options
+	fs := flag.NewFlagSet("topology-agent", flag.ExitOnError)
+	fs.StringVar(&opts.mode, "mode", "real", "real: discover this node with NVML; fake: serve the simulated nodes matching --node-selector")
+	fs.StringVar(&opts.kubeconfig, "kubeconfig", "", "kubeconfig file; in-cluster configuration when empty")
+	fs.StringVar(&opts.nodeName, "node-name", os.Getenv("NODE_NAME"), "real mode: this node's name (set NODE_NAME from the downward API)")
+	fs.StringVar(&opts.nodeSelector, "node-selector", agent.ProfileLabel, "fake mode: label selector of the nodes to serve")
+	fs.DurationVar(&opts.heartbeat, "heartbeat-interval", time.Minute, "how often an unchanged NodeTopology is confirmed")
+	fs.IntVar(&opts.workers, "workers", 4, "fake mode: nodes reconciled in parallel")
+	fs.StringVar(&opts.metricsAddr, "metrics-bind-address", ":8080", "address of the Prometheus metrics endpoint; 0 disables it")
+	fs.StringVar(&opts.healthAddr, "health-probe-bind-address", ":8081", "address of /healthz and /readyz")
+	fs.StringVar(&opts.podResourcesSocket, "pod-resources-socket", "/var/lib/kubelet/pod-resources/kubelet.sock", "real mode: the kubelet's pod-resources API socket")
+	fs.StringVar(&opts.sysfsRoot, "sysfs-root", "/sys", "real mode: where sysfs is mounted")
+	fs.StringVar(&opts.hcas, "hcas", "", "real mode: comma-separated RDMA device patterns for the compute NICs (e.g. mlx5_*); empty means every device with an active port")
+	fs.DurationVar(&opts.resyncInterval, "resync-interval", 10*time.Second, "real mode: how often hardware and GPU allocation are read")
+	fs.Float64Var(&opts.qps, "kube-api-qps", 100, "fake mode publishes ~3 writes per node at start: the apiserver request rate limit")
+	fs.IntVar(&opts.burst, "kube-api-burst", 200, "burst above --kube-api-qps")
+	klog.InitFlags(fs)
+	_ = fs.Parse(os.Args[1:])
+
+	ctrl.SetLogger(klog.NewKlogr())
+	ctx := ctrl.SetupSignalHandler()
+	if err := run(ctx, opts); err != nil {
+		klog.ErrorS(err, "topology-agent failed")
+		klog.Flush()
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, opts options) error {
+	scheme := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+		return err
+	}
+	if err := v1alpha1.AddToScheme(scheme); err != nil {
+		return err
+	}
+	cfg, err := clientcmd.BuildConfigFromFlags("", opts.kubeconfig)
+	if err != nil {
+		return fmt.Errorf("loading kubeconfig: %w", err)
+	}
+	cfg.QPS, cfg.Burst = float32(opts.qps), opts.burst
+	switch opts.mode {
+	case "fake":
+		return runFake(ctx, cfg, scheme, opts)
+	case "real":
+		return runReal(ctx, cfg, scheme, opts)
+	default:
+		return fmt.Errorf("--mode=%q: want real or fake", opts.mode)
+	}
+}
+
+func runFake(ctx context.Context, cfg *rest.Config, scheme *runtime.Scheme, opts options) error {
+	selector, err := labels.Parse(opts.nodeSelector)
+	if err != nil {
+		return fmt.Errorf("--node-selector: %w", err)
+	}
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+		Scheme:                 scheme,
+		Metrics:                metricsserver.Options{BindAddress: opts.metricsAddr},
+		HealthProbeBindAddress: opts.healthAddr,
+		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{
+			// Only the served nodes are cached, which matters on a shared
+			// cluster with real nodes.
+			&corev1.Node{}: {Label: selector},
+		}},
+	})
+	if err != nil {
+		return fmt.Errorf("creating manager: %w", err)
+	}
+	if err := addHealthChecks(mgr); err != nil {
+		return err
+	}
+	reconciler := &agent.FakeReconciler{
+		Client:       mgr.GetClient(),
+		Publisher:    &agent.Publisher{Client: mgr.GetClient(), Clock: clock.RealClock{}, HeartbeatInterval: opts.heartbeat, Mode: "fake"},
+		Recorder:     mgr.GetEventRecorderFor("topology-agent"),
+		NodeSelector: selector,
+		Workers:      opts.workers,
+	}
+	if err := reconciler.SetupWithManager(mgr); err != nil {
+		return err
+	}
+	klog.FromContext(ctx).Info("Serving fake nodes", "selector", selector.String())
+	return mgr.Start(ctx)
+}
+
+func addHealthChecks(mgr ctrl.Manager) error {
+	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
+		return err
+	}
+	return mgr.AddReadyzCheck("ping", healthz.Ping)
+}
+

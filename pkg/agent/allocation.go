@@ -1,0 +1,205 @@
+// Package agent is the topology agent: it publishes each GPU node's
+// NodeTopology (hardware, GPU health and allocation, heartbeat) and the node
+// labels it owns. In real mode the facts come from NVML, sysfs and the
+// kubelet; in fake mode from hardware profiles, with the device plugin's GPU
+// allocation emulated for pods bound to fake nodes.
+package agent
+
+import (
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/lockstep-dev/lockstep/pkg/apis/lockstep/v1alpha1"
+	"github.com/lockstep-dev/lockstep/pkg/topology"
+)
+
+const (
+	// GPUResource is the device plugin's extended resource.
+	GPUResource corev1.ResourceName = "nvidia.com/gpu"
+	// GPUsAnnotation carries the GPU indices the scheduler chose for a pod,
+	// e.g. "0,1,4,5". The fake device plugin honours it when it can.
+	GPUsAnnotation = "lockstep.dev/gpus"
+)
+
+// GPURequest returns how many GPUs a pod holds while it runs: the device
+// plugin serves init containers one at a time before the app containers, so
+// it is the larger of the biggest init request and the app containers' sum.
+func GPURequest(pod *corev1.Pod) int {
+	app := 0
+	for _, c := range pod.Spec.Containers {
+		app += gpuLimit(c)
+	}
+	initMax := 0
+	for _, c := range pod.Spec.InitContainers {
+		initMax = max(initMax, gpuLimit(c))
+	}
+	return max(app, initMax)
+}
+
+func gpuLimit(c corev1.Container) int {
+	// Extended resources are requested through limits; requests, if given,
+	// must equal them.
+	if q, ok := c.Resources.Limits[GPUResource]; ok {
+		return int(q.Value())
+	}
+	if q, ok := c.Resources.Requests[GPUResource]; ok {
+		return int(q.Value())
+	}
+	return 0
+}
+
+// holdsGPUs reports whether the pod's GPUs are still taken: until the pod has
+// finished or is gone.
+func holdsGPUs(pod *corev1.Pod) bool {
+	return pod.Status.Phase != corev1.PodSucceeded && pod.Status.Phase != corev1.PodFailed
+}
+
+// ParseGPUIndices parses the lockstep.dev/gpus annotation.
+func ParseGPUIndices(s string) (topology.GPUSet, error) {
+	var set topology.GPUSet
+	for _, field := range strings.Split(s, ",") {
+		i, err := strconv.Atoi(strings.TrimSpace(field))
+		if err != nil || i < 0 || i >= topology.MaxGPUs {
+			return 0, fmt.Errorf("%s=%q: %q is not a GPU index", GPUsAnnotation, s, field)
+		}
+		if set.Has(i) {
+			return 0, fmt.Errorf("%s=%q: GPU %d listed twice", GPUsAnnotation, s, i)
+		}
+		set |= topology.NewGPUSet(i)
+	}
+	return set, nil
+}
+
+// FormatGPUIndices formats a set as the lockstep.dev/gpus annotation.
+func FormatGPUIndices(set topology.GPUSet) string {
+	idx := set.Indices()
+	parts := make([]string, len(idx))
+	for i, v := range idx {
+		parts[i] = strconv.Itoa(v)
+	}
+	return strings.Join(parts, ",")
+}
+
+// AllocationProblem is a pod the emulated device plugin could not serve as
+// asked, with the reason. A real kubelet would fail such a pod's admission.
+type AllocationProblem struct {
+	Pod    *corev1.Pod
+	Reason string
+}
+
+// Allocator emulates the device plugin's GPU assignment on one node.
+type Allocator struct {
+	Node     *topology.NodeTopology
+	Selector *topology.Selector
+	// Unhealthy GPUs are never handed out.
+	Unhealthy topology.GPUSet
+}
+
+// Allocate returns the node's allocations for the pods bound to it. Prior
+// allocations of pods that still hold GPUs are kept as they are, like a
+// device plugin's checkpoint; pods new to the node get the GPUs the scheduler
+// chose (the lockstep.dev/gpus annotation) when those are free, otherwise the
+// best free set. New pods are served oldest first so the result does not
+// depend on list order.
+func (a *Allocator) Allocate(prior []v1alpha1.GPUAllocation, pods []*corev1.Pod) ([]v1alpha1.GPUAllocation, []AllocationProblem) {
+	byUID := make(map[string]v1alpha1.GPUAllocation, len(prior))
+	for _, alloc := range prior {
+		byUID[alloc.PodUID] = alloc
+	}
+	var (
+		allocs   []v1alpha1.GPUAllocation
+		problems []AllocationProblem
+		pending  []*corev1.Pod
+		taken    = a.Unhealthy
+	)
+	for _, pod := range pods {
+		if !holdsGPUs(pod) || GPURequest(pod) == 0 {
+			continue
+		}
+		if alloc, ok := byUID[string(pod.UID)]; ok {
+			set := toGPUSet(alloc.GPUs)
+			if set&taken == 0 {
+				allocs = append(allocs, alloc)
+				taken |= set
+				continue
+			}
+			// Overlap can only come from a corrupted status; re-serve the pod.
+		}
+		pending = append(pending, pod)
+	}
+	sort.Slice(pending, func(i, j int) bool {
+		ti, tj := pending[i].CreationTimestamp, pending[j].CreationTimestamp
+		if !ti.Equal(&tj) {
+			return ti.Before(&tj)
+		}
+		return pending[i].Namespace+"/"+pending[i].Name < pending[j].Namespace+"/"+pending[j].Name
+	})
+	all := a.Node.AllGPUs()
+	for _, pod := range pending {
+		want := GPURequest(pod)
+		set, reason := a.choose(pod, want, all&^taken)
+		if set == 0 {
+			problems = append(problems, AllocationProblem{Pod: pod, Reason: reason})
+			continue
+		}
+		if reason != "" {
+			problems = append(problems, AllocationProblem{Pod: pod, Reason: reason})
+		}
+		taken |= set
+		allocs = append(allocs, v1alpha1.GPUAllocation{
+			Namespace: pod.Namespace, Pod: pod.Name, PodUID: string(pod.UID), GPUs: toInt32s(set),
+		})
+	}
+	sort.Slice(allocs, func(i, j int) bool { return allocs[i].PodUID < allocs[j].PodUID })
+	return allocs, problems
+}
+
+// choose picks want GPUs from free for pod. A non-empty reason with a
+// non-empty set means the scheduler's choice was overridden.
+func (a *Allocator) choose(pod *corev1.Pod, want int, free topology.GPUSet) (topology.GPUSet, string) {
+	var override string
+	if s, ok := pod.Annotations[GPUsAnnotation]; ok {
+		set, err := ParseGPUIndices(s)
+		switch {
+		case err != nil:
+			override = err.Error()
+		case set.Len() != want:
+			override = fmt.Sprintf("%s=%q names %d GPUs, the pod asks for %d", GPUsAnnotation, s, set.Len(), want)
+		case set&^a.Node.AllGPUs() != 0:
+			override = fmt.Sprintf("%s=%q names GPUs the node does not have", GPUsAnnotation, s)
+		case set&^free != 0:
+			override = fmt.Sprintf("%s=%q: GPUs %s are not free", GPUsAnnotation, s, (set &^ free).String())
+		default:
+			return set, ""
+		}
+	}
+	set, _, ok := a.Selector.Best(free, want)
+	if !ok {
+		return 0, fmt.Sprintf("asks for %d GPUs, %d free", want, free.Len())
+	}
+	if override != "" {
+		override += "; assigned " + set.String() + " instead"
+	}
+	return set, override
+}
+
+func toGPUSet(indices []int32) topology.GPUSet {
+	var set topology.GPUSet
+	for _, i := range indices {
+		set |= topology.NewGPUSet(int(i))
+	}
+	return set
+}
+
+func toInt32s(set topology.GPUSet) []int32 {
+	idx := set.Indices()
+	out := make([]int32, len(idx))
+	for i, v := range idx {
+		out[i] = int32(v)
+	}
+	return out
+}

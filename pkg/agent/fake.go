@@ -1,0 +1,207 @@
+package agent
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/klog/v2"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	"github.com/lockstep-dev/lockstep/pkg/apis/lockstep/v1alpha1"
+	"github.com/lockstep-dev/lockstep/pkg/topology"
+)
+
+const (
+	// ProfileLabel names a fake node's hardware profile (set by cluster
+	// models).
+	ProfileLabel = "lockstep.dev/profile"
+	// CliqueLabel is GPU feature discovery's multi-node NVLink clique label,
+	// "<cluster UUID>.<clique id>".
+	CliqueLabel = "nvidia.com/gpu.clique"
+	// podNodeNameIndex indexes pods by the node they are bound to.
+	podNodeNameIndex = "spec.nodeName"
+)
+
+// FakeReconciler serves many simulated nodes from one process: for every node
+// matching NodeSelector it publishes the NodeTopology of the node's hardware
+// profile, and emulates the NVIDIA device plugin by assigning GPUs to the pods
+// bound there, so the scheduler and controller see real occupancy.
+//
+// Reconcile is keyed by node name. The allocation lives in the
+// NodeTopology's status, which makes the agent restartable: a restarted agent
+// keeps every pod on the GPUs it had.
+type FakeReconciler struct {
+	Client       client.Client
+	Publisher    *Publisher
+	Recorder     record.EventRecorder
+	NodeSelector labels.Selector
+	// Workers is the number of nodes reconciled in parallel.
+	Workers int
+
+	// selectors caches one GPU-set selector per profile: its table depends
+	// only on the node's shape.
+	mu        sync.Mutex
+	selectors map[string]*topology.Selector
+}
+
+// SetupWithManager registers the reconciler: it follows nodes, the pods bound
+// to them and their NodeTopology objects.
+func (r *FakeReconciler) SetupWithManager(mgr ctrl.Manager) error {
+	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &corev1.Pod{}, podNodeNameIndex,
+		func(obj client.Object) []string {
+			if node := obj.(*corev1.Pod).Spec.NodeName; node != "" {
+				return []string{node}
+			}
+			return nil
+		}); err != nil {
+		return fmt.Errorf("indexing pods by node: %w", err)
+	}
+	selected := predicate.NewPredicateFuncs(func(obj client.Object) bool {
+		return r.NodeSelector.Matches(labels.Set(obj.GetLabels()))
+	})
+	return ctrl.NewControllerManagedBy(mgr).
+		Named("fake-topology-agent").
+		For(&corev1.Node{}, builder.WithPredicates(selected)).
+		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(func(_ context.Context, obj client.Object) []reconcile.Request {
+			pod := obj.(*corev1.Pod)
+			if pod.Spec.NodeName == "" || GPURequest(pod) == 0 {
+				return nil
+			}
+			return []reconcile.Request{{NamespacedName: client.ObjectKey{Name: pod.Spec.NodeName}}}
+		})).
+		Watches(&v1alpha1.NodeTopology{}, handler.EnqueueRequestsFromMapFunc(func(_ context.Context, obj client.Object) []reconcile.Request {
+			return []reconcile.Request{{NamespacedName: client.ObjectKey{Name: obj.GetName()}}}
+		})).
+		WithOptions(controller.Options{MaxConcurrentReconciles: max(r.Workers, 1)}).
+		Complete(r)
+}
+
+// Reconcile publishes one fake node's topology and GPU allocation.
+func (r *FakeReconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+	logger := klog.FromContext(ctx)
+	node := &corev1.Node{}
+	if err := r.Client.Get(ctx, req.NamespacedName, node); err != nil {
+		// A deleted node takes its NodeTopology with it (owner reference).
+		return reconcile.Result{}, client.IgnoreNotFound(err)
+	}
+	if !r.NodeSelector.Matches(labels.Set(node.Labels)) || !node.DeletionTimestamp.IsZero() {
+		return reconcile.Result{}, nil
+	}
+	profileName := node.Labels[ProfileLabel]
+	profile, ok := topology.LookupProfile(profileName)
+	if !ok {
+		// Not retried: only a label change can fix it, and that is an event.
+		r.Recorder.Eventf(node, corev1.EventTypeWarning, "UnknownProfile",
+			"label %s=%q names no built-in hardware profile; use one of %s",
+			ProfileLabel, profileName, strings.Join(topology.ProfileNames(), ", "))
+		return reconcile.Result{}, nil
+	}
+	hw, err := fakeNodeTopology(profile, node)
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	sel, err := r.selector(profile.Name, hw)
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+
+	var pods corev1.PodList
+	if err := r.Client.List(ctx, &pods, client.MatchingFields{podNodeNameIndex: node.Name}); err != nil {
+		return reconcile.Result{}, fmt.Errorf("listing pods on %s: %w", node.Name, err)
+	}
+	podPtrs := make([]*corev1.Pod, len(pods.Items))
+	for i := range pods.Items {
+		podPtrs[i] = &pods.Items[i]
+	}
+	var prior []v1alpha1.GPUAllocation
+	current := &v1alpha1.NodeTopology{}
+	if err := r.Client.Get(ctx, client.ObjectKey{Name: node.Name}, current); err == nil {
+		prior = current.Status.Allocations
+	} else if !apierrors.IsNotFound(err) {
+		return reconcile.Result{}, err
+	}
+	allocator := &Allocator{Node: hw, Selector: sel}
+	allocs, problems := allocator.Allocate(prior, podPtrs)
+	for _, p := range problems {
+		logger.V(2).Info("GPU allocation differs from the request", "pod", klog.KObj(p.Pod), "node", node.Name, "reason", p.Reason)
+		r.Recorder.Eventf(p.Pod, corev1.EventTypeWarning, "GPUAllocation", "node %s: %s", node.Name, p.Reason)
+	}
+	status := v1alpha1.NodeTopologyStatus{Allocations: allocs, FreeGPUs: int32(hw.NumGPUs() - allocatedGPUs(allocs))}
+	next, err := r.Publisher.Publish(ctx, node, v1alpha1.SpecFromTopology(hw, profile.Name), status)
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	return reconcile.Result{RequeueAfter: next}, nil
+}
+
+// selector returns the cached selector of a profile, building it on first
+// use.
+func (r *FakeReconciler) selector(profile string, hw *topology.NodeTopology) (*topology.Selector, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if sel, ok := r.selectors[profile]; ok {
+		return sel, nil
+	}
+	sel, err := topology.NewSelector(hw)
+	if err != nil {
+		return nil, fmt.Errorf("profile %s: %w", profile, err)
+	}
+	if r.selectors == nil {
+		r.selectors = map[string]*topology.Selector{}
+	}
+	r.selectors[profile] = sel
+	return sel, nil
+}
+
+// fakeNodeTopology is the profile's hardware, placed in the multi-node NVLink
+// domain its clique label names (a profile without such a domain ignores the
+// label). A tray without the label is a domain of its own.
+func fakeNodeTopology(profile topology.Profile, node *corev1.Node) (*topology.NodeTopology, error) {
+	hw, err := profile.Node()
+	if err != nil {
+		return nil, err
+	}
+	for i := range hw.GPUs {
+		hw.GPUs[i].UUID = fmt.Sprintf("GPU-fake-%s-%d", node.Name, i)
+	}
+	if hw.NVLinkDomain != nil {
+		clique := node.Labels[CliqueLabel]
+		if clique == "" {
+			clique = "standalone-" + node.Name
+		}
+		hw.NVLinkDomain.ClusterUUID, hw.NVLinkDomain.CliqueID = parseClique(clique)
+	}
+	return hw, nil
+}
+
+// parseClique splits GPU feature discovery's "<cluster UUID>.<clique id>";
+// a value without a numeric suffix is a cluster of its own with clique 0.
+func parseClique(v string) (string, uint32) {
+	if i := strings.LastIndexByte(v, '.'); i > 0 {
+		if id, err := strconv.ParseUint(v[i+1:], 10, 32); err == nil {
+			return v[:i], uint32(id)
+		}
+	}
+	return v, 0
+}
+
+func allocatedGPUs(allocs []v1alpha1.GPUAllocation) int {
+	n := 0
+	for _, a := range allocs {
+		n += len(a.GPUs)
+	}
+	return n
+}
