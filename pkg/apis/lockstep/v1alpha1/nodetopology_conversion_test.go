@@ -53,7 +53,7 @@ func TestToTopologyRejectsMalformedSpecs(t *testing.T) {
 		return SpecFromTopology(node, p.Name)
 	}
 	tests := map[string]func(*NodeTopologySpec){
-		"GPU index out of range": func(s *NodeTopologySpec) { s.GPUs[0].Index = 9 },
+		"GPU index out of range":            func(s *NodeTopologySpec) { s.GPUs[0].Index = 9 },
 		"link to a GPU that does not exist": func(s *NodeTopologySpec) { s.Links[0].B = 8 },
 		"link to itself":                    func(s *NodeTopologySpec) { s.Links[0].B = s.Links[0].A },
 		"unknown link class":                func(s *NodeTopologySpec) { s.Links[0].Class = "QPI" },
