@@ -5,13 +5,18 @@ go 1.24.0
 require (
 	github.com/NVIDIA/go-nvml v0.12.9-0
 	github.com/google/go-cmp v0.7.0
+	github.com/spf13/cobra v1.9.1
+	golang.org/x/crypto v0.36.0
 	google.golang.org/grpc v1.72.1
 	k8s.io/api v0.34.7
 	k8s.io/apiextensions-apiserver v0.34.7
 	k8s.io/apimachinery v0.34.7
+	k8s.io/apiserver v0.34.7
 	k8s.io/client-go v0.34.7
 	k8s.io/component-base v0.34.7
+	k8s.io/component-helpers v0.34.7
 	k8s.io/klog/v2 v2.130.1
+	k8s.io/kube-scheduler v0.34.7
 	k8s.io/kubelet v0.34.7
 	k8s.io/kubernetes v1.34.7
 	k8s.io/utils v0.0.0-20250604170112-4c0f3b243397
@@ -114,7 +119,6 @@ require (
 	github.com/robfig/cron/v3 v3.0.1 // indirect
 	github.com/russross/blackfriday/v2 v2.1.0 // indirect
 	github.com/sirupsen/logrus v1.9.3 // indirect
-	github.com/spf13/cobra v1.9.1 // indirect
 	github.com/spf13/pflag v1.0.6 // indirect
 	github.com/stoewer/go-strcase v1.3.0 // indirect
 	github.com/x448/float16 v0.8.4 // indirect
@@ -136,7 +140,6 @@ require (
 	go.uber.org/zap v1.27.0 // indirect
 	go.yaml.in/yaml/v2 v2.4.2 // indirect
 	go.yaml.in/yaml/v3 v3.0.4 // indirect
-	golang.org/x/crypto v0.36.0 // indirect
 	golang.org/x/exp v0.0.0-20250103183323-7d7fa50e5329 // indirect
 	golang.org/x/net v0.38.0 // indirect
 	golang.org/x/oauth2 v0.27.0 // indirect
@@ -155,11 +158,9 @@ require (
 	gopkg.in/inf.v0 v0.9.1 // indirect
 	gopkg.in/natefinch/lumberjack.v2 v2.2.1 // indirect
 	gopkg.in/yaml.v3 v3.0.1 // indirect
-	k8s.io/apiserver v0.34.7 // indirect
 	k8s.io/cli-runtime v0.34.4 // indirect
 	k8s.io/cloud-provider v0.34.7 // indirect
 	k8s.io/cluster-bootstrap v0.0.0 // indirect
-	k8s.io/component-helpers v0.34.7 // indirect
 	k8s.io/controller-manager v0.34.7 // indirect
 	k8s.io/cri-api v0.34.4 // indirect
 	k8s.io/cri-client v0.0.0 // indirect
@@ -171,7 +172,6 @@ require (
 	k8s.io/kube-aggregator v0.0.0 // indirect
 	k8s.io/kube-controller-manager v0.0.0 // indirect
 	k8s.io/kube-openapi v0.0.0-20250710124328-f3f2b991d03b // indirect
-	k8s.io/kube-scheduler v0.34.7 // indirect
 	k8s.io/kubectl v0.0.0 // indirect
 	k8s.io/metrics v0.34.7 // indirect
 	k8s.io/mount-utils v0.0.0 // indirect

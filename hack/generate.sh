@@ -25,5 +25,5 @@ cp "$out/scheduling.x-k8s.io_podgroups.yaml" deploy/crds/
 
 if [ -d pkg/apis ]; then
 	"$bin/controller-gen" object paths=./pkg/apis/...
-	"$bin/controller-gen" crd:crdVersions=v1 paths=./pkg/apis/... output:crd:dir=deploy/crds
+	"$bin/controller-gen" crd:crdVersions=v1,generateEmbeddedObjectMeta=true paths=./pkg/apis/... output:crd:dir=deploy/crds
 fi

@@ -16,11 +16,14 @@ import (
 	// plugin's args decode from --config.
 	_ "sigs.k8s.io/scheduler-plugins/apis/config/scheme"
 	"sigs.k8s.io/scheduler-plugins/pkg/coscheduling"
+
+	"github.com/lockstep-dev/lockstep/pkg/scheduler/topologyplacement"
 )
 
 func main() {
 	command := app.NewSchedulerCommand(
 		app.WithPlugin(coscheduling.Name, coscheduling.New),
+		app.WithPlugin(topologyplacement.Name, topologyplacement.New),
 	)
 	os.Exit(cli.Run(command))
 }

@@ -92,13 +92,12 @@ func TestFakeAgentPublishesEveryNode(t *testing.T) {
 }
 
 // TestAllocationFollowsPods checks the emulated device plugin: a bound pod
-// gets the GPUs the scheduler wrote on it, a second pod gets GPUs of its own,
-// and deleting a pod frees its GPUs.
+// gets the GPUs the scheduler wrote on it, a second pod on the node gets GPUs
+// of its own, and deleting a pod frees its GPUs.
 func TestAllocationFollowsPods(t *testing.T) {
 	ctx := context.Background()
 	ns := cluster.NewNamespace(t)
 	first := utiltesting.MakePod("first", ns).GPUs(4).SchedulerName(framework.SchedulerName).Obj()
-	first.Annotations = map[string]string{agent.GPUsAnnotation: "4,5,6,7"}
 	cluster.CreatePods(t, first)
 	node := waitBound(t, ns, first.Name)
 
@@ -116,11 +115,22 @@ func TestAllocationFollowsPods(t *testing.T) {
 	for _, a := range nt.Status.Allocations {
 		gpusOf[a.PodUID] = a.GPUs
 	}
-	if got := gpusOf[firstUID]; !slices.Equal(got, []int32{4, 5, 6, 7}) {
-		t.Errorf("first pod holds GPUs %v, want the scheduler's 4,5,6,7", got)
+	for _, name := range []string{first.Name, second.Name} {
+		pod, err := cluster.Clientset.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		chosen, err := agent.ParseGPUIndices(pod.Annotations[agent.GPUsAnnotation])
+		if err != nil {
+			t.Fatalf("pod %s: the scheduler wrote no GPU choice: %v", name, err)
+		}
+		got := gpusOf[string(pod.UID)]
+		if want := toInt32s(chosen.Indices()); !slices.Equal(got, want) {
+			t.Errorf("pod %s holds GPUs %v, want the scheduler's choice %v", name, got, want)
+		}
 	}
-	if got := gpusOf[secondUID]; len(got) != 2 || slices.ContainsFunc(got, func(g int32) bool { return g >= 4 }) {
-		t.Errorf("second pod holds GPUs %v, want two of the free 0-3", got)
+	if slices.ContainsFunc(gpusOf[secondUID], func(g int32) bool { return slices.Contains(gpusOf[firstUID], g) }) {
+		t.Errorf("pods share GPUs: %v and %v", gpusOf[firstUID], gpusOf[secondUID])
 	}
 	if nt.Status.FreeGPUs != 2 {
 		t.Errorf("freeGPUs = %d, want 2", nt.Status.FreeGPUs)
@@ -225,4 +235,12 @@ func TestRealAgentWithoutNVMLExitsWithReason(t *testing.T) {
 			t.Errorf("output does not mention %q:\n%s", want, out)
 		}
 	}
+}
+
+func toInt32s(in []int) []int32 {
+	out := make([]int32, len(in))
+	for i, v := range in {
+		out[i] = int32(v)
+	}
+	return out
 }

@@ -80,6 +80,18 @@ func (c *Cluster) StopComponent(name string) error {
 	return p.Stop(10 * time.Second)
 }
 
+// KillComponent ends a component with SIGKILL, as a crash would.
+func (c *Cluster) KillComponent(name string) error {
+	c.mu.Lock()
+	p, ok := c.components[name]
+	delete(c.components, name)
+	c.mu.Unlock()
+	if !ok {
+		return fmt.Errorf("component %s is not running", name)
+	}
+	return p.Kill()
+}
+
 // Component returns a running component's process.
 func (c *Cluster) Component(name string) (*Process, bool) {
 	c.mu.Lock()

@@ -18,6 +18,7 @@ var GroupVersion = schema.GroupVersion{Group: "lockstep.dev", Version: "v1alpha1
 func AddToScheme(s *runtime.Scheme) error {
 	s.AddKnownTypes(GroupVersion,
 		&NodeTopology{}, &NodeTopologyList{},
+		&TrainingJob{}, &TrainingJobList{},
 	)
 	metav1.AddToGroupVersion(s, GroupVersion)
 	return nil

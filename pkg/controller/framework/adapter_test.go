@@ -1,0 +1,106 @@
+package framework
+
+import (
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/lockstep-dev/lockstep/pkg/apis/lockstep/v1alpha1"
+)
+
+func TestBuiltinRegistry(t *testing.T) {
+	r := NewBuiltinRegistry(fixedRandom())
+	want := []v1alpha1.Framework{"JAX", "MPI", "Paddle", "PyTorch", "TensorFlow", "XGBoost"}
+	if diff := cmp.Diff(want, r.Frameworks()); diff != "" {
+		t.Errorf("frameworks (-want,+got):\n%s", diff)
+	}
+	scopes := map[v1alpha1.Framework]v1alpha1.RestartScope{
+		"PyTorch": "Gang", "MPI": "Gang", "JAX": "Gang", "TensorFlow": "Pod", "XGBoost": "Pod", "Paddle": "Pod",
+	}
+	for _, f := range want {
+		a, err := r.For(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if a.Framework() != f {
+			t.Errorf("adapter for %s says it is %s", f, a.Framework())
+		}
+		// Roles is the API's role set, in start order.
+		got, valid := slices.Clone(a.Roles()), slices.Clone(v1alpha1.FrameworkRoles(f))
+		slices.Sort(got)
+		slices.Sort(valid)
+		if diff := cmp.Diff(valid, got); diff != "" {
+			t.Errorf("%s roles differ from the API's (-api,+adapter):\n%s", f, diff)
+		}
+		if got := a.DefaultRestartScope(); got != scopes[f] {
+			t.Errorf("%s default restart scope %s, want %s", f, got, scopes[f])
+		}
+	}
+	if err := r.Register(PyTorch{}); err == nil {
+		t.Error("registering PyTorch twice succeeded")
+	}
+	if _, err := NewRegistry().For(v1alpha1.FrameworkPyTorch); err == nil {
+		t.Error("an empty registry found an adapter")
+	}
+}
+
+func TestStartOrder(t *testing.T) {
+	if got := NewMPI(nil).Roles(); got[len(got)-1] != v1alpha1.ReplicaLauncher {
+		t.Errorf("MPI roles %v: the Launcher must start last", got)
+	}
+	if got := (PyTorch{}).Roles(); got[0] != v1alpha1.ReplicaMaster {
+		t.Errorf("PyTorch roles %v: the Master must start first", got)
+	}
+}
+
+func TestEffectiveRestartScope(t *testing.T) {
+	job := makeJob(v1alpha1.FrameworkPyTorch).Role(v1alpha1.ReplicaMaster, 1, "pytorch").Obj()
+	if got := EffectiveRestartScope(PyTorch{}, job); got != v1alpha1.RestartScopeGang {
+		t.Errorf("default scope %s, want Gang", got)
+	}
+	job.Spec.FailurePolicy = &v1alpha1.FailurePolicy{Restart: v1alpha1.RestartScopePod}
+	if got := EffectiveRestartScope(PyTorch{}, job); got != v1alpha1.RestartScopePod {
+		t.Errorf("scope %s, want the job's Pod", got)
+	}
+}
+
+func TestPodNaming(t *testing.T) {
+	job := makeJob(v1alpha1.FrameworkPyTorch).Role(v1alpha1.ReplicaMaster, 1, "pytorch").Obj()
+	if got := PodName("train", v1alpha1.ReplicaEvaluator, 3); got != "train-evaluator-3" {
+		t.Errorf("PodName = %q", got)
+	}
+	if got := PodAddress(job, v1alpha1.ReplicaMaster, 0); got != "train-master-0.train.ml.svc" {
+		t.Errorf("PodAddress = %q", got)
+	}
+	svc := NewHeadlessService(job)
+	if svc.Name != "train" || svc.Spec.ClusterIP != "None" || !svc.Spec.PublishNotReadyAddresses {
+		t.Errorf("service %s clusterIP %q publishNotReady %v; want a headless train publishing unready pods",
+			svc.Name, svc.Spec.ClusterIP, svc.Spec.PublishNotReadyAddresses)
+	}
+}
+
+func TestPodTemplateErrors(t *testing.T) {
+	long := makeJob(v1alpha1.FrameworkJAX).Role(v1alpha1.ReplicaWorker, 2, "jax").Obj()
+	long.Name = strings.Repeat("a", 56)
+	cases := []struct {
+		name  string
+		job   *v1alpha1.TrainingJob
+		role  v1alpha1.ReplicaType
+		index int32
+		want  string
+	}{
+		{"missing role", makeJob(v1alpha1.FrameworkJAX).Role(v1alpha1.ReplicaWorker, 2, "jax").Obj(), v1alpha1.ReplicaMaster, 0, "has no Master replicas"},
+		{"index out of range", makeJob(v1alpha1.FrameworkJAX).Role(v1alpha1.ReplicaWorker, 2, "jax").Obj(), v1alpha1.ReplicaWorker, 2, "out of range"},
+		{"hostname too long", long, v1alpha1.ReplicaWorker, 1, "longer than 63"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := JAX{}.PodTemplate(tc.job, tc.role, tc.index)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("error %v, want one containing %q", err, tc.want)
+			}
+		})
+	}
+}

@@ -1,0 +1,149 @@
+package framework
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/lockstep-dev/lockstep/pkg/apis/lockstep/v1alpha1"
+)
+
+// maxHostname is the longest pod hostname: a DNS label.
+const maxHostname = 63
+
+// PodName is the name, and hostname, of pod index of role:
+// <job>-<role in lower case>-<index>, as in Kubeflow.
+func PodName(jobName string, role v1alpha1.ReplicaType, index int32) string {
+	return jobName + "-" + strings.ToLower(string(role)) + "-" + strconv.Itoa(int(index))
+}
+
+// ServiceName is the job's headless Service, which is also every pod's
+// subdomain: the job's name.
+func ServiceName(jobName string) string { return jobName }
+
+// PodAddress is the DNS name other pods reach pod index of role at:
+// <pod>.<job>.<namespace>.svc, an A record of the job's headless Service
+// that resolves from any namespace (the resolver's search path adds the
+// cluster domain).
+func PodAddress(job *v1alpha1.TrainingJob, role v1alpha1.ReplicaType, index int32) string {
+	return PodName(job.Name, role, index) + "." + ServiceName(job.Name) + "." + job.Namespace + ".svc"
+}
+
+// NewHeadlessService returns the Service that gives the job's pods their DNS
+// names. It publishes pods before they are ready: rank 0 must resolve while
+// the others start, or rendezvous never completes.
+func NewHeadlessService(job *v1alpha1.TrainingJob) *corev1.Service {
+	return &corev1.Service{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "Service"},
+		ObjectMeta: metav1.ObjectMeta{Name: ServiceName(job.Name), Namespace: job.Namespace},
+		Spec: corev1.ServiceSpec{
+			ClusterIP:                corev1.ClusterIPNone,
+			PublishNotReadyAddresses: true,
+		},
+	}
+}
+
+// basePod copies the template of pod index of role and makes the pod
+// resolvable through the job's Service.
+func basePod(job *v1alpha1.TrainingJob, role v1alpha1.ReplicaType, index int32) (*corev1.PodTemplateSpec, error) {
+	spec, ok := job.Spec.ReplicaSpecs[role]
+	if !ok {
+		return nil, fmt.Errorf("job %s/%s has no %s replicas", job.Namespace, job.Name, role)
+	}
+	if n := spec.DesiredReplicas(); index < 0 || index >= n {
+		return nil, fmt.Errorf("job %s/%s: %s index %d out of range [0, %d)", job.Namespace, job.Name, role, index, n)
+	}
+	if len(spec.Template.Spec.Containers) == 0 {
+		return nil, fmt.Errorf("job %s/%s: %s template has no containers", job.Namespace, job.Name, role)
+	}
+	name := PodName(job.Name, role, index)
+	if len(name) > maxHostname {
+		return nil, fmt.Errorf("job %s/%s: pod hostname %q is longer than %d characters; shorten the job name", job.Namespace, job.Name, name, maxHostname)
+	}
+	pod := spec.Template.DeepCopy()
+	pod.Spec.Hostname = name
+	pod.Spec.Subdomain = ServiceName(job.Name)
+	return pod, nil
+}
+
+// mainContainer is the index of the container named name, or 0: Kubeflow's
+// rule for the container that gets the framework's port.
+func mainContainer(spec *corev1.PodSpec, name string) int {
+	for i, c := range spec.Containers {
+		if c.Name == name {
+			return i
+		}
+	}
+	return 0
+}
+
+// rolePort is the container port named portName on the main container of
+// role's template, or def when the template names none (the port Kubeflow's
+// defaulting would have added).
+func rolePort(job *v1alpha1.TrainingJob, role v1alpha1.ReplicaType, containerName, portName string, def int32) int32 {
+	spec, ok := job.Spec.ReplicaSpecs[role]
+	if !ok || len(spec.Template.Spec.Containers) == 0 {
+		return def
+	}
+	c := spec.Template.Spec.Containers[mainContainer(&spec.Template.Spec, containerName)]
+	for _, p := range c.Ports {
+		if p.Name == portName {
+			return p.ContainerPort
+		}
+	}
+	return def
+}
+
+// ensurePort adds the framework's named port to the main container unless
+// it declares it already.
+func ensurePort(spec *corev1.PodSpec, containerName, portName string, port int32) {
+	c := &spec.Containers[mainContainer(spec, containerName)]
+	for _, p := range c.Ports {
+		if p.Name == portName {
+			return
+		}
+	}
+	c.Ports = append(c.Ports, corev1.ContainerPort{Name: portName, ContainerPort: port, Protocol: corev1.ProtocolTCP})
+}
+
+// setEnv sets vars on c. A variable the template already has is replaced
+// where it stands, so the framework's value wins as in Kubeflow (which
+// appends, and the last duplicate wins) without leaving duplicates.
+func setEnv(c *corev1.Container, vars ...corev1.EnvVar) {
+	for _, v := range vars {
+		replaced := false
+		for i := range c.Env {
+			if c.Env[i].Name == v.Name {
+				c.Env[i] = v
+				replaced = true
+				break
+			}
+		}
+		if !replaced {
+			c.Env = append(c.Env, v)
+		}
+	}
+}
+
+// setEnvAll sets vars on every container of spec, as Kubeflow does for
+// PyTorch, JAX, XGBoost and Paddle.
+func setEnvAll(spec *corev1.PodSpec, vars ...corev1.EnvVar) {
+	for i := range spec.Containers {
+		setEnv(&spec.Containers[i], vars...)
+	}
+}
+
+func env(name, value string) corev1.EnvVar { return corev1.EnvVar{Name: name, Value: value} }
+
+func itoa[T ~int32 | ~int64 | ~int](v T) string { return strconv.FormatInt(int64(v), 10) }
+
+func replicasOf(job *v1alpha1.TrainingJob, role v1alpha1.ReplicaType) int32 {
+	spec, ok := job.Spec.ReplicaSpecs[role]
+	if !ok {
+		return 0
+	}
+	return spec.DesiredReplicas()
+}

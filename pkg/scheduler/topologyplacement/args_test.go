@@ -1,0 +1,77 @@
+package topologyplacement
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"k8s.io/apimachinery/pkg/runtime"
+
+	"github.com/lockstep-dev/lockstep/pkg/topology/placement"
+)
+
+func TestDecodeArgs(t *testing.T) {
+	tests := []struct {
+		name    string
+		raw     string
+		check   func(*testing.T, *Args)
+		wantErr string
+	}{
+		{
+			name: "defaults",
+			raw:  "",
+			check: func(t *testing.T, a *Args) {
+				if diff := cmp.Diff([]string{"clique", "leaf", "spine", "block"}, levelNames(a)); diff != "" {
+					t.Errorf("levels (-want,+got):\n%s", diff)
+				}
+				if a.DefaultMode != placement.Preferred || a.PreferredWait.Duration != 30*time.Second || a.PlanTTL.Duration != 90*time.Second {
+					t.Errorf("defaults = %+v", a)
+				}
+			},
+		},
+		{
+			name: "custom levels and oversubscription",
+			raw:  `{"levels":[{"name":"rack","nodeLabel":"example.com/rack"}],"oversubscription":{"rack":2},"defaultMode":"Required"}`,
+			check: func(t *testing.T, a *Args) {
+				if len(a.Levels) != 1 || a.Levels[0].NodeLabel != "example.com/rack" || a.DefaultMode != placement.Required {
+					t.Errorf("args = %+v", a)
+				}
+			},
+		},
+		{name: "bad mode", raw: `{"defaultMode":"Sometimes"}`, wantErr: `args.defaultMode: Unsupported value: "Sometimes"`},
+		{name: "reserved level name", raw: `{"levels":[{"name":"host","nodeLabel":"a/b"}]}`, wantErr: "args.levels[0].name"},
+		{name: "bad label key", raw: `{"levels":[{"name":"rack","nodeLabel":"not a key"}]}`, wantErr: "args.levels[0].nodeLabel"},
+		{name: "oversubscription of an unknown level", raw: `{"oversubscription":{"pod":2}}`, wantErr: "args.oversubscription[pod]"},
+		{name: "oversubscription below 1", raw: `{"oversubscription":{"leaf":0.5}}`, wantErr: "must be at least 1"},
+		{name: "negative wait", raw: `{"preferredWait":"-1s"}`, wantErr: "args.preferredWait"},
+		{name: "unknown field", raw: `{"levelz":[]}`, wantErr: "levelz"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			var obj runtime.Object
+			if tc.raw != "" {
+				obj = &runtime.Unknown{Raw: []byte(tc.raw), ContentType: runtime.ContentTypeJSON}
+			}
+			args, err := decodeArgs(obj)
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("decodeArgs error = %v, want it to contain %q", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			tc.check(t, args)
+		})
+	}
+}
+
+func levelNames(a *Args) []string {
+	var out []string
+	for _, l := range a.Levels {
+		out = append(out, l.Name)
+	}
+	return out
+}

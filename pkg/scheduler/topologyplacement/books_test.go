@@ -1,0 +1,83 @@
+package topologyplacement
+
+import (
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/lockstep-dev/lockstep/pkg/topology"
+	"github.com/lockstep-dev/lockstep/pkg/topology/placement"
+)
+
+func twoNodePlan() *placement.Plan {
+	return &placement.Plan{Members: []placement.Assignment{
+		{Node: "a", GPUs: topology.NewGPUSet(0, 1, 2, 3)},
+		{Node: "a", GPUs: topology.NewGPUSet(4, 5, 6, 7)},
+		{Node: "b", GPUs: topology.NewGPUSet(0, 1, 2, 3)},
+	}}
+}
+
+// TestBooksHoldUntilReservedThenTrackPods walks a gang through planning,
+// reservation and completion, checking what other gangs see as held.
+func TestBooksHoldUntilReservedThenTrackPods(t *testing.T) {
+	b := newBooks()
+	now := time.Unix(0, 0)
+	b.add("ns/g", twoNodePlan(), now)
+
+	if got := b.heldOn("a", "ns/other"); got != topology.AllGPUs(8) {
+		t.Errorf("held on a = %v, want all 8 GPUs for the plan", got)
+	}
+	if got := b.heldOn("a", "ns/g"); got != 0 {
+		t.Errorf("the gang's own plan counts as held for it: %v", got)
+	}
+	if _, ok := b.reserve("ns/g", "p1", "c"); ok {
+		t.Error("reserved a slot on a node outside the plan")
+	}
+	gpus, ok := b.reserve("ns/g", "p1", "a")
+	if !ok || gpus != topology.NewGPUSet(0, 1, 2, 3) {
+		t.Fatalf("reserve p1 on a = %v, %v", gpus, ok)
+	}
+	if again, ok := b.reserve("ns/g", "p1", "a"); !ok || again != gpus {
+		t.Errorf("reserving again = %v, %v, want the same slot", again, ok)
+	}
+	if got := b.heldOn("a", "ns/other"); got != topology.AllGPUs(8) {
+		t.Errorf("held on a after one reservation = %v, want the reserved pod's GPUs plus the open slot", got)
+	}
+	b.reserve("ns/g", "p2", "a")
+	b.reserve("ns/g", "p3", "b")
+	if _, ok := b.reserve("ns/g", "p4", "a"); ok {
+		t.Error("a fourth pod got a slot of a three-member plan")
+	}
+	if len(b.expired(now.Add(time.Hour), time.Minute)) != 0 {
+		t.Error("a complete plan expired")
+	}
+	for _, pod := range []string{"p1", "p2", "p3"} {
+		b.forgetPod(types.UID(pod))
+	}
+	if _, ok := b.get("ns/g"); ok {
+		t.Error("plan kept after every member's pod was forgotten")
+	}
+	if got := b.heldOn("a", ""); got != 0 {
+		t.Errorf("held on a at the end = %v, want nothing", got)
+	}
+}
+
+func TestBooksDropReleasesEverything(t *testing.T) {
+	b := newBooks()
+	now := time.Unix(0, 0)
+	b.add("ns/g", twoNodePlan(), now)
+	b.reserve("ns/g", "p1", "b")
+	if got := b.expired(now.Add(2*time.Minute), time.Minute); len(got) != 1 || got[0] != "ns/g" {
+		t.Errorf("expired = %v, want the incomplete plan", got)
+	}
+	b.drop("ns/g")
+	for _, node := range []string{"a", "b"} {
+		if got := b.heldOn(node, ""); got != 0 {
+			t.Errorf("held on %s after drop = %v", node, got)
+		}
+	}
+	if _, ok := b.assignmentOf("p1"); ok {
+		t.Error("a dropped plan's reserved pod kept its assignment")
+	}
+}

@@ -1,0 +1,39 @@
+package topologyplacement
+
+import (
+	"context"
+	"fmt"
+
+	v1 "k8s.io/api/core/v1"
+	fwk "k8s.io/kube-scheduler/framework"
+)
+
+// Filter keeps gang members on their plan's open slots, and keeps every other
+// GPU pod off GPUs that plans hold for gangs: that capacity is invisible to
+// the scheduler's own resource accounting until the members are reserved.
+func (p *TopologyPlacement) Filter(ctx context.Context, state fwk.CycleState, pod *v1.Pod, nodeInfo fwk.NodeInfo) *fwk.Status {
+	s, err := stateOf(state)
+	if err != nil {
+		return fwk.AsStatus(err)
+	}
+	node := nodeInfo.Node()
+	if s.plan != nil {
+		if len(s.plan.openSlotsOn(node.Name)) == 0 {
+			return fwk.NewStatus(fwk.UnschedulableAndUnresolvable,
+				fmt.Sprintf("node is not in PodGroup %s's plan (domain %s)", s.gang, s.plan.plan.Domain.ID))
+		}
+		return nil
+	}
+	if s.req.gpus == 0 {
+		return nil
+	}
+	held := p.books.heldOpen(node.Name)
+	if held == 0 {
+		return nil
+	}
+	free := int(nodeInfo.GetAllocatable().GetScalarResources()[GPUResource]-nodeInfo.GetRequested().GetScalarResources()[GPUResource]) - held
+	if free < s.req.gpus {
+		return fwk.NewStatus(fwk.Unschedulable, fmt.Sprintf("%d of the node's free GPUs are held for gangs", held))
+	}
+	return nil
+}

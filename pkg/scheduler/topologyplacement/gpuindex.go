@@ -1,0 +1,105 @@
+package topologyplacement
+
+import (
+	"sync"
+
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/lockstep-dev/lockstep/pkg/apis/lockstep/v1alpha1"
+	"github.com/lockstep-dev/lockstep/pkg/topology"
+)
+
+// nodeGPUs is what the scheduler needs of a node's NodeTopology, computed
+// once per object change so Filter and Score read it without copying or
+// allocating.
+type nodeGPUs struct {
+	topology *topology.NodeTopology
+	// selector is shared by nodes of one shape.
+	selector *topology.Selector
+	// free are the healthy GPUs the agent reports no pod holding.
+	free topology.GPUSet
+}
+
+// gpuIndex maps node names to nodeGPUs, fed by the NodeTopology informer.
+type gpuIndex struct {
+	mu        sync.RWMutex
+	nodes     map[string]nodeGPUs
+	selectors map[string]*topology.Selector
+}
+
+func newGPUIndex() *gpuIndex {
+	return &gpuIndex{nodes: map[string]nodeGPUs{}, selectors: map[string]*topology.Selector{}}
+}
+
+func (x *gpuIndex) get(node string) (nodeGPUs, bool) {
+	x.mu.RLock()
+	defer x.mu.RUnlock()
+	n, ok := x.nodes[node]
+	return n, ok
+}
+
+// set indexes a NodeTopology. A malformed one removes the node from the
+// index: it is then planned as GPUs without topology, never a crash.
+func (x *gpuIndex) set(nt *v1alpha1.NodeTopology) {
+	hw, err := nt.Spec.ToTopology()
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if err != nil {
+		delete(x.nodes, nt.Name)
+		return
+	}
+	// Nodes of a built-in profile share one selector; other hardware gets its
+	// own (its table is built from its link matrix).
+	key := nt.Spec.Profile
+	if key == "" {
+		key = "node/" + nt.Name
+	}
+	sel, ok := x.selectors[key]
+	if !ok {
+		if sel, err = topology.NewSelector(hw); err != nil {
+			delete(x.nodes, nt.Name)
+			return
+		}
+		x.selectors[key] = sel
+	}
+	free := hw.AllGPUs()
+	for _, h := range nt.Status.GPUHealth {
+		free &^= topology.NewGPUSet(int(h.Index))
+	}
+	for _, a := range nt.Status.Allocations {
+		for _, g := range a.GPUs {
+			free &^= topology.NewGPUSet(int(g))
+		}
+	}
+	x.nodes[nt.Name] = nodeGPUs{topology: hw, selector: sel, free: free}
+}
+
+func (x *gpuIndex) remove(name string) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	delete(x.nodes, name)
+}
+
+// handler keeps the index in step with the informer.
+func (x *gpuIndex) handler() cache.ResourceEventHandler {
+	return cache.ResourceEventHandlerFuncs{
+		AddFunc: func(obj any) {
+			if nt, ok := obj.(*v1alpha1.NodeTopology); ok {
+				x.set(nt)
+			}
+		},
+		UpdateFunc: func(_, obj any) {
+			if nt, ok := obj.(*v1alpha1.NodeTopology); ok {
+				x.set(nt)
+			}
+		},
+		DeleteFunc: func(obj any) {
+			if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+				obj = tomb.Obj
+			}
+			if nt, ok := obj.(*v1alpha1.NodeTopology); ok {
+				x.remove(nt.Name)
+			}
+		},
+	}
+}

@@ -1,0 +1,232 @@
+// Package topologyplacement is the TopologyPlacement scheduler plugin: it
+// places a whole gang (a scheduler-plugins PodGroup) into the tightest
+// topology domain that fits it before any member is reserved, and picks
+// NVLink-connected GPU sets inside nodes. The placement math lives in
+// pkg/topology/placement; this package is the glue to the framework.
+//
+// Extension points, one concern each:
+//   - PreFilter plans the gang (or reuses its plan) and narrows the nodes to
+//     the plan's; a gang that fits nowhere is rejected whole, holding nothing.
+//   - Filter keeps gang members on their plan's open slots and keeps other
+//     GPU pods off GPUs that plans hold.
+//   - Score prefers the plan's nodes, and for pods outside gangs the nodes
+//     whose free GPUs give the best NVLink set.
+//   - Reserve/Unreserve take and release plan slots.
+//   - PreBind writes the chosen GPUs and domain on the pod and the achieved
+//     placement on the PodGroup.
+//
+// It runs beside Coscheduling, whose Permit is then only a short barrier:
+// capacity was checked for the whole gang at PreFilter.
+package topologyplacement
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
+	fwk "k8s.io/kube-scheduler/framework"
+	"k8s.io/kubernetes/pkg/scheduler/framework"
+	"k8s.io/utils/clock"
+	ctrlcache "sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	schedv1alpha1 "sigs.k8s.io/scheduler-plugins/apis/scheduling/v1alpha1"
+
+	"github.com/lockstep-dev/lockstep/pkg/apis/lockstep/v1alpha1"
+)
+
+// Name is the plugin's name in the scheduler configuration.
+const Name = "TopologyPlacement"
+
+// Annotations the plugin reads on PodGroups and writes on pods and PodGroups.
+const (
+	// LevelAnnotation on a PodGroup names the widest level the gang should
+	// fit in; ModeAnnotation says Required or Preferred.
+	LevelAnnotation = "lockstep.dev/topology-level"
+	ModeAnnotation  = "lockstep.dev/topology-mode"
+	// GPUsAnnotation on a pod lists the GPU indices chosen for it.
+	GPUsAnnotation = "lockstep.dev/gpus"
+	// DomainAnnotation on a pod and PlacementDomainAnnotation on a PodGroup
+	// name the domain the gang landed in, PlacementLevelAnnotation its level
+	// and PlacementEfficiencyAnnotation the modelled efficiency against the
+	// best placement on an empty cluster.
+	DomainAnnotation              = "lockstep.dev/domain"
+	PlacementDomainAnnotation     = "lockstep.dev/placement-domain"
+	PlacementLevelAnnotation      = "lockstep.dev/placement-level"
+	PlacementEfficiencyAnnotation = "lockstep.dev/placement-efficiency"
+)
+
+// GPUResource is the NVIDIA device plugin's resource.
+const GPUResource v1.ResourceName = "nvidia.com/gpu"
+
+// TopologyPlacement is the plugin.
+type TopologyPlacement struct {
+	args   *Args
+	handle framework.Handle
+	clock  clock.Clock
+	// reader serves NodeTopology and PodGroup objects from an informer cache.
+	reader client.Reader
+	client client.Client
+	books  *books
+	gpus   *gpuIndex
+	// firstSeen is when each gang was first attempted, for Preferred
+	// constraints that widen with time.
+	firstSeen *timeBook
+}
+
+var (
+	_ framework.PreFilterPlugin  = &TopologyPlacement{}
+	_ framework.FilterPlugin     = &TopologyPlacement{}
+	_ framework.PreScorePlugin   = &TopologyPlacement{}
+	_ framework.ScorePlugin      = &TopologyPlacement{}
+	_ framework.ReservePlugin    = &TopologyPlacement{}
+	_ framework.PreBindPlugin    = &TopologyPlacement{}
+	_ framework.EnqueueExtensions = &TopologyPlacement{}
+)
+
+// New builds the plugin from its args.
+func New(ctx context.Context, obj runtime.Object, handle framework.Handle) (framework.Plugin, error) {
+	logger := klog.FromContext(ctx).WithValues("plugin", Name)
+	args, err := decodeArgs(obj)
+	if err != nil {
+		return nil, err
+	}
+	scheme := runtime.NewScheme()
+	if err := v1alpha1.AddToScheme(scheme); err != nil {
+		return nil, err
+	}
+	if err := schedv1alpha1.AddToScheme(scheme); err != nil {
+		return nil, err
+	}
+	objCache, err := ctrlcache.New(handle.KubeConfig(), ctrlcache.Options{Scheme: scheme})
+	if err != nil {
+		return nil, fmt.Errorf("creating NodeTopology cache: %w", err)
+	}
+	if _, err := objCache.GetInformer(ctx, &schedv1alpha1.PodGroup{}); err != nil {
+		return nil, fmt.Errorf("watching PodGroups: %w", err)
+	}
+	ntInformer, err := objCache.GetInformer(ctx, &v1alpha1.NodeTopology{})
+	if err != nil {
+		return nil, fmt.Errorf("watching NodeTopology: %w", err)
+	}
+	gpus := newGPUIndex()
+	if _, err := ntInformer.AddEventHandler(gpus.handler()); err != nil {
+		return nil, err
+	}
+	go func() {
+		if err := objCache.Start(ctx); err != nil {
+			logger.Error(err, "NodeTopology cache stopped")
+		}
+	}()
+	if !objCache.WaitForCacheSync(ctx) {
+		return nil, fmt.Errorf("%s: NodeTopology and PodGroup caches did not sync", Name)
+	}
+	c, err := client.New(handle.KubeConfig(), client.Options{Scheme: scheme})
+	if err != nil {
+		return nil, err
+	}
+	p := &TopologyPlacement{
+		args:      args,
+		handle:    handle,
+		clock:     clock.RealClock{},
+		reader:    objCache,
+		client:    c,
+		books:     newBooks(),
+		gpus:      gpus,
+		firstSeen: newTimeBook(),
+	}
+	// Forget a pod's GPUs once it is gone or finished: from then on the
+	// scheduler's own accounting and the NodeTopology agree without us.
+	_, err = handle.SharedInformerFactory().Core().V1().Pods().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		UpdateFunc: func(_, obj any) {
+			if pod, ok := obj.(*v1.Pod); ok && (pod.Status.Phase == v1.PodSucceeded || pod.Status.Phase == v1.PodFailed) {
+				p.books.forgetPod(pod.UID)
+			}
+		},
+		DeleteFunc: func(obj any) {
+			if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+				obj = tomb.Obj
+			}
+			if pod, ok := obj.(*v1.Pod); ok {
+				p.books.forgetPod(pod.UID)
+			}
+		},
+	})
+	if err != nil {
+		return nil, err
+	}
+	go p.expirePlans(ctx)
+	logger.V(2).Info("Plugin ready", "levels", args.Levels, "defaultMode", args.DefaultMode)
+	return p, nil
+}
+
+// Name returns the plugin name.
+func (p *TopologyPlacement) Name() string { return Name }
+
+// EventsToRegister lists what can make a rejected gang fit: nodes added or
+// changed, pods leaving, topology or PodGroups changing.
+func (p *TopologyPlacement) EventsToRegister(context.Context) ([]fwk.ClusterEventWithHint, error) {
+	return []fwk.ClusterEventWithHint{
+		{Event: fwk.ClusterEvent{Resource: fwk.Node, ActionType: fwk.Add | fwk.UpdateNodeAllocatable | fwk.UpdateNodeLabel | fwk.UpdateNodeTaint}},
+		{Event: fwk.ClusterEvent{Resource: fwk.Pod, ActionType: fwk.Delete}},
+		{Event: fwk.ClusterEvent{Resource: fwk.EventResource("nodetopologies.v1alpha1.lockstep.dev"), ActionType: fwk.Add | fwk.Update}},
+		{Event: fwk.ClusterEvent{Resource: fwk.EventResource("podgroups.v1alpha1.scheduling.x-k8s.io"), ActionType: fwk.Add | fwk.Update}},
+	}, nil
+}
+
+// expirePlans drops plans that held capacity too long without completing,
+// and rejects their waiting members so the gang is retried whole.
+func (p *TopologyPlacement) expirePlans(ctx context.Context) {
+	logger := klog.FromContext(ctx).WithValues("plugin", Name)
+	ticker := time.NewTicker(5 * time.Second)
+	defer ticker.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-ticker.C:
+		}
+		for _, key := range p.books.expired(p.clock.Now(), p.args.PlanTTL.Duration) {
+			logger.V(2).Info("Plan expired before the gang completed; releasing it", "podGroup", key)
+			p.invalidate(key, "plan expired")
+		}
+	}
+}
+
+// invalidate drops a gang's plan and rejects its members waiting at Permit.
+func (p *TopologyPlacement) invalidate(key, reason string) {
+	p.books.drop(key)
+	p.handle.IterateOverWaitingPods(func(wp framework.WaitingPod) {
+		if gangKey(wp.GetPod()) == key {
+			wp.Reject(Name, reason)
+		}
+	})
+}
+
+// timeBook remembers when each gang was first attempted.
+type timeBook struct {
+	mu    sync.Mutex
+	times map[string]time.Time
+}
+
+func newTimeBook() *timeBook { return &timeBook{times: map[string]time.Time{}} }
+
+func (t *timeBook) firstSeen(key string, now time.Time) time.Time {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if first, ok := t.times[key]; ok {
+		return first
+	}
+	t.times[key] = now
+	return now
+}
+
+func (t *timeBook) forget(key string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	delete(t.times, key)
+}

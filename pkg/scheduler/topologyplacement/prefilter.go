@@ -1,0 +1,220 @@
+package topologyplacement
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	v1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/klog/v2"
+	fwk "k8s.io/kube-scheduler/framework"
+	"k8s.io/kubernetes/pkg/scheduler/framework"
+	schedv1alpha1 "sigs.k8s.io/scheduler-plugins/apis/scheduling/v1alpha1"
+
+	"github.com/lockstep-dev/lockstep/pkg/topology/placement"
+)
+
+// stateKey keys this plugin's data in the CycleState.
+const stateKey fwk.StateKey = Name
+
+// cycleState is what PreFilter computed for the pod being scheduled.
+type cycleState struct {
+	// gang is namespace/podgroup, or "" for a pod outside gangs.
+	gang string
+	req  memberRequest
+	// plan is the gang's plan; nil outside gangs.
+	plan *gangPlan
+}
+
+// Clone is never needed to copy: the state is read-only after PreFilter.
+func (s *cycleState) Clone() fwk.StateData { return s }
+
+func stateOf(state fwk.CycleState) (*cycleState, error) {
+	data, err := state.Read(stateKey)
+	if err != nil {
+		return nil, fmt.Errorf("%s: reading cycle state: %w", Name, err)
+	}
+	s, ok := data.(*cycleState)
+	if !ok {
+		return nil, fmt.Errorf("%s: cycle state has type %T", Name, data)
+	}
+	return s, nil
+}
+
+// PreFilter plans the pod's gang as a whole, or reuses its plan, and narrows
+// the candidate nodes to the plan's open slots. A gang that fits nowhere is
+// rejected without holding anything; the framework retries it on the events
+// of EventsToRegister.
+func (p *TopologyPlacement) PreFilter(ctx context.Context, state fwk.CycleState, pod *v1.Pod, nodes []fwk.NodeInfo) (*framework.PreFilterResult, *fwk.Status) {
+	logger := klog.FromContext(ctx).WithValues("plugin", Name, "pod", klog.KObj(pod))
+	s := &cycleState{gang: gangKey(pod), req: requestOf(pod)}
+	state.Write(stateKey, s)
+	if s.gang == "" {
+		return nil, nil
+	}
+	g, ok := p.books.get(s.gang)
+	if ok && !p.planStillValid(g, nodes) {
+		logger.V(2).Info("Plan invalidated: a planned node is gone or taken", "podGroup", s.gang)
+		p.invalidate(s.gang, "planned node lost or taken")
+		ok = false
+	}
+	if !ok {
+		var status *fwk.Status
+		if g, status = p.planGang(ctx, pod, s, nodes); !status.IsSuccess() {
+			return nil, status
+		}
+	}
+	s.plan = g
+	open := sets.New[string]()
+	for i, m := range g.plan.Members {
+		if g.slots[i] == "" {
+			open.Insert(m.Node)
+		}
+	}
+	if open.Len() == 0 {
+		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, fmt.Sprintf("every member slot of PodGroup %s's plan is taken", s.gang))
+	}
+	return &framework.PreFilterResult{NodeNames: open}, nil
+}
+
+// planStillValid reports whether every open slot's node still exists and
+// still has the slot's GPUs free by count.
+func (p *TopologyPlacement) planStillValid(g *gangPlan, nodes []fwk.NodeInfo) bool {
+	byName := make(map[string]fwk.NodeInfo, len(nodes))
+	for _, ni := range nodes {
+		if ni.Node() != nil {
+			byName[ni.Node().Name] = ni
+		}
+	}
+	need := map[string]int{}
+	for i, m := range g.plan.Members {
+		if g.slots[i] == "" {
+			need[m.Node] += m.GPUs.Len()
+		}
+	}
+	for name, gpus := range need {
+		ni, ok := byName[name]
+		if !ok || ni.Node().Spec.Unschedulable {
+			return false
+		}
+		free := ni.GetAllocatable().GetScalarResources()[GPUResource] - ni.GetRequested().GetScalarResources()[GPUResource]
+		if int(free) < gpus {
+			return false
+		}
+	}
+	return true
+}
+
+// planGang computes and records a plan for the pod's gang.
+func (p *TopologyPlacement) planGang(ctx context.Context, pod *v1.Pod, s *cycleState, nodes []fwk.NodeInfo) (*gangPlan, *fwk.Status) {
+	logger := klog.FromContext(ctx).WithValues("plugin", Name, "podGroup", s.gang)
+	pg, err := p.gangSpec(ctx, pod)
+	if apierrors.IsNotFound(err) {
+		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, fmt.Sprintf("PodGroup %s not found", s.gang))
+	}
+	if err != nil {
+		return nil, fwk.AsStatus(err)
+	}
+	gang, err := p.gangRequest(pg, s)
+	if err == nil {
+		// Members bound before a scheduler restart keep their nodes; plan
+		// only the rest.
+		gang.Members -= p.boundMembers(pod)
+		if gang.Members < 1 {
+			gang.Members = 1
+		}
+	}
+	if err != nil {
+		// A bad annotation is the user's to fix; say which and how.
+		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, err.Error())
+	}
+	snap, err := p.snapshot(pod, s.gang, nodes)
+	if err != nil {
+		return nil, fwk.AsStatus(err)
+	}
+	plan, err := placement.Place(snap, gang, placement.Options{})
+	var unschedulable *placement.Unschedulable
+	if errors.As(err, &unschedulable) {
+		logger.V(2).Info("Gang does not fit; holding nothing", "reason", unschedulable.Reason)
+		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, fmt.Sprintf("PodGroup %s: %s", s.gang, unschedulable.Reason))
+	}
+	if err != nil {
+		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, fmt.Sprintf("PodGroup %s: %v", s.gang, err))
+	}
+	logger.V(2).Info("Planned gang", "members", len(plan.Members), "domain", plan.Domain.ID, "level", plan.LevelName, "efficiency", plan.Efficiency)
+	return p.books.add(s.gang, plan, p.clock.Now()), nil
+}
+
+// boundMembers counts the gang's pods already bound to nodes.
+func (p *TopologyPlacement) boundMembers(pod *v1.Pod) int {
+	selector := labels.SelectorFromSet(labels.Set{schedv1alpha1.PodGroupLabel: pod.Labels[schedv1alpha1.PodGroupLabel]})
+	pods, err := p.handle.SharedInformerFactory().Core().V1().Pods().Lister().Pods(pod.Namespace).List(selector)
+	if err != nil {
+		return 0
+	}
+	n := 0
+	for _, member := range pods {
+		if member.Spec.NodeName != "" && member.Status.Phase != v1.PodSucceeded && member.Status.Phase != v1.PodFailed {
+			n++
+		}
+	}
+	return n
+}
+
+// gangRequest turns a PodGroup and a member's request into the planner's
+// Gang, with the constraint of its annotations widened for Preferred gangs
+// that have waited.
+func (p *TopologyPlacement) gangRequest(pg *schedv1alpha1.PodGroup, s *cycleState) (placement.Gang, error) {
+	gang := placement.Gang{
+		Members:           int(pg.Spec.MinMember),
+		GPUsPerMember:     s.req.gpus,
+		MilliCPUPerMember: s.req.milliCPU,
+		MemoryPerMember:   s.req.memory,
+		Level:             pg.Annotations[LevelAnnotation],
+		Mode:              placement.ConstraintMode(pg.Annotations[ModeAnnotation]),
+	}
+	if gang.Members < 1 {
+		gang.Members = 1
+	}
+	if gang.Level == "" {
+		return gang, nil
+	}
+	levelIndex := -1
+	names := make([]string, len(p.args.Levels))
+	for i, l := range p.args.Levels {
+		names[i] = l.Name
+		if l.Name == gang.Level {
+			levelIndex = i
+		}
+	}
+	if levelIndex < 0 {
+		return gang, fmt.Errorf("PodGroup %s: annotation %s=%q names no configured level; use one of %s",
+			s.gang, LevelAnnotation, gang.Level, strings.Join(names, ", "))
+	}
+	switch gang.Mode {
+	case "":
+		gang.Mode = p.args.DefaultMode
+	case placement.Required, placement.Preferred:
+	default:
+		return gang, fmt.Errorf("PodGroup %s: annotation %s=%q must be Required or Preferred", s.gang, ModeAnnotation, gang.Mode)
+	}
+	if gang.Mode == placement.Preferred {
+		waited := p.clock.Since(p.firstSeen.firstSeen(s.gang, p.clock.Now()))
+		widen := 0
+		if wait := p.args.PreferredWait.Duration; wait > 0 {
+			widen = int(waited / wait)
+		}
+		if max := levelIndex + widen; max < len(p.args.Levels) {
+			gang.MaxLevel = p.args.Levels[max].Name
+		}
+	}
+	return gang, nil
+}
+
+// PreFilterExtensions is nil: the plan does not depend on other pods being
+// added or removed during preemption simulation.
+func (p *TopologyPlacement) PreFilterExtensions() framework.PreFilterExtensions { return nil }

@@ -1,0 +1,60 @@
+package topologyplacement
+
+import (
+	"context"
+	"fmt"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/klog/v2"
+	fwk "k8s.io/kube-scheduler/framework"
+)
+
+// Reserve gives a gang member an open slot of its plan on the chosen node.
+func (p *TopologyPlacement) Reserve(ctx context.Context, state fwk.CycleState, pod *v1.Pod, nodeName string) *fwk.Status {
+	s, err := stateOf(state)
+	if err != nil {
+		return fwk.AsStatus(err)
+	}
+	if s.plan == nil {
+		p.reserveBestSet(pod, nodeName, s.req.gpus)
+		return nil
+	}
+	if _, ok := p.books.reserve(s.gang, pod.UID, nodeName); !ok {
+		// The plan changed under the pod (expired or invalidated); retry it.
+		return fwk.NewStatus(fwk.Unschedulable, fmt.Sprintf("PodGroup %s's plan has no open slot on %s any more", s.gang, nodeName))
+	}
+	klog.FromContext(ctx).V(5).Info("Reserved plan slot", "plugin", Name, "pod", klog.KObj(pod), "node", nodeName, "podGroup", s.gang)
+	return nil
+}
+
+// Unreserve runs when a reserved member fails (Permit rejected or timed out,
+// binding failed). Coscheduling rejects the gang's other waiting members
+// then, so the whole plan is dropped and the gang is planned afresh.
+func (p *TopologyPlacement) Unreserve(ctx context.Context, state fwk.CycleState, pod *v1.Pod, nodeName string) {
+	key := gangKey(pod)
+	if key == "" {
+		p.books.forgetPod(pod.UID)
+		return
+	}
+	if _, ok := p.books.get(key); ok {
+		klog.FromContext(ctx).V(2).Info("Gang member unreserved; dropping the plan", "plugin", Name, "pod", klog.KObj(pod), "podGroup", key)
+		p.invalidate(key, "a member of the gang was unreserved")
+	}
+}
+
+// reserveBestSet picks the NVLink-best free GPU set of the node for a GPU pod
+// outside gangs, so PreBind can tell the device plugin. Nodes without a
+// NodeTopology are left to the device plugin's own choice.
+func (p *TopologyPlacement) reserveBestSet(pod *v1.Pod, nodeName string, k int) {
+	if k == 0 {
+		return
+	}
+	gpus, ok := p.gpus.get(nodeName)
+	if !ok {
+		return
+	}
+	set, _, ok := gpus.selector.Best(gpus.free&^p.books.heldOn(nodeName, ""), k)
+	if ok {
+		p.books.assign(pod.UID, nodeName, set)
+	}
+}

@@ -1,0 +1,115 @@
+package topologyplacement
+
+import (
+	"context"
+	"fmt"
+	"math/bits"
+
+	v1 "k8s.io/api/core/v1"
+	resourcehelper "k8s.io/component-helpers/resource"
+	corev1helpers "k8s.io/component-helpers/scheduling/corev1"
+	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
+	fwk "k8s.io/kube-scheduler/framework"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	schedv1alpha1 "sigs.k8s.io/scheduler-plugins/apis/scheduling/v1alpha1"
+
+	"github.com/lockstep-dev/lockstep/pkg/topology"
+	"github.com/lockstep-dev/lockstep/pkg/topology/placement"
+)
+
+// gangKey returns namespace/podgroup for a pod in a PodGroup, or "".
+func gangKey(pod *v1.Pod) string {
+	name := pod.Labels[schedv1alpha1.PodGroupLabel]
+	if name == "" {
+		return ""
+	}
+	return pod.Namespace + "/" + name
+}
+
+// memberRequest is what one pod asks for.
+type memberRequest struct {
+	gpus     int
+	milliCPU int64
+	memory   int64
+}
+
+func requestOf(pod *v1.Pod) memberRequest {
+	reqs := resourcehelper.PodRequests(pod, resourcehelper.PodResourcesOptions{})
+	gpus := reqs[GPUResource]
+	return memberRequest{
+		gpus:     int(gpus.Value()),
+		milliCPU: reqs.Cpu().MilliValue(),
+		memory:   reqs.Memory().Value(),
+	}
+}
+
+// gangSpec reads the gang's PodGroup: its size and topology constraint.
+func (p *TopologyPlacement) gangSpec(ctx context.Context, pod *v1.Pod) (*schedv1alpha1.PodGroup, error) {
+	pg := &schedv1alpha1.PodGroup{}
+	err := p.reader.Get(ctx, client.ObjectKey{Namespace: pod.Namespace, Name: pod.Labels[schedv1alpha1.PodGroupLabel]}, pg)
+	if err != nil {
+		return nil, err
+	}
+	return pg, nil
+}
+
+// snapshot builds the planner's view of the nodes a member of gang could
+// use: schedulable for the pod (unschedulable flag, taints, required node
+// affinity), with free GPUs net of allocations the agents report, of pods
+// reserved through plans, and of capacity other plans hold.
+func (p *TopologyPlacement) snapshot(pod *v1.Pod, gang string, nodeInfos []fwk.NodeInfo) (*placement.Snapshot, error) {
+	affinity := nodeaffinity.GetRequiredNodeAffinity(pod)
+	snap := &placement.Snapshot{
+		Fabric: topology.Fabric{Oversubscription: p.args.Oversubscription},
+		Levels: p.args.topologyLevels(),
+	}
+	labels := make([]topology.NodeLabels, 0, len(nodeInfos))
+	for _, ni := range nodeInfos {
+		node := ni.Node()
+		if node == nil || node.Spec.Unschedulable {
+			continue
+		}
+		if _, untolerated := corev1helpers.FindMatchingUntoleratedTaint(node.Spec.Taints, pod.Spec.Tolerations, func(t *v1.Taint) bool {
+			return t.Effect == v1.TaintEffectNoSchedule || t.Effect == v1.TaintEffectNoExecute
+		}); untolerated {
+			continue
+		}
+		if ok, _ := affinity.Match(node); !ok {
+			continue
+		}
+		snap.Nodes = append(snap.Nodes, p.plannerNode(ni, gang))
+		labels = append(labels, topology.NodeLabels{Name: node.Name, Labels: node.Labels})
+	}
+	tree, err := topology.NewTree(p.args.topologyLevels(), labels)
+	if err != nil {
+		return nil, fmt.Errorf("building the domain tree: %w", err)
+	}
+	snap.Tree = tree
+	return snap, nil
+}
+
+// plannerNode describes one node for the planner.
+func (p *TopologyPlacement) plannerNode(ni fwk.NodeInfo, gang string) *placement.Node {
+	node := ni.Node()
+	alloc, used := ni.GetAllocatable(), ni.GetRequested()
+	gpuCount := int(alloc.GetScalarResources()[GPUResource])
+	freeCount := gpuCount - int(used.GetScalarResources()[GPUResource])
+	pn := &placement.Node{
+		Name:         node.Name,
+		FreeMilliCPU: alloc.GetMilliCPU() - used.GetMilliCPU(),
+		FreeMemory:   alloc.GetMemory() - used.GetMemory(),
+		FreePods:     alloc.GetAllowedPodNumber() - len(ni.GetPods()),
+	}
+	free := topology.AllGPUs(min(gpuCount, topology.MaxGPUs))
+	if gpus, ok := p.gpus.get(node.Name); ok {
+		pn.Topology, pn.Selector, free = gpus.topology, gpus.selector, gpus.free
+	}
+	free &^= p.books.heldOn(node.Name, gang)
+	// GPUs taken by pods the agent has not reported yet are known only by
+	// count; drop the highest-indexed free GPUs to match it.
+	for free.Len() > max(freeCount, 0) {
+		free &^= topology.GPUSet(1) << (63 - bits.LeadingZeros64(uint64(free)))
+	}
+	pn.FreeGPUs = free
+	return pn
+}

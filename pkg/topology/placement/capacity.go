@@ -1,0 +1,250 @@
+package placement
+
+import (
+	"fmt"
+	"math"
+
+	"github.com/lockstep-dev/lockstep/pkg/topology"
+)
+
+// Clique states of a domain (domain.clique); NVLink domains get ids from 0.
+const (
+	// noNodes: no node below can take a member yet.
+	noNodes int32 = -1
+	// mixed: the nodes below that can take a member do not all share one
+	// multi-node NVLink domain, so a ring between them uses the NICs.
+	mixed int32 = -2
+)
+
+// domain is one tree domain in the planner's flat pre-order copy of the tree,
+// with the free capacity of the snapshot's nodes below it. Flat arrays and
+// int32 indices keep the per-call work to a few allocations and no maps.
+type domain struct {
+	d *topology.Domain
+	// node is the index in Snapshot.Nodes of a host's node; -1 for every
+	// other domain and for hosts not in the snapshot.
+	node int32
+	// kidLo and kidHi delimit the domain's children in planner.kids; end
+	// is one past its subtree in planner.doms.
+	kidLo, kidHi, end int32
+	// free is the number of free GPUs below; set is a host's free GPUs,
+	// clipped to the GPUs its topology has.
+	free int
+	set  topology.GPUSet
+	// room is how many members fit below: per node, the least of what its
+	// GPUs, CPU, memory and pod slots allow, capped at the gang size.
+	room int
+	// intra, nic and fabric are the lowest, over the nodes below that can
+	// take a member, of the weakest link within a member's best GPU set, of
+	// a GPU's share of its NICs, and of the multi-node NVLink bandwidth:
+	// a placement-free proxy of the ring bandwidth for tie-breaks.
+	intra, nic, fabric float64
+	// clique is the NVLink domain id shared by every such node, or noNodes
+	// or mixed.
+	clique int32
+}
+
+// add folds child c's capacity into d.
+func (d *domain) add(c *domain) {
+	d.free += c.free
+	d.room += c.room
+	if c.room == 0 {
+		return
+	}
+	d.intra = min(d.intra, c.intra)
+	d.nic = min(d.nic, c.nic)
+	d.fabric = min(d.fabric, c.fabric)
+	switch d.clique {
+	case noNodes:
+		d.clique = c.clique
+	case c.clique:
+	default:
+		d.clique = mixed
+	}
+}
+
+// bandwidth is the proxy per-GPU bandwidth of a ring spanning nodes below d:
+// NVLink when they share a clique, else the NICs, and never more than the
+// links within a member.
+func (d *domain) bandwidth() float64 {
+	inter := d.nic
+	if d.clique >= 0 {
+		inter = d.fabric
+	}
+	return min(d.intra, inter)
+}
+
+// planner is one Place call: the snapshot aggregated over the tree, then
+// the members placed.
+type planner struct {
+	s   *Snapshot
+	req request
+	// doms is the tree in pre-order: doms[0] is the root and every subtree
+	// is contiguous, so "the nodes below d" is a slice.
+	doms []domain
+	kids []int32
+	// cliques numbers the multi-node NVLink domains met.
+	cliques map[topology.NVLinkDomain]int32
+	// scratch holds the ordered children of the domains being placed into,
+	// one frame per recursion level.
+	scratch []int32
+	out     []Assignment
+	// used are the nodes of out in order, with their member counts.
+	used []usedNode
+}
+
+type usedNode struct {
+	node    int32
+	members int
+}
+
+// newPlanner copies the tree into flat arrays and aggregates every node's
+// room bottom-up in the same walk: O(domains), at most O(nodes × levels).
+func newPlanner(s *Snapshot, req request) (*planner, error) {
+	byName := make(map[string]int32, len(s.Nodes))
+	for i, n := range s.Nodes {
+		if n == nil {
+			return nil, fmt.Errorf("nodes[%d] is nil", i)
+		}
+		if _, dup := byName[n.Name]; dup {
+			return nil, fmt.Errorf("nodes[%d]: node %q is listed twice", i, n.Name)
+		}
+		byName[n.Name] = int32(i)
+	}
+	count := countDomains(s.Tree.Root())
+	p := &planner{
+		s:    s,
+		req:  req,
+		doms: make([]domain, 0, count),
+		kids: make([]int32, 0, count-1),
+	}
+	matched := 0
+	p.visit(s.Tree.Root(), byName, &matched)
+	if matched != len(s.Nodes) {
+		for i, n := range s.Nodes {
+			if _, ok := s.Tree.Host(n.Name); !ok {
+				return nil, fmt.Errorf("nodes[%d]: node %q is not in the snapshot's tree", i, n.Name)
+			}
+		}
+	}
+	return p, nil
+}
+
+func countDomains(d *topology.Domain) int {
+	n := 1
+	for _, c := range d.Children {
+		n += countDomains(c)
+	}
+	return n
+}
+
+// visit appends d and its subtree to p.doms and returns d's index.
+func (p *planner) visit(d *topology.Domain, byName map[string]int32, matched *int) int32 {
+	i := int32(len(p.doms))
+	inf := math.Inf(1)
+	p.doms = append(p.doms, domain{d: d, node: -1, intra: inf, nic: inf, fabric: inf, clique: noNodes})
+	if d.Level == 0 {
+		if n, ok := byName[d.Value]; ok {
+			*matched++
+			p.initHost(i, n)
+		}
+		p.doms[i].end = i + 1
+		return i
+	}
+	lo := int32(len(p.kids))
+	hi := lo + int32(len(d.Children))
+	p.kids = p.kids[:hi] // capacity is exact: every domain but the root is a child
+	for j, c := range d.Children {
+		ci := p.visit(c, byName, matched)
+		p.kids[lo+int32(j)] = ci
+		p.doms[i].add(&p.doms[ci])
+	}
+	p.doms[i].kidLo, p.doms[i].kidHi, p.doms[i].end = lo, hi, int32(len(p.doms))
+	return i
+}
+
+// initHost fills host i from snapshot node n.
+func (p *planner) initHost(i, n int32) {
+	node := p.s.Nodes[n]
+	free := node.FreeGPUs
+	if node.Topology != nil {
+		free &= node.Topology.AllGPUs()
+	}
+	if node.Selector != nil {
+		free &= topology.AllGPUs(node.Selector.NumGPUs())
+	}
+	d := &p.doms[i]
+	d.node, d.set, d.free = n, free, free.Len()
+	d.room = p.req.room(node, free)
+	if d.room == 0 {
+		return
+	}
+	d.clique = mixed
+	k := p.req.gpus
+	if k == 0 || node.Selector == nil {
+		// Nothing to rank by: CPU-only members, or links unknown.
+		d.intra, d.nic, d.fabric = 0, 0, 0
+		return
+	}
+	_, q, _ := pickGPUs(node, free, k)
+	if k > 1 {
+		d.intra = q.BottleneckGBps
+	}
+	d.nic = q.NICGBpsPerGPU
+	if nv := node.Topology.NVLinkDomain; nv != nil {
+		d.clique, d.fabric = p.clique(*nv), nv.GBps
+	}
+}
+
+// clique returns the id of a multi-node NVLink domain, ignoring its
+// bandwidth, which is not part of its identity.
+func (p *planner) clique(nv topology.NVLinkDomain) int32 {
+	nv.GBps = 0
+	if p.cliques == nil {
+		p.cliques = make(map[topology.NVLinkDomain]int32)
+	}
+	id, ok := p.cliques[nv]
+	if !ok {
+		id = int32(len(p.cliques))
+		p.cliques[nv] = id
+	}
+	return id
+}
+
+// room returns how many members node can take with free GPUs, at most the
+// gang size.
+func (r *request) room(node *Node, free topology.GPUSet) int {
+	room := min(r.members, max(node.FreePods, 0))
+	if r.gpus > 0 {
+		room = min(room, free.Len()/r.gpus)
+	}
+	room = min(room, share(node.FreeMilliCPU, r.milliCPU))
+	return min(room, share(node.FreeMemory, r.memory))
+}
+
+// share is how many requests of per fit in free, capped to the int range;
+// unlimited when per is 0.
+func share(free, per int64) int {
+	switch {
+	case per == 0:
+		return math.MaxInt
+	case free <= 0:
+		return 0
+	}
+	return int(min(free/per, math.MaxInt32))
+}
+
+// pickGPUs returns the best k of free on node: the selector's NVLink-aware
+// choice, or the lowest indices when the node has no selector.
+func pickGPUs(node *Node, free topology.GPUSet, k int) (topology.GPUSet, topology.SetQuality, bool) {
+	if node.Selector != nil {
+		if set, q, ok := node.Selector.Best(free, k); ok {
+			return set, q, true
+		}
+	}
+	var set topology.GPUSet
+	for rest := free; rest != 0 && set.Len() < k; rest &= rest - 1 {
+		set |= rest & -rest
+	}
+	return set, topology.SetQuality{GPUs: set.Len()}, set.Len() == k
+}

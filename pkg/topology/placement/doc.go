@@ -1,0 +1,51 @@
+// Package placement is Lockstep's whole-gang planner: given a snapshot of the
+// eligible nodes (free GPUs, CPU, memory and pod slots) and the domain tree
+// over them, it decides where every member of a gang goes before any member
+// is reserved, so a gang is admitted whole or not at all. Like the topology
+// package it builds on, it does no I/O and imports only the standard library
+// and pkg/topology: a snapshot goes in, a Plan or an *Unschedulable comes out.
+//
+// The rules, in order:
+//
+//  1. Room. A node can take min(⌊free GPUs / k⌋, ⌊free CPU / CPU per
+//     member⌋, ⌊free memory / memory per member⌋, free pod slots) members
+//     of k GPUs: any k free GPUs of one node form a member's set, so
+//     ⌊popcount/k⌋ disjoint sets fit. A domain's room is the sum over its
+//     nodes, aggregated bottom-up in one walk of the tree, O(nodes × levels).
+//  2. Level. Levels are searched narrowest first (host, NVLink clique, leaf,
+//     spine, …, cluster) up to Gang.Level for Required, or up to MaxLevel
+//     (no limit when empty) for Preferred; the first level where some domain
+//     has room for every member wins, so a gang that fits on one node is
+//     placed on one node and a GB200 gang that fits in one NVLink clique
+//     stays in it.
+//  3. Best fit. Among that level's domains with room, the one left with the
+//     fewest free GPUs after placement wins (ties: more modelled bandwidth,
+//     then fewer member slots left, then the lowest domain ID). A 32-GPU
+//     gang thus goes to the half-full leaf that fits it, not to an empty
+//     one, which stays whole for a bigger gang.
+//  4. Packing. Inside the chosen domain members go to as few children as
+//     possible, recursively: while no child can take all remaining members
+//     the roomiest child is filled, then the remainder goes to the best fit
+//     among the children that can take it. So a spine fills one leaf before
+//     spilling into a second, and a leaf packs members onto the nodes that
+//     take the most of them, preferring exact fits.
+//  5. GPU sets. Each member's GPUs are Selector.Best of what the node still
+//     has free after the members placed on it before (NVLink-connected sets,
+//     DGX-1 NVLink pairs, A100 bridge pairs); nodes without a selector give
+//     their lowest free indices.
+//  6. Cost. The plan carries the all-reduce estimate of its placement and its
+//     efficiency against the best placement of as many GPUs of the dominant
+//     profile on an empty cluster.
+//
+// Modelled bandwidth, the tie-break of rules 3 and 4, is a proxy computed
+// with the room and needing no trial placement: for a whole gang on one node,
+// the weakest link of the best set of all its GPUs; across nodes, the lower
+// of the weakest link of a member's best set and either the NVLink fabric
+// (every usable node in one clique) or the NIC share per GPU, the lowest over
+// the domain's usable nodes.
+//
+// When no domain fits, the *Unschedulable names the shortfall: the GPUs
+// missing in the cluster, or the level the constraint stops at, the room of
+// its best domain and what limits it, and the narrowest wider level that
+// would fit (Unschedulable.WiderLevel).
+package placement

@@ -1,0 +1,275 @@
+package placement
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+
+	"github.com/lockstep-dev/lockstep/pkg/topology"
+)
+
+// DefaultMessageBytes is the all-reduce size a plan's estimate models when
+// Options.MessageBytes is zero: 1 GiB, a typical gradient bucket sweep.
+const DefaultMessageBytes = 1 << 30
+
+// maxMembers bounds a gang so that GPU arithmetic cannot overflow; it is far
+// above any cluster Kubernetes supports (5,000 nodes × 110 pods).
+const maxMembers = 1 << 20
+
+// Node is one node of the snapshot as the planner sees it.
+type Node struct {
+	Name string
+	// Topology is nil for a node without GPU topology: its GPU count then
+	// comes from FreeGPUs only and its members get the lowest free indices.
+	Topology *topology.NodeTopology
+	// Selector is shared per node shape; nil when Topology is nil.
+	Selector *topology.Selector
+	// FreeGPUs are the GPUs usable by new pods: healthy, not allocated, not
+	// held by other plans.
+	FreeGPUs topology.GPUSet
+	// Non-GPU headroom, so a plan never puts members where CPU, memory or
+	// pod slots run out. Negative values count as none.
+	FreeMilliCPU int64
+	FreeMemory   int64 // bytes
+	FreePods     int
+}
+
+// Snapshot is the cluster as the planner sees it. Place only reads it.
+type Snapshot struct {
+	// Tree is built from node labels with the configured levels and holds
+	// every node of Nodes.
+	Tree *topology.Tree
+	// Nodes are the nodes eligible for this gang (unschedulable, tainted and
+	// affinity-mismatched ones already dropped).
+	Nodes []*Node
+	// Fabric is the per-level oversubscription for the cost model.
+	Fabric topology.Fabric
+	// Levels are the levels Tree was built with, narrowest first. Optional:
+	// they name each level's node label in Unschedulable reasons and mark
+	// NVLink levels for the efficiency reference. When nil, a level named
+	// like one of topology.DefaultLevels takes that level's label and flag.
+	Levels []topology.Level
+}
+
+// ConstraintMode says how strictly a gang keeps to its level.
+type ConstraintMode string
+
+const (
+	// Required never places wider than Level.
+	Required ConstraintMode = "Required"
+	// Preferred tries Level and narrower first; wider is allowed only up to
+	// MaxLevel, which the plugin widens as the gang waits.
+	Preferred ConstraintMode = "Preferred"
+)
+
+// Gang is what must be placed: Members identical members.
+type Gang struct {
+	Members int
+	// GPUsPerMember is 0 for CPU-only members, which are still placed and
+	// packed; at most topology.MaxGPUs, since a member's GPUs are on one node.
+	GPUsPerMember     int
+	MilliCPUPerMember int64
+	MemoryPerMember   int64
+	// Level is the name of the widest level the gang should fit in: "host",
+	// a configured level or "cluster"; "" is no constraint.
+	Level string
+	// Mode applies when Level is set; "" reads as Required.
+	Mode ConstraintMode
+	// MaxLevel is, for Preferred, the widest level allowed now ("" = no
+	// limit); one narrower than Level reads as Level. Ignored for Required.
+	MaxLevel string
+}
+
+// Assignment places one member.
+type Assignment struct {
+	Node string
+	GPUs topology.GPUSet
+}
+
+// Plan is a placement of every member.
+type Plan struct {
+	// Members has one entry per gang member; members on the same node are
+	// adjacent.
+	Members []Assignment
+	// Domain is the narrowest domain containing all members.
+	Domain *topology.Domain
+	// LevelName is Domain's level name: "host", a configured level or
+	// "cluster".
+	LevelName string
+	// Estimate is the modelled all-reduce of Options.MessageBytes over all
+	// the plan's GPUs. It is zero when the placement cannot be modelled:
+	// CPU-only members, a node without topology, or nodes without NICs.
+	Estimate topology.Estimate
+	// Efficiency is topology.Efficiency of Estimate against
+	// topology.BestAllReduce for the same GPU count on the profile holding
+	// most of the plan's GPUs, in (0, 1]; 0 when not modelled (as Estimate,
+	// or no node of the plan matches a built-in profile).
+	Efficiency float64
+}
+
+// Unschedulable explains why no plan exists now; the plugin turns it into a
+// pod status message. Bad input is reported as a plain error instead.
+type Unschedulable struct {
+	Reason string
+	// WiderLevel is the narrowest level beyond what the constraint allows at
+	// which the gang would fit now; "" when the constraint is not what stops
+	// it. A Preferred gang fits once MaxLevel reaches it.
+	WiderLevel string
+}
+
+func (u *Unschedulable) Error() string { return u.Reason }
+
+// Options tune Place.
+type Options struct {
+	// MessageBytes is the all-reduce size of Plan.Estimate; 0 means
+	// DefaultMessageBytes.
+	MessageBytes int64
+}
+
+// Place plans every member of g on the snapshot at once, so that no member is
+// reserved before the whole gang is known to fit. It returns *Unschedulable
+// when no placement exists within the constraint and a plain error for bad
+// input. The rules are in the package documentation; the result depends only
+// on the inputs, not on the order of s.Nodes.
+func Place(s *Snapshot, g Gang, opts Options) (*Plan, error) {
+	req, err := newRequest(s, g, opts)
+	if err != nil {
+		return nil, err
+	}
+	p, err := newPlanner(s, req)
+	if err != nil {
+		return nil, err
+	}
+	chosen, ok := p.choose()
+	if !ok {
+		return nil, p.unschedulable()
+	}
+	p.place(chosen, req.members)
+	return p.plan()
+}
+
+// request is a validated Gang with its levels resolved to tree indices.
+type request struct {
+	members  int
+	gpus     int
+	milliCPU int64
+	memory   int64
+	// want is the tree level index of Gang.Level (the root when unset) and
+	// stop the widest level the search may use now.
+	want, stop   int
+	mode         ConstraintMode
+	messageBytes int64
+	// levelNames are the tree's level names by index and labelKeys their
+	// node labels ("" for host, cluster and unknown keys); levels are the
+	// configured levels (see Snapshot.Levels), without host and cluster.
+	levelNames []string
+	labelKeys  []string
+	levels     []topology.Level
+}
+
+func newRequest(s *Snapshot, g Gang, opts Options) (request, error) {
+	if s == nil || s.Tree == nil {
+		return request{}, errors.New("snapshot has no domain tree")
+	}
+	var errs []error
+	switch {
+	case g.Members < 1:
+		errs = append(errs, fmt.Errorf("members = %d: want at least 1", g.Members))
+	case g.Members > maxMembers:
+		errs = append(errs, fmt.Errorf("members = %d: at most %d are supported", g.Members, maxMembers))
+	}
+	if g.GPUsPerMember < 0 || g.GPUsPerMember > topology.MaxGPUs {
+		errs = append(errs, fmt.Errorf("gpusPerMember = %d: want 0 to %d, a member's GPUs are on one node", g.GPUsPerMember, topology.MaxGPUs))
+	}
+	if g.MilliCPUPerMember < 0 {
+		errs = append(errs, fmt.Errorf("milliCPUPerMember = %d: want at least 0", g.MilliCPUPerMember))
+	}
+	if g.MemoryPerMember < 0 {
+		errs = append(errs, fmt.Errorf("memoryPerMember = %d: want at least 0", g.MemoryPerMember))
+	}
+	if opts.MessageBytes < 0 {
+		errs = append(errs, fmt.Errorf("messageBytes = %d: want at least 0", opts.MessageBytes))
+	}
+
+	names := s.Tree.LevelNames()
+	top := len(names) - 1
+	index := func(field, name string) int {
+		if name == "" {
+			return top
+		}
+		i := slices.Index(names, name)
+		if i < 0 {
+			errs = append(errs, fmt.Errorf("%s %q is not a level of the tree (%v)", field, name, names))
+			return top
+		}
+		return i
+	}
+	r := request{
+		members:      g.Members,
+		gpus:         g.GPUsPerMember,
+		milliCPU:     g.MilliCPUPerMember,
+		memory:       g.MemoryPerMember,
+		want:         index("level", g.Level),
+		stop:         top,
+		mode:         g.Mode,
+		messageBytes: opts.MessageBytes,
+		levelNames:   names,
+	}
+	if r.messageBytes == 0 {
+		r.messageBytes = DefaultMessageBytes
+	}
+	if g.Level != "" {
+		switch g.Mode {
+		case "", Required:
+			r.mode, r.stop = Required, r.want
+		case Preferred:
+			r.stop = max(r.want, index("maxLevel", g.MaxLevel))
+		default:
+			errs = append(errs, fmt.Errorf("mode %q: want %s or %s", g.Mode, Required, Preferred))
+		}
+	}
+	levels, keys, err := configuredLevels(s.Levels, names)
+	if err != nil {
+		errs = append(errs, err)
+	}
+	r.levels, r.labelKeys = levels, keys
+	if err := errors.Join(errs...); err != nil {
+		return request{}, fmt.Errorf("invalid gang: %w", err)
+	}
+	return r, nil
+}
+
+// configuredLevels returns the levels of a tree with the given level names,
+// and the node label of every tree level. Given levels must match the names;
+// without them levels are rebuilt from the names, taking label keys and
+// NVLink flags from topology.DefaultLevels where a name matches and the name
+// as a placeholder key elsewhere (it is valid for BestAllReduce, which reads
+// only names and flags, and is never shown).
+func configuredLevels(given []topology.Level, names []string) ([]topology.Level, []string, error) {
+	inner := names[1 : len(names)-1]
+	keys := make([]string, len(names))
+	if given != nil {
+		if len(given) != len(inner) {
+			return nil, nil, fmt.Errorf("snapshot has %d levels, its tree %d", len(given), len(inner))
+		}
+		for i, l := range given {
+			if l.Name != inner[i] {
+				return nil, nil, fmt.Errorf("snapshot levels[%d] is %q, its tree's is %q", i, l.Name, inner[i])
+			}
+			keys[i+1] = l.LabelKey
+		}
+		return given, keys, nil
+	}
+	defaults := topology.DefaultLevels()
+	levels := make([]topology.Level, len(inner))
+	for i, name := range inner {
+		levels[i] = topology.Level{Name: name, LabelKey: name}
+		for _, d := range defaults {
+			if d.Name == name {
+				levels[i] = d
+				keys[i+1] = d.LabelKey
+			}
+		}
+	}
+	return levels, keys, nil
+}

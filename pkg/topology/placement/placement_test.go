@@ -1,0 +1,517 @@
+package placement
+
+import (
+	"errors"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/lockstep-dev/lockstep/pkg/topology"
+)
+
+const h100 = "hgx-h100"
+
+// busy returns node count's GPU set with the given GPUs taken.
+func busy(count int, taken ...int) topology.GPUSet {
+	return topology.AllGPUs(count) &^ topology.NewGPUSet(taken...)
+}
+
+func TestPlaceBestFitLeaf(t *testing.T) {
+	// l-empty: 8 free nodes. l-half: 4 free nodes of 8. l-three: 3 free
+	// nodes. Every node is an 8-GPU HGX H100; members take a whole node.
+	c := newCluster(t)
+	c.addN("empty", 8, h100, at{leaf: "l-empty", spine: "s1"})
+	c.addN("half", 4, h100, at{leaf: "l-half", spine: "s1"})
+	for i := range 4 {
+		c.add("half-busy-"+string(rune('a'+i)), h100, 0, at{leaf: "l-half", spine: "s1"})
+	}
+	c.addN("three", 3, h100, at{leaf: "l-three", spine: "s1"})
+	s := c.snapshot()
+
+	tests := []struct {
+		name      string
+		members   int
+		wantNodes []string
+		wantLevel string
+		wantID    string
+	}{
+		{
+			// Fits l-empty and l-half: the half-full leaf, so that l-empty
+			// stays whole for a bigger gang.
+			name: "half-full leaf over empty one", members: 4,
+			wantNodes: []string{"half-0", "half-1", "half-2", "half-3"},
+			wantLevel: "leaf", wantID: "block=()/spine=s1/leaf=l-half",
+		},
+		{
+			// Fits all three leaves: the one left with no free GPU.
+			name: "exact fit", members: 3,
+			wantNodes: []string{"three-0", "three-1", "three-2"},
+			wantLevel: "leaf", wantID: "block=()/spine=s1/leaf=l-three",
+		},
+		{
+			// Only l-empty fits 5.
+			name: "only fit", members: 5,
+			wantNodes: []string{"empty-0", "empty-1", "empty-2", "empty-3", "empty-4"},
+			wantLevel: "leaf", wantID: "block=()/spine=s1/leaf=l-empty",
+		},
+		{
+			// No leaf holds 9: fill l-empty whole, then the best fit for the
+			// last member (l-three, left with 16 free, over l-half's 24).
+			name: "spill fills one leaf first", members: 9,
+			wantNodes: []string{"empty-0", "empty-1", "empty-2", "empty-3", "empty-4", "empty-5", "empty-6", "empty-7", "three-0"},
+			wantLevel: "spine", wantID: "block=()/spine=s1",
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			plan := mustPlace(t, s, Gang{Members: tt.members, GPUsPerMember: 8})
+			if d := diff(tt.wantNodes, nodesOf(plan)); d != "" {
+				t.Errorf("nodes (-want,+got):\n%s", d)
+			}
+			if d := diff([]string{tt.wantLevel, tt.wantID}, []string{plan.LevelName, plan.Domain.ID}); d != "" {
+				t.Errorf("level, domain (-want,+got):\n%s", d)
+			}
+			for _, m := range plan.Members {
+				if m.GPUs != topology.AllGPUs(8) {
+					t.Errorf("member on %s has GPUs %v, want all 8", m.Node, m.GPUs)
+				}
+			}
+			if plan.Efficiency <= 0 || plan.Efficiency > 1 {
+				t.Errorf("efficiency = %v, want (0, 1]", plan.Efficiency)
+			}
+		})
+	}
+}
+
+func TestPlacePacksFewestNodes(t *testing.T) {
+	// One leaf of H100 nodes with 2, 8, 4 and 6 free GPUs: room for 1, 4,
+	// 2 and 3 members of 2 GPUs.
+	c := newCluster(t)
+	c.add("a", h100, topology.NewGPUSet(6, 7), at{leaf: "l1"})
+	c.add("b", h100, topology.AllGPUs(8), at{leaf: "l1"})
+	c.add("c", h100, topology.NewGPUSet(0, 1, 2, 3), at{leaf: "l1"})
+	c.add("d", h100, busy(8, 0, 1), at{leaf: "l1"})
+	s := c.snapshot()
+
+	tests := []struct {
+		name    string
+		members int
+		want    []Assignment
+	}{
+		{
+			// d fits 3 exactly; b would keep 2 GPUs free.
+			name: "one node, exact fit", members: 3,
+			want: []Assignment{assign("d", 2, 3), assign("d", 4, 5), assign("d", 6, 7)},
+		},
+		{
+			// b takes 4, the remaining 2 go to c, an exact fit, not d.
+			name: "roomiest then exact fit", members: 6,
+			want: []Assignment{
+				assign("b", 0, 1), assign("b", 2, 3), assign("b", 4, 5), assign("b", 6, 7),
+				assign("c", 0, 1), assign("c", 2, 3),
+			},
+		},
+		{
+			// b takes 4, the last member goes to a, left with nothing.
+			name: "remainder to smallest fit", members: 5,
+			want: []Assignment{
+				assign("b", 0, 1), assign("b", 2, 3), assign("b", 4, 5), assign("b", 6, 7),
+				assign("a", 6, 7),
+			},
+		},
+		{
+			name: "every free GPU", members: 10,
+			want: []Assignment{
+				assign("b", 0, 1), assign("b", 2, 3), assign("b", 4, 5), assign("b", 6, 7),
+				assign("d", 2, 3), assign("d", 4, 5), assign("d", 6, 7),
+				assign("c", 0, 1), assign("c", 2, 3),
+				assign("a", 6, 7),
+			},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			plan := mustPlace(t, s, Gang{Members: tt.members, GPUsPerMember: 2})
+			if d := diff(tt.want, plan.Members); d != "" {
+				t.Errorf("members (-want,+got):\n%s", d)
+			}
+		})
+	}
+}
+
+func TestPlaceMemberSizes(t *testing.T) {
+	// One H100 node: GPUs 0-3 on NUMA 0, 4-7 on NUMA 1, all on NVSwitch,
+	// so the best sets stay within a socket where they can.
+	tests := []struct {
+		name    string
+		free    topology.GPUSet
+		members int
+		gpus    int
+		want    []Assignment
+	}{
+		{name: "1 GPU", free: busy(8, 0), members: 1, gpus: 1, want: []Assignment{assign("n", 1)}},
+		{
+			// GPU 3 is alone on NUMA 0 once 0-2 are busy; pairs come from NUMA 1.
+			name: "2 GPUs", free: busy(8, 0, 1, 2), members: 2, gpus: 2,
+			want: []Assignment{assign("n", 4, 5), assign("n", 6, 7)},
+		},
+		{
+			name: "4 GPUs on one socket", free: busy(8, 0), members: 1, gpus: 4,
+			want: []Assignment{assign("n", 4, 5, 6, 7)},
+		},
+		{
+			name: "two 4-GPU members", free: topology.AllGPUs(8), members: 2, gpus: 4,
+			want: []Assignment{assign("n", 0, 1, 2, 3), assign("n", 4, 5, 6, 7)},
+		},
+		{name: "8 GPUs", free: topology.AllGPUs(8), members: 1, gpus: 8, want: []Assignment{assign("n", 0, 1, 2, 3, 4, 5, 6, 7)}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := newCluster(t)
+			c.add("n", h100, tt.free, at{leaf: "l1"})
+			plan := mustPlace(t, c.snapshot(), Gang{Members: tt.members, GPUsPerMember: tt.gpus})
+			if d := diff(tt.want, plan.Members); d != "" {
+				t.Errorf("members (-want,+got):\n%s", d)
+			}
+			if plan.LevelName != topology.HostLevel {
+				t.Errorf("level = %q, want host", plan.LevelName)
+			}
+		})
+	}
+}
+
+// nvlinked reports whether every pair of set is joined by NVLink on node.
+func nvlinked(node *topology.NodeTopology, set topology.GPUSet) bool {
+	idx := set.Indices()
+	for a, i := range idx {
+		for _, j := range idx[a+1:] {
+			if !node.Link(i, j).Class.IsNVLink() {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+func TestPlaceNVLinkPairs(t *testing.T) {
+	tests := []struct {
+		name    string
+		profile string
+		free    topology.GPUSet
+		members int
+		want    []Assignment
+	}{
+		{
+			// The lowest pair, 0-5, is PCIe across sockets; 5-6 has two NVLinks.
+			name: "DGX-1 pair", profile: "dgx1-v100", free: topology.NewGPUSet(0, 5, 6), members: 1,
+			want: []Assignment{assign("n", 5, 6)},
+		},
+		{
+			// Four pairs on a free DGX-1, each over a double NVLink.
+			name: "DGX-1 four pairs", profile: "dgx1-v100", free: topology.AllGPUs(8), members: 4,
+			want: []Assignment{assign("n", 0, 3), assign("n", 1, 2), assign("n", 4, 7), assign("n", 5, 6)},
+		},
+		{
+			// A100 PCIe bridges join 0-1, 2-3, …; 1 and 2 are busy.
+			name: "A100 bridge pairs", profile: "a100-pcie-nvlink", free: busy(8, 1, 2), members: 2,
+			want: []Assignment{assign("n", 4, 5), assign("n", 6, 7)},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := newCluster(t)
+			node := c.add("n", tt.profile, tt.free, at{leaf: "l1"})
+			plan := mustPlace(t, c.snapshot(), Gang{Members: tt.members, GPUsPerMember: 2})
+			if d := diff(tt.want, plan.Members); d != "" {
+				t.Errorf("members (-want,+got):\n%s", d)
+			}
+			for _, m := range plan.Members {
+				if !nvlinked(node.Topology, m.GPUs) {
+					t.Errorf("member GPUs %v are not joined by NVLink", m.GPUs)
+				}
+			}
+		})
+	}
+}
+
+func TestPlaceHeterogeneous(t *testing.T) {
+	t.Run("members get NVLink sets on every profile", func(t *testing.T) {
+		// h has 4 free H100s, a a free 8x A100 PCIe with bridge pairs, l a
+		// busy L40S node: 6 members of 2 fill a, then h.
+		c := newCluster(t)
+		h := c.add("h", h100, topology.NewGPUSet(0, 1, 2, 3), at{leaf: "l1"})
+		a := c.add("a", "a100-pcie-nvlink", topology.AllGPUs(8), at{leaf: "l1"})
+		c.add("l", "l40s-pcie", topology.NewGPUSet(0), at{leaf: "l1"})
+		plan := mustPlace(t, c.snapshot(), Gang{Members: 6, GPUsPerMember: 2})
+		want := []Assignment{
+			assign("a", 0, 1), assign("a", 2, 3), assign("a", 4, 5), assign("a", 6, 7),
+			assign("h", 0, 1), assign("h", 2, 3),
+		}
+		if d := diff(want, plan.Members); d != "" {
+			t.Errorf("members (-want,+got):\n%s", d)
+		}
+		topo := map[string]*topology.NodeTopology{"h": h.Topology, "a": a.Topology}
+		for _, m := range plan.Members {
+			if !nvlinked(topo[m.Node], m.GPUs) {
+				t.Errorf("member on %s has GPUs %v not joined by NVLink", m.Node, m.GPUs)
+			}
+		}
+		// 8 of the 12 GPUs are A100s: the reference is the A100 profile.
+		if plan.Efficiency <= 0 || plan.Efficiency > 1 {
+			t.Errorf("efficiency = %v, want (0, 1]", plan.Efficiency)
+		}
+	})
+	t.Run("equal fit goes to the faster leaf", func(t *testing.T) {
+		// Both leaves fit 2 members exactly; the H100 leaf (NVSwitch, 400G
+		// per GPU) models faster than the L40S one, despite its later ID.
+		c := newCluster(t)
+		c.addN("l40s", 2, "l40s-pcie", at{leaf: "a-l40s"})
+		c.addN("h100", 2, h100, at{leaf: "b-h100"})
+		plan := mustPlace(t, c.snapshot(), Gang{Members: 2, GPUsPerMember: 8})
+		if d := diff([]string{"h100-0", "h100-1"}, nodesOf(plan)); d != "" {
+			t.Errorf("nodes (-want,+got):\n%s", d)
+		}
+	})
+}
+
+func TestPlaceGB200Clique(t *testing.T) {
+	// Leaf l1 holds trays of cliques 1 (3 free) and 2 (1 free), exactly 4;
+	// leaf l2 holds 6 free trays of clique 3.
+	c := newCluster(t)
+	c.addN("c1", 3, "gb200-nvl72", at{clique: "1", leaf: "l1"})
+	c.addN("c2", 1, "gb200-nvl72", at{clique: "2", leaf: "l1"})
+	c.addN("c3", 6, "gb200-nvl72", at{clique: "3", leaf: "l2"})
+	s := c.snapshot()
+
+	tests := []struct {
+		name      string
+		members   int
+		wantNodes []string
+		wantLevel string
+		wantGBps  float64
+	}{
+		{
+			// l1 fits 4 exactly, but only clique 3 fits them over NVLink.
+			name: "clique over best-fit leaf", members: 4,
+			wantNodes: []string{"c3-0", "c3-1", "c3-2", "c3-3"}, wantLevel: "clique", wantGBps: 900,
+		},
+		{
+			name: "best-fit clique", members: 2,
+			wantNodes: []string{"c1-0", "c1-1"}, wantLevel: "clique", wantGBps: 900,
+		},
+		{
+			// 7 fit in no clique and no leaf: l2 is filled, and the last
+			// member goes to the best fit of l1, clique 2's only tray. The
+			// ring crosses cliques, so it runs over the NICs.
+			name: "beyond a leaf", members: 7,
+			wantNodes: []string{"c3-0", "c3-1", "c3-2", "c3-3", "c3-4", "c3-5", "c2-0"}, wantLevel: "cluster", wantGBps: 50,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			plan := mustPlace(t, s, Gang{Members: tt.members, GPUsPerMember: 4})
+			got := []any{nodesOf(plan), plan.LevelName, plan.Estimate.BottleneckGBps}
+			if d := diff([]any{tt.wantNodes, tt.wantLevel, tt.wantGBps}, got); d != "" {
+				t.Errorf("nodes, level, bandwidth (-want,+got):\n%s", d)
+			}
+		})
+	}
+}
+
+func TestPlaceConstraint(t *testing.T) {
+	// Two leaves of one spine with 2 free H100 nodes each, and a third
+	// leaf under another spine with 1.
+	c := newCluster(t)
+	c.addN("a", 2, h100, at{leaf: "l1", spine: "s1"})
+	c.addN("b", 2, h100, at{leaf: "l2", spine: "s1"})
+	c.addN("z", 1, h100, at{leaf: "l3", spine: "s2"})
+	s := c.snapshot()
+
+	tests := []struct {
+		name      string
+		gang      Gang
+		wantLevel string
+		wantErr   *Unschedulable
+	}{
+		{
+			name:      "Required leaf met",
+			gang:      Gang{Members: 2, GPUsPerMember: 8, Level: "leaf", Mode: Required},
+			wantLevel: "leaf",
+		},
+		{
+			name: "Required leaf not met",
+			gang: Gang{Members: 3, GPUsPerMember: 8, Level: "leaf", Mode: Required, MaxLevel: "spine"},
+			wantErr: &Unschedulable{
+				Reason: "gang of 3 x 8 GPUs does not fit in any leaf (fabric.topograph.run/tier-0): " +
+					"the best leaf has room for 2 members (16 of 24 GPUs free); Required constraint; it would fit in one spine",
+				WiderLevel: "spine",
+			},
+		},
+		{
+			name: "Required host not met",
+			gang: Gang{Members: 2, GPUsPerMember: 8, Level: "host", Mode: Required},
+			wantErr: &Unschedulable{
+				Reason: "gang of 2 x 8 GPUs does not fit on any single node: " +
+					"the best node has room for 1 member (8 of 16 GPUs free); Required constraint; it would fit in one leaf",
+				WiderLevel: "leaf",
+			},
+		},
+		{
+			name: "Preferred leaf, not widened yet",
+			gang: Gang{Members: 3, GPUsPerMember: 8, Level: "leaf", Mode: Preferred, MaxLevel: "leaf"},
+			wantErr: &Unschedulable{
+				Reason: "gang of 3 x 8 GPUs does not fit in any leaf (fabric.topograph.run/tier-0): " +
+					"the best leaf has room for 2 members (16 of 24 GPUs free); Preferred constraint on leaf; it would fit in one spine",
+				WiderLevel: "spine",
+			},
+		},
+		{
+			name:      "Preferred leaf widened to spine",
+			gang:      Gang{Members: 3, GPUsPerMember: 8, Level: "leaf", Mode: Preferred, MaxLevel: "spine"},
+			wantLevel: "spine",
+		},
+		{
+			name:      "Preferred leaf without limit",
+			gang:      Gang{Members: 3, GPUsPerMember: 8, Level: "leaf", Mode: Preferred},
+			wantLevel: "spine",
+		},
+		{
+			name: "Preferred widened, still too narrow",
+			gang: Gang{Members: 5, GPUsPerMember: 8, Level: "leaf", Mode: Preferred, MaxLevel: "spine"},
+			wantErr: &Unschedulable{
+				Reason: "gang of 5 x 8 GPUs does not fit in any spine (fabric.topograph.run/tier-1): " +
+					"the best spine has room for 4 members (32 of 40 GPUs free); Preferred constraint on leaf, widened so far to spine; it would fit in the cluster",
+				WiderLevel: "cluster",
+			},
+		},
+		{
+			name:    "not enough GPUs",
+			gang:    Gang{Members: 6, GPUsPerMember: 8, Level: "leaf", Mode: Required},
+			wantErr: &Unschedulable{Reason: "gang of 6 x 8 GPUs needs 48 GPUs, 40 free in the cluster"},
+		},
+		{
+			name:    "member larger than any node",
+			gang:    Gang{Members: 1, GPUsPerMember: 16},
+			wantErr: &Unschedulable{Reason: "gang of 1 x 16 GPUs does not fit in the cluster: it has room for 0 members (its 40 free GPUs hold only 0 sets of 16 on one node)"},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			plan, err := Place(s, tt.gang, Options{})
+			if tt.wantErr != nil {
+				var u *Unschedulable
+				if !errors.As(err, &u) {
+					t.Fatalf("Place = %v, %v; want *Unschedulable", plan, err)
+				}
+				if d := diff(tt.wantErr, u); d != "" {
+					t.Errorf("Unschedulable (-want,+got):\n%s", d)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("Place: %v", err)
+			}
+			if plan.LevelName != tt.wantLevel {
+				t.Errorf("level = %q, want %q", plan.LevelName, tt.wantLevel)
+			}
+		})
+	}
+}
+
+func TestPlaceHeadroom(t *testing.T) {
+	// Three free H100 nodes: a has CPU for 1 member, b pod slots for 2, c
+	// memory for 1; x is a CPU-only node.
+	c := newCluster(t)
+	c.add("a", h100, topology.AllGPUs(8), at{leaf: "l1"}).FreeMilliCPU = 1_500
+	c.add("b", h100, topology.AllGPUs(8), at{leaf: "l1"}).FreePods = 2
+	c.add("c", h100, topology.AllGPUs(8), at{leaf: "l1"}).FreeMemory = 3 << 30
+	c.add("x", "", 0, at{leaf: "l1"})
+	s := c.snapshot()
+	gang := Gang{GPUsPerMember: 2, MilliCPUPerMember: 1_000, MemoryPerMember: 2 << 30}
+
+	gang.Members = 4
+	plan := mustPlace(t, s, gang)
+	want := []Assignment{assign("b", 0, 1), assign("b", 2, 3), assign("a", 0, 1), assign("c", 0, 1)}
+	if d := diff(want, plan.Members); d != "" {
+		t.Errorf("members (-want,+got):\n%s", d)
+	}
+
+	gang.Members = 5
+	_, err := Place(s, gang, Options{})
+	wantErr := &Unschedulable{Reason: "gang of 5 x 2 GPUs does not fit in the cluster: it has room for 4 members " +
+		"(free GPUs, CPU, memory and pod slots are on different nodes)"}
+	if d := diff(error(wantErr), err); d != "" {
+		t.Errorf("Place error (-want,+got):\n%s", d)
+	}
+
+	// CPU-only members go where they leave no GPU stranded: node x.
+	plan = mustPlace(t, s, Gang{Members: 3, MilliCPUPerMember: 1_000})
+	if d := diff([]Assignment{{Node: "x"}, {Node: "x"}, {Node: "x"}}, plan.Members); d != "" {
+		t.Errorf("CPU-only members (-want,+got):\n%s", d)
+	}
+	if plan.Efficiency != 0 || plan.Estimate != (topology.Estimate{}) {
+		t.Errorf("CPU-only plan has estimate %+v, efficiency %v; want none", plan.Estimate, plan.Efficiency)
+	}
+}
+
+func TestPlaceDeterministic(t *testing.T) {
+	c := newCluster(t)
+	rng := rand.New(rand.NewPCG(1, 2))
+	for i := range 64 {
+		leaf := []string{"l1", "l2", "l3", "l4"}[i%4]
+		c.add("n"+string(rune('A'+i%26))+string(rune('a'+i/26)), h100, topology.GPUSet(rng.Uint64()&0xff), at{leaf: leaf, spine: "s1"})
+	}
+	s := c.snapshot()
+	gang := Gang{Members: 12, GPUsPerMember: 2}
+	want := mustPlace(t, s, gang)
+	for i := range 5 {
+		shuffled := *s
+		shuffled.Nodes = append([]*Node(nil), s.Nodes...)
+		rng.Shuffle(len(shuffled.Nodes), func(a, b int) {
+			shuffled.Nodes[a], shuffled.Nodes[b] = shuffled.Nodes[b], shuffled.Nodes[a]
+		})
+		if d := diff(want, mustPlace(t, &shuffled, gang)); d != "" {
+			t.Errorf("run %d with shuffled nodes (-want,+got):\n%s", i, d)
+		}
+	}
+}
+
+func TestPlaceBadInput(t *testing.T) {
+	c := newCluster(t)
+	c.add("a", h100, topology.AllGPUs(8), at{leaf: "l1"})
+	s := c.snapshot()
+	stray := *s
+	stray.Nodes = append([]*Node{{Name: "stray"}}, s.Nodes...)
+	twice := *s
+	twice.Nodes = append(twice.Nodes[:1:1], s.Nodes...)
+	wrongLevels := *s
+	wrongLevels.Levels = topology.DefaultLevels()[1:]
+
+	tests := []struct {
+		name string
+		s    *Snapshot
+		gang Gang
+		opts Options
+	}{
+		{name: "nil snapshot", gang: Gang{Members: 1}},
+		{name: "no members", s: s, gang: Gang{Members: 0}},
+		{name: "negative GPUs", s: s, gang: Gang{Members: 1, GPUsPerMember: -1}},
+		{name: "GPUs beyond a node", s: s, gang: Gang{Members: 1, GPUsPerMember: topology.MaxGPUs + 1}},
+		{name: "negative CPU", s: s, gang: Gang{Members: 1, MilliCPUPerMember: -1}},
+		{name: "unknown level", s: s, gang: Gang{Members: 1, Level: "rack", Mode: Required}},
+		{name: "unknown max level", s: s, gang: Gang{Members: 1, Level: "leaf", Mode: Preferred, MaxLevel: "rack"}},
+		{name: "unknown mode", s: s, gang: Gang{Members: 1, Level: "leaf", Mode: "Sometimes"}},
+		{name: "negative message", s: s, gang: Gang{Members: 1}, opts: Options{MessageBytes: -1}},
+		{name: "node not in tree", s: &stray, gang: Gang{Members: 1}},
+		{name: "node twice", s: &twice, gang: Gang{Members: 1}},
+		{name: "levels unlike the tree's", s: &wrongLevels, gang: Gang{Members: 1}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			plan, err := Place(tt.s, tt.gang, tt.opts)
+			var u *Unschedulable
+			if err == nil || errors.As(err, &u) {
+				t.Fatalf("Place = %v, %v; want a plain error", plan, err)
+			}
+		})
+	}
+}

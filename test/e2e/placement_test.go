@@ -1,0 +1,339 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	schedv1alpha1 "sigs.k8s.io/scheduler-plugins/apis/scheduling/v1alpha1"
+
+	"github.com/lockstep-dev/lockstep/pkg/agent"
+	"github.com/lockstep-dev/lockstep/pkg/apis/lockstep/v1alpha1"
+	"github.com/lockstep-dev/lockstep/pkg/clustermodel"
+	"github.com/lockstep-dev/lockstep/pkg/scheduler/topologyplacement"
+	"github.com/lockstep-dev/lockstep/pkg/topology"
+	utiltesting "github.com/lockstep-dev/lockstep/pkg/util/testing"
+	"github.com/lockstep-dev/lockstep/test/e2e/framework"
+)
+
+const leafLabel = topology.LabelFabricTier0
+
+// nodesByLeaf groups the model's node names by leaf, in name order.
+func nodesByLeaf() map[string][]string {
+	out := map[string][]string{}
+	for _, n := range cluster.Model.Nodes() {
+		out[n.Labels[leafLabel]] = append(out[n.Labels[leafLabel]], n.Name)
+	}
+	return out
+}
+
+// fill pins a non-gang pod of gpus GPUs to each node.
+func fill(t *testing.T, ns, prefix string, gpus int64, nodes []string) {
+	t.Helper()
+	for i, node := range nodes {
+		pod := utiltesting.MakePod(fmt.Sprintf("%s-%d", prefix, i), ns).GPUs(gpus).SchedulerName(framework.SchedulerName).Obj()
+		pod.Spec.NodeSelector = map[string]string{corev1.LabelHostname: node}
+		cluster.CreatePods(t, pod)
+	}
+}
+
+// createGang creates a PodGroup of members pods of gpus GPUs each.
+func createGang(t *testing.T, ns, name string, members int, gpus int64, annotations map[string]string) {
+	t.Helper()
+	pg := utiltesting.MakePodGroup(name, ns, int32(members)).Obj()
+	pg.Annotations = annotations
+	if err := cluster.Client.Create(context.Background(), pg); err != nil {
+		t.Fatal(err)
+	}
+	for i := range members {
+		cluster.CreatePods(t, utiltesting.MakePod(fmt.Sprintf("%s-%d", name, i), ns).GPUs(gpus).
+			SchedulerName(framework.SchedulerName).PodGroup(name).Obj())
+	}
+}
+
+// gangPods returns the pods of a gang.
+func gangPods(ctx context.Context, ns, gang string) ([]corev1.Pod, error) {
+	list, err := cluster.Clientset.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: schedv1alpha1.PodGroupLabel + "=" + gang})
+	if err != nil {
+		return nil, err
+	}
+	return list.Items, nil
+}
+
+func waitGangBound(t *testing.T, ns, gang string, members int, timeout time.Duration) []corev1.Pod {
+	t.Helper()
+	var pods []corev1.Pod
+	err := framework.Poll(context.Background(), 200*time.Millisecond, timeout, "gang "+gang+" bound", func(ctx context.Context) (bool, error) {
+		all, err := gangPods(ctx, ns, gang)
+		if err != nil {
+			return false, nil
+		}
+		pods = framework.BoundPods(all)
+		return len(pods) == members, nil
+	})
+	if err != nil {
+		t.Fatalf("%v: %d of %d bound", err, len(pods), members)
+	}
+	return pods
+}
+
+func waitRunningAllocated(t *testing.T, ns string, n int) {
+	t.Helper()
+	err := framework.Poll(context.Background(), 200*time.Millisecond, time.Minute, "filler pods running", func(ctx context.Context) (bool, error) {
+		pods, err := cluster.Pods(ctx, ns)
+		if err != nil {
+			return false, nil
+		}
+		running := 0
+		for _, p := range pods {
+			if p.Status.Phase == corev1.PodRunning {
+				running++
+			}
+		}
+		return running == n, nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestGangLandsInsideOneLeaf: leaf-0 has exactly four empty nodes; the other
+// leaves have more free GPUs in total but no four empty nodes. A gang of four
+// 8-GPU members must land whole in leaf-0.
+func TestGangLandsInsideOneLeaf(t *testing.T) {
+	ns := cluster.NewNamespace(t)
+	leaves := nodesByLeaf()
+	fill(t, ns, "full", 8, leaves["leaf-0"][:4])
+	var partial []string
+	for _, leaf := range []string{"leaf-1", "leaf-2", "leaf-3"} {
+		partial = append(partial, leaves[leaf]...)
+	}
+	fill(t, ns, "partial", 2, partial)
+	waitRunningAllocated(t, ns, 4+len(partial))
+
+	createGang(t, ns, "ddp", 4, 8, nil)
+	pods := waitGangBound(t, ns, "ddp", 4, time.Minute)
+	nodeLeaf := map[string]string{}
+	for _, n := range cluster.Model.Nodes() {
+		nodeLeaf[n.Name] = n.Labels[leafLabel]
+	}
+	for _, p := range pods {
+		if nodeLeaf[p.Spec.NodeName] != "leaf-0" {
+			t.Errorf("member %s on %s in %s, want leaf-0", p.Name, p.Spec.NodeName, nodeLeaf[p.Spec.NodeName])
+		}
+		if got := p.Annotations[topologyplacement.GPUsAnnotation]; got != "0,1,2,3,4,5,6,7" {
+			t.Errorf("member %s: %s=%q, want all eight GPUs", p.Name, topologyplacement.GPUsAnnotation, got)
+		}
+	}
+	pg := &schedv1alpha1.PodGroup{}
+	if err := cluster.Client.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "ddp"}, pg); err != nil {
+		t.Fatal(err)
+	}
+	if pg.Annotations[topologyplacement.PlacementLevelAnnotation] != "leaf" {
+		t.Errorf("PodGroup placement annotations %v, want level leaf", pg.Annotations)
+	}
+	eff, err := strconv.ParseFloat(pg.Annotations[topologyplacement.PlacementEfficiencyAnnotation], 64)
+	if err != nil || eff <= 0 || eff > 1 {
+		t.Errorf("placement efficiency %q, want a number in (0, 1]", pg.Annotations[topologyplacement.PlacementEfficiencyAnnotation])
+	}
+}
+
+// TestCompetingGangsNeverDeadlock: two gangs each needing 62.5% of the
+// cluster are submitted together. One must run whole while the other holds
+// no pod at all; when the first finishes, the second runs. Repeated.
+func TestCompetingGangsNeverDeadlock(t *testing.T) {
+	repeats := 20
+	if v, err := strconv.Atoi(os.Getenv("E2E_DEADLOCK_REPEATS")); err == nil && v > 0 {
+		repeats = v
+	}
+	ns := cluster.NewNamespace(t)
+	ctx := context.Background()
+	const members = 20 // x 8 GPUs = 160 of 256
+	for round := range repeats {
+		a, b := fmt.Sprintf("a%d", round), fmt.Sprintf("b%d", round)
+		createGang(t, ns, a, members, 8, nil)
+		createGang(t, ns, b, members, 8, nil)
+
+		var first, second string
+		err := framework.Poll(ctx, 200*time.Millisecond, 2*time.Minute, "one gang bound whole", func(ctx context.Context) (bool, error) {
+			pa, errA := gangPods(ctx, ns, a)
+			pb, errB := gangPods(ctx, ns, b)
+			if errA != nil || errB != nil {
+				return false, nil
+			}
+			na, nb := len(framework.BoundPods(pa)), len(framework.BoundPods(pb))
+			if na > 0 && nb > 0 {
+				return false, fmt.Errorf("round %d: both gangs partly bound (%d and %d): deadlock risk", round, na, nb)
+			}
+			switch {
+			case na == members:
+				first, second = a, b
+			case nb == members:
+				first, second = b, a
+			}
+			return first != "", nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The other gang must stay entirely unbound while the first runs.
+		if pods, _ := gangPods(ctx, ns, second); len(framework.BoundPods(pods)) != 0 {
+			t.Fatalf("round %d: gang %s has pods bound while %s holds the cluster", round, second, first)
+		}
+		deleteGang(t, ns, first)
+		waitGangBound(t, ns, second, members, 2*time.Minute)
+		deleteGang(t, ns, second)
+		t.Logf("round %d: %s ran, then %s", round, first, second)
+	}
+}
+
+func deleteGang(t *testing.T, ns, gang string) {
+	t.Helper()
+	ctx := context.Background()
+	err := cluster.Clientset.CoreV1().Pods(ns).DeleteCollection(ctx, metav1.DeleteOptions{},
+		metav1.ListOptions{LabelSelector: schedv1alpha1.PodGroupLabel + "=" + gang})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = framework.Poll(ctx, 200*time.Millisecond, time.Minute, "gang "+gang+" gone", func(ctx context.Context) (bool, error) {
+		pods, err := gangPods(ctx, ns, gang)
+		return err == nil && len(pods) == 0, nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestRequiredConstraintUnmetBindsNothing: nine 8-GPU members with a Required
+// leaf constraint cannot fit in a leaf of eight nodes. Nothing is bound, and
+// the pods' events name the constraint.
+func TestRequiredConstraintUnmetBindsNothing(t *testing.T) {
+	ns := cluster.NewNamespace(t)
+	createGang(t, ns, "wide", 9, 8, map[string]string{
+		topologyplacement.LevelAnnotation: "leaf",
+		topologyplacement.ModeAnnotation:  "Required",
+	})
+	// Members that arrive before the gang is complete are turned away by
+	// Coscheduling's sibling count; the ones that reach TopologyPlacement
+	// carry its reason.
+	var message string
+	err := framework.Poll(context.Background(), 250*time.Millisecond, time.Minute, "FailedScheduling naming the constraint", func(ctx context.Context) (bool, error) {
+		for i := range 9 {
+			events, err := cluster.Events(ctx, ns, "Pod", fmt.Sprintf("wide-%d", i))
+			if err != nil {
+				return false, nil
+			}
+			for _, e := range events {
+				if e.Reason == "FailedScheduling" && strings.Contains(e.Message, "does not fit in any leaf") && strings.Contains(e.Message, "Required") {
+					message = e.Message
+					return true, nil
+				}
+			}
+		}
+		return false, nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("event: %s", message)
+	assertNoneBound(t, ns)
+}
+
+// TestSchedulerKilledMidGangEndsWhole: the scheduler is killed the moment
+// the first member of a gang is bound, while the others are still being
+// bound, and started again. The gang ends fully bound, never part bound.
+func TestSchedulerKilledMidGangEndsWhole(t *testing.T) {
+	ns := cluster.NewNamespace(t)
+	ctx := context.Background()
+	const members = 24
+	for round := range 3 {
+		gang := fmt.Sprintf("crash%d", round)
+		watcher, err := cluster.Clientset.CoreV1().Pods(ns).Watch(ctx, metav1.ListOptions{LabelSelector: schedv1alpha1.PodGroupLabel + "=" + gang})
+		if err != nil {
+			t.Fatal(err)
+		}
+		createGang(t, ns, gang, members, 8, nil)
+		for ev := range watcher.ResultChan() {
+			if pod, ok := ev.Object.(*corev1.Pod); ok && pod.Spec.NodeName != "" {
+				break
+			}
+		}
+		watcher.Stop()
+		if err := cluster.KillComponent("scheduler"); err != nil {
+			t.Fatal(err)
+		}
+		pods, err := gangPods(ctx, ns, gang)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("round %d: scheduler killed with %d of %d members bound", round, len(framework.BoundPods(pods)), members)
+		comp, err := cluster.SchedulerComponent()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := cluster.StartComponent(ctx, comp); err != nil {
+			t.Fatal(err)
+		}
+		waitGangBound(t, ns, gang, members, 2*time.Minute)
+		deleteGang(t, ns, gang)
+	}
+}
+
+// TestTwoGPUPodOnDGX1GetsNVLinkPair: on the hybrid cube-mesh, a 2-GPU pod
+// gets a pair joined by NVLink, chosen by the scheduler and honoured by the
+// (emulated) device plugin.
+func TestTwoGPUPodOnDGX1GetsNVLinkPair(t *testing.T) {
+	ctx := context.Background()
+	model := *cluster.Model
+	model.Pools = []clustermodel.Pool{{Name: "dgx1", Profile: "dgx1-v100", Nodes: 1, NodesPerDomain: map[string]int{}}}
+	for _, l := range model.Levels {
+		model.Pools[0].NodesPerDomain[l.Name] = 1
+	}
+	nodes := model.Nodes()
+	if err := cluster.CreateNodes(ctx, nodes); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cluster.DeleteNodes(ctx, nodes) })
+	node := nodes[0].Name
+	waitNodeTopology(t, node, "published", func(*v1alpha1.NodeTopology) bool { return true })
+
+	ns := cluster.NewNamespace(t)
+	// A first pod takes a pair, so the second choice is not the trivial one.
+	for i := range 2 {
+		pod := utiltesting.MakePod(fmt.Sprintf("pair-%d", i), ns).GPUs(2).SchedulerName(framework.SchedulerName).Obj()
+		pod.Spec.NodeSelector = map[string]string{corev1.LabelHostname: node}
+		cluster.CreatePods(t, pod)
+		waitBound(t, ns, pod.Name)
+	}
+	p, _ := topology.LookupProfile("dgx1-v100")
+	hw, err := p.Node()
+	if err != nil {
+		t.Fatal(err)
+	}
+	used := topology.GPUSet(0)
+	for i := range 2 {
+		pod, err := cluster.Clientset.CoreV1().Pods(ns).Get(ctx, fmt.Sprintf("pair-%d", i), metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		set, err := agent.ParseGPUIndices(pod.Annotations[topologyplacement.GPUsAnnotation])
+		if err != nil || set.Len() != 2 {
+			t.Fatalf("pod %s: %s=%q: %v", pod.Name, topologyplacement.GPUsAnnotation, pod.Annotations[topologyplacement.GPUsAnnotation], err)
+		}
+		idx := set.Indices()
+		if link := hw.Link(idx[0], idx[1]); !link.Class.IsNVLink() {
+			t.Errorf("pod %s got GPUs %v joined by %s, want NVLink", pod.Name, idx, link.Token())
+		}
+		if set&used != 0 {
+			t.Errorf("pod %s got GPUs %v already given out", pod.Name, idx)
+		}
+		used |= set
+	}
+}
