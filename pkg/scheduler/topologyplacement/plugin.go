@@ -79,12 +79,12 @@ type TopologyPlacement struct {
 }
 
 var (
-	_ framework.PreFilterPlugin  = &TopologyPlacement{}
-	_ framework.FilterPlugin     = &TopologyPlacement{}
-	_ framework.PreScorePlugin   = &TopologyPlacement{}
-	_ framework.ScorePlugin      = &TopologyPlacement{}
-	_ framework.ReservePlugin    = &TopologyPlacement{}
-	_ framework.PreBindPlugin    = &TopologyPlacement{}
+	_ framework.PreFilterPlugin   = &TopologyPlacement{}
+	_ framework.FilterPlugin      = &TopologyPlacement{}
+	_ framework.PreScorePlugin    = &TopologyPlacement{}
+	_ framework.ScorePlugin       = &TopologyPlacement{}
+	_ framework.ReservePlugin     = &TopologyPlacement{}
+	_ framework.PreBindPlugin     = &TopologyPlacement{}
 	_ framework.EnqueueExtensions = &TopologyPlacement{}
 )
 
