@@ -51,8 +51,10 @@ type books struct {
 	// held[node] are the GPUs plans hold there for open slots.
 	held map[string]topology.GPUSet
 	// assigned are the GPUs of pods reserved through a plan, until the pod is
-	// gone: the node's NodeTopology may not show them yet.
-	assigned map[types.UID]assignment
+	// gone: the node's NodeTopology may not show them yet. assignedOn is
+	// their union per node, so lookups stay O(1) however many pods run.
+	assigned   map[types.UID]assignment
+	assignedOn map[string]topology.GPUSet
 }
 
 type assignment struct {
@@ -62,7 +64,12 @@ type assignment struct {
 }
 
 func newBooks() *books {
-	return &books{gangs: map[string]*gangPlan{}, held: map[string]topology.GPUSet{}, assigned: map[types.UID]assignment{}}
+	return &books{
+		gangs:      map[string]*gangPlan{},
+		held:       map[string]topology.GPUSet{},
+		assigned:   map[types.UID]assignment{},
+		assignedOn: map[string]topology.GPUSet{},
+	}
 }
 
 // get returns a gang's plan.
@@ -103,7 +110,7 @@ func (b *books) dropLocked(key string) {
 		if g.slots[i] == "" {
 			b.releaseHeldLocked(m.Node, m.GPUs)
 		} else {
-			delete(b.assigned, g.slots[i])
+			b.unassignLocked(g.slots[i])
 		}
 	}
 	delete(b.gangs, key)
@@ -139,7 +146,7 @@ func (b *books) reserve(key string, pod types.UID, node string) (topology.GPUSet
 	g.slots[i] = pod
 	m := g.plan.Members[i]
 	b.releaseHeldLocked(node, m.GPUs)
-	b.assigned[pod] = assignment{gang: key, node: node, gpus: m.GPUs}
+	b.assignLocked(pod, assignment{gang: key, node: node, gpus: m.GPUs})
 	return m.GPUs, true
 }
 
@@ -147,7 +154,34 @@ func (b *books) reserve(key string, pod types.UID, node string) (topology.GPUSet
 func (b *books) assign(pod types.UID, node string, gpus topology.GPUSet) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	b.assigned[pod] = assignment{node: node, gpus: gpus}
+	b.assignLocked(pod, assignment{node: node, gpus: gpus})
+}
+
+func (b *books) assignLocked(pod types.UID, a assignment) {
+	b.unassignLocked(pod)
+	b.assigned[pod] = a
+	b.assignedOn[a.node] |= a.gpus
+}
+
+// unassignLocked forgets a pod's GPUs and recomputes its node's union from
+// the pods still there.
+func (b *books) unassignLocked(pod types.UID) {
+	a, ok := b.assigned[pod]
+	if !ok {
+		return
+	}
+	delete(b.assigned, pod)
+	var rest topology.GPUSet
+	for _, other := range b.assigned {
+		if other.node == a.node {
+			rest |= other.gpus
+		}
+	}
+	if rest == 0 {
+		delete(b.assignedOn, a.node)
+	} else {
+		b.assignedOn[a.node] = rest
+	}
 }
 
 // assignmentOf returns the GPUs a reserved pod was given.
@@ -168,7 +202,7 @@ func (b *books) forgetPod(pod types.UID) {
 	if !ok {
 		return
 	}
-	delete(b.assigned, pod)
+	b.unassignLocked(pod)
 	if g, ok := b.gangs[a.gang]; ok && g.complete() {
 		for _, s := range g.slots {
 			if _, still := b.assigned[s]; still {
@@ -192,12 +226,7 @@ func (b *books) heldOn(node, except string) topology.GPUSet {
 			}
 		}
 	}
-	for _, a := range b.assigned {
-		if a.node == node {
-			held |= a.gpus
-		}
-	}
-	return held
+	return held | b.assignedOn[node]
 }
 
 // heldOpen counts the GPUs on node held for plans' open slots: capacity the

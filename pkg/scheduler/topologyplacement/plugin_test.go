@@ -1,0 +1,186 @@
+package topologyplacement
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	fwk "k8s.io/kube-scheduler/framework"
+	"k8s.io/kubernetes/pkg/scheduler/framework"
+	clocktesting "k8s.io/utils/clock/testing"
+
+	"github.com/lockstep-dev/lockstep/pkg/apis/lockstep/v1alpha1"
+	"github.com/lockstep-dev/lockstep/pkg/topology"
+	"github.com/lockstep-dev/lockstep/pkg/topology/placement"
+	utiltesting "github.com/lockstep-dev/lockstep/pkg/util/testing"
+)
+
+// newTestPlugin is the plugin without a cluster: args, books, index and a
+// fake clock.
+func newTestPlugin(t testing.TB) (*TopologyPlacement, *clocktesting.FakeClock) {
+	t.Helper()
+	args, err := decodeArgs(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	clock := clocktesting.NewFakeClock(time.Unix(1000, 0))
+	return &TopologyPlacement{args: args, clock: clock, books: newBooks(), gpus: newGPUIndex(), firstSeen: newTimeBook()}, clock
+}
+
+func gpuNode(name string, gpus int64) *v1.Node {
+	capacity := v1.ResourceList{
+		v1.ResourceCPU:    resource.MustParse("100"),
+		v1.ResourceMemory: resource.MustParse("1Ti"),
+		v1.ResourcePods:   resource.MustParse("110"),
+		GPUResource:       *resource.NewQuantity(gpus, resource.DecimalSI),
+	}
+	return &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}, Status: v1.NodeStatus{Allocatable: capacity, Capacity: capacity}}
+}
+
+func nodeInfo(node *v1.Node, pods ...*v1.Pod) fwk.NodeInfo {
+	ni := framework.NewNodeInfo(pods...)
+	ni.SetNode(node)
+	return ni
+}
+
+func TestPlanStillValid(t *testing.T) {
+	p, _ := newTestPlugin(t)
+	plan := &placement.Plan{Members: []placement.Assignment{
+		{Node: "a", GPUs: topology.NewGPUSet(0, 1, 2, 3)},
+		{Node: "b", GPUs: topology.NewGPUSet(0, 1, 2, 3)},
+	}}
+	g := p.books.add("ns/g", plan, time.Unix(0, 0))
+	busy := utiltesting.MakePod("other", "ns").GPUs(6).Obj()
+	cordoned := gpuNode("b", 8)
+	cordoned.Spec.Unschedulable = true
+	tests := []struct {
+		name  string
+		nodes []fwk.NodeInfo
+		want  bool
+	}{
+		{"both nodes have room", []fwk.NodeInfo{nodeInfo(gpuNode("a", 8)), nodeInfo(gpuNode("b", 8))}, true},
+		{"planned node deleted", []fwk.NodeInfo{nodeInfo(gpuNode("a", 8))}, false},
+		{"planned node taken by another pod", []fwk.NodeInfo{nodeInfo(gpuNode("a", 8)), nodeInfo(gpuNode("b", 8), busy)}, false},
+		{"planned node cordoned", []fwk.NodeInfo{nodeInfo(gpuNode("a", 8)), nodeInfo(cordoned)}, false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := p.planStillValid(g, tc.nodes); got != tc.want {
+				t.Errorf("planStillValid = %v, want %v", got, tc.want)
+			}
+		})
+	}
+	// A reserved member's node no longer needs room: only open slots count.
+	p.books.reserve("ns/g", "member-b", "b")
+	if !p.planStillValid(g, []fwk.NodeInfo{nodeInfo(gpuNode("a", 8)), nodeInfo(gpuNode("b", 8), busy)}) {
+		t.Error("plan invalid because of a node whose slot is already reserved")
+	}
+}
+
+func TestGangRequestWidensPreferredOverTime(t *testing.T) {
+	p, clock := newTestPlugin(t)
+	pg := utiltesting.MakePodGroup("g", "ns", 4).Obj()
+	pg.Annotations = map[string]string{LevelAnnotation: "clique", ModeAnnotation: "Preferred"}
+	s := &cycleState{gang: "ns/g", req: memberRequest{gpus: 8}}
+	for _, step := range []struct {
+		after time.Duration
+		want  string
+	}{
+		{0, "clique"},
+		{29 * time.Second, "clique"},
+		{time.Second, "leaf"},
+		{30 * time.Second, "spine"},
+		{30 * time.Second, "block"},
+		{30 * time.Second, ""}, // past the widest level: no limit
+	} {
+		clock.Step(step.after)
+		gang, err := p.gangRequest(pg, s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if gang.MaxLevel != step.want || gang.Level != "clique" || gang.Members != 4 || gang.GPUsPerMember != 8 {
+			t.Errorf("after %s: gang %+v, want MaxLevel %q", clock.Since(time.Unix(1000, 0)), gang, step.want)
+		}
+	}
+}
+
+func TestGangRequestRejectsBadAnnotations(t *testing.T) {
+	p, _ := newTestPlugin(t)
+	s := &cycleState{gang: "ns/g"}
+	for name, annotations := range map[string]map[string]string{
+		"unknown level": {LevelAnnotation: "rack"},
+		"unknown mode":  {LevelAnnotation: "leaf", ModeAnnotation: "Sometimes"},
+	} {
+		pg := utiltesting.MakePodGroup("g", "ns", 2).Obj()
+		pg.Annotations = annotations
+		if _, err := p.gangRequest(pg, s); err == nil {
+			t.Errorf("%s: gangRequest accepted %v", name, annotations)
+		}
+	}
+	pg := utiltesting.MakePodGroup("g", "ns", 2).Obj()
+	pg.Annotations = map[string]string{LevelAnnotation: "leaf"}
+	gang, err := p.gangRequest(pg, s)
+	if err != nil || gang.Mode != placement.Preferred {
+		t.Errorf("level without mode: %+v, %v; want the default mode Preferred", gang, err)
+	}
+}
+
+func hgxNodeTopology(t testing.TB, name string) *v1alpha1.NodeTopology {
+	t.Helper()
+	prof, _ := topology.LookupProfile("hgx-h100")
+	hw, err := prof.Node()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &v1alpha1.NodeTopology{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: v1alpha1.SpecFromTopology(hw, prof.Name)}
+}
+
+func TestScorePrefersNodesWithNVLinkSets(t *testing.T) {
+	p, _ := newTestPlugin(t)
+	nvlink := hgxNodeTopology(t, "nvlink")
+	p.gpus.set(nvlink)
+	pcie := &v1alpha1.NodeTopology{ObjectMeta: metav1.ObjectMeta{Name: "pcie"}}
+	prof, _ := topology.LookupProfile("l40s-pcie")
+	hw, _ := prof.Node()
+	pcie.Spec = v1alpha1.SpecFromTopology(hw, prof.Name)
+	p.gpus.set(pcie)
+
+	state := framework.NewCycleState()
+	state.Write(stateKey, &cycleState{req: memberRequest{gpus: 2}})
+	pod := utiltesting.MakePod("p", "ns").GPUs(2).Obj()
+	score := func(node string) int64 {
+		s, status := p.Score(context.Background(), state, pod, nodeInfo(gpuNode(node, 8)))
+		if !status.IsSuccess() {
+			t.Fatal(status)
+		}
+		return s
+	}
+	if a, b := score("nvlink"), score("pcie"); a <= b {
+		t.Errorf("score nvlink %d <= pcie %d", a, b)
+	}
+	if got := score("unknown"); got != 0 {
+		t.Errorf("node without NodeTopology scored %d, want 0", got)
+	}
+}
+
+// BenchmarkScore measures Score for a GPU pod outside gangs: it must be a
+// table lookup with no allocation, since it runs per node per pod.
+func BenchmarkScore(b *testing.B) {
+	p, _ := newTestPlugin(b)
+	p.gpus.set(hgxNodeTopology(b, "n"))
+	state := framework.NewCycleState()
+	state.Write(stateKey, &cycleState{req: memberRequest{gpus: 4}})
+	pod := utiltesting.MakePod("p", "ns").GPUs(4).Obj()
+	ni := nodeInfo(gpuNode("n", 8))
+	ctx := context.Background()
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, status := p.Score(ctx, state, pod, ni); !status.IsSuccess() {
+			b.Fatal(status)
+		}
+	}
+}
+
