@@ -183,4 +183,3 @@ func BenchmarkScore(b *testing.B) {
 		}
 	}
 }
-
