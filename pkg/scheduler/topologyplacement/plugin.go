@@ -73,6 +73,7 @@ type TopologyPlacement struct {
 	client client.Client
 	books  *books
 	gpus   *gpuIndex
+	trees  *treeCache
 	// firstSeen is when each gang was first attempted, for Preferred
 	// constraints that widen with time.
 	firstSeen *timeBook
@@ -137,6 +138,7 @@ func New(ctx context.Context, obj runtime.Object, handle framework.Handle) (fram
 		client:    c,
 		books:     newBooks(),
 		gpus:      gpus,
+		trees:     &treeCache{},
 		firstSeen: newTimeBook(),
 	}
 	// Forget a pod's GPUs once it is gone or finished: from then on the

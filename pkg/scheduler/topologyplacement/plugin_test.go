@@ -2,6 +2,7 @@ package topologyplacement
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -27,7 +28,7 @@ func newTestPlugin(t testing.TB) (*TopologyPlacement, *clocktesting.FakeClock) {
 		t.Fatal(err)
 	}
 	clock := clocktesting.NewFakeClock(time.Unix(1000, 0))
-	return &TopologyPlacement{args: args, clock: clock, books: newBooks(), gpus: newGPUIndex(), firstSeen: newTimeBook()}, clock
+	return &TopologyPlacement{args: args, clock: clock, books: newBooks(), gpus: newGPUIndex(), trees: &treeCache{}, firstSeen: newTimeBook()}, clock
 }
 
 func gpuNode(name string, gpus int64) *v1.Node {
@@ -180,6 +181,61 @@ func BenchmarkScore(b *testing.B) {
 	for b.Loop() {
 		if _, status := p.Score(ctx, state, pod, ni); !status.IsSuccess() {
 			b.Fatal(status)
+		}
+	}
+}
+
+func TestTreeCacheRebuildsOnlyWhenLabelsChange(t *testing.T) {
+	p, _ := newTestPlugin(t)
+	levels := p.args.topologyLevels()
+	node := func(name, leaf string) fwk.NodeInfo {
+		n := gpuNode(name, 8)
+		n.Labels = map[string]string{topology.LabelFabricTier0: leaf}
+		return nodeInfo(n)
+	}
+	first, err := p.trees.get([]fwk.NodeInfo{node("a", "leaf-0"), node("b", "leaf-1")}, levels)
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, _ := p.trees.get([]fwk.NodeInfo{node("a", "leaf-0"), node("b", "leaf-1")}, levels)
+	if again != first {
+		t.Error("tree rebuilt for unchanged nodes")
+	}
+	moved, _ := p.trees.get([]fwk.NodeInfo{node("a", "leaf-0"), node("b", "leaf-0")}, levels)
+	if moved == first {
+		t.Error("tree reused after a node changed leaf")
+	}
+	if d, err := moved.LowestCommonDomain([]string{"a", "b"}); err != nil || d.Value != "leaf-0" {
+		t.Errorf("nodes a and b meet at %v (%v), want leaf-0", d, err)
+	}
+}
+
+// BenchmarkPlanGang measures what PreFilter spends on a new gang of 64 x 8
+// GPUs on 5,000 HGX nodes: the snapshot (with the cached tree) and the plan.
+func BenchmarkPlanGang(b *testing.B) {
+	p, _ := newTestPlugin(b)
+	nt := hgxNodeTopology(b, "template")
+	nodes := make([]fwk.NodeInfo, 5000)
+	for i := range nodes {
+		n := gpuNode(fmt.Sprintf("node-%04d", i), 8)
+		n.Labels = map[string]string{
+			topology.LabelFabricTier0: fmt.Sprintf("leaf-%d", i/32),
+			topology.LabelFabricTier1: fmt.Sprintf("spine-%d", i/512),
+		}
+		nodes[i] = nodeInfo(n)
+		nt.Name = n.Name
+		p.gpus.set(nt)
+	}
+	pod := utiltesting.MakePod("p", "ns").GPUs(8).PodGroup("g").Obj()
+	gang := placement.Gang{Members: 64, GPUsPerMember: 8, MilliCPUPerMember: 1000, MemoryPerMember: 1 << 30}
+	b.ReportAllocs()
+	for b.Loop() {
+		snap, err := p.snapshot(pod, "ns/g", nodes)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, err := placement.Place(snap, gang, placement.Options{}); err != nil {
+			b.Fatal(err)
 		}
 	}
 }

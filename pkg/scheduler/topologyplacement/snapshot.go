@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/bits"
+	"sync"
 
 	v1 "k8s.io/api/core/v1"
 	resourcehelper "k8s.io/component-helpers/resource"
@@ -63,7 +64,6 @@ func (p *TopologyPlacement) snapshot(pod *v1.Pod, gang string, nodeInfos []fwk.N
 		Fabric: topology.Fabric{Oversubscription: p.args.Oversubscription},
 		Levels: p.args.topologyLevels(),
 	}
-	labels := make([]topology.NodeLabels, 0, len(nodeInfos))
 	for _, ni := range nodeInfos {
 		node := ni.Node()
 		if node == nil || node.Spec.Unschedulable {
@@ -78,14 +78,69 @@ func (p *TopologyPlacement) snapshot(pod *v1.Pod, gang string, nodeInfos []fwk.N
 			continue
 		}
 		snap.Nodes = append(snap.Nodes, p.plannerNode(ni, gang))
-		labels = append(labels, topology.NodeLabels{Name: node.Name, Labels: node.Labels})
 	}
-	tree, err := topology.NewTree(p.args.topologyLevels(), labels)
+	tree, err := p.trees.get(nodeInfos, p.args.topologyLevels())
 	if err != nil {
-		return nil, fmt.Errorf("building the domain tree: %w", err)
+		return nil, err
 	}
 	snap.Tree = tree
 	return snap, nil
+}
+
+// treeCache keeps the domain tree of all nodes between plans: building it
+// for 5,000 nodes costs several milliseconds, while node labels change
+// rarely. A fingerprint of node names and level labels says when to rebuild.
+type treeCache struct {
+	mu          sync.Mutex
+	fingerprint uint64
+	tree        *topology.Tree
+}
+
+func (c *treeCache) get(nodeInfos []fwk.NodeInfo, levels []topology.Level) (*topology.Tree, error) {
+	fp := treeFingerprint(nodeInfos, levels)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.tree != nil && c.fingerprint == fp {
+		return c.tree, nil
+	}
+	labels := make([]topology.NodeLabels, 0, len(nodeInfos))
+	for _, ni := range nodeInfos {
+		if node := ni.Node(); node != nil {
+			labels = append(labels, topology.NodeLabels{Name: node.Name, Labels: node.Labels})
+		}
+	}
+	tree, err := topology.NewTree(levels, labels)
+	if err != nil {
+		return nil, fmt.Errorf("building the domain tree: %w", err)
+	}
+	c.fingerprint, c.tree = fp, tree
+	return tree, nil
+}
+
+// treeFingerprint hashes node names and their level label values with
+// FNV-1a, without allocating.
+func treeFingerprint(nodeInfos []fwk.NodeInfo, levels []topology.Level) uint64 {
+	const offset, prime = 14695981039346656037, 1099511628211
+	h := uint64(offset)
+	add := func(s string) {
+		for i := 0; i < len(s); i++ {
+			h ^= uint64(s[i])
+			h *= prime
+		}
+		h ^= 0xff // separator, so "ab"+"c" differs from "a"+"bc"
+		h *= prime
+	}
+	for _, ni := range nodeInfos {
+		node := ni.Node()
+		if node == nil {
+			continue
+		}
+		add(node.Name)
+		for _, l := range levels {
+			add(node.Labels[l.LabelKey])
+		}
+	}
+	return h
 }
 
 // plannerNode describes one node for the planner.
