@@ -8,8 +8,6 @@ package agent
 import (
 	"fmt"
 	"sort"
-	"strconv"
-	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 
@@ -20,9 +18,6 @@ import (
 const (
 	// GPUResource is the device plugin's extended resource.
 	GPUResource corev1.ResourceName = "nvidia.com/gpu"
-	// GPUsAnnotation carries the GPU indices the scheduler chose for a pod,
-	// e.g. "0,1,4,5". The fake device plugin honours it when it can.
-	GPUsAnnotation = "lockstep.dev/gpus"
 )
 
 // GPURequest returns how many GPUs a pod holds while it runs: the device
@@ -56,32 +51,6 @@ func gpuLimit(c corev1.Container) int {
 // finished or is gone.
 func holdsGPUs(pod *corev1.Pod) bool {
 	return pod.Status.Phase != corev1.PodSucceeded && pod.Status.Phase != corev1.PodFailed
-}
-
-// ParseGPUIndices parses the lockstep.dev/gpus annotation.
-func ParseGPUIndices(s string) (topology.GPUSet, error) {
-	var set topology.GPUSet
-	for _, field := range strings.Split(s, ",") {
-		i, err := strconv.Atoi(strings.TrimSpace(field))
-		if err != nil || i < 0 || i >= topology.MaxGPUs {
-			return 0, fmt.Errorf("%s=%q: %q is not a GPU index", GPUsAnnotation, s, field)
-		}
-		if set.Has(i) {
-			return 0, fmt.Errorf("%s=%q: GPU %d listed twice", GPUsAnnotation, s, i)
-		}
-		set |= topology.NewGPUSet(i)
-	}
-	return set, nil
-}
-
-// FormatGPUIndices formats a set as the lockstep.dev/gpus annotation.
-func FormatGPUIndices(set topology.GPUSet) string {
-	idx := set.Indices()
-	parts := make([]string, len(idx))
-	for i, v := range idx {
-		parts[i] = strconv.Itoa(v)
-	}
-	return strings.Join(parts, ",")
 }
 
 // AllocationProblem is a pod the emulated device plugin could not serve as
@@ -162,17 +131,17 @@ func (a *Allocator) Allocate(prior []v1alpha1.GPUAllocation, pods []*corev1.Pod)
 // non-empty set means the scheduler's choice was overridden.
 func (a *Allocator) choose(pod *corev1.Pod, want int, free topology.GPUSet) (topology.GPUSet, string) {
 	var override string
-	if s, ok := pod.Annotations[GPUsAnnotation]; ok {
-		set, err := ParseGPUIndices(s)
+	if s, ok := pod.Annotations[v1alpha1.GPUsAnnotation]; ok {
+		set, err := topology.ParseGPUList(s)
 		switch {
 		case err != nil:
-			override = err.Error()
+			override = fmt.Sprintf("%s: %v", v1alpha1.GPUsAnnotation, err)
 		case set.Len() != want:
-			override = fmt.Sprintf("%s=%q names %d GPUs, the pod asks for %d", GPUsAnnotation, s, set.Len(), want)
+			override = fmt.Sprintf("%s=%q names %d GPUs, the pod asks for %d", v1alpha1.GPUsAnnotation, s, set.Len(), want)
 		case set&^a.Node.AllGPUs() != 0:
-			override = fmt.Sprintf("%s=%q names GPUs the node does not have", GPUsAnnotation, s)
+			override = fmt.Sprintf("%s=%q names GPUs the node does not have", v1alpha1.GPUsAnnotation, s)
 		case set&^free != 0:
-			override = fmt.Sprintf("%s=%q: GPUs %s are not free", GPUsAnnotation, s, (set &^ free).String())
+			override = fmt.Sprintf("%s=%q: GPUs %s are not free", v1alpha1.GPUsAnnotation, s, (set &^ free).String())
 		default:
 			return set, ""
 		}

@@ -38,7 +38,7 @@ func gpuPod(name string, n int64, created int, gpus string) *corev1.Pod {
 	p.UID = types.UID("uid-" + name)
 	p.CreationTimestamp = metav1.NewTime(time.Unix(int64(created), 0))
 	if gpus != "" {
-		p.Annotations = map[string]string{GPUsAnnotation: gpus}
+		p.Annotations = map[string]string{v1alpha1.GPUsAnnotation: gpus}
 	}
 	return p
 }
@@ -146,17 +146,5 @@ func TestGPURequest(t *testing.T) {
 	pod.Spec.InitContainers[0] = *utiltesting.MakePod("x", "ns").GPUs(8).Obj().Spec.Containers[0].DeepCopy()
 	if got := GPURequest(pod); got != 8 {
 		t.Errorf("init container of 8: GPURequest = %d, want 8", got)
-	}
-}
-
-func TestParseGPUIndices(t *testing.T) {
-	set, err := ParseGPUIndices("4, 5,0")
-	if err != nil || set != topology.NewGPUSet(0, 4, 5) || FormatGPUIndices(set) != "0,4,5" {
-		t.Errorf("ParseGPUIndices = %v, %v", set, err)
-	}
-	for _, bad := range []string{"", "a", "1,1", "-1", "64", "1,,2"} {
-		if _, err := ParseGPUIndices(bad); err == nil {
-			t.Errorf("ParseGPUIndices(%q) succeeded", bad)
-		}
 	}
 }

@@ -1,6 +1,7 @@
 package topology
 
 import (
+	"fmt"
 	"math/bits"
 	"strconv"
 	"strings"
@@ -63,6 +64,36 @@ func (s GPUSet) String() string {
 	}
 	b.WriteByte('}')
 	return b.String()
+}
+
+// List formats the set as a comma-separated list of indices, "0,3": the
+// form of the lockstep.dev/gpus pod annotation.
+func (s GPUSet) List() string {
+	var b strings.Builder
+	for i, idx := range s.Indices() {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(strconv.Itoa(idx))
+	}
+	return b.String()
+}
+
+// ParseGPUList parses a list written by List. Every index must be in range
+// and listed once.
+func ParseGPUList(list string) (GPUSet, error) {
+	var set GPUSet
+	for _, field := range strings.Split(list, ",") {
+		i, err := strconv.Atoi(strings.TrimSpace(field))
+		if err != nil || i < 0 || i >= MaxGPUs {
+			return 0, fmt.Errorf("GPU list %q: %q is not a GPU index", list, field)
+		}
+		if set.Has(i) {
+			return 0, fmt.Errorf("GPU list %q: GPU %d listed twice", list, i)
+		}
+		set |= NewGPUSet(i)
+	}
+	return set, nil
 }
 
 // lowerIndices reports whether a comes before b when both are listed in

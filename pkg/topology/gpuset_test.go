@@ -40,3 +40,15 @@ func TestLowerIndices(t *testing.T) {
 		}
 	}
 }
+
+func TestGPUListRoundTrip(t *testing.T) {
+	set, err := ParseGPUList("4, 5,0")
+	if err != nil || set != NewGPUSet(0, 4, 5) || set.List() != "0,4,5" {
+		t.Errorf("ParseGPUList = %v, %v; List = %q", set, err, set.List())
+	}
+	for _, bad := range []string{"", "a", "1,1", "-1", "64", "1,,2"} {
+		if _, err := ParseGPUList(bad); err == nil {
+			t.Errorf("ParseGPUList(%q) succeeded", bad)
+		}
+	}
+}

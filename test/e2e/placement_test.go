@@ -14,7 +14,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	schedv1alpha1 "sigs.k8s.io/scheduler-plugins/apis/scheduling/v1alpha1"
 
-	"github.com/lockstep-dev/lockstep/pkg/agent"
 	"github.com/lockstep-dev/lockstep/pkg/apis/lockstep/v1alpha1"
 	"github.com/lockstep-dev/lockstep/pkg/clustermodel"
 	"github.com/lockstep-dev/lockstep/pkg/scheduler/topologyplacement"
@@ -128,8 +127,8 @@ func TestGangLandsInsideOneLeaf(t *testing.T) {
 		if nodeLeaf[p.Spec.NodeName] != "leaf-0" {
 			t.Errorf("member %s on %s in %s, want leaf-0", p.Name, p.Spec.NodeName, nodeLeaf[p.Spec.NodeName])
 		}
-		if got := p.Annotations[topologyplacement.GPUsAnnotation]; got != "0,1,2,3,4,5,6,7" {
-			t.Errorf("member %s: %s=%q, want all eight GPUs", p.Name, topologyplacement.GPUsAnnotation, got)
+		if got := p.Annotations[v1alpha1.GPUsAnnotation]; got != "0,1,2,3,4,5,6,7" {
+			t.Errorf("member %s: %s=%q, want all eight GPUs", p.Name, v1alpha1.GPUsAnnotation, got)
 		}
 	}
 	pg := &schedv1alpha1.PodGroup{}
@@ -323,9 +322,9 @@ func TestTwoGPUPodOnDGX1GetsNVLinkPair(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		set, err := agent.ParseGPUIndices(pod.Annotations[topologyplacement.GPUsAnnotation])
+		set, err := topology.ParseGPUList(pod.Annotations[v1alpha1.GPUsAnnotation])
 		if err != nil || set.Len() != 2 {
-			t.Fatalf("pod %s: %s=%q: %v", pod.Name, topologyplacement.GPUsAnnotation, pod.Annotations[topologyplacement.GPUsAnnotation], err)
+			t.Fatalf("pod %s: %s=%q: %v", pod.Name, v1alpha1.GPUsAnnotation, pod.Annotations[v1alpha1.GPUsAnnotation], err)
 		}
 		idx := set.Indices()
 		if link := hw.Link(idx[0], idx[1]); !link.Class.IsNVLink() {

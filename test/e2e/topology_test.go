@@ -15,7 +15,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/lockstep-dev/lockstep/pkg/agent"
 	"github.com/lockstep-dev/lockstep/pkg/apis/lockstep/v1alpha1"
 	"github.com/lockstep-dev/lockstep/pkg/clustermodel"
 	"github.com/lockstep-dev/lockstep/pkg/topology"
@@ -120,7 +119,7 @@ func TestAllocationFollowsPods(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		chosen, err := agent.ParseGPUIndices(pod.Annotations[agent.GPUsAnnotation])
+		chosen, err := topology.ParseGPUList(pod.Annotations[v1alpha1.GPUsAnnotation])
 		if err != nil {
 			t.Fatalf("pod %s: the scheduler wrote no GPU choice: %v", name, err)
 		}

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"strconv"
-	"strings"
 
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -15,6 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	schedv1alpha1 "sigs.k8s.io/scheduler-plugins/apis/scheduling/v1alpha1"
 
+	"github.com/lockstep-dev/lockstep/pkg/apis/lockstep/v1alpha1"
 	"github.com/lockstep-dev/lockstep/pkg/topology"
 	"github.com/lockstep-dev/lockstep/pkg/topology/placement"
 )
@@ -35,7 +35,7 @@ func (p *TopologyPlacement) PreBind(ctx context.Context, state fwk.CycleState, p
 	if !ok {
 		return nil
 	}
-	annotations := map[string]string{GPUsAnnotation: formatGPUs(a.gpus)}
+	annotations := map[string]string{v1alpha1.GPUsAnnotation: a.gpus.List()}
 	if g, planned := p.books.get(a.gang); planned && a.gang != "" {
 		annotations[DomainAnnotation] = domainName(g.plan)
 	}
@@ -74,15 +74,6 @@ func (p *TopologyPlacement) publishPlacement(ctx context.Context, pod *v1.Pod, g
 		return err
 	}
 	return p.client.Patch(ctx, pg, client.RawPatch(types.MergePatchType, data))
-}
-
-func formatGPUs(set topology.GPUSet) string {
-	idx := set.Indices()
-	parts := make([]string, len(idx))
-	for i, v := range idx {
-		parts[i] = strconv.Itoa(v)
-	}
-	return strings.Join(parts, ",")
 }
 
 // domainName names a plan's domain as level=value, e.g. leaf=leaf-3.

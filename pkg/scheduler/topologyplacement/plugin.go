@@ -48,8 +48,6 @@ const (
 	// fit in; ModeAnnotation says Required or Preferred.
 	LevelAnnotation = "lockstep.dev/topology-level"
 	ModeAnnotation  = "lockstep.dev/topology-mode"
-	// GPUsAnnotation on a pod lists the GPU indices chosen for it.
-	GPUsAnnotation = "lockstep.dev/gpus"
 	// DomainAnnotation on a pod and PlacementDomainAnnotation on a PodGroup
 	// name the domain the gang landed in, PlacementLevelAnnotation its level
 	// and PlacementEfficiencyAnnotation the modelled efficiency against the
