@@ -5,6 +5,7 @@ go 1.24.0
 require (
 	github.com/NVIDIA/go-nvml v0.12.9-0
 	github.com/google/go-cmp v0.7.0
+	github.com/prometheus/client_golang v1.22.0
 	github.com/spf13/cobra v1.9.1
 	golang.org/x/crypto v0.36.0
 	google.golang.org/grpc v1.72.1
@@ -112,7 +113,6 @@ require (
 	github.com/pkg/errors v0.9.1 // indirect
 	github.com/pmezard/go-difflib v1.0.1-0.20181226105442-5d4384ee4fb2 // indirect
 	github.com/pquerna/cachecontrol v0.1.0 // indirect
-	github.com/prometheus/client_golang v1.22.0 // indirect
 	github.com/prometheus/client_model v0.6.1 // indirect
 	github.com/prometheus/common v0.62.0 // indirect
 	github.com/prometheus/procfs v0.15.1 // indirect

@@ -19,7 +19,7 @@ func TestListenersOnLoopbackOnly(t *testing.T) {
 	}
 	// These must be listening; a check that found no sockets would prove
 	// nothing.
-	mustListen := []string{"scheduler", "topology-agent"}
+	mustListen := []string{"scheduler", "topology-agent", "controller"}
 	if cluster.Local() {
 		mustListen = append(mustListen, "etcd", "kube-apiserver", "kube-controller-manager", "kwok-controller")
 	}

@@ -22,10 +22,12 @@ package topologyplacement
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
@@ -63,6 +65,7 @@ const GPUResource v1.ResourceName = "nvidia.com/gpu"
 
 // TopologyPlacement is the plugin.
 type TopologyPlacement struct {
+	logger klog.Logger
 	args   *Args
 	handle framework.Handle
 	clock  clock.Clock
@@ -129,6 +132,7 @@ func New(ctx context.Context, obj runtime.Object, handle framework.Handle) (fram
 		return nil, err
 	}
 	p := &TopologyPlacement{
+		logger:    logger,
 		args:      args,
 		handle:    handle,
 		clock:     clock.RealClock{},
@@ -197,7 +201,17 @@ func (p *TopologyPlacement) expirePlans(ctx context.Context) {
 	}
 }
 
-// invalidate drops a gang's plan and rejects its members waiting at Permit.
+// retryDelay is how long after a plan is dropped its gang's unbound members
+// are put back in the active queue.
+const retryDelay = time.Second
+
+// invalidate drops a gang's plan, rejects its members waiting at Permit and
+// has the unbound members retried shortly. The retry matters because the
+// rejection is often Coscheduling's (a Permit timeout), and Coscheduling
+// requeues only on pod additions and PodGroup changes: without it a gang
+// that failed once would wait for the queue's 5-minute flush. Notably after
+// a scheduler restart Coscheduling counts members bound by the previous
+// instance from informer events that can arrive after the first cycle.
 func (p *TopologyPlacement) invalidate(key, reason string) {
 	p.books.drop(key)
 	p.handle.IterateOverWaitingPods(func(wp framework.WaitingPod) {
@@ -205,6 +219,30 @@ func (p *TopologyPlacement) invalidate(key, reason string) {
 			wp.Reject(Name, reason)
 		}
 	})
+	time.AfterFunc(retryDelay, func() { p.activateUnbound(key) })
+}
+
+// activateUnbound moves the gang's pods that are still unbound to the active
+// queue.
+func (p *TopologyPlacement) activateUnbound(key string) {
+	ns, name, ok := strings.Cut(key, "/")
+	if !ok {
+		return
+	}
+	selector := labels.SelectorFromSet(labels.Set{schedv1alpha1.PodGroupLabel: name})
+	pods, err := p.handle.SharedInformerFactory().Core().V1().Pods().Lister().Pods(ns).List(selector)
+	if err != nil {
+		return
+	}
+	unbound := map[string]*v1.Pod{}
+	for _, pod := range pods {
+		if pod.Spec.NodeName == "" && pod.DeletionTimestamp == nil {
+			unbound[pod.Namespace+"/"+pod.Name] = pod
+		}
+	}
+	if len(unbound) > 0 {
+		p.handle.Activate(p.logger, unbound)
+	}
 }
 
 // timeBook remembers when each gang was first attempted.

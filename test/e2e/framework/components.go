@@ -160,10 +160,33 @@ func (c *Cluster) FakeAgentComponent() (Component, error) {
 	}, nil
 }
 
-// StartComponents starts every component the suite runs: the scheduler and
-// the fake topology agent.
+// ControllerComponent describes the TrainingJob controller, without leader
+// election so that a restarted one need not wait out its predecessor's
+// lease.
+func (c *Cluster) ControllerComponent() (Component, error) {
+	ports, err := freePorts(2)
+	if err != nil {
+		return Component{}, err
+	}
+	return Component{
+		Name:   "controller",
+		Binary: "lockstep-controller",
+		Args: []string{
+			"--kubeconfig=" + c.Kubeconfig,
+			"--leader-elect=false",
+			"--scheduler-name=" + SchedulerName,
+			fmt.Sprintf("--metrics-bind-address=127.0.0.1:%d", ports[0]),
+			fmt.Sprintf("--health-probe-bind-address=127.0.0.1:%d", ports[1]),
+			"--v=2",
+		},
+		HealthURL: fmt.Sprintf("http://127.0.0.1:%d/healthz", ports[1]),
+	}, nil
+}
+
+// StartComponents starts every component the suite runs: the scheduler, the
+// fake topology agent and the TrainingJob controller.
 func (c *Cluster) StartComponents(ctx context.Context) error {
-	for _, describe := range []func() (Component, error){c.SchedulerComponent, c.FakeAgentComponent} {
+	for _, describe := range []func() (Component, error){c.SchedulerComponent, c.FakeAgentComponent, c.ControllerComponent} {
 		comp, err := describe()
 		if err != nil {
 			return err

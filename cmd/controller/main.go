@@ -1,0 +1,143 @@
+// Command controller runs the TrainingJob controller (pkg/controller) and,
+// in the same manager, scheduler-plugins' PodGroup controller, which keeps
+// the phases of the jobs' PodGroups.
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"flag"
+	"fmt"
+	"os"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/selection"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	schedv1alpha1 "sigs.k8s.io/scheduler-plugins/apis/scheduling/v1alpha1"
+	podgroupcontroller "sigs.k8s.io/scheduler-plugins/pkg/controllers"
+
+	"github.com/lockstep-dev/lockstep/pkg/apis/lockstep/v1alpha1"
+	"github.com/lockstep-dev/lockstep/pkg/controller"
+	"github.com/lockstep-dev/lockstep/pkg/controller/framework"
+)
+
+type options struct {
+	kubeconfig              string
+	metricsAddr             string
+	healthAddr              string
+	leaderElect             bool
+	leaderElectionNamespace string
+	schedulerName           string
+	workers                 int
+	createParallelism       int
+	qps                     float64
+	burst                   int
+}
+
+func main() {
+	var opts options
+	fs := flag.NewFlagSet("controller", flag.ExitOnError)
+	fs.StringVar(&opts.kubeconfig, "kubeconfig", "", "kubeconfig file; in-cluster configuration when empty")
+	fs.StringVar(&opts.metricsAddr, "metrics-bind-address", ":8080", "address of the Prometheus metrics endpoint; 0 disables it")
+	fs.StringVar(&opts.healthAddr, "health-probe-bind-address", ":8081", "address of /healthz and /readyz")
+	fs.BoolVar(&opts.leaderElect, "leader-elect", true, "run one active replica, elected through a Lease")
+	fs.StringVar(&opts.leaderElectionNamespace, "leader-election-namespace", "", "namespace of the leader election Lease; the pod's own when empty")
+	fs.StringVar(&opts.schedulerName, "scheduler-name", controller.DefaultSchedulerName, "schedulerName of the jobs' pods")
+	fs.IntVar(&opts.workers, "workers", 4, "TrainingJobs (and PodGroups) reconciled in parallel")
+	fs.IntVar(&opts.createParallelism, "pod-write-parallelism", 64, "pod creations or deletions one job issues at once")
+	fs.Float64Var(&opts.qps, "kube-api-qps", 200, "apiserver request rate limit; a 256-pod job is 256 creates")
+	fs.IntVar(&opts.burst, "kube-api-burst", 400, "burst above --kube-api-qps")
+	klog.InitFlags(fs)
+	_ = fs.Parse(os.Args[1:])
+
+	ctrl.SetLogger(klog.NewKlogr())
+	ctx := ctrl.SetupSignalHandler()
+	if err := run(ctx, opts); err != nil {
+		klog.ErrorS(err, "controller failed")
+		klog.Flush()
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, opts options) error {
+	scheme := runtime.NewScheme()
+	for _, add := range []func(*runtime.Scheme) error{clientgoscheme.AddToScheme, v1alpha1.AddToScheme, schedv1alpha1.AddToScheme} {
+		if err := add(scheme); err != nil {
+			return err
+		}
+	}
+	cfg, err := clientcmd.BuildConfigFromFlags("", opts.kubeconfig)
+	if err != nil {
+		return fmt.Errorf("loading kubeconfig: %w", err)
+	}
+	cfg.QPS, cfg.Burst = float32(opts.qps), opts.burst
+
+	// Only gang pods are cached (the PodGroup controller counts every
+	// gang's pods, ours or not), and only the Services, ConfigMaps and
+	// Secrets the controller made: a cluster's own are none of its business.
+	gangPods, err := labels.NewRequirement(schedv1alpha1.PodGroupLabel, selection.Exists, nil)
+	if err != nil {
+		return err
+	}
+	ours, err := labels.NewRequirement(controller.JobNameLabel, selection.Exists, nil)
+	if err != nil {
+		return err
+	}
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+		Scheme:                  scheme,
+		Metrics:                 metricsserver.Options{BindAddress: opts.metricsAddr},
+		HealthProbeBindAddress:  opts.healthAddr,
+		LeaderElection:          opts.leaderElect,
+		LeaderElectionID:        "lockstep-controller.lockstep.dev",
+		LeaderElectionNamespace: opts.leaderElectionNamespace,
+		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{
+			&corev1.Pod{}:       {Label: labels.NewSelector().Add(*gangPods)},
+			&corev1.Service{}:   {Label: labels.NewSelector().Add(*ours)},
+			&corev1.ConfigMap{}: {Label: labels.NewSelector().Add(*ours)},
+			&corev1.Secret{}:    {Label: labels.NewSelector().Add(*ours)},
+		}},
+	})
+	if err != nil {
+		return fmt.Errorf("creating manager: %w", err)
+	}
+	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
+		return err
+	}
+	if err := mgr.AddReadyzCheck("ping", healthz.Ping); err != nil {
+		return err
+	}
+	metrics, err := controller.NewMetrics(ctrlmetrics.Registry, mgr.GetCache())
+	if err != nil {
+		return fmt.Errorf("registering metrics: %w", err)
+	}
+	jobs := &controller.TrainingJobReconciler{
+		Client:            mgr.GetClient(),
+		Recorder:          mgr.GetEventRecorderFor(controller.ControllerName),
+		Registry:          framework.NewBuiltinRegistry(rand.Reader),
+		Clock:             clock.RealClock{},
+		Metrics:           metrics,
+		SchedulerName:     opts.schedulerName,
+		Workers:           opts.workers,
+		CreateParallelism: opts.createParallelism,
+	}
+	if err := jobs.SetupWithManager(mgr); err != nil {
+		return fmt.Errorf("setting up the TrainingJob controller: %w", err)
+	}
+	podGroups := &podgroupcontroller.PodGroupReconciler{Client: mgr.GetClient(), Scheme: scheme, Workers: opts.workers}
+	if err := podGroups.SetupWithManager(mgr); err != nil {
+		return fmt.Errorf("setting up the PodGroup controller: %w", err)
+	}
+	klog.FromContext(ctx).Info("Starting", "schedulerName", opts.schedulerName, "leaderElection", opts.leaderElect)
+	return mgr.Start(ctx)
+}

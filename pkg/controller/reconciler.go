@@ -1,0 +1,375 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	schedv1alpha1 "sigs.k8s.io/scheduler-plugins/apis/scheduling/v1alpha1"
+
+	"github.com/lockstep-dev/lockstep/pkg/apis/lockstep/v1alpha1"
+	"github.com/lockstep-dev/lockstep/pkg/controller/framework"
+	"github.com/lockstep-dev/lockstep/pkg/topology"
+)
+
+// ControllerName names the controller in events and metrics.
+const ControllerName = "lockstep-controller"
+
+// DefaultSchedulerName is the scheduler the pods ask for unless configured.
+const DefaultSchedulerName = "lockstep-scheduler"
+
+// TrainingJobReconciler runs TrainingJobs: it keeps each job's PodGroup,
+// headless Service, auxiliary objects and pods as the job's framework
+// adapter describes them, restarts pods under the failure policy, enforces
+// the run policy and reports the job's status.
+//
+// Reconcile contract: Reconcile reads the job and its pods from the cache
+// and is idempotent; it writes an object only when it differs from what
+// the job wants, and the job's status only when it changed. Timed work
+// (activeDeadlineSeconds, ttlSecondsAfterFinished) is requeued with
+// RequeueAfter; nothing polls. A job whose spec is invalid gets a Failed
+// condition (InvalidSpec) and a reconcile.TerminalError, so it is neither
+// retried nor deleted. Writes to pods are guarded by expectations (see
+// expectations) so that a cache lagging behind the controller's own writes
+// never yields duplicate pods or a restart counted twice.
+//
+// +kubebuilder:rbac:groups=lockstep.dev,resources=trainingjobs,verbs=get;list;watch;delete
+// +kubebuilder:rbac:groups=lockstep.dev,resources=trainingjobs/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=lockstep.dev,resources=nodetopologies,verbs=get;list;watch
+// +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch;create;delete
+// +kubebuilder:rbac:groups="",resources=services;configmaps;secrets,verbs=get;list;watch;create;update
+// +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch
+// +kubebuilder:rbac:groups="",resources=events,verbs=create;patch
+// +kubebuilder:rbac:groups=scheduling.x-k8s.io,resources=podgroups,verbs=get;list;watch;create;update;patch
+// +kubebuilder:rbac:groups=scheduling.x-k8s.io,resources=podgroups/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;list;watch;create;update;patch
+type TrainingJobReconciler struct {
+	Client   client.Client
+	Recorder record.EventRecorder
+	Registry *framework.Registry
+	Clock    clock.PassiveClock
+	Metrics  *Metrics
+	// SchedulerName is the scheduler the job's pods ask for.
+	SchedulerName string
+	// Workers is how many jobs are reconciled in parallel; CreateParallelism
+	// how many pod writes one job issues at once.
+	Workers           int
+	CreateParallelism int
+	// Levels are the topology levels placement summaries use.
+	Levels []topology.Level
+
+	expectations *expectations
+}
+
+// SetupWithManager registers the reconciler, watching jobs, their pods and
+// the spec of their PodGroups.
+func (r *TrainingJobReconciler) SetupWithManager(mgr ctrl.Manager) error {
+	if r.Clock == nil {
+		r.Clock = clock.RealClock{}
+	}
+	if r.SchedulerName == "" {
+		r.SchedulerName = DefaultSchedulerName
+	}
+	if r.CreateParallelism < 1 {
+		r.CreateParallelism = 64
+	}
+	if r.Levels == nil {
+		r.Levels = topology.DefaultLevels()
+	}
+	r.expectations = newExpectations(r.Clock)
+	return ctrl.NewControllerManagedBy(mgr).
+		For(&v1alpha1.TrainingJob{}).
+		Owns(&corev1.Pod{}).
+		// The PodGroup controller rewrites status as pods change; only a
+		// changed or deleted spec concerns this one.
+		Owns(&schedv1alpha1.PodGroup{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
+		WithOptions(controller.Options{MaxConcurrentReconciles: r.Workers}).
+		Complete(r)
+}
+
+// Reconcile brings one job a step closer to its spec.
+func (r *TrainingJobReconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.Result, err error) {
+	defer func() {
+		if err != nil && r.Metrics != nil {
+			r.Metrics.ReconcileErrors.Inc()
+		}
+	}()
+	job := &v1alpha1.TrainingJob{}
+	if err := r.Client.Get(ctx, req.NamespacedName, job); err != nil {
+		if apierrors.IsNotFound(err) {
+			return ctrl.Result{}, nil
+		}
+		return ctrl.Result{}, fmt.Errorf("getting TrainingJob %s: %w", req, err)
+	}
+	if job.DeletionTimestamp != nil {
+		r.expectations.Forget(job.UID)
+		return ctrl.Result{}, nil
+	}
+	ctx = ctrl.LoggerInto(ctx, ctrl.LoggerFrom(ctx).WithValues("job", klog.KObj(job)))
+	original := job.Status.DeepCopy()
+	job.Default()
+	adapter, err := r.validate(job)
+	if err != nil {
+		return ctrl.Result{}, r.rejectInvalid(ctx, job, original, err)
+	}
+	pods, err := r.listPods(ctx, job)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+
+	switch {
+	case isFinished(&job.Status):
+		res, err = r.ensureFinished(ctx, job, pods)
+	case job.Spec.IsSuspended():
+		err = r.ensureSuspended(ctx, job, pods)
+	default:
+		res, err = r.ensureRunning(ctx, job, adapter, pods)
+	}
+	if statusErr := r.updateStatus(ctx, job, original); statusErr != nil && err == nil {
+		err = statusErr
+	}
+	return res, err
+}
+
+// validate checks the defaulted job as the API server would have, and finds
+// its adapter.
+func (r *TrainingJobReconciler) validate(job *v1alpha1.TrainingJob) (framework.Adapter, error) {
+	if errs := job.Validate(); len(errs) > 0 {
+		return nil, errs.ToAggregate()
+	}
+	return r.Registry.For(job.Spec.Framework)
+}
+
+// rejectInvalid fails a job whose spec cannot run. The job is kept, for its
+// owner to read why.
+func (r *TrainingJobReconciler) rejectInvalid(ctx context.Context, job *v1alpha1.TrainingJob, original *v1alpha1.TrainingJobStatus, invalid error) error {
+	if !meta.IsStatusConditionTrue(job.Status.Conditions, string(v1alpha1.JobFailed)) {
+		r.Recorder.Eventf(job, corev1.EventTypeWarning, ReasonInvalidSpec, "Invalid spec: %v", invalid)
+		ctrl.LoggerFrom(ctx).V(2).Info("Rejected invalid job", "err", invalid)
+	}
+	setCondition(&job.Status, job.Generation, v1alpha1.JobFailed, metav1.ConditionTrue, ReasonInvalidSpec, invalid.Error())
+	if job.Status.CompletionTime == nil {
+		now := metav1.NewTime(r.Clock.Now())
+		job.Status.CompletionTime = &now
+	}
+	if err := r.updateStatus(ctx, job, original); err != nil {
+		return err
+	}
+	return reconcile.TerminalError(fmt.Errorf("invalid TrainingJob %s: %w", klog.KObj(job), invalid))
+}
+
+// ensureRunning runs an active job: its objects, then the decision on its
+// pods, then the pods the decision leaves missing.
+func (r *TrainingJobReconciler) ensureRunning(ctx context.Context, job *v1alpha1.TrainingJob, a framework.Adapter, pods []*corev1.Pod) (ctrl.Result, error) {
+	if err := r.ensurePodGroup(ctx, job); err != nil {
+		return ctrl.Result{}, err
+	}
+	if err := r.ensureService(ctx, job); err != nil {
+		return ctrl.Result{}, err
+	}
+	if err := r.ensureAuxObjects(ctx, job, a); err != nil {
+		return ctrl.Result{}, err
+	}
+	if meta.IsStatusConditionTrue(job.Status.Conditions, string(v1alpha1.JobSuspended)) {
+		setCondition(&job.Status, job.Generation, v1alpha1.JobSuspended, metav1.ConditionFalse, ReasonResumed, "the job was resumed")
+		r.Recorder.Event(job, corev1.EventTypeNormal, ReasonResumed, "Resumed: recreating the pods")
+	}
+	obs := observe(job, pods)
+	r.recordReplicas(job, obs)
+	if !r.expectations.Satisfied(job.UID, pods) {
+		// The cache has not caught up with our writes: decide on the next
+		// event, or when the expectations expire.
+		return ctrl.Result{RequeueAfter: expectationsTTL}, nil
+	}
+	d := decide(job, a, obs, r.Clock.Now())
+	switch {
+	case d.outcome.Result != framework.Running:
+		return r.ensureFinishedNow(ctx, job, d.outcome, pods)
+	case len(d.restart) > 0:
+		return ctrl.Result{}, r.ensureRestart(ctx, job, a, d.restart)
+	}
+	if err := r.ensurePods(ctx, job, a, obs); err != nil {
+		return ctrl.Result{}, err
+	}
+	if err := r.ensureExcessDeleted(ctx, job, obs.excess); err != nil {
+		return ctrl.Result{}, err
+	}
+	r.ensureRunningConditions(ctx, job, obs)
+	return ctrl.Result{RequeueAfter: d.requeueAfter}, nil
+}
+
+// ensureRunningConditions marks the job Running once its gang runs, which
+// also ends a restart.
+func (r *TrainingJobReconciler) ensureRunningConditions(ctx context.Context, job *v1alpha1.TrainingJob, obs observation) {
+	if obs.running < minMember(job) {
+		return
+	}
+	if !meta.IsStatusConditionTrue(job.Status.Conditions, string(v1alpha1.JobRunning)) {
+		setCondition(&job.Status, job.Generation, v1alpha1.JobRunning, metav1.ConditionTrue, ReasonGangRunning,
+			fmt.Sprintf("%d pods are running", obs.running))
+		r.Recorder.Eventf(job, corev1.EventTypeNormal, ReasonGangRunning, "The gang is running (%d pods)", obs.running)
+	}
+	if meta.IsStatusConditionTrue(job.Status.Conditions, string(v1alpha1.JobRestarting)) {
+		setCondition(&job.Status, job.Generation, v1alpha1.JobRestarting, metav1.ConditionFalse, ReasonGangRunning, "the restarted gang is running")
+	}
+	if err := r.ensurePlacement(ctx, job, obs); err != nil {
+		// The summary is informational: a node or NodeTopology the cache
+		// lacks must not hold the job up.
+		ctrl.LoggerFrom(ctx).V(2).Info("Placement not summarized", "err", err)
+	}
+}
+
+// ensureRestart records a restart, then deletes the pods it covers; they
+// are recreated once gone. The status goes first, under optimistic
+// concurrency, so a restart is counted once even if the deletes fail.
+func (r *TrainingJobReconciler) ensureRestart(ctx context.Context, job *v1alpha1.TrainingJob, a framework.Adapter, restart []jobPod) error {
+	scope := framework.EffectiveRestartScope(a, job)
+	job.Status.RestartCount++
+	msg := fmt.Sprintf("restart %d (%s scope): %s %d failed", job.Status.RestartCount, scope, restart[0].role, restart[0].index)
+	if scope == v1alpha1.RestartScopeGang {
+		for _, p := range restart {
+			if p.Status.Phase == corev1.PodFailed {
+				msg = fmt.Sprintf("restart %d (%s scope): %s %d failed", job.Status.RestartCount, scope, p.role, p.index)
+				break
+			}
+		}
+	}
+	setCondition(&job.Status, job.Generation, v1alpha1.JobRestarting, metav1.ConditionTrue, ReasonRestarting, msg)
+	if meta.IsStatusConditionTrue(job.Status.Conditions, string(v1alpha1.JobRunning)) {
+		setCondition(&job.Status, job.Generation, v1alpha1.JobRunning, metav1.ConditionFalse, ReasonRestarting, msg)
+	}
+	if err := r.Client.Status().Update(ctx, job); err != nil {
+		if apierrors.IsConflict(err) {
+			// Decided on a stale job: decide again on the fresh one.
+			return nil
+		}
+		return fmt.Errorf("recording restart of %s: %w", klog.KObj(job), err)
+	}
+	r.Recorder.Event(job, corev1.EventTypeWarning, ReasonRestarting, "Restarting: "+msg)
+	ctrl.LoggerFrom(ctx).V(2).Info("Restarting", "scope", scope, "pods", len(restart), "restartCount", job.Status.RestartCount)
+	pods := make([]*corev1.Pod, len(restart))
+	for i, p := range restart {
+		pods[i] = p.Pod
+	}
+	if err := r.deletePods(ctx, job, pods); err != nil {
+		return err
+	}
+	if scope == v1alpha1.RestartScopeGang {
+		return r.resetPodGroupStatus(ctx, job)
+	}
+	return nil
+}
+
+// ensureFinishedNow finishes a job: the condition, then the pods.
+func (r *TrainingJobReconciler) ensureFinishedNow(ctx context.Context, job *v1alpha1.TrainingJob, out framework.Outcome, pods []*corev1.Pod) (ctrl.Result, error) {
+	finish(&job.Status, job.Generation, out, metav1.NewTime(r.Clock.Now()))
+	eventType := corev1.EventTypeNormal
+	if out.Result == framework.Failed {
+		eventType = corev1.EventTypeWarning
+	}
+	r.Recorder.Eventf(job, eventType, out.Reason, "%s: %s", out.Result, out.Message)
+	ctrl.LoggerFrom(ctx).V(2).Info("Job finished", "result", out.Result, "reason", out.Reason)
+	return r.ensureFinished(ctx, job, pods)
+}
+
+// ensureFinished applies cleanPodPolicy and ttlSecondsAfterFinished to a
+// finished job. A failed job's running pods are stopped whatever the
+// policy: they hold GPUs and, their peers gone, would hang in a collective.
+func (r *TrainingJobReconciler) ensureFinished(ctx context.Context, job *v1alpha1.TrainingJob, pods []*corev1.Pod) (ctrl.Result, error) {
+	policy := *job.Spec.RunPolicy.CleanPodPolicy
+	failed := meta.IsStatusConditionTrue(job.Status.Conditions, string(v1alpha1.JobFailed))
+	var doomed []*corev1.Pod
+	for _, p := range pods {
+		if p.DeletionTimestamp != nil {
+			continue
+		}
+		active := p.Status.Phase != corev1.PodSucceeded && p.Status.Phase != corev1.PodFailed
+		if policy == v1alpha1.CleanPodPolicyAll || active && (policy == v1alpha1.CleanPodPolicyRunning || failed) {
+			doomed = append(doomed, p)
+		}
+	}
+	if len(doomed) > 0 && r.expectations.Satisfied(job.UID, pods) {
+		if err := r.deletePods(ctx, job, doomed); err != nil {
+			return ctrl.Result{}, err
+		}
+	}
+	ttl := job.Spec.RunPolicy.TTLSecondsAfterFinished
+	if ttl == nil || job.Status.CompletionTime == nil {
+		return ctrl.Result{}, nil
+	}
+	left := job.Status.CompletionTime.Add(time.Duration(*ttl) * time.Second).Sub(r.Clock.Now())
+	if left > 0 {
+		return ctrl.Result{RequeueAfter: left}, nil
+	}
+	err := r.Client.Delete(ctx, job, client.PropagationPolicy(metav1.DeletePropagationBackground),
+		client.Preconditions{UID: &job.UID})
+	if client.IgnoreNotFound(err) != nil {
+		return ctrl.Result{}, fmt.Errorf("deleting finished TrainingJob %s: %w", klog.KObj(job), err)
+	}
+	r.Recorder.Eventf(job, corev1.EventTypeNormal, "Deleted", "Deleted %ds after it finished (ttlSecondsAfterFinished)", *ttl)
+	return ctrl.Result{}, nil
+}
+
+// ensureSuspended deletes the pods of a suspended job and resets its start
+// time, so activeDeadlineSeconds counts from the resume.
+func (r *TrainingJobReconciler) ensureSuspended(ctx context.Context, job *v1alpha1.TrainingJob, pods []*corev1.Pod) error {
+	if !meta.IsStatusConditionTrue(job.Status.Conditions, string(v1alpha1.JobSuspended)) {
+		setCondition(&job.Status, job.Generation, v1alpha1.JobSuspended, metav1.ConditionTrue, ReasonSuspended, "the job is suspended: its pods are deleted")
+		if meta.IsStatusConditionTrue(job.Status.Conditions, string(v1alpha1.JobRunning)) {
+			setCondition(&job.Status, job.Generation, v1alpha1.JobRunning, metav1.ConditionFalse, ReasonSuspended, "the job is suspended")
+		}
+		r.Recorder.Event(job, corev1.EventTypeNormal, ReasonSuspended, "Suspended: deleting the pods")
+	}
+	job.Status.StartTime = nil
+	job.Status.Placement = nil
+	r.recordReplicas(job, observe(job, pods))
+	var live []*corev1.Pod
+	for _, p := range pods {
+		if p.DeletionTimestamp == nil {
+			live = append(live, p)
+		}
+	}
+	if len(live) == 0 || !r.expectations.Satisfied(job.UID, pods) {
+		return nil
+	}
+	return r.deletePods(ctx, job, live)
+}
+
+// recordReplicas copies the pod counts into the status.
+func (r *TrainingJobReconciler) recordReplicas(job *v1alpha1.TrainingJob, obs observation) {
+	job.Status.ReplicaStatuses = obs.replicas
+	job.Status.TotalReplicas = job.Spec.TotalReplicas()
+}
+
+// updateStatus writes the status when it differs from original.
+func (r *TrainingJobReconciler) updateStatus(ctx context.Context, job *v1alpha1.TrainingJob, original *v1alpha1.TrainingJobStatus) error {
+	job.Status.ObservedGeneration = job.Generation
+	if equality.Semantic.DeepEqual(&job.Status, original) {
+		return nil
+	}
+	if err := r.Client.Status().Update(ctx, job); err != nil {
+		if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
+			// A newer job is on its way through the cache, or the job is
+			// gone; either brings its own event.
+			ctrl.LoggerFrom(ctx).V(5).Info("Status not written", "err", err)
+			return nil
+		}
+		return fmt.Errorf("updating status of TrainingJob %s: %w", klog.KObj(job), err)
+	}
+	*original = *job.Status.DeepCopy()
+	return nil
+}

@@ -1,0 +1,489 @@
+package controller
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strconv"
+	"sync"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	resourcehelper "k8s.io/component-helpers/resource"
+	"k8s.io/klog/v2"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	schedv1alpha1 "sigs.k8s.io/scheduler-plugins/apis/scheduling/v1alpha1"
+
+	"github.com/lockstep-dev/lockstep/pkg/apis/lockstep/v1alpha1"
+	"github.com/lockstep-dev/lockstep/pkg/controller/framework"
+	"github.com/lockstep-dev/lockstep/pkg/scheduler/topologyplacement"
+)
+
+// specHashAnnotation on an auxiliary object is the hash of the content the
+// controller last wrote, so an unchanged object is never rewritten.
+const specHashAnnotation = "lockstep.dev/spec-hash"
+
+// listPods returns the job's pods from the cache: those it owns.
+func (r *TrainingJobReconciler) listPods(ctx context.Context, job *v1alpha1.TrainingJob) ([]*corev1.Pod, error) {
+	var list corev1.PodList
+	if err := r.Client.List(ctx, &list, client.InNamespace(job.Namespace), client.MatchingLabels{JobNameLabel: job.Name}); err != nil {
+		return nil, fmt.Errorf("listing pods of TrainingJob %s: %w", klog.KObj(job), err)
+	}
+	pods := make([]*corev1.Pod, 0, len(list.Items))
+	for i := range list.Items {
+		if metav1.IsControlledBy(&list.Items[i], job) {
+			pods = append(pods, &list.Items[i])
+		}
+	}
+	return pods, nil
+}
+
+// minMember is how many pods the gang needs placed together.
+func minMember(job *v1alpha1.TrainingJob) int32 {
+	if sp := job.Spec.RunPolicy.SchedulingPolicy; sp != nil && sp.MinAvailable != nil {
+		return *sp.MinAvailable
+	}
+	return job.Spec.TotalReplicas()
+}
+
+// desiredPodGroup is the job's PodGroup: the gang's size and resources, its
+// schedule timeout, and the topology constraint as annotations the
+// scheduler's topology plugin reads. minResources counts every pod in full:
+// init containers and overhead as the scheduler counts them.
+func desiredPodGroup(job *v1alpha1.TrainingJob, a framework.Adapter) (*schedv1alpha1.PodGroup, error) {
+	total := corev1.ResourceList{}
+	for _, role := range slices.Sorted(maps.Keys(job.Spec.ReplicaSpecs)) {
+		spec := job.Spec.ReplicaSpecs[role]
+		n := spec.DesiredReplicas()
+		if n == 0 {
+			continue
+		}
+		tpl, err := a.PodTemplate(job, role, 0)
+		if err != nil {
+			return nil, err
+		}
+		pod := &corev1.Pod{Spec: tpl.Spec}
+		defaultRequests(&pod.Spec)
+		reqs := resourcehelper.PodRequests(pod, resourcehelper.PodResourcesOptions{})
+		for name, q := range reqs {
+			q.Mul(int64(n))
+			sum := total[name]
+			sum.Add(q)
+			total[name] = sum
+		}
+	}
+	pg := &schedv1alpha1.PodGroup{
+		ObjectMeta: metav1.ObjectMeta{Name: job.Name, Namespace: job.Namespace, Labels: map[string]string{JobNameLabel: job.Name}},
+		Spec:       schedv1alpha1.PodGroupSpec{MinMember: minMember(job), MinResources: total},
+	}
+	if sp := job.Spec.RunPolicy.SchedulingPolicy; sp != nil {
+		pg.Spec.ScheduleTimeoutSeconds = sp.ScheduleTimeoutSeconds
+	}
+	if t := job.Spec.Topology; t != nil {
+		pg.Annotations = map[string]string{
+			topologyplacement.LevelAnnotation: t.Level,
+			topologyplacement.ModeAnnotation:  string(t.Mode),
+		}
+	}
+	return pg, nil
+}
+
+// defaultRequests gives every container the requests the API server will
+// default from its limits (GPUs are usually given as limits only), so the
+// template counts as the pod will.
+func defaultRequests(spec *corev1.PodSpec) {
+	for _, cs := range [][]corev1.Container{spec.InitContainers, spec.Containers} {
+		for i := range cs {
+			c := &cs[i]
+			for name, q := range c.Resources.Limits {
+				if _, ok := c.Resources.Requests[name]; ok {
+					continue
+				}
+				if c.Resources.Requests == nil {
+					c.Resources.Requests = corev1.ResourceList{}
+				}
+				c.Resources.Requests[name] = q.DeepCopy()
+			}
+		}
+	}
+}
+
+// ensurePodGroup creates the PodGroup or brings its spec and topology
+// annotations up to date, writing only when they differ.
+func (r *TrainingJobReconciler) ensurePodGroup(ctx context.Context, job *v1alpha1.TrainingJob) error {
+	a, err := r.Registry.For(job.Spec.Framework)
+	if err != nil {
+		return err
+	}
+	want, err := desiredPodGroup(job, a)
+	if err != nil {
+		return fmt.Errorf("PodGroup of %s: %w", klog.KObj(job), err)
+	}
+	var have schedv1alpha1.PodGroup
+	err = r.Client.Get(ctx, client.ObjectKeyFromObject(want), &have)
+	switch {
+	case apierrors.IsNotFound(err):
+		if err := controllerutil.SetControllerReference(job, want, r.Client.Scheme()); err != nil {
+			return err
+		}
+		if err := r.Client.Create(ctx, want); err != nil && !apierrors.IsAlreadyExists(err) {
+			return fmt.Errorf("creating PodGroup %s: %w", klog.KObj(want), err)
+		}
+		r.Recorder.Eventf(job, corev1.EventTypeNormal, "CreatedPodGroup", "Created PodGroup %s (minMember %d)", want.Name, want.Spec.MinMember)
+		return nil
+	case err != nil:
+		return fmt.Errorf("getting PodGroup %s: %w", klog.KObj(want), err)
+	}
+	annotationsWant := map[string]string{}
+	for _, k := range []string{topologyplacement.LevelAnnotation, topologyplacement.ModeAnnotation} {
+		if v, ok := want.Annotations[k]; ok {
+			annotationsWant[k] = v
+		}
+	}
+	annotationsHave := map[string]string{}
+	for _, k := range []string{topologyplacement.LevelAnnotation, topologyplacement.ModeAnnotation} {
+		if v, ok := have.Annotations[k]; ok {
+			annotationsHave[k] = v
+		}
+	}
+	if equality.Semantic.DeepEqual(have.Spec, want.Spec) && maps.Equal(annotationsHave, annotationsWant) {
+		return nil
+	}
+	have.Spec = want.Spec
+	for _, k := range []string{topologyplacement.LevelAnnotation, topologyplacement.ModeAnnotation} {
+		delete(have.Annotations, k)
+	}
+	if len(annotationsWant) > 0 && have.Annotations == nil {
+		have.Annotations = map[string]string{}
+	}
+	maps.Copy(have.Annotations, annotationsWant)
+	if err := r.Client.Update(ctx, &have); err != nil {
+		return fmt.Errorf("updating PodGroup %s: %w", klog.KObj(&have), err)
+	}
+	r.Recorder.Eventf(job, corev1.EventTypeNormal, "UpdatedPodGroup", "Updated PodGroup %s (minMember %d)", have.Name, have.Spec.MinMember)
+	return nil
+}
+
+// resetPodGroupStatus starts the PodGroup's phase over for a restarted
+// gang: the PodGroup controller leaves a Failed group Failed for good.
+func (r *TrainingJobReconciler) resetPodGroupStatus(ctx context.Context, job *v1alpha1.TrainingJob) error {
+	pg := &schedv1alpha1.PodGroup{ObjectMeta: metav1.ObjectMeta{Name: job.Name, Namespace: job.Namespace}}
+	patch := []byte(`{"status":{"phase":"Pending","running":null,"succeeded":null,"failed":null}}`)
+	if err := r.Client.Status().Patch(ctx, pg, client.RawPatch(types.MergePatchType, patch)); client.IgnoreNotFound(err) != nil {
+		return fmt.Errorf("resetting the status of PodGroup %s: %w", klog.KObj(pg), err)
+	}
+	return nil
+}
+
+// ensureService creates the job's headless Service, once.
+func (r *TrainingJobReconciler) ensureService(ctx context.Context, job *v1alpha1.TrainingJob) error {
+	svc := framework.NewHeadlessService(job)
+	return r.ensureObject(ctx, job, svc, true)
+}
+
+// ensureAuxObjects applies the adapter's auxiliary objects.
+func (r *TrainingJobReconciler) ensureAuxObjects(ctx context.Context, job *v1alpha1.TrainingJob, a framework.Adapter) error {
+	aux, err := a.AuxObjects(job)
+	if err != nil {
+		return fmt.Errorf("auxiliary objects of %s: %w", klog.KObj(job), err)
+	}
+	for _, o := range aux {
+		if err := r.ensureObject(ctx, job, o.Object, o.CreateOnly); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// ensureObject creates obj, owned by the job and labelled with it, or
+// updates it when its content hash changed, unless it is create-only.
+func (r *TrainingJobReconciler) ensureObject(ctx context.Context, job *v1alpha1.TrainingJob, obj client.Object, createOnly bool) error {
+	kind := fmt.Sprintf("%T", obj)
+	hash, err := contentHash(obj)
+	if err != nil {
+		return fmt.Errorf("hashing %s %s: %w", kind, klog.KObj(obj), err)
+	}
+	existing, ok := obj.DeepCopyObject().(client.Object)
+	if !ok {
+		return fmt.Errorf("%s is not a client.Object", kind)
+	}
+	err = r.Client.Get(ctx, client.ObjectKeyFromObject(obj), existing)
+	switch {
+	case apierrors.IsNotFound(err):
+		labels := obj.GetLabels()
+		if labels == nil {
+			labels = map[string]string{}
+		}
+		labels[JobNameLabel] = job.Name
+		obj.SetLabels(labels)
+		ann := obj.GetAnnotations()
+		if ann == nil {
+			ann = map[string]string{}
+		}
+		ann[specHashAnnotation] = hash
+		obj.SetAnnotations(ann)
+		if err := controllerutil.SetControllerReference(job, obj, r.Client.Scheme()); err != nil {
+			return err
+		}
+		if err := r.Client.Create(ctx, obj); err != nil && !apierrors.IsAlreadyExists(err) {
+			return fmt.Errorf("creating %s %s: %w", kind, klog.KObj(obj), err)
+		}
+		return nil
+	case err != nil:
+		return fmt.Errorf("getting %s %s: %w", kind, klog.KObj(obj), err)
+	case createOnly || existing.GetAnnotations()[specHashAnnotation] == hash:
+		return nil
+	}
+	if !metav1.IsControlledBy(existing, job) {
+		return fmt.Errorf("%s %s exists and is not the job's", kind, klog.KObj(obj))
+	}
+	obj.SetResourceVersion(existing.GetResourceVersion())
+	obj.SetOwnerReferences(existing.GetOwnerReferences())
+	labels := existing.GetLabels()
+	obj.SetLabels(labels)
+	ann := existing.GetAnnotations()
+	ann[specHashAnnotation] = hash
+	obj.SetAnnotations(ann)
+	if err := r.Client.Update(ctx, obj); err != nil {
+		return fmt.Errorf("updating %s %s: %w", kind, klog.KObj(obj), err)
+	}
+	return nil
+}
+
+// contentHash hashes an object as the adapter built it, metadata aside.
+func contentHash(obj client.Object) (string, error) {
+	c, ok := obj.DeepCopyObject().(client.Object)
+	if !ok {
+		return "", errors.New("not a client.Object")
+	}
+	c.SetName("")
+	c.SetNamespace("")
+	c.SetLabels(nil)
+	c.SetAnnotations(nil)
+	data, err := json.Marshal(c)
+	if err != nil {
+		return "", err
+	}
+	sum := sha256.Sum256(data)
+	return hex.EncodeToString(sum[:8]), nil
+}
+
+// desiredPod is pod index of role as the controller creates it: the
+// adapter's template plus labels, owner, scheduler and restart policy. The
+// restart policy is Never whatever the role's: the controller, not the
+// kubelet, restarts failed pods, so that the failure policy decides what
+// restarts with them and backoffLimit counts every restart.
+func (r *TrainingJobReconciler) desiredPod(job *v1alpha1.TrainingJob, a framework.Adapter, role v1alpha1.ReplicaType, index int32) (*corev1.Pod, error) {
+	tpl, err := a.PodTemplate(job, role, index)
+	if err != nil {
+		return nil, err
+	}
+	pod := &corev1.Pod{ObjectMeta: tpl.ObjectMeta, Spec: tpl.Spec}
+	pod.Name = framework.PodName(job.Name, role, index)
+	pod.Namespace = job.Namespace
+	pod.GenerateName = ""
+	if pod.Labels == nil {
+		pod.Labels = map[string]string{}
+	}
+	pod.Labels[JobNameLabel] = job.Name
+	pod.Labels[ReplicaTypeLabel] = string(role)
+	pod.Labels[ReplicaIndexLabel] = strconv.Itoa(int(index))
+	pod.Labels[schedv1alpha1.PodGroupLabel] = job.Name
+	pod.Spec.SchedulerName = r.SchedulerName
+	pod.Spec.RestartPolicy = corev1.RestartPolicyNever
+	if sp := job.Spec.RunPolicy.SchedulingPolicy; sp != nil && sp.PriorityClass != "" && pod.Spec.PriorityClassName == "" {
+		pod.Spec.PriorityClassName = sp.PriorityClass
+	}
+	if err := controllerutil.SetControllerReference(job, pod, r.Client.Scheme()); err != nil {
+		return nil, err
+	}
+	return pod, nil
+}
+
+// ensurePods creates the job's missing pods, in the adapter's role order,
+// at most CreateParallelism at a time. A name still held by a pod being
+// deleted is left for a later pass.
+func (r *TrainingJobReconciler) ensurePods(ctx context.Context, job *v1alpha1.TrainingJob, a framework.Adapter, obs observation) error {
+	var missing []*corev1.Pod
+	taken := func(name string) bool { _, ok := obs.live[name]; return ok }
+	for _, role := range a.Roles() {
+		spec, ok := job.Spec.ReplicaSpecs[role]
+		if !ok {
+			continue
+		}
+		for i := range spec.DesiredReplicas() {
+			if taken(framework.PodName(job.Name, role, i)) {
+				continue
+			}
+			pod, err := r.desiredPod(job, a, role, i)
+			if err != nil {
+				return fmt.Errorf("pod %s %d of %s: %w", role, i, klog.KObj(job), err)
+			}
+			missing = append(missing, pod)
+		}
+	}
+	if len(missing) == 0 {
+		return nil
+	}
+	if job.Status.StartTime == nil {
+		now := metav1.NewTime(r.Clock.Now())
+		job.Status.StartTime = &now
+	}
+	names := make([]string, len(missing))
+	for i, p := range missing {
+		names[i] = p.Name
+	}
+	r.expectations.ExpectCreations(job.UID, names...)
+	created, _, err := r.forEach(missing, func(p *corev1.Pod) error {
+		err := r.Client.Create(ctx, p)
+		if err != nil {
+			r.expectations.CreationFailed(job.UID, p.Name)
+		}
+		return err
+	})
+	if created > 0 {
+		r.Recorder.Eventf(job, corev1.EventTypeNormal, "CreatedPods", "Created %d pods", created)
+		ctrl.LoggerFrom(ctx).V(2).Info("Created pods", "count", created)
+	}
+	if err != nil {
+		// A template the API server will not turn into a pod (a missing
+		// ServiceAccount, a bad volume) fails the same way on every try: say
+		// so on the job, and let the workqueue's backoff space the retries.
+		msg := fmt.Sprintf("creating pods failed: %v", err)
+		r.Recorder.Event(job, corev1.EventTypeWarning, ReasonFailedCreatePod, msg)
+		setCondition(&job.Status, job.Generation, v1alpha1.JobCreated, metav1.ConditionFalse, ReasonFailedCreatePod, truncateMessage(msg))
+		return fmt.Errorf("creating pods of %s: %w", klog.KObj(job), err)
+	}
+	if !meta.IsStatusConditionTrue(job.Status.Conditions, string(v1alpha1.JobCreated)) {
+		setCondition(&job.Status, job.Generation, v1alpha1.JobCreated, metav1.ConditionTrue, ReasonPodsCreated, "the job's PodGroup, Service and pods were created")
+	}
+	return nil
+}
+
+// truncateMessage keeps a condition message within the API's 32 KiB limit.
+func truncateMessage(s string) string {
+	const limit = 32 * 1024
+	if len(s) <= limit {
+		return s
+	}
+	return s[:limit]
+}
+
+// deletePods deletes pods, recording the deletions as expected.
+func (r *TrainingJobReconciler) deletePods(ctx context.Context, job *v1alpha1.TrainingJob, pods []*corev1.Pod) error {
+	uids := make([]types.UID, len(pods))
+	for i, p := range pods {
+		uids[i] = p.UID
+	}
+	r.expectations.ExpectDeletions(job.UID, uids...)
+	deleted, _, err := r.forEach(pods, func(p *corev1.Pod) error {
+		err := r.Client.Delete(ctx, p, client.Preconditions{UID: &p.UID})
+		if err != nil {
+			r.expectations.DeletionFailed(job.UID, p.UID)
+		}
+		return client.IgnoreNotFound(err)
+	})
+	if deleted > 0 {
+		ctrl.LoggerFrom(ctx).V(2).Info("Deleted pods", "count", deleted)
+	}
+	if err != nil {
+		return fmt.Errorf("deleting pods of %s: %w", klog.KObj(job), err)
+	}
+	return nil
+}
+
+// ensureExcessDeleted deletes pods the spec no longer has.
+func (r *TrainingJobReconciler) ensureExcessDeleted(ctx context.Context, job *v1alpha1.TrainingJob, excess []jobPod) error {
+	if len(excess) == 0 {
+		return nil
+	}
+	pods := make([]*corev1.Pod, len(excess))
+	for i, p := range excess {
+		pods[i] = p.Pod
+	}
+	return r.deletePods(ctx, job, pods)
+}
+
+// forEach runs write on every pod, CreateParallelism at a time, and counts
+// the successes. AlreadyExists counts as neither success nor error: the pod
+// is there, as wanted; it is counted in the second result.
+func (r *TrainingJobReconciler) forEach(pods []*corev1.Pod, write func(*corev1.Pod) error) (int, int, error) {
+	var (
+		mu          sync.Mutex
+		done, dup   int
+		errs        []error
+		wg          sync.WaitGroup
+		parallelism = make(chan struct{}, r.CreateParallelism)
+	)
+	for _, p := range pods {
+		parallelism <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer func() { <-parallelism }()
+			err := write(p)
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case err == nil:
+				done++
+			case apierrors.IsAlreadyExists(err):
+				dup++
+			case apierrors.HasStatusCause(err, corev1.NamespaceTerminatingCause):
+				// The namespace is going, and the job with it.
+			default:
+				errs = append(errs, fmt.Errorf("pod %s: %w", p.Name, err))
+			}
+		}()
+	}
+	wg.Wait()
+	return done, dup, errors.Join(errs...)
+}
+
+// ensurePlacement summarizes where the gang runs once every pod is bound.
+func (r *TrainingJobReconciler) ensurePlacement(ctx context.Context, job *v1alpha1.TrainingJob, obs observation) error {
+	placed := make([]placedPod, 0, len(obs.live))
+	nodes := map[string]placementNode{}
+	for _, p := range obs.live {
+		if p.Spec.NodeName == "" {
+			return nil
+		}
+		placed = append(placed, placedPod{Node: p.Spec.NodeName, GPUs: p.Annotations[v1alpha1.GPUsAnnotation]})
+		if _, ok := nodes[p.Spec.NodeName]; ok {
+			continue
+		}
+		var node corev1.Node
+		if err := r.Client.Get(ctx, client.ObjectKey{Name: p.Spec.NodeName}, &node); err != nil {
+			return fmt.Errorf("getting node %s: %w", p.Spec.NodeName, err)
+		}
+		info := placementNode{Labels: node.Labels}
+		var nt v1alpha1.NodeTopology
+		switch err := r.Client.Get(ctx, client.ObjectKey{Name: node.Name}, &nt); {
+		case err == nil:
+			info.Topology = &nt.Spec
+		case !apierrors.IsNotFound(err):
+			return fmt.Errorf("getting NodeTopology %s: %w", node.Name, err)
+		}
+		nodes[node.Name] = info
+	}
+	if have := job.Status.Placement; have != nil && slices.Equal(have.Nodes, slices.Sorted(maps.Keys(nodes))) {
+		// The gang has not moved: the summary stands.
+		return nil
+	}
+	pl, err := summarizePlacement(placed, nodes, r.Levels)
+	if pl != nil {
+		job.Status.Placement = pl
+	}
+	return err
+}

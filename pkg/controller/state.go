@@ -1,0 +1,234 @@
+package controller
+
+import (
+	"fmt"
+	"strconv"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/lockstep-dev/lockstep/pkg/apis/lockstep/v1alpha1"
+	"github.com/lockstep-dev/lockstep/pkg/controller/framework"
+)
+
+// Labels the controller puts on everything it creates for a job.
+const (
+	JobNameLabel      = "lockstep.dev/job-name"
+	ReplicaTypeLabel  = "lockstep.dev/replica-type"
+	ReplicaIndexLabel = "lockstep.dev/replica-index"
+)
+
+// Condition reasons the controller sets besides the adapters' outcomes.
+const (
+	ReasonInvalidSpec          = "InvalidSpec"
+	ReasonBackoffLimitExceeded = "BackoffLimitExceeded"
+	ReasonDeadlineExceeded     = "DeadlineExceeded"
+	ReasonPodsCreated          = "PodsCreated"
+	ReasonFailedCreatePod      = "FailedCreatePod"
+	ReasonGangRunning          = "GangRunning"
+	ReasonRestarting           = "Restarting"
+	ReasonSuspended            = "Suspended"
+	ReasonResumed              = "Resumed"
+	ReasonFinished             = "Finished"
+)
+
+// jobPod is one of a job's pods with the role and index its labels give.
+type jobPod struct {
+	*corev1.Pod
+	role  v1alpha1.ReplicaType
+	index int32
+}
+
+// observation is a job's pods sorted out for the decisions.
+type observation struct {
+	// live are the pods not being deleted, by name.
+	live map[string]jobPod
+	// terminating counts pods being deleted.
+	terminating int
+	// excess are live pods whose role or index the spec no longer has.
+	excess []jobPod
+	// retry are failed pods that the restart policy of their role retries.
+	retry []jobPod
+	// phases is the adapters' view: a retried or missing pod is Pending.
+	phases framework.Observed
+	// running counts live pods in phase Running.
+	running int32
+	// replicas counts pods by role and phase.
+	replicas map[v1alpha1.ReplicaType]v1alpha1.ReplicaStatus
+}
+
+// observe sorts a defaulted job's pods.
+func observe(job *v1alpha1.TrainingJob, pods []*corev1.Pod) observation {
+	obs := observation{
+		live:     map[string]jobPod{},
+		phases:   framework.Observed{},
+		replicas: map[v1alpha1.ReplicaType]v1alpha1.ReplicaStatus{},
+	}
+	for role, spec := range job.Spec.ReplicaSpecs {
+		phases := make([]corev1.PodPhase, spec.DesiredReplicas())
+		for i := range phases {
+			phases[i] = corev1.PodPending
+		}
+		obs.phases[role] = phases
+		obs.replicas[role] = v1alpha1.ReplicaStatus{}
+	}
+	for _, p := range pods {
+		if p.DeletionTimestamp != nil {
+			obs.terminating++
+			continue
+		}
+		jp, known := podRole(job, p)
+		if !known {
+			obs.excess = append(obs.excess, jp)
+			continue
+		}
+		obs.live[p.Name] = jp
+		rs := obs.replicas[jp.role]
+		phase := p.Status.Phase
+		switch phase {
+		case corev1.PodSucceeded:
+			rs.Succeeded++
+		case corev1.PodFailed:
+			rs.Failed++
+			if retryable(job, jp) {
+				obs.retry = append(obs.retry, jp)
+				phase = corev1.PodPending
+			}
+		case corev1.PodRunning:
+			obs.running++
+			rs.Active++
+		default:
+			rs.Active++
+		}
+		obs.replicas[jp.role] = rs
+		obs.phases[jp.role][jp.index] = phase
+	}
+	return obs
+}
+
+// podRole reads a pod's role and index; false when the job's spec has no
+// such pod (a role removed or scaled down while suspended).
+func podRole(job *v1alpha1.TrainingJob, p *corev1.Pod) (jobPod, bool) {
+	jp := jobPod{Pod: p, role: v1alpha1.ReplicaType(p.Labels[ReplicaTypeLabel])}
+	i, err := strconv.ParseInt(p.Labels[ReplicaIndexLabel], 10, 32)
+	spec, ok := job.Spec.ReplicaSpecs[jp.role]
+	if err != nil || !ok || i < 0 || int32(i) >= spec.DesiredReplicas() || p.Name != framework.PodName(job.Name, jp.role, int32(i)) {
+		return jp, false
+	}
+	jp.index = int32(i)
+	return jp, true
+}
+
+// retryable says whether the restart policy of a failed pod's role retries
+// it. Always and OnFailure retry every failure; ExitCode a retryable exit
+// code, or a pod that failed without one (evicted, its node lost), which is
+// the infrastructure's failure rather than the program's; Never nothing.
+func retryable(job *v1alpha1.TrainingJob, p jobPod) bool {
+	switch job.Spec.ReplicaSpecs[p.role].RestartPolicy {
+	case v1alpha1.RestartAlways, v1alpha1.RestartOnFailure:
+		return true
+	case v1alpha1.RestartExitCode:
+		code, ok := exitCode(p.Pod)
+		return !ok || job.Spec.FailurePolicy.IsRetryableExitCode(code)
+	}
+	return false
+}
+
+// exitCode is the exit code of the first container that failed.
+func exitCode(p *corev1.Pod) (int32, bool) {
+	for _, cs := range p.Status.ContainerStatuses {
+		if t := cs.State.Terminated; t != nil && t.ExitCode != 0 {
+			return t.ExitCode, true
+		}
+	}
+	return 0, false
+}
+
+// decision is what the controller does next with a running job.
+type decision struct {
+	// outcome is Succeeded or Failed to finish the job, Running otherwise.
+	outcome framework.Outcome
+	// restart are the pods to delete for a retry; they are recreated once
+	// gone. Empty when nothing restarts.
+	restart []jobPod
+	// requeueAfter is when the deadline falls, 0 without one.
+	requeueAfter time.Duration
+}
+
+// decide applies the adapter's success rule, the deadline and the failure
+// policy to what observe saw.
+func decide(job *v1alpha1.TrainingJob, a framework.Adapter, obs observation, now time.Time) decision {
+	out := a.Outcome(job, obs.phases)
+	if out.Result != framework.Running {
+		return decision{outcome: out}
+	}
+	var d decision
+	d.outcome = out
+	if ads := job.Spec.RunPolicy.ActiveDeadlineSeconds; ads != nil && job.Status.StartTime != nil {
+		left := job.Status.StartTime.Add(time.Duration(*ads) * time.Second).Sub(now)
+		if left <= 0 {
+			return decision{outcome: framework.Outcome{Result: framework.Failed, Reason: ReasonDeadlineExceeded,
+				Message: fmt.Sprintf("the job ran longer than activeDeadlineSeconds (%ds)", *ads)}}
+		}
+		d.requeueAfter = left
+	}
+	if len(obs.retry) == 0 {
+		return d
+	}
+	if bl := job.Spec.RunPolicy.BackoffLimit; bl != nil && job.Status.RestartCount >= *bl {
+		return decision{outcome: framework.Outcome{Result: framework.Failed, Reason: ReasonBackoffLimitExceeded,
+			Message: fmt.Sprintf("%s %d failed after %d restarts (backoffLimit %d)", obs.retry[0].role, obs.retry[0].index, job.Status.RestartCount, *bl)}}
+	}
+	if framework.EffectiveRestartScope(a, job) == v1alpha1.RestartScopeGang {
+		for _, p := range obs.live {
+			d.restart = append(d.restart, p)
+		}
+	} else {
+		d.restart = obs.retry
+	}
+	return d
+}
+
+// isFinished says whether the job has succeeded or failed for good.
+func isFinished(st *v1alpha1.TrainingJobStatus) bool {
+	return meta.IsStatusConditionTrue(st.Conditions, string(v1alpha1.JobSucceeded)) ||
+		meta.IsStatusConditionTrue(st.Conditions, string(v1alpha1.JobFailed))
+}
+
+// setCondition sets a condition and keeps State the latest one that holds.
+func setCondition(st *v1alpha1.TrainingJobStatus, generation int64, t v1alpha1.JobState, status metav1.ConditionStatus, reason, msg string) {
+	meta.SetStatusCondition(&st.Conditions, metav1.Condition{
+		Type: string(t), Status: status, Reason: reason, Message: msg, ObservedGeneration: generation,
+	})
+	st.State = stateOf(st)
+}
+
+// stateOf is the one-word summary: the strongest condition that holds.
+func stateOf(st *v1alpha1.TrainingJobStatus) v1alpha1.JobState {
+	for _, s := range []v1alpha1.JobState{v1alpha1.JobSucceeded, v1alpha1.JobFailed, v1alpha1.JobSuspended,
+		v1alpha1.JobRestarting, v1alpha1.JobRunning, v1alpha1.JobCreated} {
+		if meta.IsStatusConditionTrue(st.Conditions, string(s)) {
+			return s
+		}
+	}
+	return ""
+}
+
+// finish marks the job succeeded or failed.
+func finish(st *v1alpha1.TrainingJobStatus, generation int64, out framework.Outcome, now metav1.Time) {
+	t := v1alpha1.JobSucceeded
+	if out.Result == framework.Failed {
+		t = v1alpha1.JobFailed
+	}
+	for _, c := range []v1alpha1.JobState{v1alpha1.JobRunning, v1alpha1.JobRestarting} {
+		if meta.FindStatusCondition(st.Conditions, string(c)) != nil {
+			setCondition(st, generation, c, metav1.ConditionFalse, ReasonFinished, "the job finished")
+		}
+	}
+	setCondition(st, generation, t, metav1.ConditionTrue, out.Reason, out.Message)
+	if st.CompletionTime == nil {
+		st.CompletionTime = &now
+	}
+}

@@ -1,0 +1,226 @@
+package controller
+
+import (
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
+
+	"github.com/lockstep-dev/lockstep/pkg/apis/lockstep/v1alpha1"
+	"github.com/lockstep-dev/lockstep/pkg/controller/framework"
+)
+
+var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+
+func testJob(restart v1alpha1.RestartPolicy, mutate ...func(*v1alpha1.TrainingJob)) *v1alpha1.TrainingJob {
+	tpl := corev1.PodTemplateSpec{Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "pytorch", Image: "img"}}}}
+	j := &v1alpha1.TrainingJob{
+		ObjectMeta: metav1.ObjectMeta{Name: "j", Namespace: "ns", UID: "job-uid"},
+		Spec: v1alpha1.TrainingJobSpec{
+			Framework: v1alpha1.FrameworkPyTorch,
+			ReplicaSpecs: map[v1alpha1.ReplicaType]v1alpha1.ReplicaSpec{
+				v1alpha1.ReplicaMaster: {Replicas: ptr.To[int32](1), RestartPolicy: restart, Template: tpl},
+				v1alpha1.ReplicaWorker: {Replicas: ptr.To[int32](2), RestartPolicy: restart, Template: tpl},
+			},
+		},
+		Status: v1alpha1.TrainingJobStatus{StartTime: &metav1.Time{Time: t0}},
+	}
+	for _, m := range mutate {
+		m(j)
+	}
+	j.Default()
+	return j
+}
+
+func testPod(role v1alpha1.ReplicaType, index int32, phase corev1.PodPhase, exitCode int32) *corev1.Pod {
+	p := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: framework.PodName("j", role, index), Namespace: "ns",
+			UID:    types.UID(framework.PodName("j", role, index)),
+			Labels: map[string]string{ReplicaTypeLabel: string(role), ReplicaIndexLabel: string(rune('0' + index))},
+		},
+		Status: corev1.PodStatus{Phase: phase},
+	}
+	if exitCode != 0 {
+		p.Status.ContainerStatuses = []corev1.ContainerStatus{{State: corev1.ContainerState{
+			Terminated: &corev1.ContainerStateTerminated{ExitCode: exitCode}}}}
+	}
+	return p
+}
+
+func testGang(phases ...corev1.PodPhase) []*corev1.Pod {
+	return []*corev1.Pod{
+		testPod(v1alpha1.ReplicaMaster, 0, phases[0], 0),
+		testPod(v1alpha1.ReplicaWorker, 0, phases[1], 0),
+		testPod(v1alpha1.ReplicaWorker, 1, phases[2], 0),
+	}
+}
+
+func TestDecide(t *testing.T) {
+	run, ok, bad := corev1.PodRunning, corev1.PodSucceeded, corev1.PodFailed
+	failedWith := func(code int32) []*corev1.Pod {
+		pods := testGang(run, run, run)
+		pods[2] = testPod(v1alpha1.ReplicaWorker, 1, bad, code)
+		return pods
+	}
+	type want struct {
+		Result       framework.Result
+		Reason       string
+		Restart      []string
+		RequeueAfter time.Duration
+	}
+	cases := []struct {
+		name string
+		job  *v1alpha1.TrainingJob
+		pods []*corev1.Pod
+		now  time.Time
+		want want
+	}{{
+		name: "running",
+		job:  testJob(""),
+		pods: testGang(run, run, run),
+		want: want{Result: framework.Running, Reason: "Running"},
+	}, {
+		name: "master succeeded",
+		job:  testJob(""),
+		pods: testGang(ok, run, run),
+		want: want{Result: framework.Succeeded, Reason: "MasterSucceeded"},
+	}, {
+		name: "retryable exit code restarts the gang",
+		job:  testJob(v1alpha1.RestartExitCode),
+		pods: failedWith(137),
+		want: want{Result: framework.Running, Reason: "Running", Restart: []string{"j-master-0", "j-worker-0", "j-worker-1"}},
+	}, {
+		name: "pod scope restarts the failed pod",
+		job: testJob(v1alpha1.RestartExitCode, func(j *v1alpha1.TrainingJob) {
+			j.Spec.FailurePolicy = &v1alpha1.FailurePolicy{Restart: v1alpha1.RestartScopePod}
+		}),
+		pods: failedWith(137),
+		want: want{Result: framework.Running, Reason: "Running", Restart: []string{"j-worker-1"}},
+	}, {
+		name: "non-retryable exit code fails",
+		job:  testJob(v1alpha1.RestartExitCode),
+		pods: failedWith(1),
+		want: want{Result: framework.Failed, Reason: "WorkerFailed"},
+	}, {
+		name: "restart policy Never fails",
+		job:  testJob(v1alpha1.RestartNever),
+		pods: failedWith(137),
+		want: want{Result: framework.Failed, Reason: "WorkerFailed"},
+	}, {
+		name: "OnFailure retries any exit code",
+		job:  testJob(v1alpha1.RestartOnFailure),
+		pods: failedWith(1),
+		want: want{Result: framework.Running, Reason: "Running", Restart: []string{"j-master-0", "j-worker-0", "j-worker-1"}},
+	}, {
+		name: "backoff limit exceeded",
+		job: testJob(v1alpha1.RestartExitCode, func(j *v1alpha1.TrainingJob) {
+			j.Spec.RunPolicy = &v1alpha1.RunPolicy{BackoffLimit: ptr.To[int32](1)}
+			j.Status.RestartCount = 1
+		}),
+		pods: failedWith(137),
+		want: want{Result: framework.Failed, Reason: ReasonBackoffLimitExceeded},
+	}, {
+		name: "deadline ahead: requeue",
+		job: testJob("", func(j *v1alpha1.TrainingJob) {
+			j.Spec.RunPolicy = &v1alpha1.RunPolicy{ActiveDeadlineSeconds: ptr.To[int64](5)}
+		}),
+		pods: testGang(run, run, run),
+		now:  t0.Add(2 * time.Second),
+		want: want{Result: framework.Running, Reason: "Running", RequeueAfter: 3 * time.Second},
+	}, {
+		name: "deadline passed",
+		job: testJob("", func(j *v1alpha1.TrainingJob) {
+			j.Spec.RunPolicy = &v1alpha1.RunPolicy{ActiveDeadlineSeconds: ptr.To[int64](5)}
+		}),
+		pods: testGang(run, run, run),
+		now:  t0.Add(5 * time.Second),
+		want: want{Result: framework.Failed, Reason: ReasonDeadlineExceeded},
+	}}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			now := tc.now
+			if now.IsZero() {
+				now = t0
+			}
+			d := decide(tc.job, mustAdapter(t, tc.job), observe(tc.job, tc.pods), now)
+			got := want{Result: d.outcome.Result, Reason: d.outcome.Reason, RequeueAfter: d.requeueAfter}
+			for _, p := range d.restart {
+				got.Restart = append(got.Restart, p.Name)
+			}
+			if diff := cmp.Diff(tc.want, got, cmpSortStrings); diff != "" {
+				t.Errorf("decision (-want,+got):\n%s", diff)
+			}
+		})
+	}
+}
+
+var cmpSortStrings = cmp.Transformer("sort", func(in []string) []string {
+	out := append([]string(nil), in...)
+	for i := range out {
+		for j := i + 1; j < len(out); j++ {
+			if out[j] < out[i] {
+				out[i], out[j] = out[j], out[i]
+			}
+		}
+	}
+	return out
+})
+
+func mustAdapter(t *testing.T, job *v1alpha1.TrainingJob) framework.Adapter {
+	t.Helper()
+	a, err := framework.NewBuiltinRegistry(nil).For(job.Spec.Framework)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a
+}
+
+func TestExpectations(t *testing.T) {
+	clk := &fakeClock{now: t0}
+	e := newExpectations(clk)
+	const job = types.UID("job")
+	pod := func(name string, uid types.UID, deleting bool) *corev1.Pod {
+		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, UID: uid}}
+		if deleting {
+			p.DeletionTimestamp = &metav1.Time{Time: t0}
+		}
+		return p
+	}
+	if !e.Satisfied(job, nil) {
+		t.Fatal("no expectations: want satisfied")
+	}
+	e.ExpectCreations(job, "a", "b")
+	if e.Satisfied(job, []*corev1.Pod{pod("a", "1", false)}) {
+		t.Error("b not seen yet: want unsatisfied")
+	}
+	if !e.Satisfied(job, []*corev1.Pod{pod("a", "1", false), pod("b", "2", false)}) {
+		t.Error("a and b seen: want satisfied")
+	}
+	e.ExpectDeletions(job, "1", "2")
+	if e.Satisfied(job, []*corev1.Pod{pod("a", "1", true), pod("b", "2", false)}) {
+		t.Error("2 still live: want unsatisfied")
+	}
+	if !e.Satisfied(job, []*corev1.Pod{pod("a", "1", true)}) {
+		t.Error("1 deleting, 2 gone: want satisfied")
+	}
+	e.ExpectCreations(job, "c")
+	e.CreationFailed(job, "c")
+	if !e.Satisfied(job, nil) {
+		t.Error("failed creation: want satisfied")
+	}
+	e.ExpectCreations(job, "d")
+	clk.now = t0.Add(expectationsTTL + time.Second)
+	if !e.Satisfied(job, nil) {
+		t.Error("expired: want satisfied")
+	}
+}
+
+type fakeClock struct{ now time.Time }
+
+func (c *fakeClock) Now() time.Time                  { return c.now }
+func (c *fakeClock) Since(t time.Time) time.Duration { return c.now.Sub(t) }

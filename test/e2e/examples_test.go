@@ -1,0 +1,135 @@
+package e2e
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/lockstep-dev/lockstep/pkg/apis/lockstep/v1alpha1"
+	"github.com/lockstep-dev/lockstep/pkg/controller"
+	"github.com/lockstep-dev/lockstep/pkg/convert"
+)
+
+// examplesDir holds the Kubeflow manifests users already have.
+func examplesDir(t *testing.T) string {
+	dir := filepath.Join(cluster.RepoRoot, "..", "shared", "examples", "kubeflow")
+	if _, err := os.Stat(dir); err != nil {
+		t.Skipf("no shared examples beside the repository: %v", err)
+	}
+	return dir
+}
+
+// TestKubeflowExamplesConvertAndSucceed converts every example manifest
+// with kubectl-lockstep's converter, runs it in a namespace of its own and
+// drives it to Succeeded: the pods the framework's success rule watches are
+// made to exit 0, as KWOK never finishes pods itself.
+func TestKubeflowExamplesConvertAndSucceed(t *testing.T) {
+	files, err := filepath.Glob(filepath.Join(examplesDir(t), "*.yaml"))
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no example manifests: %v", err)
+	}
+	for _, file := range files {
+		t.Run(strings.TrimSuffix(filepath.Base(file), ".yaml"), func(t *testing.T) {
+			f, err := os.Open(file)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer f.Close()
+			res, err := convert.Convert(f)
+			if err != nil {
+				t.Fatalf("converting %s: %v", file, err)
+			}
+			for _, w := range res.Warnings {
+				t.Logf("warning: %s", w)
+			}
+			ns := cluster.NewNamespace(t)
+			for _, c := range res.Jobs {
+				job := c.Job.DeepCopy()
+				job.Namespace = ns
+				createJob(t, job)
+				runExampleToSuccess(t, job)
+			}
+		})
+	}
+}
+
+func runExampleToSuccess(t *testing.T, job *v1alpha1.TrainingJob) {
+	t.Helper()
+	total := 0
+	for _, spec := range job.Spec.ReplicaSpecs {
+		total += int(ptr.Deref(spec.Replicas, 1))
+	}
+	pods := waitPods(t, job.Namespace, job.Name, total, 2*time.Minute)
+	// Master decides for jobs that have one; elastic jobs succeed when a
+	// worker does.
+	decider := ""
+	for name := range pods {
+		if strings.Contains(name, "-master-") {
+			decider = name
+		}
+	}
+	if decider == "" {
+		decider = job.Name + "-worker-0"
+	}
+	finishPod(t, job.Namespace, decider, 0)
+	done := waitJob(t, job.Namespace, job.Name, time.Minute, "job "+job.Name+" Succeeded", hasCondition(v1alpha1.JobSucceeded, ""))
+	t.Logf("%s: %d pods, Succeeded; placement %+v", job.Name, total, done.Status.Placement)
+}
+
+// TestTemplateThatCannotBecomePod: a pod template naming a ServiceAccount
+// that does not exist is refused by the API server on every try. The job is
+// kept, says why in a Warning event and its Created condition, and the
+// retries back off instead of looping hot.
+func TestTemplateThatCannotBecomePod(t *testing.T) {
+	ns := cluster.NewNamespace(t)
+	job := pytorchJob(ns, "no-sa", 1)
+	for role, spec := range job.Spec.ReplicaSpecs {
+		spec.Template.Spec.ServiceAccountName = "does-not-exist"
+		job.Spec.ReplicaSpecs[role] = spec
+	}
+	createJob(t, job)
+	waitJob(t, ns, job.Name, time.Minute, "Created=False FailedCreatePod", func(j *v1alpha1.TrainingJob) bool {
+		c := meta.FindStatusCondition(j.Status.Conditions, string(v1alpha1.JobCreated))
+		return c != nil && c.Status == metav1.ConditionFalse && c.Reason == controller.ReasonFailedCreatePod &&
+			strings.Contains(c.Message, "does-not-exist")
+	})
+	// Let the controller retry for a while, then count its attempts.
+	time.Sleep(10 * time.Second)
+	events, err := cluster.Events(context.Background(), ns, "TrainingJob", job.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	attempts := int32(0)
+	for _, e := range events {
+		if e.Reason == controller.ReasonFailedCreatePod && e.Type == corev1.EventTypeWarning {
+			attempts += max(e.Count, 1)
+		}
+	}
+	if attempts == 0 {
+		t.Fatalf("no %s Warning event on the job; events: %v", controller.ReasonFailedCreatePod, eventSummaries(events))
+	}
+	// Exponential backoff from 5 ms gives about a dozen tries in 10 s; a hot
+	// loop would make hundreds.
+	if attempts > 30 {
+		t.Errorf("%d failed create attempts in ~10 s: the controller is looping hot", attempts)
+	}
+	t.Logf("%d failed create attempts in ~10 s", attempts)
+	if pods, _ := jobPodsOf(context.Background(), ns, job.Name); len(pods) != 0 {
+		t.Errorf("%d pods exist, want none", len(pods))
+	}
+	got := &v1alpha1.TrainingJob{}
+	if err := cluster.Client.Get(context.Background(), clientKey(ns, job.Name), got); err != nil {
+		t.Errorf("the job is gone: %v", err)
+	}
+}
+
+func clientKey(ns, name string) client.ObjectKey { return client.ObjectKey{Namespace: ns, Name: name} }
