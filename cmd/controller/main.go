@@ -39,6 +39,7 @@ type options struct {
 	leaderElect             bool
 	leaderElectionNamespace string
 	schedulerName           string
+	clusterDomain           string
 	workers                 int
 	createParallelism       int
 	qps                     float64
@@ -54,6 +55,7 @@ func main() {
 	fs.BoolVar(&opts.leaderElect, "leader-elect", true, "run one active replica, elected through a Lease")
 	fs.StringVar(&opts.leaderElectionNamespace, "leader-election-namespace", "", "namespace of the leader election Lease; the pod's own when empty")
 	fs.StringVar(&opts.schedulerName, "scheduler-name", controller.DefaultSchedulerName, "schedulerName of the jobs' pods")
+	fs.StringVar(&opts.clusterDomain, "cluster-domain", controller.DefaultClusterDomain, "the cluster's DNS domain; pods resolve their peers by bare name under <job>.<namespace>.svc.<cluster-domain>")
 	fs.IntVar(&opts.workers, "workers", 4, "TrainingJobs (and PodGroups) reconciled in parallel")
 	fs.IntVar(&opts.createParallelism, "pod-write-parallelism", 64, "pod creations or deletions one job issues at once")
 	fs.Float64Var(&opts.qps, "kube-api-qps", 200, "apiserver request rate limit; a 256-pod job is 256 creates")
@@ -128,6 +130,7 @@ func run(ctx context.Context, opts options) error {
 		Clock:             clock.RealClock{},
 		Metrics:           metrics,
 		SchedulerName:     opts.schedulerName,
+		ClusterDomain:     opts.clusterDomain,
 		Workers:           opts.workers,
 		CreateParallelism: opts.createParallelism,
 	}

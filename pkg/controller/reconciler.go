@@ -32,6 +32,9 @@ const ControllerName = "lockstep-controller"
 // DefaultSchedulerName is the scheduler the pods ask for unless configured.
 const DefaultSchedulerName = "lockstep-scheduler"
 
+// DefaultClusterDomain is the kubelet's default cluster DNS domain.
+const DefaultClusterDomain = "cluster.local"
+
 // TrainingJobReconciler runs TrainingJobs: it keeps each job's PodGroup,
 // headless Service, auxiliary objects and pods as the job's framework
 // adapter describes them, restarts pods under the failure policy, enforces
@@ -65,6 +68,8 @@ type TrainingJobReconciler struct {
 	Metrics  *Metrics
 	// SchedulerName is the scheduler the job's pods ask for.
 	SchedulerName string
+	// ClusterDomain is the cluster's DNS domain, for the pods' search list.
+	ClusterDomain string
 	// Workers is how many jobs are reconciled in parallel; CreateParallelism
 	// how many pod writes one job issues at once.
 	Workers           int
@@ -80,6 +85,9 @@ type TrainingJobReconciler struct {
 func (r *TrainingJobReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if r.Clock == nil {
 		r.Clock = clock.RealClock{}
+	}
+	if r.ClusterDomain == "" {
+		r.ClusterDomain = DefaultClusterDomain
 	}
 	if r.SchedulerName == "" {
 		r.SchedulerName = DefaultSchedulerName

@@ -302,6 +302,7 @@ func (r *TrainingJobReconciler) desiredPod(job *v1alpha1.TrainingJob, a framewor
 	pod.Labels[schedv1alpha1.PodGroupLabel] = job.Name
 	pod.Spec.SchedulerName = r.SchedulerName
 	pod.Spec.RestartPolicy = corev1.RestartPolicyNever
+	addSearchDomain(&pod.Spec, framework.JobSearchDomain(job, r.ClusterDomain))
 	if sp := job.Spec.RunPolicy.SchedulingPolicy; sp != nil && sp.PriorityClass != "" && pod.Spec.PriorityClassName == "" {
 		pod.Spec.PriorityClassName = sp.PriorityClass
 	}
@@ -309,6 +310,17 @@ func (r *TrainingJobReconciler) desiredPod(job *v1alpha1.TrainingJob, a framewor
 		return nil, err
 	}
 	return pod, nil
+}
+
+// addSearchDomain lets the pod resolve its peers by bare name, keeping any
+// DNS configuration the template has.
+func addSearchDomain(spec *corev1.PodSpec, domain string) {
+	if spec.DNSConfig == nil {
+		spec.DNSConfig = &corev1.PodDNSConfig{}
+	}
+	if !slices.Contains(spec.DNSConfig.Searches, domain) {
+		spec.DNSConfig.Searches = append(spec.DNSConfig.Searches, domain)
+	}
 }
 
 // ensurePods creates the job's missing pods, in the adapter's role order,

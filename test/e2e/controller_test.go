@@ -20,7 +20,6 @@ import (
 
 	"github.com/lockstep-dev/lockstep/pkg/apis/lockstep/v1alpha1"
 	"github.com/lockstep-dev/lockstep/pkg/controller"
-	"github.com/lockstep-dev/lockstep/pkg/controller/framework"
 	e2eframework "github.com/lockstep-dev/lockstep/test/e2e/framework"
 )
 
@@ -178,7 +177,8 @@ func TestControllerPyTorchJob(t *testing.T) {
 		}
 		env := envOf(p)
 		want := map[string]string{
-			"MASTER_ADDR": framework.PodAddress(job, v1alpha1.ReplicaMaster, 0),
+			// Kubeflow's bare name, resolved through the job's search domain.
+			"MASTER_ADDR": "mnist-master-0",
 			"MASTER_PORT": "23456",
 			"WORLD_SIZE":  "4",
 			"RANK":        fmt.Sprint(i),
@@ -193,6 +193,9 @@ func TestControllerPyTorchJob(t *testing.T) {
 		}
 		if p.Spec.Hostname != name || p.Spec.Subdomain != job.Name {
 			t.Errorf("pod %s: hostname %q subdomain %q", name, p.Spec.Hostname, p.Spec.Subdomain)
+		}
+		if wantSearch := job.Name + "." + ns + ".svc.cluster.local"; p.Spec.DNSConfig == nil || !slices.Contains(p.Spec.DNSConfig.Searches, wantSearch) {
+			t.Errorf("pod %s: DNS config %+v lacks the search domain %s that resolves MASTER_ADDR", name, p.Spec.DNSConfig, wantSearch)
 		}
 		events, err := cluster.Events(ctx, ns, "Pod", name)
 		if err != nil {

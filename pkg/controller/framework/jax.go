@@ -44,7 +44,7 @@ func (JAX) PodTemplate(job *v1alpha1.TrainingJob, role v1alpha1.ReplicaType, ind
 	setEnvAll(&pod.Spec,
 		env("PYTHONUNBUFFERED", "1"),
 		env("COORDINATOR_PORT", itoa(rolePort(job, v1alpha1.ReplicaWorker, jaxContainer, jaxPortName, jaxPort))),
-		env("COORDINATOR_ADDRESS", PodAddress(job, v1alpha1.ReplicaWorker, 0)),
+		env("COORDINATOR_ADDRESS", PodHost(job, v1alpha1.ReplicaWorker, 0)),
 		env("NUM_PROCESSES", itoa(job.Spec.TotalReplicas())),
 		env("PROCESS_ID", itoa(index)),
 	)

@@ -23,7 +23,7 @@ func TestJAXEnv(t *testing.T) {
 			want: vars(
 				"PYTHONUNBUFFERED", "1",
 				"COORDINATOR_PORT", "6666",
-				"COORDINATOR_ADDRESS", "train-worker-0.train.ml.svc",
+				"COORDINATOR_ADDRESS", "train-worker-0",
 				"NUM_PROCESSES", "4",
 				"PROCESS_ID", "0",
 			),
@@ -35,7 +35,7 @@ func TestJAXEnv(t *testing.T) {
 			want: vars(
 				"PYTHONUNBUFFERED", "1",
 				"COORDINATOR_PORT", "1234",
-				"COORDINATOR_ADDRESS", "train-worker-0.train.ml.svc",
+				"COORDINATOR_ADDRESS", "train-worker-0",
 				"NUM_PROCESSES", "4",
 				"PROCESS_ID", "3",
 			),

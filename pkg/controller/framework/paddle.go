@@ -71,7 +71,7 @@ func (Paddle) PodTemplate(job *v1alpha1.TrainingJob, role v1alpha1.ReplicaType, 
 			env("PADDLE_MASTER", "$(POD_IP_DUMMY):"+port),
 		)
 	} else {
-		vars = append(vars, env("PADDLE_MASTER", PodAddress(job, endpoint, 0)+":"+port))
+		vars = append(vars, env("PADDLE_MASTER", PodHost(job, endpoint, 0)+":"+port))
 	}
 	if parameterServer {
 		if role == v1alpha1.ReplicaMaster {

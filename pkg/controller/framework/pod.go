@@ -27,9 +27,25 @@ func ServiceName(jobName string) string { return jobName }
 // PodAddress is the DNS name other pods reach pod index of role at:
 // <pod>.<job>.<namespace>.svc, an A record of the job's headless Service
 // that resolves from any namespace (the resolver's search path adds the
-// cluster domain).
+// cluster domain). TF_CONFIG and MPI hostfiles use it, as their Kubeflow
+// operators write DNS names there.
 func PodAddress(job *v1alpha1.TrainingJob, role v1alpha1.ReplicaType, index int32) string {
 	return PodName(job.Name, role, index) + "." + ServiceName(job.Name) + "." + job.Namespace + ".svc"
+}
+
+// PodHost is the bare name Kubeflow's PyTorch, XGBoost, JAX and Paddle
+// operators put in the environment (MASTER_ADDR=<job>-master-0), so scripts
+// that print or compare it see what they always saw. It resolves because
+// the controller adds the job's Service domain to every pod's DNS search
+// list (JobSearchDomain).
+func PodHost(job *v1alpha1.TrainingJob, role v1alpha1.ReplicaType, index int32) string {
+	return PodName(job.Name, role, index)
+}
+
+// JobSearchDomain is the DNS search domain under which a job's pods find
+// each other by bare name: <job>.<namespace>.svc.<cluster domain>.
+func JobSearchDomain(job *v1alpha1.TrainingJob, clusterDomain string) string {
+	return ServiceName(job.Name) + "." + job.Namespace + ".svc." + clusterDomain
 }
 
 // NewHeadlessService returns the Service that gives the job's pods their DNS

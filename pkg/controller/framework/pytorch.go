@@ -72,7 +72,7 @@ func pytorchEnv(job *v1alpha1.TrainingJob, role v1alpha1.ReplicaType, index int3
 	}
 	if s.HasRole(v1alpha1.ReplicaMaster) {
 		port := itoa(rolePort(job, v1alpha1.ReplicaMaster, pytorchContainer, pytorchPortName, pytorchPort))
-		addr := PodAddress(job, v1alpha1.ReplicaMaster, 0)
+		addr := PodHost(job, v1alpha1.ReplicaMaster, 0)
 		rank := index
 		if role == v1alpha1.ReplicaWorker {
 			rank++
@@ -99,7 +99,7 @@ func pytorchEnv(job *v1alpha1.TrainingJob, role v1alpha1.ReplicaType, index int3
 	if e == nil {
 		return append(vars, env("PET_NNODES", itoa(total)))
 	}
-	host := PodAddress(job, v1alpha1.ReplicaWorker, 0)
+	host := PodHost(job, v1alpha1.ReplicaWorker, 0)
 	if e.RDZVHost != nil {
 		host = *e.RDZVHost
 	}

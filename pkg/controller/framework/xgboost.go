@@ -56,7 +56,7 @@ func (XGBoost) PodTemplate(job *v1alpha1.TrainingJob, role v1alpha1.ReplicaType,
 	}
 	vars := []corev1.EnvVar{
 		env("MASTER_PORT", itoa(rolePort(job, v1alpha1.ReplicaMaster, xgboostContainer, xgboostPortName, xgboostPort))),
-		env("MASTER_ADDR", PodAddress(job, v1alpha1.ReplicaMaster, 0)),
+		env("MASTER_ADDR", PodHost(job, v1alpha1.ReplicaMaster, 0)),
 		env("WORLD_SIZE", itoa(total)),
 		env("RANK", itoa(rank)),
 		env("PYTHONUNBUFFERED", "0"),
@@ -64,7 +64,7 @@ func (XGBoost) PodTemplate(job *v1alpha1.TrainingJob, role v1alpha1.ReplicaType,
 	if total > 1 {
 		addrs := make([]string, total-1)
 		for i := range addrs {
-			addrs[i] = PodAddress(job, v1alpha1.ReplicaWorker, int32(i))
+			addrs[i] = PodHost(job, v1alpha1.ReplicaWorker, int32(i))
 		}
 		vars = append(vars,
 			env("WORKER_PORT", itoa(rolePort(job, v1alpha1.ReplicaWorker, xgboostContainer, xgboostPortName, xgboostPort))),

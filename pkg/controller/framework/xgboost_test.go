@@ -24,24 +24,24 @@ func TestXGBoostEnv(t *testing.T) {
 			name: "master", job: job.Obj(), role: v1alpha1.ReplicaMaster, index: 0,
 			want: vars(
 				"MASTER_PORT", "9999",
-				"MASTER_ADDR", "train-master-0.train.ml.svc",
+				"MASTER_ADDR", "train-master-0",
 				"WORLD_SIZE", "3",
 				"RANK", "0",
 				"PYTHONUNBUFFERED", "0",
 				"WORKER_PORT", "9000",
-				"WORKER_ADDRS", "train-worker-0.train.ml.svc,train-worker-1.train.ml.svc",
+				"WORKER_ADDRS", "train-worker-0,train-worker-1",
 			),
 		},
 		{
 			name: "worker 1 ranks after the master", job: job.Obj(), role: v1alpha1.ReplicaWorker, index: 1,
 			want: vars(
 				"MASTER_PORT", "9999",
-				"MASTER_ADDR", "train-master-0.train.ml.svc",
+				"MASTER_ADDR", "train-master-0",
 				"WORLD_SIZE", "3",
 				"RANK", "2",
 				"PYTHONUNBUFFERED", "0",
 				"WORKER_PORT", "9000",
-				"WORKER_ADDRS", "train-worker-0.train.ml.svc,train-worker-1.train.ml.svc",
+				"WORKER_ADDRS", "train-worker-0,train-worker-1",
 			),
 		},
 		{
@@ -49,7 +49,7 @@ func TestXGBoostEnv(t *testing.T) {
 			role: v1alpha1.ReplicaMaster, index: 0,
 			want: vars(
 				"MASTER_PORT", "9999",
-				"MASTER_ADDR", "train-master-0.train.ml.svc",
+				"MASTER_ADDR", "train-master-0",
 				"WORLD_SIZE", "1",
 				"RANK", "0",
 				"PYTHONUNBUFFERED", "0",
