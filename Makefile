@@ -71,9 +71,18 @@ cluster-up: tools build ## Start a local cluster with MODEL's nodes and our comp
 cluster-down: ## Stop the local cluster started by cluster-up.
 	$(GO) run ./hack/localcluster down --dir $(CLUSTER_DIR) --bin $(BIN)
 
+# Demo cluster made by demo; demo-down removes it. Apart from cluster-up's
+# .cluster/ so one never removes the other's files under running processes.
+DEMO_DIR ?= $(ROOT)/.demo
+
 .PHONY: demo
-demo: ## Bring up a local cluster and run the example jobs end to end.
-	@echo "make demo: not yet (arrives with the benchmark and demo issue)"
+demo: tools build ## Start a local cluster of MODEL, run the example jobs on it and show where they landed (table and SVG).
+	$(BIN)/lockstep-demo up --dir $(DEMO_DIR) --model $(MODEL) --bin $(BIN) \
+	  --examples deploy/examples --kubeflow $(ROOT)/../shared/examples/kubeflow
+
+.PHONY: demo-down
+demo-down: ## Stop and remove the cluster started by demo.
+	$(GO) run ./cmd/lockstep-demo down --dir $(DEMO_DIR) --bin $(BIN)
 
 .PHONY: clean
 clean: ## Remove build outputs (keeps nothing in bin/, so tools rebuild).

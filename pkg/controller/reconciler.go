@@ -216,15 +216,18 @@ func (r *TrainingJobReconciler) ensureRunning(ctx context.Context, job *v1alpha1
 	if err := r.ensureExcessDeleted(ctx, job, obs.excess); err != nil {
 		return ctrl.Result{}, err
 	}
-	r.ensureRunningConditions(ctx, job, obs)
-	return ctrl.Result{RequeueAfter: d.requeueAfter}, nil
+	requeue := d.requeueAfter
+	if retry := r.ensureRunningConditions(ctx, job, obs); retry > 0 && (requeue == 0 || retry < requeue) {
+		requeue = retry
+	}
+	return ctrl.Result{RequeueAfter: requeue}, nil
 }
 
 // ensureRunningConditions marks the job Running once its gang runs, which
 // also ends a restart.
-func (r *TrainingJobReconciler) ensureRunningConditions(ctx context.Context, job *v1alpha1.TrainingJob, obs observation) {
+func (r *TrainingJobReconciler) ensureRunningConditions(ctx context.Context, job *v1alpha1.TrainingJob, obs observation) (retry time.Duration) {
 	if obs.running < minMember(job) {
-		return
+		return 0
 	}
 	if !meta.IsStatusConditionTrue(job.Status.Conditions, string(v1alpha1.JobRunning)) {
 		setCondition(&job.Status, job.Generation, v1alpha1.JobRunning, metav1.ConditionTrue, ReasonGangRunning,
@@ -234,12 +237,21 @@ func (r *TrainingJobReconciler) ensureRunningConditions(ctx context.Context, job
 	if meta.IsStatusConditionTrue(job.Status.Conditions, string(v1alpha1.JobRestarting)) {
 		setCondition(&job.Status, job.Generation, v1alpha1.JobRestarting, metav1.ConditionFalse, ReasonGangRunning, "the restarted gang is running")
 	}
-	if err := r.ensurePlacement(ctx, job, obs); err != nil {
+	complete, err := r.ensurePlacement(ctx, job, obs)
+	if err != nil {
 		// The summary is informational: a node or NodeTopology the cache
 		// lacks must not hold the job up.
 		ctrl.LoggerFrom(ctx).V(2).Info("Placement not summarized", "err", err)
 	}
+	if err != nil || !complete {
+		// NodeTopology changes do not wake the reconciler: look again soon.
+		return placementRetry
+	}
+	return 0
 }
+
+// placementRetry is how soon an incomplete placement summary is retried.
+const placementRetry = 10 * time.Second
 
 // ensureRestart records a restart, then deletes the pods it covers; they
 // are recreated once gone. The status goes first, under optimistic

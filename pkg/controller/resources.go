@@ -464,12 +464,13 @@ func (r *TrainingJobReconciler) forEach(pods []*corev1.Pod, write func(*corev1.P
 }
 
 // ensurePlacement summarizes where the gang runs once every pod is bound.
-func (r *TrainingJobReconciler) ensurePlacement(ctx context.Context, job *v1alpha1.TrainingJob, obs observation) error {
+func (r *TrainingJobReconciler) ensurePlacement(ctx context.Context, job *v1alpha1.TrainingJob, obs observation) (complete bool, err error) {
 	placed := make([]placedPod, 0, len(obs.live))
 	nodes := map[string]placementNode{}
+	complete = true
 	for _, p := range obs.live {
 		if p.Spec.NodeName == "" {
-			return nil
+			return false, nil
 		}
 		placed = append(placed, placedPod{Node: p.Spec.NodeName, GPUs: p.Annotations[v1alpha1.GPUsAnnotation]})
 		if _, ok := nodes[p.Spec.NodeName]; ok {
@@ -477,25 +478,27 @@ func (r *TrainingJobReconciler) ensurePlacement(ctx context.Context, job *v1alph
 		}
 		var node corev1.Node
 		if err := r.Client.Get(ctx, client.ObjectKey{Name: p.Spec.NodeName}, &node); err != nil {
-			return fmt.Errorf("getting node %s: %w", p.Spec.NodeName, err)
+			return false, fmt.Errorf("getting node %s: %w", p.Spec.NodeName, err)
 		}
 		info := placementNode{Labels: node.Labels}
 		var nt v1alpha1.NodeTopology
 		switch err := r.Client.Get(ctx, client.ObjectKey{Name: node.Name}, &nt); {
 		case err == nil:
 			info.Topology = &nt.Spec
-		case !apierrors.IsNotFound(err):
-			return fmt.Errorf("getting NodeTopology %s: %w", node.Name, err)
+		case apierrors.IsNotFound(err):
+			// Its agent has not published yet: summarize what is known and
+			// come back for the efficiency.
+			complete = false
+		default:
+			return false, fmt.Errorf("getting NodeTopology %s: %w", node.Name, err)
 		}
 		nodes[node.Name] = info
 	}
-	if have := job.Status.Placement; have != nil && slices.Equal(have.Nodes, slices.Sorted(maps.Keys(nodes))) {
-		// The gang has not moved: the summary stands.
-		return nil
-	}
+	// Recomputed on every pass (it is cheap and pure); the status is only
+	// written when the summary changes.
 	pl, err := summarizePlacement(placed, nodes, r.Levels)
 	if pl != nil {
 		job.Status.Placement = pl
 	}
-	return err
+	return complete, err
 }

@@ -336,3 +336,45 @@ func TestTwoGPUPodOnDGX1GetsNVLinkPair(t *testing.T) {
 		used |= set
 	}
 }
+
+// TestMixedSizeGang: a gang whose members ask for different GPU counts (a
+// parameter server with none, a chief with two, workers with eight) is bound
+// whole; only GPU members get GPUs, and no GPU is given twice.
+func TestMixedSizeGang(t *testing.T) {
+	ns := cluster.NewNamespace(t)
+	ctx := context.Background()
+	if err := cluster.Client.Create(ctx, utiltesting.MakePodGroup("mixed", ns, 6).Obj()); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]int64{"mixed-ps": 0, "mixed-chief": 2}
+	for i := range 4 {
+		want[fmt.Sprintf("mixed-worker-%d", i)] = 8
+	}
+	for name, gpus := range want {
+		pod := utiltesting.MakePod(name, ns).SchedulerName(framework.SchedulerName).PodGroup("mixed")
+		if gpus > 0 {
+			pod = pod.GPUs(gpus)
+		}
+		cluster.CreatePods(t, pod.Obj())
+	}
+	pods := waitGangBound(t, ns, "mixed", len(want), time.Minute)
+	used := map[string]topology.GPUSet{}
+	for _, p := range pods {
+		list, has := p.Annotations[v1alpha1.GPUsAnnotation]
+		if want[p.Name] == 0 {
+			if has {
+				t.Errorf("%s asks for no GPUs but was given %q", p.Name, list)
+			}
+			continue
+		}
+		set, err := topology.ParseGPUList(list)
+		if err != nil || int64(set.Len()) != want[p.Name] {
+			t.Errorf("%s: %s=%q, want %d GPUs", p.Name, v1alpha1.GPUsAnnotation, list, want[p.Name])
+			continue
+		}
+		if used[p.Spec.NodeName]&set != 0 {
+			t.Errorf("%s got GPUs %v on %s already given to another member", p.Name, set, p.Spec.NodeName)
+		}
+		used[p.Spec.NodeName] |= set
+	}
+}

@@ -22,7 +22,6 @@ package topologyplacement
 import (
 	"context"
 	"fmt"
-	"strings"
 	"sync"
 	"time"
 
@@ -215,7 +214,7 @@ const retryDelay = time.Second
 func (p *TopologyPlacement) invalidate(key, reason string) {
 	p.books.drop(key)
 	p.handle.IterateOverWaitingPods(func(wp framework.WaitingPod) {
-		if gangKey(wp.GetPod()) == key {
+		if planKey(wp.GetPod()) == key {
 			wp.Reject(Name, reason)
 		}
 	})
@@ -225,7 +224,7 @@ func (p *TopologyPlacement) invalidate(key, reason string) {
 // activateUnbound moves the gang's pods that are still unbound to the active
 // queue.
 func (p *TopologyPlacement) activateUnbound(key string) {
-	ns, name, ok := strings.Cut(key, "/")
+	ns, name, ok := splitPlanKey(key)
 	if !ok {
 		return
 	}

@@ -239,3 +239,24 @@ func BenchmarkPlanGang(b *testing.B) {
 		}
 	}
 }
+
+func TestPlanKeySeparatesSizeClasses(t *testing.T) {
+	tests := []struct {
+		name string
+		pod  *v1.Pod
+		want string
+	}{
+		{"worker", utiltesting.MakePod("w", "ns").GPUs(8).PodGroup("job").Obj(), "ns/job#8"},
+		{"chief with fewer GPUs", utiltesting.MakePod("c", "ns").GPUs(2).PodGroup("job").Obj(), "ns/job#2"},
+		{"parameter server without GPUs", utiltesting.MakePod("ps", "ns").PodGroup("job").Obj(), ""},
+		{"GPU pod outside gangs", utiltesting.MakePod("solo", "ns").GPUs(8).Obj(), ""},
+	}
+	for _, tc := range tests {
+		if got := planKey(tc.pod); got != tc.want {
+			t.Errorf("%s: planKey = %q, want %q", tc.name, got, tc.want)
+		}
+	}
+	if ns, pg, ok := splitPlanKey("ns/job#8"); !ok || ns != "ns" || pg != "job" {
+		t.Errorf("splitPlanKey = %q, %q, %v", ns, pg, ok)
+	}
+}

@@ -51,7 +51,7 @@ func stateOf(state fwk.CycleState) (*cycleState, error) {
 // of EventsToRegister.
 func (p *TopologyPlacement) PreFilter(ctx context.Context, state fwk.CycleState, pod *v1.Pod, nodes []fwk.NodeInfo) (*framework.PreFilterResult, *fwk.Status) {
 	logger := klog.FromContext(ctx).WithValues("plugin", Name, "pod", klog.KObj(pod))
-	s := &cycleState{gang: gangKey(pod), req: requestOf(pod)}
+	s := &cycleState{gang: planKey(pod), req: requestOf(pod)}
 	state.Write(stateKey, s)
 	if s.gang == "" {
 		return nil, nil
@@ -76,7 +76,11 @@ func (p *TopologyPlacement) PreFilter(ctx context.Context, state fwk.CycleState,
 		}
 	}
 	if open.Len() == 0 {
-		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, fmt.Sprintf("every member slot of PodGroup %s's plan is taken", s.gang))
+		// More pods of this size than the plan holds (minMember below the
+		// replica count, as in elastic jobs): the extra ones are scheduled as
+		// usual, off the GPUs plans hold.
+		s.plan = nil
+		return nil, nil
 	}
 	return &framework.PreFilterResult{NodeNames: open}, nil
 }
@@ -121,12 +125,11 @@ func (p *TopologyPlacement) planGang(ctx context.Context, pod *v1.Pod, s *cycleS
 	}
 	gang, err := p.gangRequest(pg, s)
 	if err == nil {
-		// Members bound before a scheduler restart keep their nodes; plan
-		// only the rest.
-		gang.Members -= p.boundMembers(pod)
-		if gang.Members < 1 {
-			gang.Members = 1
-		}
+		// The plan places this pod's size class: the gang's pods that ask for
+		// as many GPUs, at most minMember of them, less those already bound
+		// (by a scheduler instance before a restart).
+		total, bound := p.classMembers(pod, s.req.gpus)
+		gang.Members = max(min(total, int(pg.Spec.MinMember))-bound, 1)
 	}
 	if err != nil {
 		// A bad annotation is the user's to fix; say which and how.
@@ -149,20 +152,24 @@ func (p *TopologyPlacement) planGang(ctx context.Context, pod *v1.Pod, s *cycleS
 	return p.books.add(s.gang, plan, p.clock.Now()), nil
 }
 
-// boundMembers counts the gang's pods already bound to nodes.
-func (p *TopologyPlacement) boundMembers(pod *v1.Pod) int {
+// classMembers counts the gang's pods that ask for gpus GPUs, and how many
+// of them are bound.
+func (p *TopologyPlacement) classMembers(pod *v1.Pod, gpus int) (total, bound int) {
 	selector := labels.SelectorFromSet(labels.Set{schedv1alpha1.PodGroupLabel: pod.Labels[schedv1alpha1.PodGroupLabel]})
 	pods, err := p.handle.SharedInformerFactory().Core().V1().Pods().Lister().Pods(pod.Namespace).List(selector)
 	if err != nil {
-		return 0
+		return 1, 0
 	}
-	n := 0
 	for _, member := range pods {
-		if member.Spec.NodeName != "" && member.Status.Phase != v1.PodSucceeded && member.Status.Phase != v1.PodFailed {
-			n++
+		if member.Status.Phase == v1.PodSucceeded || member.Status.Phase == v1.PodFailed || requestOf(member).gpus != gpus {
+			continue
+		}
+		total++
+		if member.Spec.NodeName != "" {
+			bound++
 		}
 	}
-	return n
+	return max(total, 1), bound
 }
 
 // gangRequest turns a PodGroup and a member's request into the planner's

@@ -31,7 +31,7 @@ func (p *TopologyPlacement) Reserve(ctx context.Context, state fwk.CycleState, p
 // binding failed). Coscheduling rejects the gang's other waiting members
 // then, so the whole plan is dropped and the gang is planned afresh.
 func (p *TopologyPlacement) Unreserve(ctx context.Context, state fwk.CycleState, pod *v1.Pod, nodeName string) {
-	key := gangKey(pod)
+	key := planKey(pod)
 	if key == "" {
 		p.books.forgetPod(pod.UID)
 		return

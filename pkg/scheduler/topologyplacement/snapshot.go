@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"math/bits"
+	"strconv"
+	"strings"
 	"sync"
 
 	v1 "k8s.io/api/core/v1"
@@ -25,6 +27,26 @@ func gangKey(pod *v1.Pod) string {
 		return ""
 	}
 	return pod.Namespace + "/" + name
+}
+
+// planKey names the plan a pod takes a slot of: its gang's members that ask
+// for the same number of GPUs ("namespace/podgroup#8"). Gangs mix sizes (a
+// TensorFlow parameter server asks for none, a chief for fewer than the
+// workers), while a plan places identical members. "" for pods outside
+// gangs and pods that ask for no GPUs: those are scheduled as usual.
+func planKey(pod *v1.Pod) string {
+	gang := gangKey(pod)
+	gpus := requestOf(pod).gpus
+	if gang == "" || gpus == 0 {
+		return ""
+	}
+	return gang + "#" + strconv.Itoa(gpus)
+}
+
+// splitPlanKey returns the namespace and PodGroup name of a plan key.
+func splitPlanKey(key string) (namespace, podGroup string, ok bool) {
+	gang, _, _ := strings.Cut(key, "#")
+	return strings.Cut(gang, "/")
 }
 
 // memberRequest is what one pod asks for.
