@@ -150,14 +150,6 @@ func envOf(p corev1.Pod) map[string]string {
 	return out
 }
 
-func uidsOf(pods map[string]corev1.Pod) map[types.UID]bool {
-	out := map[types.UID]bool{}
-	for _, p := range pods {
-		out[p.UID] = true
-	}
-	return out
-}
-
 // TestControllerPyTorchJob runs a PyTorch job to success: its pods get
 // Kubeflow's environment and are gang-scheduled by lockstep-scheduler, the
 // Master's success finishes the job and cleanPodPolicy Running deletes the

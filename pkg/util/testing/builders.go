@@ -61,12 +61,6 @@ func (p *PodWrapper) PodGroup(name string) *PodWrapper {
 	return p
 }
 
-// Label sets a label.
-func (p *PodWrapper) Label(k, v string) *PodWrapper {
-	p.Labels[k] = v
-	return p
-}
-
 // PodGroupWrapper builds a PodGroup.
 type PodGroupWrapper struct{ schedv1alpha1.PodGroup }
 
@@ -76,18 +70,6 @@ func MakePodGroup(name, namespace string, minMember int32) *PodGroupWrapper {
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace},
 		Spec:       schedv1alpha1.PodGroupSpec{MinMember: minMember},
 	}}
-}
-
-// MinResources sets the resources the whole gang needs.
-func (g *PodGroupWrapper) MinResources(r corev1.ResourceList) *PodGroupWrapper {
-	g.Spec.MinResources = r
-	return g
-}
-
-// ScheduleTimeout sets how long the gang may wait to be scheduled.
-func (g *PodGroupWrapper) ScheduleTimeout(seconds int32) *PodGroupWrapper {
-	g.Spec.ScheduleTimeoutSeconds = &seconds
-	return g
 }
 
 // Obj returns the built PodGroup.

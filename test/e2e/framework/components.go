@@ -68,18 +68,6 @@ func (c *Cluster) StartComponent(ctx context.Context, comp Component) (*Process,
 	return p, nil
 }
 
-// StopComponent stops a running component gracefully.
-func (c *Cluster) StopComponent(name string) error {
-	c.mu.Lock()
-	p, ok := c.components[name]
-	delete(c.components, name)
-	c.mu.Unlock()
-	if !ok {
-		return fmt.Errorf("component %s is not running", name)
-	}
-	return p.Stop(10 * time.Second)
-}
-
 // KillComponent ends a component with SIGKILL, as a crash would.
 func (c *Cluster) KillComponent(name string) error {
 	c.mu.Lock()

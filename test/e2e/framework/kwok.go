@@ -146,7 +146,7 @@ func (k *kwokCluster) delete(ctx context.Context) error {
 		"--kubeconfig", filepath.Join(k.workdir, "no-kubeconfig.yaml"))
 	pidFiles, _ := filepath.Glob(filepath.Join(k.clusterDir(), "pids", "*.pid"))
 	for _, f := range pidFiles {
-		if kerr := killPIDFileProcess(f); kerr != nil && err == nil {
+		if kerr := KillPIDFile(f, 2*time.Second); kerr != nil && err == nil {
 			err = kerr
 		}
 	}
@@ -179,12 +179,6 @@ func (k *kwokCluster) pids() (map[string]int, error) {
 func (k *kwokCluster) logFiles() []string {
 	files, _ := filepath.Glob(filepath.Join(k.clusterDir(), "logs", "*.log"))
 	return files
-}
-
-// killPIDFileProcess SIGKILLs the process in a kwokctl pid file. kwokctl
-// starts components in their own sessions, so the pid is also the group.
-func killPIDFileProcess(path string) error {
-	return KillPIDFile(path, 2*time.Second)
 }
 
 // freePorts returns n distinct free TCP ports on 127.0.0.1. The listeners are
