@@ -26,6 +26,7 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/tools/cache"
@@ -197,6 +198,23 @@ func (p *TopologyPlacement) expirePlans(ctx context.Context) {
 			logger.V(2).Info("Plan expired before the gang completed; releasing it", "podGroup", key)
 			p.invalidate(key, "plan expired")
 		}
+		p.forgetDeletedGangs(ctx)
+	}
+}
+
+// forgetDeletedGangs drops the first-attempt times of gangs whose PodGroup
+// is gone: a gang deleted while it waited is never placed, which is the
+// other moment its time is forgotten.
+func (p *TopologyPlacement) forgetDeletedGangs(ctx context.Context) {
+	for _, key := range p.firstSeen.keys() {
+		ns, name, ok := splitPlanKey(key)
+		if !ok {
+			continue
+		}
+		err := p.reader.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &schedv1alpha1.PodGroup{})
+		if apierrors.IsNotFound(err) {
+			p.firstSeen.forget(key)
+		}
 	}
 }
 
@@ -260,6 +278,16 @@ func (t *timeBook) firstSeen(key string, now time.Time) time.Time {
 	}
 	t.times[key] = now
 	return now
+}
+
+func (t *timeBook) keys() []string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	out := make([]string, 0, len(t.times))
+	for k := range t.times {
+		out = append(out, k)
+	}
+	return out
 }
 
 func (t *timeBook) forget(key string) {

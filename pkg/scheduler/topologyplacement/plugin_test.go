@@ -6,12 +6,16 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	fwk "k8s.io/kube-scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
 	clocktesting "k8s.io/utils/clock/testing"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	schedv1alpha1 "sigs.k8s.io/scheduler-plugins/apis/scheduling/v1alpha1"
 
 	"github.com/lockstep-dev/lockstep/pkg/apis/lockstep/v1alpha1"
 	"github.com/lockstep-dev/lockstep/pkg/topology"
@@ -258,5 +262,21 @@ func TestPlanKeySeparatesSizeClasses(t *testing.T) {
 	}
 	if ns, pg, ok := splitPlanKey("ns/job#8"); !ok || ns != "ns" || pg != "job" {
 		t.Errorf("splitPlanKey = %q, %q, %v", ns, pg, ok)
+	}
+}
+
+func TestForgetDeletedGangs(t *testing.T) {
+	p, _ := newTestPlugin(t)
+	scheme := runtime.NewScheme()
+	if err := schedv1alpha1.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	p.reader = fake.NewClientBuilder().WithScheme(scheme).WithObjects(utiltesting.MakePodGroup("keep", "ns", 2).Obj()).Build()
+	now := time.Unix(0, 0)
+	p.firstSeen.firstSeen("ns/keep#8", now)
+	p.firstSeen.firstSeen("ns/gone#8", now)
+	p.forgetDeletedGangs(context.Background())
+	if diff := cmp.Diff([]string{"ns/keep#8"}, p.firstSeen.keys()); diff != "" {
+		t.Errorf("remembered gangs (-want,+got):\n%s", diff)
 	}
 }
