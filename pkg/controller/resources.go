@@ -119,6 +119,19 @@ func defaultRequests(spec *corev1.PodSpec) {
 	}
 }
 
+// topologyAnnotations picks the PodGroup annotations the controller owns:
+// the topology constraint. The scheduler's placement annotations are left
+// alone.
+func topologyAnnotations(annotations map[string]string) map[string]string {
+	out := map[string]string{}
+	for _, k := range []string{topologyplacement.LevelAnnotation, topologyplacement.ModeAnnotation} {
+		if v, ok := annotations[k]; ok {
+			out[k] = v
+		}
+	}
+	return out
+}
+
 // ensurePodGroup creates the PodGroup or brings its spec and topology
 // annotations up to date, writing only when they differ.
 func (r *TrainingJobReconciler) ensurePodGroup(ctx context.Context, job *v1alpha1.TrainingJob) error {
@@ -145,23 +158,12 @@ func (r *TrainingJobReconciler) ensurePodGroup(ctx context.Context, job *v1alpha
 	case err != nil:
 		return fmt.Errorf("getting PodGroup %s: %w", klog.KObj(want), err)
 	}
-	annotationsWant := map[string]string{}
-	for _, k := range []string{topologyplacement.LevelAnnotation, topologyplacement.ModeAnnotation} {
-		if v, ok := want.Annotations[k]; ok {
-			annotationsWant[k] = v
-		}
-	}
-	annotationsHave := map[string]string{}
-	for _, k := range []string{topologyplacement.LevelAnnotation, topologyplacement.ModeAnnotation} {
-		if v, ok := have.Annotations[k]; ok {
-			annotationsHave[k] = v
-		}
-	}
+	annotationsWant, annotationsHave := topologyAnnotations(want.Annotations), topologyAnnotations(have.Annotations)
 	if equality.Semantic.DeepEqual(have.Spec, want.Spec) && maps.Equal(annotationsHave, annotationsWant) {
 		return nil
 	}
 	have.Spec = want.Spec
-	for _, k := range []string{topologyplacement.LevelAnnotation, topologyplacement.ModeAnnotation} {
+	for k := range annotationsHave {
 		delete(have.Annotations, k)
 	}
 	if len(annotationsWant) > 0 && have.Annotations == nil {

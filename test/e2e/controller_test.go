@@ -211,6 +211,21 @@ func TestControllerPyTorchJob(t *testing.T) {
 	running := waitJob(t, ns, job.Name, 20*time.Second, "job Running with placement", func(j *v1alpha1.TrainingJob) bool {
 		return hasCondition(v1alpha1.JobRunning, "")(j) && j.Status.Placement != nil
 	})
+	// Every pod event reconciles the job; the PodGroup's spec must still have
+	// been written once (its generation moves only on spec writes).
+	if err := cluster.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: job.Name}, &pg); err != nil {
+		t.Fatal(err)
+	}
+	if pg.Generation != 1 {
+		t.Errorf("PodGroup generation %d after the job ran, want 1: its spec was rewritten without a change", pg.Generation)
+	}
+	jobEvents, err := cluster.Events(ctx, ns, "TrainingJob", job.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e2eframework.HasEvent(jobEvents, "UpdatedPodGroup", "") {
+		t.Errorf("the PodGroup was written again although the job did not change: %v", eventSummaries(jobEvents))
+	}
 	t.Logf("placement: %+v", *running.Status.Placement)
 
 	finishPod(t, ns, "mnist-master-0", 0)
