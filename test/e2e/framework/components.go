@@ -129,44 +129,35 @@ func (c *Cluster) SchedulerComponent() (Component, error) {
 // FakeAgentComponent describes the topology agent in fake mode, serving
 // every node that carries a hardware profile label.
 func (c *Cluster) FakeAgentComponent() (Component, error) {
-	ports, err := freePorts(2)
-	if err != nil {
-		return Component{}, err
-	}
-	return Component{
-		Name:   "topology-agent",
-		Binary: "lockstep-topology-agent",
-		Args: []string{
-			"--mode=fake",
-			"--kubeconfig=" + c.Kubeconfig,
-			"--node-selector=lockstep.dev/profile",
-			fmt.Sprintf("--metrics-bind-address=127.0.0.1:%d", ports[0]),
-			fmt.Sprintf("--health-probe-bind-address=127.0.0.1:%d", ports[1]),
-			"--v=2",
-		},
-		HealthURL: fmt.Sprintf("http://127.0.0.1:%d/healthz", ports[1]),
-	}, nil
+	return c.managerComponent("topology-agent", "lockstep-topology-agent",
+		"--mode=fake", "--node-selector=lockstep.dev/profile")
 }
 
 // ControllerComponent describes the TrainingJob controller, without leader
 // election so that a restarted one need not wait out its predecessor's
 // lease.
 func (c *Cluster) ControllerComponent() (Component, error) {
+	return c.managerComponent("controller", "lockstep-controller",
+		"--leader-elect=false", "--scheduler-name="+SchedulerName)
+}
+
+// managerComponent describes one of our controller-runtime binaries: this
+// cluster's kubeconfig, metrics and health probes on loopback ports, and
+// its own args.
+func (c *Cluster) managerComponent(name, binary string, args ...string) (Component, error) {
 	ports, err := freePorts(2)
 	if err != nil {
 		return Component{}, err
 	}
 	return Component{
-		Name:   "controller",
-		Binary: "lockstep-controller",
-		Args: []string{
+		Name:   name,
+		Binary: binary,
+		Args: append([]string{
 			"--kubeconfig=" + c.Kubeconfig,
-			"--leader-elect=false",
-			"--scheduler-name=" + SchedulerName,
 			fmt.Sprintf("--metrics-bind-address=127.0.0.1:%d", ports[0]),
 			fmt.Sprintf("--health-probe-bind-address=127.0.0.1:%d", ports[1]),
 			"--v=2",
-		},
+		}, args...),
 		HealthURL: fmt.Sprintf("http://127.0.0.1:%d/healthz", ports[1]),
 	}, nil
 }
