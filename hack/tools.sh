@@ -2,7 +2,8 @@
 # Builds the test-cluster tools into bin/ from the Go module proxy.
 #
 # Versions come from go.mod files only: the product's go.mod (kube-apiserver,
-# kube-controller-manager, kubectl, built from the same Kubernetes pin as the
+# kube-controller-manager, kubectl, and the stock kube-scheduler the benchmark
+# compares against, built from the same Kubernetes pin as the
 # scheduler) and hack/tools/*/go.mod (etcd, kwok, controller-gen). A binary is
 # rebuilt only when the module version recorded in its build info differs from
 # the pinned one, so a warm bin/ costs a few `go version -m` calls.
@@ -83,6 +84,7 @@ kube_ldflags="-s -w \
 ensure "$root" k8s.io/kubernetes "$kube_ldflags" \
 	kube-apiserver=k8s.io/kubernetes/cmd/kube-apiserver \
 	kube-controller-manager=k8s.io/kubernetes/cmd/kube-controller-manager \
+	kube-scheduler=k8s.io/kubernetes/cmd/kube-scheduler \
 	kubectl=k8s.io/kubernetes/cmd/kubectl
 
 ensure "$root/hack/tools/etcd" go.etcd.io/etcd/server/v3 "-s -w" \

@@ -10,7 +10,6 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -22,7 +21,6 @@ import (
 	"github.com/lockstep-dev/lockstep/pkg/clustermodel"
 	"github.com/lockstep-dev/lockstep/pkg/controller"
 	"github.com/lockstep-dev/lockstep/pkg/convert"
-	"github.com/lockstep-dev/lockstep/test/e2e/framework"
 )
 
 // demoNamespace holds every demo job.
@@ -115,25 +113,6 @@ func ensureNamespace(ctx context.Context, c client.Client, ns string) error {
 		return nil
 	}
 	return err
-}
-
-// waitTopology waits until the topology agent has published a NodeTopology
-// for every node: jobs placed before that get a placement whose efficiency
-// cannot be modelled.
-func waitTopology(ctx context.Context, c client.Client, nodes int, timeout time.Duration) error {
-	return framework.Poll(ctx, 500*time.Millisecond, timeout, fmt.Sprintf("NodeTopology for all %d nodes", nodes), func(ctx context.Context) (bool, error) {
-		list := &v1alpha1.NodeTopologyList{}
-		if err := c.List(ctx, list); err != nil {
-			return false, nil
-		}
-		ready := 0
-		for _, nt := range list.Items {
-			if nt.Spec.GPUCount > 0 {
-				ready++
-			}
-		}
-		return ready >= nodes, nil
-	})
 }
 
 // observe reads the jobs and their pods back. A job is placed when all its

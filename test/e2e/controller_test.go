@@ -118,7 +118,8 @@ func waitPods(t *testing.T, ns, job string, n int, timeout time.Duration) map[st
 	return pods
 }
 
-// finishPod makes a pod's containers exit, as KWOK never does on its own.
+// finishPod makes a pod's containers exit now with exitCode; KWOK only ends
+// pods annotated with a simulated runtime, and only with success.
 func finishPod(t *testing.T, ns, name string, exitCode int32) {
 	t.Helper()
 	ctx := context.Background()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"fmt"
+	"maps"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -102,7 +103,24 @@ func (c *Cluster) ComponentPIDs() map[string]int {
 // SchedulerComponent describes lockstep-scheduler run with deploy/'s
 // configuration, pointed at this cluster and serving health on loopback.
 func (c *Cluster) SchedulerComponent() (Component, error) {
-	cfgPath, err := c.renderSchedulerConfig()
+	src := filepath.Join(c.RepoRoot, "deploy", "scheduler", "config.yaml")
+	data, err := os.ReadFile(src)
+	if err != nil {
+		return Component{}, err
+	}
+	var cfg map[string]any
+	if err := yaml.Unmarshal(data, &cfg); err != nil {
+		return Component{}, fmt.Errorf("parsing %s: %w", src, err)
+	}
+	return c.KubeSchedulerComponent("scheduler", "lockstep-scheduler", cfg)
+}
+
+// KubeSchedulerComponent describes a kube-scheduler build in bin/ (ours, or
+// the stock one the benchmark compares against) run with the
+// KubeSchedulerConfiguration cfg, pointed at this cluster and serving health
+// on loopback.
+func (c *Cluster) KubeSchedulerComponent(name, binary string, cfg map[string]any) (Component, error) {
+	cfgPath, err := c.renderSchedulerConfig(name, cfg)
 	if err != nil {
 		return Component{}, err
 	}
@@ -112,8 +130,8 @@ func (c *Cluster) SchedulerComponent() (Component, error) {
 	}
 	port := strconv.Itoa(ports[0])
 	return Component{
-		Name:   "scheduler",
-		Binary: "lockstep-scheduler",
+		Name:   name,
+		Binary: binary,
 		Args: []string{
 			"--config=" + cfgPath,
 			"--bind-address=127.0.0.1",
@@ -137,8 +155,15 @@ func (c *Cluster) FakeAgentComponent() (Component, error) {
 // election so that a restarted one need not wait out its predecessor's
 // lease.
 func (c *Cluster) ControllerComponent() (Component, error) {
+	return c.ControllerComponentFor(SchedulerName)
+}
+
+// ControllerComponentFor describes the TrainingJob controller giving its
+// pods schedulerName, so the benchmark can hand the same jobs to other
+// schedulers.
+func (c *Cluster) ControllerComponentFor(schedulerName string) (Component, error) {
 	return c.managerComponent("controller", "lockstep-controller",
-		"--leader-elect=false", "--scheduler-name="+SchedulerName)
+		"--leader-elect=false", "--scheduler-name="+schedulerName)
 }
 
 // managerComponent describes one of our controller-runtime binaries: this
@@ -177,27 +202,19 @@ func (c *Cluster) StartComponents(ctx context.Context) error {
 	return nil
 }
 
-// renderSchedulerConfig writes deploy/scheduler/config.yaml with this
+// renderSchedulerConfig writes the scheduler configuration cfg with this
 // cluster's kubeconfig. With --config, kube-scheduler ignores --kubeconfig, so
 // the file itself must name it. Leader election is off: one scheduler runs
 // here, and a restarted one must not wait out its predecessor's lease.
-func (c *Cluster) renderSchedulerConfig() (string, error) {
-	src := filepath.Join(c.RepoRoot, "deploy", "scheduler", "config.yaml")
-	data, err := os.ReadFile(src)
+func (c *Cluster) renderSchedulerConfig(name string, cfg map[string]any) (string, error) {
+	rendered := maps.Clone(cfg)
+	rendered["clientConnection"] = map[string]any{"kubeconfig": c.Kubeconfig, "qps": 200, "burst": 400}
+	rendered["leaderElection"] = map[string]any{"leaderElect": false}
+	out, err := yaml.Marshal(rendered)
 	if err != nil {
 		return "", err
 	}
-	var cfg map[string]any
-	if err := yaml.Unmarshal(data, &cfg); err != nil {
-		return "", fmt.Errorf("parsing %s: %w", src, err)
-	}
-	cfg["clientConnection"] = map[string]any{"kubeconfig": c.Kubeconfig, "qps": 200, "burst": 400}
-	cfg["leaderElection"] = map[string]any{"leaderElect": false}
-	out, err := yaml.Marshal(cfg)
-	if err != nil {
-		return "", err
-	}
-	path := filepath.Join(c.Dir, "scheduler-config.yaml")
+	path := filepath.Join(c.Dir, name+"-config.yaml")
 	return path, os.WriteFile(path, out, 0o644)
 }
 

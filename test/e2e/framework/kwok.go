@@ -22,19 +22,23 @@ type kwokCluster struct {
 	workdir string // KWOK_WORKDIR
 	binDir  string
 	logDir  string
+	// stagesPath holds the KWOK pod stages (deploy/kwok/stages.yaml).
+	stagesPath string
 }
 
 // newKWOKCluster describes the local control plane of the cluster in dir.
 func newKWOKCluster(repoRoot, dir string) *kwokCluster {
 	return &kwokCluster{
-		name:    "lockstep",
-		workdir: filepath.Join(dir, "kwok"),
-		binDir:  filepath.Join(repoRoot, "bin"),
-		logDir:  filepath.Join(dir, "logs"),
+		name:       "lockstep",
+		workdir:    filepath.Join(dir, "kwok"),
+		binDir:     filepath.Join(repoRoot, "bin"),
+		logDir:     filepath.Join(dir, "logs"),
+		stagesPath: filepath.Join(repoRoot, "deploy", "kwok", "stages.yaml"),
 	}
 }
 
-// kwokctlConfig renders the KwokctlConfiguration. Every component binds to
+// kwokctlConfig renders the KwokctlConfiguration, followed by our pod stages,
+// which kwokctl hands to the KWOK controller. Every component binds to
 // 127.0.0.1; ports are picked by us rather than by kwokctl, whose own pick
 // probes all interfaces and can collide between parallel clusters.
 func (k *kwokCluster) kwokctlConfig() ([]byte, error) {
@@ -88,7 +92,15 @@ func (k *kwokCluster) kwokctlConfig() ([]byte, error) {
 			},
 		},
 	}
-	return yaml.Marshal(cfg)
+	out, err := yaml.Marshal(cfg)
+	if err != nil {
+		return nil, err
+	}
+	stages, err := os.ReadFile(k.stagesPath)
+	if err != nil {
+		return nil, fmt.Errorf("reading KWOK stages: %w", err)
+	}
+	return append(append(out, "---\n"...), stages...), nil
 }
 
 // kwokctl runs kwokctl with a clean environment: KWOK_* variables would

@@ -19,6 +19,8 @@ import (
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/util/workqueue"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/lockstep-dev/lockstep/pkg/apis/lockstep/v1alpha1"
 )
 
 // InstallCRDs creates or updates every CRD in deploy/crds and waits until
@@ -200,4 +202,23 @@ func Poll(ctx context.Context, interval, timeout time.Duration, what string, con
 		return fmt.Errorf("waiting for %s (up to %s): %w", what, timeout, err)
 	}
 	return nil
+}
+
+// WaitTopologyPublished waits until the topology agent has published a
+// NodeTopology with GPUs for every model node.
+func (c *Cluster) WaitTopologyPublished(ctx context.Context, timeout time.Duration) error {
+	nodes := c.Model.NodeCount()
+	return Poll(ctx, 500*time.Millisecond, timeout, fmt.Sprintf("NodeTopology for all %d nodes", nodes), func(ctx context.Context) (bool, error) {
+		list := &v1alpha1.NodeTopologyList{}
+		if err := c.Client.List(ctx, list); err != nil {
+			return false, nil
+		}
+		published := 0
+		for _, nt := range list.Items {
+			if nt.Spec.GPUCount > 0 {
+				published++
+			}
+		}
+		return published >= nodes, nil
+	})
 }
