@@ -84,9 +84,25 @@ demo: tools build ## Start a local cluster of MODEL, run the example jobs on it 
 demo-down: ## Stop and remove the cluster started by demo.
 	$(GO) run ./cmd/lockstep-demo down --dir $(DEMO_DIR) --bin $(BIN)
 
+##@ Benchmark
+
+# Where make bench writes report.md, results.json and the plots.
+BENCH_OUT ?= $(ROOT)/_output/bench
+BENCH_TRACE ?= test/e2e/traces/default.csv
+BENCH_SCALE_MODEL ?= test/e2e/models/scale-5000.yaml
+# Extra lockstep-bench flags, e.g. BENCH_FLAGS=--schedulers=lockstep.
+BENCH_FLAGS ?=
+
+.PHONY: bench
+bench: tools build ## Replay BENCH_TRACE on MODEL with kube-scheduler, Coscheduling and Lockstep, then time a gang burst on BENCH_SCALE_MODEL; results in BENCH_OUT.
+	$(BIN)/lockstep-bench --bin $(BIN) --model $(MODEL) --trace $(BENCH_TRACE) \
+	  --scale-model $(BENCH_SCALE_MODEL) --out $(BENCH_OUT) $(BENCH_FLAGS)
+
+##@ Other
+
 .PHONY: clean
 clean: ## Remove build outputs (keeps nothing in bin/, so tools rebuild).
-	rm -rf $(BIN) _artifacts
+	rm -rf $(BIN) _artifacts _output
 
 .PHONY: help
 help: ## Show this help.
