@@ -1,0 +1,319 @@
+package bench
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
+	"time"
+)
+
+// Report is the comparison of one trace replayed against several schedulers.
+type Report struct {
+	Model string `json:"model"`
+	Trace string `json:"trace"`
+	// Command is the command line that produced the report.
+	Command         string  `json:"command"`
+	TimeCompression float64 `json:"time_compression"`
+	// Host describes the machine, e.g. "2 CPU cores, linux/amd64".
+	Host string `json:"host"`
+	// Results are one per scheduler, in run order.
+	Results []Result     `json:"results"`
+	Scale   *ScaleResult `json:"scale,omitempty"`
+	Targets Targets      `json:"targets"`
+}
+
+// Targets are what Lockstep's run must reach.
+type Targets struct {
+	// EfficiencyMean is the least mean placement efficiency.
+	EfficiencyMean float64 `json:"efficiency_mean"`
+	// PartialGangs and DeadlockedGangs are the most allowed.
+	PartialGangs    int `json:"partial_gangs"`
+	DeadlockedGangs int `json:"deadlocked_gangs"`
+	// ScaleThroughputRatio is the least ratio of Lockstep's pods bound per
+	// second to kube-scheduler's in the scale run.
+	ScaleThroughputRatio float64 `json:"scale_throughput_ratio"`
+}
+
+// DefaultTargets returns Lockstep's targets: efficiency mean at least 0.95,
+// no partially placed or deadlocked gang, and at scale at least 0.8 times
+// kube-scheduler's bind throughput.
+func DefaultTargets() Targets {
+	return Targets{EfficiencyMean: 0.95, ScaleThroughputRatio: 0.8}
+}
+
+// Target statuses.
+const (
+	TargetMet         = "met"
+	TargetMissed      = "missed"
+	TargetNotMeasured = "not measured"
+)
+
+// TargetCheck is one target, evaluated against Lockstep's result.
+type TargetCheck struct {
+	Target string `json:"target"`
+	Want   string `json:"want"`
+	Got    string `json:"got"`
+	// Status is TargetMet, TargetMissed or TargetNotMeasured.
+	Status string `json:"status"`
+}
+
+// HostDescription describes the machine running the benchmark, for
+// Report.Host.
+func HostDescription() string {
+	return fmt.Sprintf("%d CPU cores, %s/%s", runtime.NumCPU(), runtime.GOOS, runtime.GOARCH)
+}
+
+// result returns the result of the named scheduler.
+func (r Report) result(scheduler string) (Result, bool) {
+	i := slices.IndexFunc(r.Results, func(res Result) bool { return res.Scheduler == scheduler })
+	if i < 0 {
+		return Result{}, false
+	}
+	return r.Results[i], true
+}
+
+// CheckTargets evaluates the targets against the SchedulerLockstep result
+// and, for throughput, the scale run.
+func (r Report) CheckTargets() []TargetCheck {
+	t := r.Targets
+	lockstep, ran := r.result(SchedulerLockstep)
+	check := func(target, want string, measured bool, got string, met bool) TargetCheck {
+		c := TargetCheck{Target: target, Want: want, Got: "—", Status: TargetNotMeasured}
+		if measured {
+			c.Got, c.Status = got, TargetMissed
+			if met {
+				c.Status = TargetMet
+			}
+		}
+		return c
+	}
+	var checks []TargetCheck
+	eff := lockstep.EfficiencyMean
+	checks = append(checks, check("placement efficiency, mean", fmt.Sprintf("≥ %.2f", t.EfficiencyMean),
+		ran && eff != nil, formatRatio(eff), eff != nil && *eff >= t.EfficiencyMean))
+	checks = append(checks, check("partially placed gangs", fmt.Sprintf("≤ %d", t.PartialGangs),
+		ran, fmt.Sprint(lockstep.PartialGangs), lockstep.PartialGangs <= t.PartialGangs))
+	checks = append(checks, check("gangs deadlocked at the end", fmt.Sprintf("≤ %d", t.DeadlockedGangs),
+		ran, fmt.Sprint(lockstep.DeadlockedGangs), lockstep.DeadlockedGangs <= t.DeadlockedGangs))
+	var ours, theirs float64
+	var measured bool
+	if r.Scale != nil {
+		var ok1, ok2 bool
+		ours, ok1 = r.Scale.PodsPerSecond[SchedulerLockstep]
+		theirs, ok2 = r.Scale.PodsPerSecond[SchedulerKube]
+		measured = ok1 && ok2 && theirs > 0
+	}
+	got := ""
+	if measured {
+		got = fmt.Sprintf("%.2f× (%.1f vs %.1f pods/s)", ours/theirs, ours, theirs)
+	}
+	checks = append(checks, check("pods bound per second at scale, vs kube-scheduler", fmt.Sprintf("≥ %.2f×", t.ScaleThroughputRatio),
+		measured, got, measured && ours >= t.ScaleThroughputRatio*theirs))
+	return checks
+}
+
+// WriteJSON writes the report as indented JSON, with the evaluated targets
+// under "target_checks".
+func (r Report) WriteJSON(w io.Writer) error {
+	out := struct {
+		Report
+		TargetChecks []TargetCheck `json:"target_checks"`
+	}{r, r.CheckTargets()}
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(out); err != nil {
+		return fmt.Errorf("writing the JSON report: %w", err)
+	}
+	return nil
+}
+
+// ReadJSON reads a report written by WriteJSON.
+func ReadJSON(r io.Reader) (Report, error) {
+	var rep Report
+	if err := json.NewDecoder(r).Decode(&rep); err != nil {
+		return Report{}, fmt.Errorf("reading the JSON report: %w", err)
+	}
+	return rep, nil
+}
+
+// WriteMarkdown writes the report: a header, one table with a row per metric
+// and a column per scheduler, the scale run, then the targets.
+func (r Report) WriteMarkdown(w io.Writer) error {
+	var b strings.Builder
+	b.WriteString("# Lockstep benchmark\n\n")
+	fmt.Fprintf(&b, "Model `%s`, trace `%s`, time compression %s×, on %s.\n", r.Model, r.Trace, formatFloat(r.TimeCompression), r.Host)
+	if r.Command != "" {
+		fmt.Fprintf(&b, "\n```\n%s\n```\n", r.Command)
+	}
+	b.WriteString("\nTimes are wall-clock times of the compressed replay.\n\n")
+
+	header := []string{"metric"}
+	for _, res := range r.Results {
+		header = append(header, res.Scheduler)
+	}
+	writeRow(&b, header)
+	writeRow(&b, slices.Repeat([]string{"---"}, len(header)))
+	for _, row := range metricRows() {
+		cells := []string{row.name}
+		if row.name == partialRowName && len(r.Results) > 0 {
+			cells[0] = fmt.Sprintf("%s (> %g s)", partialRowName, r.Results[0].PartialGangAfterSeconds)
+		}
+		for _, res := range r.Results {
+			cells = append(cells, row.cell(res))
+		}
+		writeRow(&b, cells)
+	}
+
+	if s := r.Scale; s != nil {
+		b.WriteString("\n## Scale\n\n")
+		fmt.Fprintf(&b, "Model `%s`: %d nodes, %d jobs, %d pods.\n\n", s.Model, s.Nodes, s.Jobs, s.Pods)
+		writeRow(&b, []string{"scheduler", "pods bound per second"})
+		writeRow(&b, []string{"---", "---"})
+		for _, name := range r.scaleOrder() {
+			writeRow(&b, []string{name, fmt.Sprintf("%.1f", s.PodsPerSecond[name])})
+		}
+	}
+
+	b.WriteString("\n## Lockstep targets\n\n")
+	writeRow(&b, []string{"target", "want", "got", "status"})
+	writeRow(&b, []string{"---", "---", "---", "---"})
+	for _, c := range r.CheckTargets() {
+		writeRow(&b, []string{c.Target, c.Want, c.Got, c.Status})
+	}
+	if _, err := io.WriteString(w, b.String()); err != nil {
+		return fmt.Errorf("writing the Markdown report: %w", err)
+	}
+	return nil
+}
+
+// scaleOrder lists the scale run's schedulers in the order of Results, then
+// the others by name.
+func (r Report) scaleOrder() []string {
+	var names, rest []string
+	for _, res := range r.Results {
+		if _, ok := r.Scale.PodsPerSecond[res.Scheduler]; ok && !slices.Contains(names, res.Scheduler) {
+			names = append(names, res.Scheduler)
+		}
+	}
+	for name := range r.Scale.PodsPerSecond {
+		if !slices.Contains(names, name) {
+			rest = append(rest, name)
+		}
+	}
+	slices.Sort(rest)
+	return append(names, rest...)
+}
+
+const partialRowName = "partially placed gangs"
+
+// metricRow is a row of the Markdown table.
+type metricRow struct {
+	name string
+	cell func(Result) string
+}
+
+// metricRows returns the rows of the Markdown table, in order.
+func metricRows() []metricRow {
+	return []metricRow{
+		{"jobs finished", func(r Result) string { return fmt.Sprintf("%d/%d", r.FinishedJobs, r.Jobs) }},
+		{"placement efficiency, mean", func(r Result) string { return formatRatio(r.EfficiencyMean) }},
+		{"placement efficiency, p10", func(r Result) string { return formatRatio(r.EfficiencyP10) }},
+		{"multi-GPU jobs rated (unmodelled)", func(r Result) string {
+			return fmt.Sprintf("%d/%d (%d)", r.EfficiencyJobs, r.MultiGPUJobs, r.UnmodelledJobs)
+		}},
+		{"multi-node jobs in one leaf", func(r Result) string { return formatShare(r.OneLeafShare, r.OneLeafJobs, r.MultiNodeJobs) }},
+		{"multi-node jobs in one NVLink domain", func(r Result) string {
+			return formatShare(r.OneNVLinkDomainShare, r.OneNVLinkDomainJobs, r.MultiNodeJobs)
+		}},
+		{"gang wait, p50", func(r Result) string { return formatWait(r.GangWaitP50Seconds) }},
+		{"gang wait, p99", func(r Result) string { return formatWait(r.GangWaitP99Seconds) }},
+		{"jobs never fully bound", func(r Result) string { return fmt.Sprint(r.NeverFullyBoundJobs) }},
+		{"makespan", func(r Result) string {
+			s := formatWait(&r.MakespanSeconds)
+			if r.MakespanIncomplete {
+				s = "≥ " + s + " (incomplete)"
+			}
+			return s
+		}},
+		{"GPU utilization, time-weighted mean", func(r Result) string {
+			if r.UtilizationMean == nil {
+				return "n/a"
+			}
+			return fmt.Sprintf("%.1f%%", 100**r.UtilizationMean)
+		}},
+		{"pods bound per second", func(r Result) string {
+			if r.PodsPerSecond == nil {
+				return "n/a"
+			}
+			return fmt.Sprintf("%.1f", *r.PodsPerSecond)
+		}},
+		{partialRowName, func(r Result) string { return fmt.Sprint(r.PartialGangs) }},
+		{"gangs deadlocked at the end", func(r Result) string { return fmt.Sprint(r.DeadlockedGangs) }},
+	}
+}
+
+func writeRow(b *strings.Builder, cells []string) {
+	b.WriteString("|")
+	for _, c := range cells {
+		b.WriteString(" " + strings.ReplaceAll(c, "|", `\|`) + " |")
+	}
+	b.WriteString("\n")
+}
+
+func formatRatio(v *float64) string {
+	if v == nil {
+		return "n/a"
+	}
+	return fmt.Sprintf("%.3f", *v)
+}
+
+func formatShare(v *float64, part, whole int) string {
+	if v == nil {
+		return "n/a"
+	}
+	return fmt.Sprintf("%.0f%% (%d/%d)", 100**v, part, whole)
+}
+
+// formatWait writes seconds as "2.5 s" below a minute and as a Go duration
+// rounded to the second above, "6m52s".
+func formatWait(seconds *float64) string {
+	switch {
+	case seconds == nil:
+		return "n/a"
+	case *seconds < 59.95:
+		return fmt.Sprintf("%.1f s", *seconds)
+	default:
+		return time.Duration(*seconds * float64(time.Second)).Round(time.Second).String()
+	}
+}
+
+func formatFloat(v float64) string { return strings.TrimSuffix(fmt.Sprintf("%g", v), ".0") }
+
+// WriteAll writes report.md, results.json and the plots into dir, creating
+// it if needed.
+func (r Report) WriteAll(dir string) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("creating the report directory: %w", err)
+	}
+	write := func(name string, fn func(io.Writer) error) (err error) {
+		f, err := os.Create(filepath.Join(dir, name))
+		if err != nil {
+			return fmt.Errorf("creating %s: %w", name, err)
+		}
+		defer func() { err = errors.Join(err, f.Close()) }()
+		return fn(f)
+	}
+	if err := write("report.md", r.WriteMarkdown); err != nil {
+		return err
+	}
+	if err := write("results.json", r.WriteJSON); err != nil {
+		return err
+	}
+	return r.WritePlots(dir)
+}

@@ -1,0 +1,218 @@
+package bench
+
+import (
+	"bytes"
+	"image/png"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+// sampleReport compares three schedulers on hand-made results: kube-scheduler
+// with a deadlock and unknown GPU sets, Coscheduling spreading gangs,
+// Lockstep meeting its targets but throughput at scale.
+func sampleReport() Report {
+	perJob := func(eff []float64, waits []float64) []JobResult {
+		var out []JobResult
+		for i := range max(len(eff), len(waits)) {
+			j := JobResult{ID: "job", GPUs: 16, Replicas: 2, PodsBound: 2, Finished: true}
+			if i < len(eff) {
+				j.Efficiency = ptr(eff[i])
+			}
+			if i < len(waits) {
+				j.WaitSeconds = ptr(waits[i])
+			}
+			out = append(out, j)
+		}
+		return out
+	}
+	util := func(busy ...float64) []UtilizationPoint {
+		var out []UtilizationPoint
+		for i, b := range busy {
+			out = append(out, UtilizationPoint{Seconds: float64(10 * i), Busy: b})
+		}
+		return out
+	}
+	return Report{
+		Model:           "hgx-32",
+		Trace:           "test/e2e/traces/default.csv",
+		Command:         "lockstep-bench --model test/e2e/models/hgx-32.yaml --trace test/e2e/traces/default.csv --compress 10",
+		TimeCompression: 10,
+		Host:            "2 CPU cores, linux/amd64",
+		Targets:         DefaultTargets(),
+		Results: []Result{
+			{
+				Scheduler: SchedulerKube, Jobs: 150, Pods: 412, PodsBound: 380, FinishedJobs: 140,
+				MultiGPUJobs: 60, EfficiencyJobs: 50, UnmodelledJobs: 10,
+				EfficiencyMean: ptr(0.7123), EfficiencyP10: ptr(0.5004),
+				MultiNodeJobs: 20, OneLeafJobs: 9, OneLeafShare: ptr(0.45),
+				FullyBoundJobs: 145, NeverFullyBoundJobs: 5,
+				GangWaitP50Seconds: ptr(1.26), GangWaitP99Seconds: ptr(412.3),
+				MakespanSeconds: 1800, MakespanIncomplete: true,
+				TotalGPUs: 256, UtilizationMean: ptr(0.6512), Utilization: util(0, 0.4, 0.9, 0.7),
+				PodsPerSecond: ptr(31.25), PartialGangAfterSeconds: 30, PartialGangs: 4, DeadlockedGangs: 2,
+				PerJob: perJob([]float64{0.5, 0.7, 1, 0.99}, []float64{1, 2, 400}),
+			},
+			{
+				Scheduler: SchedulerCoscheduling, Jobs: 150, Pods: 412, PodsBound: 412, FinishedJobs: 150,
+				MultiGPUJobs: 62, EfficiencyJobs: 62,
+				EfficiencyMean: ptr(0.8), EfficiencyP10: ptr(0.5),
+				MultiNodeJobs: 21, OneLeafJobs: 12, OneLeafShare: ptr(12.0 / 21),
+				FullyBoundJobs:     150,
+				GangWaitP50Seconds: ptr(2.5), GangWaitP99Seconds: ptr(95.0),
+				MakespanSeconds: 1234.56,
+				TotalGPUs:       256, UtilizationMean: ptr(0.7), Utilization: util(0, 0.5, 0.8),
+				PodsPerSecond: ptr(20.0), PartialGangAfterSeconds: 30,
+				PerJob: perJob([]float64{0.5, 0.8, 1}, []float64{2.5, 95}),
+			},
+			{
+				Scheduler: SchedulerLockstep, Jobs: 150, Pods: 412, PodsBound: 412, FinishedJobs: 150,
+				MultiGPUJobs: 62, EfficiencyJobs: 62,
+				EfficiencyMean: ptr(0.9871), EfficiencyP10: ptr(0.9512),
+				MultiNodeJobs: 21, OneLeafJobs: 19, OneLeafShare: ptr(19.0 / 21),
+				FullyBoundJobs:     150,
+				GangWaitP50Seconds: ptr(0.4), GangWaitP99Seconds: ptr(61.75),
+				MakespanSeconds: 1100.04,
+				TotalGPUs:       256, UtilizationMean: ptr(0.75), Utilization: util(0, 0.6, 0.9, 0.8, 0.2),
+				PodsPerSecond: ptr(25.5), PartialGangAfterSeconds: 30,
+				PerJob: perJob([]float64{0.999, 1, 1}, []float64{0.4, 61.75}),
+			},
+		},
+		Scale: &ScaleResult{
+			Model: "scale-5000", Nodes: 5000, Jobs: 2000, Pods: 20000,
+			PodsPerSecond: map[string]float64{SchedulerKube: 100, SchedulerLockstep: 70, SchedulerCoscheduling: 60, "other": 1},
+		},
+	}
+}
+
+func TestWriteMarkdown(t *testing.T) {
+	tests := []struct {
+		name   string
+		report Report
+		golden string
+	}{
+		{"three schedulers and a scale run", sampleReport(), "report.md"},
+		{"nothing measured", Report{Model: "m", Trace: "t.csv", TimeCompression: 1.5, Host: "1 CPU cores, linux/arm64", Targets: DefaultTargets(),
+			Results: []Result{{Scheduler: SchedulerKube, PartialGangAfterSeconds: 30}}}, "report-empty.md"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			var buf bytes.Buffer
+			mustNoError(t, tc.report.WriteMarkdown(&buf))
+			path := filepath.Join("testdata", tc.golden)
+			if *update {
+				mustNoError(t, os.WriteFile(path, buf.Bytes(), 0o644))
+			}
+			want, err := os.ReadFile(path)
+			mustNoError(t, err)
+			if diff := cmp.Diff(string(want), buf.String()); diff != "" {
+				t.Errorf("WriteMarkdown differs from %s; run go test ./pkg/bench -update (-want,+got):\n%s", path, diff)
+			}
+		})
+	}
+}
+
+func TestCheckTargets(t *testing.T) {
+	missed := sampleReport()
+	missed.Results[2].EfficiencyMean = ptr(0.9)
+	missed.Results[2].PartialGangs = 1
+	missed.Results[2].DeadlockedGangs = 3
+	missed.Scale.PodsPerSecond[SchedulerLockstep] = 79.9
+	noLockstep := sampleReport()
+	noLockstep.Results = noLockstep.Results[:2]
+	noLockstep.Scale = nil
+	tests := []struct {
+		name   string
+		report Report
+		want   []string
+	}{
+		{"sample: all but throughput met", sampleReport(), []string{TargetMet, TargetMet, TargetMet, TargetMissed}},
+		{"everything missed", missed, []string{TargetMissed, TargetMissed, TargetMissed, TargetMissed}},
+		{"no Lockstep run, no scale run", noLockstep, []string{TargetNotMeasured, TargetNotMeasured, TargetNotMeasured, TargetNotMeasured}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			var got []string
+			for _, c := range tc.report.CheckTargets() {
+				got = append(got, c.Status)
+			}
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("statuses (-want,+got):\n%s", diff)
+			}
+		})
+	}
+	met := sampleReport()
+	met.Scale.PodsPerSecond[SchedulerLockstep] = 80
+	if got := met.CheckTargets()[3]; got.Status != TargetMet || got.Got != "0.80× (80.0 vs 100.0 pods/s)" {
+		t.Errorf("throughput at exactly 0.8× = %+v, want met", got)
+	}
+}
+
+func TestJSONRoundTrip(t *testing.T) {
+	want := sampleReport()
+	var buf bytes.Buffer
+	mustNoError(t, want.WriteJSON(&buf))
+	if !bytes.Contains(buf.Bytes(), []byte(`"target_checks"`)) {
+		t.Error("the JSON report has no target_checks")
+	}
+	got, err := ReadJSON(&buf)
+	mustNoError(t, err)
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("ReadJSON(WriteJSON(r)) (-want,+got):\n%s", diff)
+	}
+}
+
+func TestWriteAll(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "out")
+	mustNoError(t, sampleReport().WriteAll(dir))
+	for _, name := range []string{EfficiencyPlotFile, WaitPlotFile, UtilizationPlotFile} {
+		f, err := os.Open(filepath.Join(dir, name))
+		mustNoError(t, err)
+		img, err := png.Decode(f)
+		f.Close()
+		if err != nil {
+			t.Errorf("%s is not a PNG: %v", name, err)
+			continue
+		}
+		if b := img.Bounds(); b.Dx() < 400 || b.Dy() < 200 {
+			t.Errorf("%s is %v, want a readable size", name, b)
+		}
+	}
+	md, err := os.ReadFile(filepath.Join(dir, "report.md"))
+	mustNoError(t, err)
+	golden, err := os.ReadFile(filepath.Join("testdata", "report.md"))
+	mustNoError(t, err)
+	if !bytes.Equal(md, golden) {
+		t.Error("report.md differs from WriteMarkdown's output")
+	}
+	f, err := os.Open(filepath.Join(dir, "results.json"))
+	mustNoError(t, err)
+	defer f.Close()
+	if _, err := ReadJSON(f); err != nil {
+		t.Errorf("results.json: %v", err)
+	}
+}
+
+func TestWritePlotsWithoutData(t *testing.T) {
+	dir := t.TempDir()
+	r := Report{Results: []Result{{Scheduler: SchedulerKube}, {Scheduler: SchedulerLockstep}}}
+	mustNoError(t, r.WritePlots(dir))
+	for _, name := range []string{EfficiencyPlotFile, WaitPlotFile, UtilizationPlotFile} {
+		f, err := os.Open(filepath.Join(dir, name))
+		mustNoError(t, err)
+		_, err = png.Decode(f)
+		f.Close()
+		if err != nil {
+			t.Errorf("%s is not a PNG: %v", name, err)
+		}
+	}
+}
+
+func TestWritePlotsToMissingDirectory(t *testing.T) {
+	err := sampleReport().WritePlots(filepath.Join(t.TempDir(), "missing"))
+	if err == nil {
+		t.Error("WritePlots into a missing directory succeeded")
+	}
+}

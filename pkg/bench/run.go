@@ -1,0 +1,76 @@
+package bench
+
+import (
+	"time"
+
+	"github.com/lockstep-dev/lockstep/pkg/topology"
+)
+
+// Scheduler names a Run may carry; the report singles out SchedulerLockstep
+// for the targets and SchedulerKube as the throughput baseline.
+const (
+	SchedulerKube         = "kube-scheduler"
+	SchedulerCoscheduling = "coscheduling"
+	SchedulerLockstep     = "lockstep"
+)
+
+// Node is one node of the benchmark cluster.
+type Node struct {
+	Name   string
+	Labels map[string]string
+	// Profile is the name of a built-in pkg/topology profile.
+	Profile string
+}
+
+// Cluster is the cluster a trace was replayed on, as its model declares it.
+type Cluster struct {
+	Name  string
+	Nodes []Node
+	// Levels are the model's levels, narrowest first.
+	Levels []topology.Level
+	// Fabric carries the model's oversubscription per level.
+	Fabric topology.Fabric
+}
+
+// Run is what a runner observed while replaying a trace against one
+// scheduler.
+type Run struct {
+	// Scheduler is SchedulerKube, SchedulerCoscheduling, SchedulerLockstep
+	// or another name.
+	Scheduler string
+	// Start is the first submission; End is when observation stopped.
+	Start, End time.Time
+	Jobs       []JobRun
+	// Utilization are periodic samples of the GPUs held by bound pods.
+	Utilization []Sample
+}
+
+// Sample is the number of GPUs held by pods at one instant.
+type Sample struct {
+	At       time.Time
+	BusyGPUs int
+}
+
+// JobRun is one job of the replay.
+type JobRun struct {
+	// Job is the trace entry as replayed (after Compress).
+	Job       Job
+	Submitted time.Time
+	// Finished is zero when the job did not finish before End.
+	Finished time.Time
+	// Pods are the job's pods; a pod that was never created may be absent.
+	Pods []PodRun
+}
+
+// PodRun is one pod of a job.
+type PodRun struct {
+	Name string
+	// Node is "" when the pod was never bound.
+	Node string
+	// GPUs are the indices of the pod's GPUs on Node; 0 when unknown.
+	GPUs topology.GPUSet
+	// Bound is zero when the pod was never bound.
+	Bound time.Time
+	// Finished is zero when the pod did not finish before End.
+	Finished time.Time
+}

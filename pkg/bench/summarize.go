@@ -1,0 +1,389 @@
+package bench
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"time"
+)
+
+// Options are the tunables of Summarize.
+type Options struct {
+	// PartialGangAfter is how long a gang may stay partly bound, from its
+	// first bind, before it counts as partially placed.
+	PartialGangAfter time.Duration
+}
+
+// DefaultOptions returns the options Summarize uses: 30 s for
+// PartialGangAfter.
+func DefaultOptions() Options {
+	return Options{PartialGangAfter: 30 * time.Second}
+}
+
+// Result is one scheduler's metrics, as docs/benchmarks.md defines them.
+// Times are wall-clock seconds of the replay (after trace compression).
+// Pointer fields are null when there is nothing to measure.
+type Result struct {
+	Scheduler string `json:"scheduler"`
+	// Jobs and Pods are the trace's: jobs and the sum of their replicas.
+	Jobs         int `json:"jobs"`
+	Pods         int `json:"pods"`
+	PodsBound    int `json:"pods_bound"`
+	FinishedJobs int `json:"finished_jobs"`
+
+	// MultiGPUJobs are the fully bound jobs with at least 2 GPUs;
+	// EfficiencyJobs those of them the efficiency statistics cover, and
+	// UnmodelledJobs those left out because some GPU set is unknown.
+	MultiGPUJobs   int      `json:"multi_gpu_jobs"`
+	EfficiencyJobs int      `json:"efficiency_jobs"`
+	UnmodelledJobs int      `json:"unmodelled_jobs"`
+	EfficiencyMean *float64 `json:"efficiency_mean"`
+	EfficiencyP10  *float64 `json:"efficiency_p10"`
+
+	// MultiNodeJobs are the fully bound jobs of at least 2 pods.
+	MultiNodeJobs int `json:"multi_node_jobs"`
+	// OneLeafJobs of them have all their nodes in one leaf domain;
+	// OneLeafShare is null when the model has no network level.
+	OneLeafJobs  int      `json:"one_leaf_jobs"`
+	OneLeafShare *float64 `json:"one_leaf_share"`
+	// OneNVLinkDomainJobs have all their nodes in one multi-node NVLink
+	// domain; OneNVLinkDomainShare is null when the model has no NVLink
+	// level.
+	OneNVLinkDomainJobs  int      `json:"one_nvlink_domain_jobs"`
+	OneNVLinkDomainShare *float64 `json:"one_nvlink_domain_share"`
+
+	// FullyBoundJobs had all their pods bound; the gang wait percentiles
+	// are over them.
+	FullyBoundJobs      int      `json:"fully_bound_jobs"`
+	NeverFullyBoundJobs int      `json:"never_fully_bound_jobs"`
+	GangWaitP50Seconds  *float64 `json:"gang_wait_p50_s"`
+	GangWaitP99Seconds  *float64 `json:"gang_wait_p99_s"`
+
+	// MakespanSeconds runs from the first submission to the last finish,
+	// or to the end of observation when MakespanIncomplete.
+	MakespanSeconds    float64 `json:"makespan_s"`
+	MakespanIncomplete bool    `json:"makespan_incomplete"`
+
+	// TotalGPUs is the cluster's; Utilization the samples as fractions of
+	// it and UtilizationMean their time-weighted mean.
+	TotalGPUs       int                `json:"total_gpus"`
+	UtilizationMean *float64           `json:"utilization_mean"`
+	Utilization     []UtilizationPoint `json:"utilization"`
+
+	// PodsPerSecond is bound pods over the time from first to last bind.
+	PodsPerSecond *float64 `json:"pods_per_second"`
+
+	// PartialGangs stayed partly bound for more than
+	// PartialGangAfterSeconds; DeadlockedGangs held some pods while others
+	// were unbound at the end.
+	PartialGangAfterSeconds float64 `json:"partial_gang_after_s"`
+	PartialGangs            int     `json:"partial_gangs"`
+	DeadlockedGangs         int     `json:"deadlocked_gangs"`
+
+	// PerJob are the per-job numbers behind the statistics, in trace order.
+	PerJob []JobResult `json:"per_job"`
+}
+
+// JobResult is one job's numbers.
+type JobResult struct {
+	ID        string `json:"id"`
+	GPUs      int    `json:"gpus"`
+	Replicas  int    `json:"replicas"`
+	PodsBound int    `json:"pods_bound"`
+	// WaitSeconds is submission to full bind; null when never fully bound.
+	WaitSeconds *float64 `json:"wait_s"`
+	// Efficiency is null unless the job is fully bound, has at least 2 GPUs
+	// and known GPU sets.
+	Efficiency *float64 `json:"efficiency"`
+	// Domain is the ID of the narrowest domain holding the job's nodes once
+	// fully bound ("host=<node>" on one node).
+	Domain     string `json:"domain,omitempty"`
+	Partial    bool   `json:"partial,omitempty"`
+	Deadlocked bool   `json:"deadlocked,omitempty"`
+	Finished   bool   `json:"finished"`
+}
+
+// UtilizationPoint is one utilization sample.
+type UtilizationPoint struct {
+	// Seconds is the time since Run.Start.
+	Seconds float64 `json:"t_s"`
+	// Busy is the fraction of the cluster's GPUs held by pods.
+	Busy float64 `json:"busy"`
+}
+
+// ScaleResult is a scale run: one big trace replayed for bind throughput
+// only.
+type ScaleResult struct {
+	Model string `json:"model"`
+	Nodes int    `json:"nodes"`
+	Jobs  int    `json:"jobs"`
+	Pods  int    `json:"pods"`
+	// PodsPerSecond is BindThroughput per scheduler name.
+	PodsPerSecond map[string]float64 `json:"pods_per_second"`
+}
+
+// Summarize computes a run's metrics with DefaultOptions.
+func Summarize(c Cluster, r Run) (Result, error) {
+	return SummarizeWithOptions(c, r, DefaultOptions())
+}
+
+// SummarizeWithOptions computes a run's metrics.
+func SummarizeWithOptions(c Cluster, r Run, opts Options) (Result, error) {
+	if r.Start.IsZero() || r.End.Before(r.Start) {
+		return Result{}, fmt.Errorf("run of %s: start %v and end %v: want a start and an end not before it", r.Scheduler, r.Start, r.End)
+	}
+	m, err := newClusterModel(c)
+	if err != nil {
+		return Result{}, err
+	}
+	res := Result{
+		Scheduler:               r.Scheduler,
+		Jobs:                    len(r.Jobs),
+		TotalGPUs:               m.totalGPUs,
+		PartialGangAfterSeconds: opts.PartialGangAfter.Seconds(),
+		PerJob:                  make([]JobResult, len(r.Jobs)),
+	}
+	var efficiencies, waits []float64
+	var binds []time.Time
+	var lastFinish time.Time
+	allFinished := true
+	for i, jr := range r.Jobs {
+		job := jr.Job
+		if err := job.Validate(); err != nil {
+			return Result{}, fmt.Errorf("run of %s: %w", r.Scheduler, err)
+		}
+		if jr.Submitted.IsZero() {
+			return Result{}, fmt.Errorf("run of %s: job %s has no submission time", r.Scheduler, job.ID)
+		}
+		res.Pods += job.Replicas
+		out := JobResult{ID: job.ID, GPUs: job.GPUs(), Replicas: job.Replicas, Finished: !jr.Finished.IsZero()}
+
+		bound := boundPods(jr.Pods)
+		out.PodsBound = len(bound)
+		res.PodsBound += len(bound)
+		for _, p := range bound {
+			binds = append(binds, p.Bound)
+		}
+		if out.Finished {
+			res.FinishedJobs++
+			lastFinish = latest(lastFinish, jr.Finished)
+		} else {
+			allFinished = false
+		}
+
+		full := len(bound) >= job.Replicas
+		if full {
+			placed := bound[:job.Replicas]
+			fullAt := placed[len(placed)-1].Bound
+			wait := fullAt.Sub(jr.Submitted).Seconds()
+			out.WaitSeconds = &wait
+			waits = append(waits, wait)
+			res.FullyBoundJobs++
+			if err := m.rateJob(&res, &out, placed); err != nil {
+				return Result{}, fmt.Errorf("run of %s: job %s: %w", r.Scheduler, job.ID, err)
+			}
+			if out.Efficiency != nil {
+				efficiencies = append(efficiencies, *out.Efficiency)
+			}
+		} else {
+			res.NeverFullyBoundJobs++
+		}
+
+		if job.Replicas >= 2 && len(bound) > 0 {
+			until := r.End
+			if full {
+				until = bound[job.Replicas-1].Bound
+			}
+			out.Partial = until.Sub(bound[0].Bound) > opts.PartialGangAfter
+			out.Deadlocked = !full && holdsGPUsAt(bound, r.End)
+		}
+		if out.Partial {
+			res.PartialGangs++
+		}
+		if out.Deadlocked {
+			res.DeadlockedGangs++
+		}
+		res.PerJob[i] = out
+	}
+
+	res.EfficiencyJobs = len(efficiencies)
+	res.EfficiencyMean = mean(efficiencies)
+	res.EfficiencyP10 = percentile(efficiencies, 10)
+	res.GangWaitP50Seconds = percentile(waits, 50)
+	res.GangWaitP99Seconds = percentile(waits, 99)
+	if m.leafLevel > 0 {
+		res.OneLeafShare = share(res.OneLeafJobs, res.MultiNodeJobs)
+	}
+	if m.nvlinkLevel > 0 {
+		res.OneNVLinkDomainShare = share(res.OneNVLinkDomainJobs, res.MultiNodeJobs)
+	}
+	if allFinished {
+		if len(r.Jobs) > 0 {
+			res.MakespanSeconds = lastFinish.Sub(r.Start).Seconds()
+		}
+	} else {
+		res.MakespanSeconds = r.End.Sub(r.Start).Seconds()
+		res.MakespanIncomplete = true
+	}
+	res.Utilization, res.UtilizationMean = utilization(r.Utilization, r.Start, m.totalGPUs)
+	if rate := BindThroughput(binds); rate > 0 {
+		res.PodsPerSecond = &rate
+	}
+	return res, nil
+}
+
+// rateJob fills the placement metrics of a fully bound job from the pods
+// that completed its gang.
+func (m *clusterModel) rateJob(res *Result, out *JobResult, placed []PodRun) error {
+	nodes := make([]string, 0, len(placed))
+	for _, p := range placed {
+		if p.Node == "" {
+			return fmt.Errorf("pod %s has a bind time but no node", p.Name)
+		}
+		if !slices.Contains(nodes, p.Node) {
+			nodes = append(nodes, p.Node)
+		}
+	}
+	dom, err := m.tree.LowestCommonDomain(nodes)
+	if err != nil {
+		return fmt.Errorf("locating the job's nodes: %w", err)
+	}
+	out.Domain = dom.ID
+	if len(placed) >= 2 {
+		res.MultiNodeJobs++
+		if m.leafLevel > 0 && dom.Level <= m.leafLevel {
+			res.OneLeafJobs++
+		}
+		if m.nvlinkLevel > 0 && dom.Level <= m.nvlinkLevel && !m.tree.Path(nodes[0])[m.nvlinkLevel].Synthetic {
+			res.OneNVLinkDomainJobs++
+		}
+	}
+	if out.GPUs < 2 {
+		return nil
+	}
+	res.MultiGPUJobs++
+	eff, err := m.efficiency(placed)
+	switch {
+	case errors.Is(err, ErrUnmodelled):
+		res.UnmodelledJobs++
+		return nil
+	case err != nil:
+		return err
+	}
+	out.Efficiency = &eff
+	return nil
+}
+
+// boundPods returns the pods that were bound, earliest first.
+func boundPods(pods []PodRun) []PodRun {
+	var bound []PodRun
+	for _, p := range pods {
+		if !p.Bound.IsZero() {
+			bound = append(bound, p)
+		}
+	}
+	slices.SortStableFunc(bound, func(a, b PodRun) int { return a.Bound.Compare(b.Bound) })
+	return bound
+}
+
+// holdsGPUsAt reports whether some bound pod had not finished by end.
+func holdsGPUsAt(bound []PodRun, end time.Time) bool {
+	for _, p := range bound {
+		if p.Finished.IsZero() || p.Finished.After(end) {
+			return true
+		}
+	}
+	return false
+}
+
+// BindThroughput returns binds per second: the number of binds over the
+// time from the first to the last; 0 with fewer than two distinct times.
+func BindThroughput(binds []time.Time) float64 {
+	if len(binds) < 2 {
+		return 0
+	}
+	first, last := binds[0], binds[0]
+	for _, b := range binds[1:] {
+		if b.Before(first) {
+			first = b
+		}
+		last = latest(last, b)
+	}
+	span := last.Sub(first).Seconds()
+	if span <= 0 {
+		return 0
+	}
+	return float64(len(binds)) / span
+}
+
+// utilization converts samples to fractions of total GPUs over time since
+// start, sorted by time, and their time-weighted mean: each sample holds
+// until the next, over the span from the first sample to the last (a single
+// sample is its own mean).
+func utilization(samples []Sample, start time.Time, total int) ([]UtilizationPoint, *float64) {
+	if len(samples) == 0 || total <= 0 {
+		return nil, nil
+	}
+	sorted := slices.Clone(samples)
+	slices.SortStableFunc(sorted, func(a, b Sample) int { return a.At.Compare(b.At) })
+	points := make([]UtilizationPoint, len(sorted))
+	for i, s := range sorted {
+		points[i] = UtilizationPoint{Seconds: s.At.Sub(start).Seconds(), Busy: float64(s.BusyGPUs) / float64(total)}
+	}
+	span := points[len(points)-1].Seconds - points[0].Seconds
+	if span <= 0 {
+		sum := 0.0
+		for _, p := range points {
+			sum += p.Busy
+		}
+		m := sum / float64(len(points))
+		return points, &m
+	}
+	weighted := 0.0
+	for i, p := range points[:len(points)-1] {
+		weighted += p.Busy * (points[i+1].Seconds - p.Seconds)
+	}
+	m := weighted / span
+	return points, &m
+}
+
+// percentile is the nearest-rank percentile: the ⌈p/100·n⌉-th smallest
+// value; nil for no values.
+func percentile(values []float64, p float64) *float64 {
+	if len(values) == 0 {
+		return nil
+	}
+	sorted := slices.Clone(values)
+	slices.Sort(sorted)
+	rank := int(math.Ceil(p / 100 * float64(len(sorted))))
+	v := sorted[min(max(rank, 1), len(sorted))-1]
+	return &v
+}
+
+func mean(values []float64) *float64 {
+	if len(values) == 0 {
+		return nil
+	}
+	sum := 0.0
+	for _, v := range values {
+		sum += v
+	}
+	m := sum / float64(len(values))
+	return &m
+}
+
+func share(part, whole int) *float64 {
+	if whole == 0 {
+		return nil
+	}
+	s := float64(part) / float64(whole)
+	return &s
+}
+
+func latest(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
+}
