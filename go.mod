@@ -14,6 +14,7 @@ require (
 	k8s.io/apiextensions-apiserver v0.34.7
 	k8s.io/apimachinery v0.34.7
 	k8s.io/apiserver v0.34.7
+	k8s.io/cli-runtime v0.34.4
 	k8s.io/client-go v0.34.7
 	k8s.io/component-base v0.34.7
 	k8s.io/component-helpers v0.34.7
@@ -167,7 +168,6 @@ require (
 	gopkg.in/inf.v0 v0.9.1 // indirect
 	gopkg.in/natefinch/lumberjack.v2 v2.2.1 // indirect
 	gopkg.in/yaml.v3 v3.0.1 // indirect
-	k8s.io/cli-runtime v0.34.4 // indirect
 	k8s.io/cloud-provider v0.34.7 // indirect
 	k8s.io/cluster-bootstrap v0.0.0 // indirect
 	k8s.io/controller-manager v0.34.7 // indirect

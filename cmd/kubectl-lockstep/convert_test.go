@@ -13,7 +13,7 @@ import (
 func run(t *testing.T, stdin string, args ...string) (stdout, stderr string, err error) {
 	t.Helper()
 	var out, errOut bytes.Buffer
-	cmd := newRootCommand(strings.NewReader(stdin), &out, &errOut)
+	cmd := newRootCommand(strings.NewReader(stdin), &out, &errOut, connectKubeconfig)
 	cmd.SetArgs(args)
 	err = cmd.Execute()
 	return out.String(), errOut.String(), err

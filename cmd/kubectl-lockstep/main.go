@@ -7,7 +7,7 @@ import (
 )
 
 func main() {
-	if err := newRootCommand(os.Stdin, os.Stdout, os.Stderr).Execute(); err != nil {
+	if err := newRootCommand(os.Stdin, os.Stdout, os.Stderr, connectKubeconfig).Execute(); err != nil {
 		// cobra has printed the error.
 		os.Exit(1)
 	}

@@ -6,7 +6,9 @@ import (
 	"github.com/spf13/cobra"
 )
 
-func newRootCommand(in io.Reader, out, errOut io.Writer) *cobra.Command {
+// newRootCommand builds the plugin's commands; connect makes the clients of
+// the commands that read the cluster.
+func newRootCommand(in io.Reader, out, errOut io.Writer, connect connector) *cobra.Command {
 	root := &cobra.Command{
 		Use:   "kubectl-lockstep",
 		Short: "Work with Lockstep TrainingJobs",
@@ -22,6 +24,6 @@ Kubernetes cluster by its network and NVLink topology.`,
 	root.SetIn(in)
 	root.SetOut(out)
 	root.SetErr(errOut)
-	root.AddCommand(newConvertCommand())
+	root.AddCommand(newConvertCommand(), newTopologyCommand(connect), newPlacementCommand(connect))
 	return root
 }

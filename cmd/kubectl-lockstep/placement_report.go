@@ -1,0 +1,247 @@
+package main
+
+import (
+	"cmp"
+	"fmt"
+	"io"
+	"slices"
+	"strconv"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/lockstep-dev/lockstep/pkg/apis/lockstep/v1alpha1"
+	"github.com/lockstep-dev/lockstep/pkg/topology"
+	"github.com/lockstep-dev/lockstep/pkg/topology/capacity"
+)
+
+// placementReport is where a job's pods run: what `placement` prints, and
+// its -o json|yaml form.
+type placementReport struct {
+	Namespace string             `json:"namespace"`
+	Job       string             `json:"job"`
+	Framework v1alpha1.Framework `json:"framework"`
+	State     v1alpha1.JobState  `json:"state,omitempty"`
+	// Levels name the domain columns, narrowest first: the configured
+	// levels some node is labelled for.
+	Levels []string `json:"levels"`
+	// Placement is the job's status.placement, as the controller recorded it.
+	Placement *v1alpha1.Placement `json:"placement,omitempty"`
+	PodGroup  *podGroupSummary    `json:"podGroup,omitempty"`
+	Ranks     []rankRow           `json:"ranks"`
+}
+
+// podGroupSummary is the topology constraint the controller wrote on the
+// job's PodGroup and the placement the scheduler wrote back.
+type podGroupSummary struct {
+	Name                string `json:"name"`
+	ConstraintLevel     string `json:"constraintLevel,omitempty"`
+	ConstraintMode      string `json:"constraintMode,omitempty"`
+	PlacementDomain     string `json:"placementDomain,omitempty"`
+	PlacementLevel      string `json:"placementLevel,omitempty"`
+	PlacementEfficiency string `json:"placementEfficiency,omitempty"`
+}
+
+func summarizePodGroup(name string, annotations map[string]string) *podGroupSummary {
+	return &podGroupSummary{
+		Name:                name,
+		ConstraintLevel:     annotations[constraintLevelAnnotation],
+		ConstraintMode:      annotations[constraintModeAnnotation],
+		PlacementDomain:     annotations[placementDomainAnnotation],
+		PlacementLevel:      annotations[placementLevelAnnotation],
+		PlacementEfficiency: annotations[placementEfficiencyAnnotation],
+	}
+}
+
+// rankRow is one pod of the job.
+type rankRow struct {
+	// Rank is the pod's place in the gang: roles in the framework's order
+	// (v1alpha1.FrameworkRoles: Master, Chief or Launcher first), then
+	// index; for PyTorch and XGBoost the RANK the pod is given, for MPI
+	// its hostfile line. Nil for a pod whose role or index the spec lacks.
+	Rank  *int32               `json:"rank,omitempty"`
+	Role  v1alpha1.ReplicaType `json:"role"`
+	Index *int32               `json:"index,omitempty"`
+	Pod   string               `json:"pod"`
+	Phase string               `json:"phase"`
+	Node  string               `json:"node,omitempty"`
+	// GPUs are the pod's GPU indices, "0,1"; GPUSource says where they were
+	// read: the lockstep.dev/gpus annotation or, without one, the node's
+	// NodeTopology allocation.
+	GPUs      string `json:"gpus,omitempty"`
+	GPUSource string `json:"gpuSource,omitempty"`
+	// Domains are the node's domains, narrowest first, one per level.
+	Domains []domainRef `json:"domains,omitempty"`
+}
+
+type domainRef struct {
+	Level string `json:"level"`
+	Name  string `json:"name"`
+	ID    string `json:"id"`
+}
+
+const (
+	gpuSourceAnnotation = "annotation"
+	gpuSourceAllocation = "allocation"
+)
+
+// buildPlacementReport describes a job's pods. tree holds the cluster's
+// nodes, topos the NodeTopologies by node name.
+func buildPlacementReport(job *v1alpha1.TrainingJob, pods []corev1.Pod, tree *capacity.Tree, topos map[string]*v1alpha1.NodeTopology) placementReport {
+	report := placementReport{
+		Namespace: job.Namespace,
+		Job:       job.Name,
+		Framework: job.Spec.Framework,
+		State:     job.Status.State,
+		Placement: job.Status.Placement,
+		Ranks:     make([]rankRow, 0, len(pods)),
+	}
+	for _, l := range tree.Levels {
+		if l != topology.HostLevel && l != topology.ClusterLevel {
+			report.Levels = append(report.Levels, l)
+		}
+	}
+	first := rankOffsets(job)
+	for i := range pods {
+		p := &pods[i]
+		row := rankRow{Role: v1alpha1.ReplicaType(p.Labels[replicaTypeLabel]), Pod: p.Name, Phase: string(p.Status.Phase), Node: p.Spec.NodeName}
+		if p.DeletionTimestamp != nil {
+			row.Phase = "Terminating"
+		}
+		if i, err := strconv.ParseInt(p.Labels[replicaIndexLabel], 10, 32); err == nil {
+			index := int32(i)
+			row.Index = &index
+			spec := job.Spec.ReplicaSpecs[row.Role]
+			if offset, ok := first[row.Role]; ok && index >= 0 && index < spec.DesiredReplicas() {
+				rank := offset + index
+				row.Rank = &rank
+			}
+		}
+		row.GPUs, row.GPUSource = podGPUs(p, topos[p.Spec.NodeName])
+		for _, d := range tree.Path(p.Spec.NodeName) {
+			if d.Level != topology.HostLevel && d.Level != topology.ClusterLevel {
+				row.Domains = append(row.Domains, domainRef{Level: d.Level, Name: d.Name, ID: d.ID})
+			}
+		}
+		report.Ranks = append(report.Ranks, row)
+	}
+	slices.SortFunc(report.Ranks, func(a, b rankRow) int {
+		if (a.Rank == nil) != (b.Rank == nil) {
+			if a.Rank == nil {
+				return 1
+			}
+			return -1
+		}
+		if a.Rank != nil && *a.Rank != *b.Rank {
+			return cmp.Compare(*a.Rank, *b.Rank)
+		}
+		return strings.Compare(a.Pod, b.Pod)
+	})
+	return report
+}
+
+// rankOffsets returns the rank of index 0 of each role of the job.
+func rankOffsets(job *v1alpha1.TrainingJob) map[v1alpha1.ReplicaType]int32 {
+	first := map[v1alpha1.ReplicaType]int32{}
+	var next int32
+	for _, role := range v1alpha1.FrameworkRoles(job.Spec.Framework) {
+		spec, ok := job.Spec.ReplicaSpecs[role]
+		if !ok {
+			continue
+		}
+		first[role] = next
+		next += spec.DesiredReplicas()
+	}
+	return first
+}
+
+// podGPUs returns a pod's GPU indices: the scheduler's annotation, or what
+// the node's NodeTopology says the pod holds.
+func podGPUs(p *corev1.Pod, nt *v1alpha1.NodeTopology) (string, string) {
+	if list, ok := p.Annotations[v1alpha1.GPUsAnnotation]; ok && list != "" {
+		if set, err := topology.ParseGPUList(list); err == nil {
+			list = set.List()
+		}
+		return list, gpuSourceAnnotation
+	}
+	if nt == nil {
+		return "", ""
+	}
+	for _, a := range nt.Status.Allocations {
+		// By UID: after a gang restart the agent may still list the old
+		// pod of the same name.
+		if a.PodUID == string(p.UID) {
+			var set topology.GPUSet
+			for _, g := range a.GPUs {
+				set |= topology.NewGPUSet(int(g))
+			}
+			return set.List(), gpuSourceAllocation
+		}
+	}
+	return "", ""
+}
+
+// printPlacementReport writes the job's summary and then one line per pod.
+func printPlacementReport(out io.Writer, r placementReport) error {
+	w := newTable(out)
+	fmt.Fprintf(w, "TrainingJob:\t%s/%s\n", r.Namespace, r.Job)
+	fmt.Fprintf(w, "Framework:\t%s\n", r.Framework)
+	fmt.Fprintf(w, "State:\t%s\n", orNone(string(r.State)))
+	if p := r.Placement; p != nil {
+		fmt.Fprintf(w, "Placement:\t%s (level %s, %d nodes)\n", orNone(p.Domain), orNone(p.LevelName), len(p.Nodes))
+		fmt.Fprintf(w, "Levels spanned:\t%d\n", p.LevelsSpanned)
+		bw := none
+		if p.BusBandwidthMBps > 0 {
+			bw = fmt.Sprintf("%.1f GB/s (modelled all-reduce bus bandwidth)", float64(p.BusBandwidthMBps)/1000)
+		}
+		fmt.Fprintf(w, "Bus bandwidth:\t%s\n", bw)
+		fmt.Fprintf(w, "Efficiency:\t%s\n", orNone(p.Efficiency))
+	} else {
+		fmt.Fprintf(w, "Placement:\t%s (not recorded yet)\n", none)
+	}
+	if pg := r.PodGroup; pg != nil {
+		constraint := none
+		if pg.ConstraintLevel != "" {
+			constraint = pg.ConstraintLevel + " (" + orDefault(pg.ConstraintMode, "scheduler's default mode") + ")"
+		}
+		fmt.Fprintf(w, "PodGroup:\t%s\n", pg.Name)
+		fmt.Fprintf(w, "  Constraint:\t%s\n", constraint)
+		fmt.Fprintf(w, "  Placed in:\t%s (level %s, efficiency %s)\n", orNone(pg.PlacementDomain), orNone(pg.PlacementLevel), orNone(pg.PlacementEfficiency))
+	}
+	if err := w.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprintln(out)
+
+	w = newTable(out)
+	header := []string{"RANK", "POD", "ROLE", "STATUS", "NODE", "GPUS"}
+	for _, l := range r.Levels {
+		header = append(header, strings.ToUpper(l))
+	}
+	fmt.Fprintln(w, strings.Join(header, "\t"))
+	for _, row := range r.Ranks {
+		rank := "-"
+		if row.Rank != nil {
+			rank = strconv.Itoa(int(*row.Rank))
+		}
+		cells := []string{rank, row.Pod, orNone(string(row.Role)), orNone(row.Phase), orNone(row.Node), orNone(row.GPUs)}
+		byLevel := map[string]string{}
+		for _, d := range row.Domains {
+			byLevel[d.Level] = d.Name
+		}
+		for _, l := range r.Levels {
+			cells = append(cells, orNone(byLevel[l]))
+		}
+		fmt.Fprintln(w, strings.Join(cells, "\t"))
+	}
+	return w.Flush()
+}
+
+func orNone(s string) string { return orDefault(s, none) }
+
+func orDefault(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
+}
