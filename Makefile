@@ -88,14 +88,15 @@ demo-down: ## Stop and remove the cluster started by demo.
 
 # Where make bench writes report.md, results.json and the plots.
 BENCH_OUT ?= $(ROOT)/_output/bench
+BENCH_MODEL ?= test/e2e/models/hgx-32-oversubscribed.yaml
 BENCH_TRACE ?= test/e2e/traces/default.csv
 BENCH_SCALE_MODEL ?= test/e2e/models/scale-5000.yaml
 # Extra lockstep-bench flags, e.g. BENCH_FLAGS=--schedulers=lockstep.
 BENCH_FLAGS ?=
 
 .PHONY: bench
-bench: tools build ## Replay BENCH_TRACE on MODEL with kube-scheduler, Coscheduling and Lockstep, then time a gang burst on BENCH_SCALE_MODEL; results in BENCH_OUT.
-	$(BIN)/lockstep-bench --bin $(BIN) --model $(MODEL) --trace $(BENCH_TRACE) \
+bench: tools build ## Replay BENCH_TRACE on BENCH_MODEL with kube-scheduler, Coscheduling and Lockstep, then time a gang burst on BENCH_SCALE_MODEL; results in BENCH_OUT.
+	$(BIN)/lockstep-bench --bin $(BIN) --model $(BENCH_MODEL) --trace $(BENCH_TRACE) \
 	  --scale-model $(BENCH_SCALE_MODEL) --out $(BENCH_OUT) $(BENCH_FLAGS)
 
 ##@ Other

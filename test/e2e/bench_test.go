@@ -2,12 +2,19 @@ package e2e
 
 import (
 	"context"
+	"image/png"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/lockstep-dev/lockstep/pkg/apis/lockstep/v1alpha1"
+	"github.com/lockstep-dev/lockstep/pkg/bench"
 	"github.com/lockstep-dev/lockstep/test/e2e/framework"
 )
 
@@ -51,4 +58,99 @@ func TestSimulatedRuntimeEndsJob(t *testing.T) {
 		}
 	}
 	t.Logf("job %s succeeded %s after its last pod started", done.Name, time.Since(started).Round(time.Second))
+}
+
+// TestBenchReplaysTraceOnEveryScheduler runs make bench's command on the
+// smoke trace: three fresh clusters, one per scheduler, each replaying the
+// same jobs. Every scheduler must account for every job, the report and
+// plots must be written, and Lockstep must place every gang whole and
+// inside one leaf.
+func TestBenchReplaysTraceOnEveryScheduler(t *testing.T) {
+	root := cluster.RepoRoot
+	trace := filepath.Join(root, "test", "e2e", "traces", "smoke.csv")
+	out := t.TempDir()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, filepath.Join(root, "bin", "lockstep-bench"),
+		"--bin", filepath.Join(root, "bin"),
+		"--model", filepath.Join(root, "test", "e2e", "models", "hgx-32-oversubscribed.yaml"),
+		"--trace", trace, "--time-compression", "1", "--stall", "20s", "--timeout", "3m", "--out", out)
+	cmd.Dir = root
+	output, err := cmd.CombinedOutput()
+	t.Logf("lockstep-bench output:\n%s", output)
+	if err != nil {
+		t.Fatalf("lockstep-bench: %v", err)
+	}
+
+	f, err := os.Open(filepath.Join(out, "results.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	report, err := bench.ReadJSON(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	traceFile, err := os.Open(trace)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer traceFile.Close()
+	jobs, err := bench.ParseTrace(traceFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	var names []string
+	for _, r := range report.Results {
+		names = append(names, r.Scheduler)
+		if r.Jobs != len(jobs) || len(r.PerJob) != len(jobs) {
+			t.Errorf("%s: %d jobs (%d per-job rows), want the trace's %d", r.Scheduler, r.Jobs, len(r.PerJob), len(jobs))
+		}
+		// The smoke trace fits the cluster at once: every scheduler finishes it.
+		if r.FinishedJobs != len(jobs) || r.MakespanIncomplete {
+			t.Errorf("%s: %d of %d jobs finished (makespan incomplete: %v)", r.Scheduler, r.FinishedJobs, len(jobs), r.MakespanIncomplete)
+		}
+		if r.EfficiencyMean == nil || *r.EfficiencyMean <= 0 || *r.EfficiencyMean > 1 {
+			t.Errorf("%s: efficiency mean %v, want one in (0, 1]", r.Scheduler, r.EfficiencyMean)
+		}
+		if r.UnmodelledJobs != 0 {
+			t.Errorf("%s: %d jobs without known GPU sets; the agent's allocations should give every one", r.Scheduler, r.UnmodelledJobs)
+		}
+		if r.PodsPerSecond == nil || *r.PodsPerSecond <= 0 {
+			t.Errorf("%s: pods per second %v, want a positive rate", r.Scheduler, r.PodsPerSecond)
+		}
+	}
+	if want := []string{bench.SchedulerKube, bench.SchedulerCoscheduling, bench.SchedulerLockstep}; !slices.Equal(names, want) {
+		t.Fatalf("results for %v, want %v", names, want)
+	}
+	lockstep := report.Results[2]
+	if lockstep.PartialGangs != 0 || lockstep.DeadlockedGangs != 0 || lockstep.NeverFullyBoundJobs != 0 {
+		t.Errorf("lockstep: %d partial, %d deadlocked, %d never fully bound gangs; want none",
+			lockstep.PartialGangs, lockstep.DeadlockedGangs, lockstep.NeverFullyBoundJobs)
+	}
+	if lockstep.OneLeafShare == nil || *lockstep.OneLeafShare != 1 {
+		t.Errorf("lockstep: share of gangs inside one leaf %v, want 1", lockstep.OneLeafShare)
+	}
+
+	md, err := os.ReadFile(filepath.Join(out, "report.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range names {
+		if !strings.Contains(string(md), name) {
+			t.Errorf("report.md does not mention %s", name)
+		}
+	}
+	for _, plot := range []string{bench.EfficiencyPlotFile, bench.WaitPlotFile, bench.UtilizationPlotFile} {
+		pf, err := os.Open(filepath.Join(out, plot))
+		if err != nil {
+			t.Error(err)
+			continue
+		}
+		if _, err := png.Decode(pf); err != nil {
+			t.Errorf("%s: %v", plot, err)
+		}
+		pf.Close()
+	}
 }

@@ -85,6 +85,13 @@ func (k *kwokCluster) kwokctlConfig() ([]byte, error) {
 				"extraArgs": []map[string]any{{"key": "unsafe-no-fsync", "value": "true"}},
 			},
 			{
+				// KWOK renews 5,000 node leases on a loaded 2-core machine only
+				// late; a longer grace keeps nodes Ready while it catches up.
+				// Nothing here kills nodes and waits for them to turn NotReady.
+				"name":      "kube-controller-manager",
+				"extraArgs": []map[string]any{{"key": "node-monitor-grace-period", "value": "5m"}},
+			},
+			{
 				// The apiserver advertises its address in the kubernetes Service;
 				// keep it on loopback so nothing depends on the host's interfaces.
 				"name":      "kube-apiserver",
@@ -96,6 +103,22 @@ func (k *kwokCluster) kwokctlConfig() ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
+	// KWOK plays node and pod stages four at a time by default, which takes
+	// minutes to bring the 5,000-node model up; writes stay well below the
+	// apiserver's in-flight limit at 16.
+	kwokCfg, err := yaml.Marshal(map[string]any{
+		"apiVersion": "config.kwok.x-k8s.io/v1alpha1",
+		"kind":       "KwokConfiguration",
+		"options": map[string]any{
+			"nodePlayStageParallelism": 16,
+			"nodeLeaseParallelism":     16,
+			"podPlayStageParallelism":  16,
+		},
+	})
+	if err != nil {
+		return nil, err
+	}
+	out = append(append(out, "---\n"...), kwokCfg...)
 	stages, err := os.ReadFile(k.stagesPath)
 	if err != nil {
 		return nil, fmt.Errorf("reading KWOK stages: %w", err)
@@ -213,3 +236,8 @@ func freePorts(n int) ([]int, error) {
 	}
 	return ports, nil
 }
+
+// SimulatedRuntimeAnnotation on a running pod on a fake node makes KWOK end
+// the pod with success that long (a Go duration, "90s") after the pod was
+// annotated or started, whichever is later (deploy/kwok/stages.yaml).
+const SimulatedRuntimeAnnotation = "lockstep.dev/simulated-runtime"

@@ -1,0 +1,204 @@
+// Command lockstep-bench is `make bench`: it replays a job trace on fresh
+// local clusters of fake GPU nodes, once per scheduler (the stock
+// kube-scheduler, kube-scheduler with scheduler-plugins' Coscheduling, and
+// Lockstep), and reports placement quality, gang waits, utilization and
+// throughput side by side; then it measures pods bound per second for a
+// burst of gangs on a large cluster model. See docs/benchmarks.md.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/lockstep-dev/lockstep/pkg/bench"
+	"github.com/lockstep-dev/lockstep/pkg/clustermodel"
+	"github.com/lockstep-dev/lockstep/pkg/topology"
+)
+
+type options struct {
+	model, trace, out, bin string
+	schedulers             string
+	compression            float64
+	stall, timeout         time.Duration
+
+	scaleModel      string
+	scaleGangs      int
+	scaleSchedulers string
+}
+
+func main() {
+	var o options
+	fs := flag.NewFlagSet("lockstep-bench", flag.ExitOnError)
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "Usage: lockstep-bench --model FILE --trace FILE --out DIR [flags]\n\n"+
+			"Replays a job trace once per scheduler on fresh local clusters and writes\n"+
+			"report.md, results.json and PNG plots to DIR. See docs/benchmarks.md.\n\nFlags:\n")
+		fs.PrintDefaults()
+	}
+	fs.StringVar(&o.model, "model", "test/e2e/models/hgx-32-oversubscribed.yaml", "cluster model file of the replay clusters")
+	fs.StringVar(&o.trace, "trace", "test/e2e/traces/default.csv", "job trace (CSV, see docs/benchmarks.md)")
+	fs.StringVar(&o.out, "out", "_output/bench", "results directory")
+	fs.StringVar(&o.bin, "bin", "bin", "directory with our binaries and the tools")
+	fs.StringVar(&o.schedulers, "schedulers", "kube-scheduler,coscheduling,lockstep", "schedulers to compare, comma-separated")
+	fs.Float64Var(&o.compression, "time-compression", 60, "divide the trace's submit times and durations by this factor")
+	fs.DurationVar(&o.stall, "stall", time.Minute, "end a replay when nothing was bound or finished for this long and no complete gang runs")
+	fs.DurationVar(&o.timeout, "timeout", 30*time.Minute, "longest replay per scheduler")
+	fs.StringVar(&o.scaleModel, "scale-model", "", "cluster model of the scale run; empty skips it")
+	fs.IntVar(&o.scaleGangs, "scale-gangs", 120, "gang jobs in the scale run's burst")
+	fs.StringVar(&o.scaleSchedulers, "scale-schedulers", "kube-scheduler,lockstep", "schedulers of the scale run")
+	_ = fs.Parse(os.Args[1:])
+	if fs.NArg() > 0 {
+		fs.Usage()
+		os.Exit(2)
+	}
+
+	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer cancel()
+	if err := run(ctx, o); err != nil {
+		fmt.Fprintf(os.Stderr, "lockstep-bench: %v\n", err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, o options) error {
+	// Everything is read and checked before any cluster work.
+	root, err := filepath.Abs(filepath.Join(o.bin, ".."))
+	if err != nil {
+		return err
+	}
+	if o.compression < 1 {
+		return fmt.Errorf("--time-compression %g: must be at least 1", o.compression)
+	}
+	scheds, err := selectSchedulers(o.schedulers)
+	if err != nil {
+		return fmt.Errorf("--schedulers: %w", err)
+	}
+	model, err := clustermodel.Load(o.model)
+	if err != nil {
+		return err
+	}
+	jobs, err := loadTrace(o.trace, model)
+	if err != nil {
+		return err
+	}
+	jobs = bench.Compress(jobs, o.compression)
+	var scaleScheds []scheduler
+	if o.scaleModel != "" {
+		if scaleScheds, err = selectSchedulers(o.scaleSchedulers); err != nil {
+			return fmt.Errorf("--scale-schedulers: %w", err)
+		}
+		if _, err := clustermodel.Load(o.scaleModel); err != nil {
+			return err
+		}
+		if o.scaleGangs < 1 {
+			return fmt.Errorf("--scale-gangs %d: must be at least 1", o.scaleGangs)
+		}
+	}
+	out, err := filepath.Abs(o.out)
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(out, 0o755); err != nil {
+		return err
+	}
+
+	report := bench.Report{
+		Model:           o.model,
+		Trace:           o.trace,
+		Command:         "lockstep-bench " + strings.Join(os.Args[1:], " "),
+		TimeCompression: o.compression,
+		Host:            bench.HostDescription(),
+		Targets:         bench.DefaultTargets(),
+	}
+	cluster := benchCluster(model)
+	ro := replayOptions{root: root, model: o.model, logDir: filepath.Join(out, "logs"), stall: o.stall, timeout: o.timeout, progressEvery: 10 * time.Second}
+	for _, s := range scheds {
+		observed, err := replay(ctx, ro, s, jobs)
+		if err != nil {
+			return fmt.Errorf("replay on %s: %w", s.Name, err)
+		}
+		result, err := bench.Summarize(cluster, observed)
+		if err != nil {
+			return fmt.Errorf("summarizing the %s replay: %w", s.Name, err)
+		}
+		report.Results = append(report.Results, result)
+	}
+
+	if o.scaleModel != "" {
+		so := ro
+		so.model = o.scaleModel
+		if report.Scale, err = scaleRun(ctx, so, scaleScheds, scaleJobs(o.scaleGangs)); err != nil {
+			return fmt.Errorf("scale run on %s: %w", o.scaleModel, err)
+		}
+	}
+
+	if err := report.WriteAll(out); err != nil {
+		return fmt.Errorf("writing the report to %s: %w", out, err)
+	}
+	fmt.Println()
+	if err := report.WriteMarkdown(os.Stdout); err != nil {
+		return err
+	}
+	fmt.Printf("\nResults in %s (report.md, results.json, *.png)\n", out)
+	return nil
+}
+
+// loadTrace reads the trace and checks it against the model: topology
+// levels must be the model's, and every pod must fit on some node.
+func loadTrace(path string, model *clustermodel.Model) ([]bench.Job, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	jobs, err := bench.ParseTrace(f)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	levels := append([]string{topology.HostLevel}, model.LevelNames()...)
+	maxGPUs := 0
+	for _, n := range model.Nodes() {
+		if p, ok := topology.LookupProfile(n.Labels[clustermodel.ProfileLabel]); ok {
+			maxGPUs = max(maxGPUs, p.GPUCount)
+		}
+	}
+	var errs []error
+	for _, j := range jobs {
+		if j.Topology != nil && !slices.Contains(levels, j.Topology.Level) {
+			errs = append(errs, fmt.Errorf("job %s: topology level %q is not a level of model %s (%s)", j.ID, j.Topology.Level, model.Name, strings.Join(levels, ", ")))
+		}
+		if j.GPUsPerReplica > maxGPUs {
+			errs = append(errs, fmt.Errorf("job %s: %d GPUs per replica, but the largest node of model %s has %d", j.ID, j.GPUsPerReplica, model.Name, maxGPUs))
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, fmt.Errorf("%s does not fit %s: %w", path, model.Name, err)
+	}
+	return jobs, nil
+}
+
+// benchCluster describes the model's nodes and network for the metrics.
+func benchCluster(m *clustermodel.Model) bench.Cluster {
+	c := bench.Cluster{Name: m.Name, Fabric: topology.Fabric{Oversubscription: map[string]float64{}}}
+	for _, l := range m.Levels {
+		// A model marks no level as NVLink; the GPU feature discovery clique
+		// label is the multi-node NVLink domain.
+		c.Levels = append(c.Levels, topology.Level{Name: l.Name, LabelKey: l.NodeLabel, NVLink: l.NodeLabel == topology.LabelGPUClique})
+		if l.Oversubscription > 1 {
+			c.Fabric.Oversubscription[l.Name] = l.Oversubscription
+		}
+	}
+	for _, n := range m.Nodes() {
+		c.Nodes = append(c.Nodes, bench.Node{Name: n.Name, Labels: n.Labels, Profile: n.Labels[clustermodel.ProfileLabel]})
+	}
+	return c
+}

@@ -1,0 +1,332 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/lockstep-dev/lockstep/pkg/apis/lockstep/v1alpha1"
+	"github.com/lockstep-dev/lockstep/pkg/bench"
+	"github.com/lockstep-dev/lockstep/pkg/controller"
+	"github.com/lockstep-dev/lockstep/pkg/topology"
+	"github.com/lockstep-dev/lockstep/test/e2e/framework"
+)
+
+// observer watches the benchmark's pods and records, for each job, when its
+// pods were bound, to which node and GPUs, and when they finished.
+//
+// It also plays the training processes' rendezvous: a pod's simulated run
+// starts only once every pod of its gang is running, as ranks block in
+// init_process_group until the world is complete. A gang placed in part
+// holds its GPUs and never finishes, which is what a half-placed job does on
+// a real cluster.
+type observer struct {
+	clientset kubernetes.Interface
+	namespace string
+	// rendezvous releases complete gangs; without it pods run until the
+	// cluster goes (the scale run only measures binding).
+	rendezvous bool
+
+	mu   sync.Mutex
+	jobs map[string]*jobState
+	// lastProgress is the last submission, bind or finish.
+	lastProgress time.Time
+	// releases queues jobs whose gang is complete, for the release workers.
+	releases chan string
+	// releaseErr is the first failure to release a gang.
+	releaseErr error
+}
+
+type jobState struct {
+	job       bench.Job
+	submitted time.Time
+	pods      map[string]*podState
+	released  bool
+}
+
+type podState struct {
+	uid      types.UID
+	node     string
+	gpus     topology.GPUSet
+	bound    time.Time
+	running  bool
+	finished time.Time
+}
+
+// newObserver watches namespace for up to jobs jobs. Each job is queued
+// for release at most once, so the queue never blocks the pod handler.
+func newObserver(clientset kubernetes.Interface, namespace string, jobs int, rendezvous bool) *observer {
+	return &observer{
+		clientset:  clientset,
+		namespace:  namespace,
+		rendezvous: rendezvous,
+		jobs:       map[string]*jobState{},
+		releases:   make(chan string, jobs),
+	}
+}
+
+// releaseWorkers patch pods in parallel; one gang's pods are patched by one
+// worker, one pod at a time.
+const releaseWorkers = 4
+
+// start watches the namespace's pods and starts the release workers. Both
+// stop with ctx.
+func (o *observer) start(ctx context.Context) error {
+	factory := informers.NewSharedInformerFactoryWithOptions(o.clientset, 0, informers.WithNamespace(o.namespace))
+	pods := factory.Core().V1().Pods().Informer()
+	if _, err := pods.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { o.onPod(obj) },
+		UpdateFunc: func(_, obj any) { o.onPod(obj) },
+	}); err != nil {
+		return fmt.Errorf("watching pods: %w", err)
+	}
+	factory.Start(ctx.Done())
+	if !cache.WaitForCacheSync(ctx.Done(), pods.HasSynced) {
+		return fmt.Errorf("pod informer did not sync: %w", ctx.Err())
+	}
+	if o.rendezvous {
+		for range releaseWorkers {
+			go o.releaseLoop(ctx)
+		}
+	}
+	return nil
+}
+
+// submitted records a job just before its TrainingJob is created, so that
+// its pods' events find it.
+func (o *observer) submitted(j bench.Job, at time.Time) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.jobs[j.ID] = &jobState{job: j, submitted: at, pods: map[string]*podState{}}
+	o.lastProgress = at
+}
+
+func (o *observer) onPod(obj any) {
+	pod, ok := obj.(*corev1.Pod)
+	if !ok {
+		return
+	}
+	now := time.Now()
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	js := o.jobs[pod.Labels[controller.JobNameLabel]]
+	if js == nil {
+		return
+	}
+	ps := js.pods[pod.Name]
+	if ps == nil || ps.uid != pod.UID {
+		// A pod replaced under the same name starts over.
+		ps = &podState{uid: pod.UID}
+		js.pods[pod.Name] = ps
+	}
+	if pod.Spec.NodeName != "" && ps.bound.IsZero() {
+		ps.bound, ps.node = now, pod.Spec.NodeName
+		o.lastProgress = now
+	}
+	if s, ok := pod.Annotations[v1alpha1.GPUsAnnotation]; ok && ps.gpus == 0 {
+		// Unparsable annotations leave the set unknown; the agent's
+		// allocation may still fill it in.
+		ps.gpus, _ = topology.ParseGPUList(s)
+	}
+	ps.running = pod.Status.Phase == corev1.PodRunning
+	if (pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed) && ps.finished.IsZero() {
+		ps.finished = now
+		o.lastProgress = now
+	}
+	if o.rendezvous && !js.released && o.gangRunning(js) {
+		js.released = true
+		o.releases <- js.job.ID
+	}
+}
+
+// gangRunning reports whether every pod of the job exists and runs.
+func (o *observer) gangRunning(js *jobState) bool {
+	if len(js.pods) < js.job.Replicas {
+		return false
+	}
+	for _, ps := range js.pods {
+		if !ps.running {
+			return false
+		}
+	}
+	return true
+}
+
+// releaseLoop starts the simulated run of complete gangs: each pod gets the
+// job's duration as its simulated runtime, after which KWOK ends it.
+func (o *observer) releaseLoop(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case id := <-o.releases:
+			o.mu.Lock()
+			js := o.jobs[id]
+			names := make([]string, 0, len(js.pods))
+			for name := range js.pods {
+				names = append(names, name)
+			}
+			runtime := js.job.Duration
+			o.mu.Unlock()
+			patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{
+				framework.SimulatedRuntimeAnnotation: runtime.String(),
+			}}})
+			if err != nil {
+				o.fail(err)
+				continue
+			}
+			slices.Sort(names)
+			for _, name := range names {
+				_, err := o.clientset.CoreV1().Pods(o.namespace).Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{})
+				if err != nil && !apierrors.IsNotFound(err) && ctx.Err() == nil {
+					o.fail(fmt.Errorf("releasing pod %s/%s of job %s: %w", o.namespace, name, id, err))
+				}
+			}
+		}
+	}
+}
+
+func (o *observer) fail(err error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.releaseErr == nil {
+		o.releaseErr = err
+	}
+}
+
+// fillGPUs takes the GPU sets of pods the scheduler did not annotate (the
+// stock scheduler and Coscheduling pick no GPUs) from the allocations the
+// topology agent publishes, as the device plugin made them.
+func (o *observer) fillGPUs(ctx context.Context, c client.Client) error {
+	list := &v1alpha1.NodeTopologyList{}
+	if err := c.List(ctx, list); err != nil {
+		return fmt.Errorf("listing NodeTopologies: %w", err)
+	}
+	byUID := map[types.UID]topology.GPUSet{}
+	for _, nt := range list.Items {
+		for _, a := range nt.Status.Allocations {
+			if a.Namespace != o.namespace {
+				continue
+			}
+			var set topology.GPUSet
+			for _, i := range a.GPUs {
+				set |= topology.NewGPUSet(int(i))
+			}
+			byUID[types.UID(a.PodUID)] = set
+		}
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	for _, js := range o.jobs {
+		for _, ps := range js.pods {
+			if ps.gpus == 0 && !ps.bound.IsZero() {
+				ps.gpus = byUID[ps.uid]
+			}
+		}
+	}
+	return nil
+}
+
+// bindTimes returns when each bound pod was bound, and how many pods
+// exist.
+func (o *observer) bindTimes() (binds []time.Time, pods int) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	for _, js := range o.jobs {
+		for _, ps := range js.pods {
+			pods++
+			if !ps.bound.IsZero() {
+				binds = append(binds, ps.bound)
+			}
+		}
+	}
+	return binds, pods
+}
+
+// progress summarizes the replay for the progress line and the stop rules.
+type progress struct {
+	submitted, finished, running, waiting int
+	// busyGPUs are held by bound pods that have not finished.
+	busyGPUs int
+	// releasedUnfinished counts complete gangs still running: while there
+	// are any, something will change.
+	releasedUnfinished int
+	lastProgress       time.Time
+	releaseErr         error
+}
+
+func (o *observer) progress() progress {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	p := progress{submitted: len(o.jobs), lastProgress: o.lastProgress, releaseErr: o.releaseErr}
+	for _, js := range o.jobs {
+		done := len(js.pods) >= js.job.Replicas
+		for _, ps := range js.pods {
+			if ps.finished.IsZero() {
+				done = false
+				if !ps.bound.IsZero() {
+					p.busyGPUs += js.job.GPUsPerReplica
+				}
+			}
+		}
+		switch {
+		case done:
+			p.finished++
+		case js.released:
+			p.running++
+			p.releasedUnfinished++
+		default:
+			p.waiting++
+		}
+	}
+	return p
+}
+
+// run returns what was observed as the benchmark's record of the replay.
+func (o *observer) run(name string, start, end time.Time, samples []bench.Sample) bench.Run {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	r := bench.Run{Scheduler: name, Start: start, End: end, Utilization: samples}
+	for _, js := range o.jobs {
+		jr := bench.JobRun{Job: js.job, Submitted: js.submitted}
+		names := make([]string, 0, len(js.pods))
+		for n := range js.pods {
+			names = append(names, n)
+		}
+		slices.Sort(names)
+		finished := len(names) >= js.job.Replicas
+		for _, n := range names {
+			ps := js.pods[n]
+			jr.Pods = append(jr.Pods, bench.PodRun{Name: n, Node: ps.node, GPUs: ps.gpus, Bound: ps.bound, Finished: ps.finished})
+			if ps.finished.IsZero() {
+				finished = false
+			} else if ps.finished.After(jr.Finished) {
+				jr.Finished = ps.finished
+			}
+		}
+		if !finished {
+			jr.Finished = time.Time{}
+		}
+		r.Jobs = append(r.Jobs, jr)
+	}
+	slices.SortFunc(r.Jobs, func(a, b bench.JobRun) int {
+		if c := a.Submitted.Compare(b.Submitted); c != 0 {
+			return c
+		}
+		return strings.Compare(a.Job.ID, b.Job.ID)
+	})
+	return r
+}

@@ -1,0 +1,169 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/lockstep-dev/lockstep/pkg/bench"
+	"github.com/lockstep-dev/lockstep/test/e2e/framework"
+)
+
+// replayOptions say how one trace replay runs and when it stops.
+type replayOptions struct {
+	root, model string
+	// logDir receives the cluster's logs when a replay fails.
+	logDir string
+	// stall ends a replay when nothing was submitted, bound or finished for
+	// this long while no complete gang runs: what is left waits forever.
+	stall   time.Duration
+	timeout time.Duration
+	// progressEvery is how often a progress line is printed.
+	progressEvery time.Duration
+}
+
+// replay runs jobs (already time-compressed) against sched on a fresh local
+// cluster and returns what it observed. The cluster is removed afterwards.
+func replay(ctx context.Context, o replayOptions, sched scheduler, jobs []bench.Job) (run bench.Run, err error) {
+	begin := time.Now()
+	say := func(format string, args ...any) {
+		fmt.Printf("[%s %5.0fs] %s\n", sched.Name, time.Since(begin).Seconds(), fmt.Sprintf(format, args...))
+	}
+	say("starting a fresh cluster from %s", o.model)
+	c, err := startCluster(ctx, o.root, o.model, &sched)
+	if err != nil {
+		return run, err
+	}
+	defer func() {
+		if err != nil {
+			dir := filepath.Join(o.logDir, sched.Name)
+			if saveErr := c.SaveArtifacts(dir); saveErr == nil {
+				err = fmt.Errorf("%w (logs: %s)", err, dir)
+			}
+		}
+		err = errors.Join(err, c.Stop(context.WithoutCancel(ctx)))
+	}()
+	say("cluster up: %d nodes, topology published, %s running", c.Model.NodeCount(), sched.Name)
+
+	obs := newObserver(c.Clientset, benchNamespace, len(jobs), true)
+	runCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	if err := obs.start(runCtx); err != nil {
+		return run, err
+	}
+
+	start := time.Now()
+	submitErr := make(chan error, 1)
+	go func() { submitErr <- submit(runCtx, c, obs, jobs, start) }()
+
+	var samples []bench.Sample
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	lastReport := time.Now()
+	deadline := start.Add(o.timeout)
+	submitting := true
+	for {
+		select {
+		case <-ctx.Done():
+			return run, ctx.Err()
+		case err := <-submitErr:
+			if err != nil {
+				return run, err
+			}
+			submitting = false
+			continue
+		case now := <-tick.C:
+			p := obs.progress()
+			samples = append(samples, bench.Sample{At: now, BusyGPUs: p.busyGPUs})
+			if p.releaseErr != nil {
+				return run, p.releaseErr
+			}
+			if now.Sub(lastReport) >= o.progressEvery {
+				say("%d/%d submitted, %d finished, %d running, %d waiting, %d GPUs busy", p.submitted, len(jobs), p.finished, p.running, p.waiting, p.busyGPUs)
+				lastReport = now
+			}
+			if err := obs.fillGPUs(ctx, c.Client); err != nil {
+				return run, err
+			}
+			switch {
+			case submitting:
+				continue
+			case p.finished == len(jobs):
+				say("every job finished")
+			case p.releasedUnfinished == 0 && now.Sub(p.lastProgress) >= o.stall:
+				say("stopping: %d jobs cannot make progress (nothing bound or finished for %s and no complete gang running)", p.waiting, o.stall)
+			case now.After(deadline):
+				say("stopping: timeout %s reached with %d jobs unfinished", o.timeout, len(jobs)-p.finished)
+			default:
+				continue
+			}
+			cancel()
+			return obs.run(sched.Name, start, now, samples), nil
+		}
+	}
+}
+
+// startCluster brings up a fresh local cluster of model with the fake
+// topology agent and, when sched is given, the controller giving pods
+// sched's name and sched itself.
+func startCluster(ctx context.Context, root, model string, sched *scheduler) (c *framework.Cluster, err error) {
+	c, err = framework.Start(ctx, framework.Options{RepoRoot: root, Model: model})
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			err = errors.Join(err, c.Stop(context.WithoutCancel(ctx)))
+		}
+	}()
+	// Large models take a while to turn Ready and to get their topology.
+	wait := time.Minute + time.Duration(c.Model.NodeCount())*50*time.Millisecond
+	if err := c.WaitNodesReady(ctx, wait); err != nil {
+		return c, err
+	}
+	components := []func() (framework.Component, error){c.FakeAgentComponent}
+	if sched != nil {
+		components = append(components,
+			func() (framework.Component, error) { return c.ControllerComponentFor(sched.PodSchedulerName) },
+			func() (framework.Component, error) { return sched.component(c) })
+	}
+	for _, describe := range components {
+		comp, err := describe()
+		if err != nil {
+			return c, err
+		}
+		if _, err := c.StartComponent(ctx, comp); err != nil {
+			return c, err
+		}
+	}
+	if err := c.WaitTopologyPublished(ctx, wait); err != nil {
+		return c, err
+	}
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: benchNamespace}}
+	if err := c.Client.Create(ctx, ns); err != nil && !apierrors.IsAlreadyExists(err) {
+		return c, fmt.Errorf("creating namespace %s: %w", benchNamespace, err)
+	}
+	return c, nil
+}
+
+// submit creates each job's TrainingJob at its submit time after start.
+func submit(ctx context.Context, c *framework.Cluster, obs *observer, jobs []bench.Job, start time.Time) error {
+	for _, j := range jobs {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(time.Until(start.Add(j.Submit))):
+		}
+		obs.submitted(j, time.Now())
+		if err := c.Client.Create(ctx, trainingJob(j)); err != nil {
+			return fmt.Errorf("submitting job %s: %w", j.ID, err)
+		}
+	}
+	return nil
+}

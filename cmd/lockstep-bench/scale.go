@@ -1,0 +1,160 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/lockstep-dev/lockstep/pkg/apis/lockstep/v1alpha1"
+	"github.com/lockstep-dev/lockstep/pkg/bench"
+	"github.com/lockstep-dev/lockstep/test/e2e/framework"
+)
+
+// scaleGangSizes are the pod counts of the scale run's gangs, cycled: gangs
+// of 16 to 128 GPUs in 8-GPU pods.
+var scaleGangSizes = [...]int{2, 4, 4, 8, 8, 16}
+
+// scaleJobs is the scale run's burst: n gang jobs of 8-GPU pods.
+func scaleJobs(n int) []bench.Job {
+	jobs := make([]bench.Job, n)
+	for i := range jobs {
+		jobs[i] = bench.Job{
+			ID:             fmt.Sprintf("burst-%03d", i),
+			Replicas:       scaleGangSizes[i%len(scaleGangSizes)],
+			GPUsPerReplica: 8,
+			// Pods of the scale run are never released; the duration is moot.
+			Duration: time.Hour,
+		}
+	}
+	return jobs
+}
+
+// scaleRun measures how fast each scheduler binds the same burst of gangs
+// on one cluster of model, brought up once because a 5,000-node cluster
+// takes minutes to become Ready. For each scheduler in turn, every job's
+// pods are created first with no scheduler running; then the scheduler
+// starts and binds them, and pods per second run from the first bind to the
+// last, so start-up is not counted. Between schedulers the scheduler and
+// controller stop and every job and pod is deleted, so each starts from an
+// empty cluster.
+func scaleRun(ctx context.Context, o replayOptions, scheds []scheduler, jobs []bench.Job) (result *bench.ScaleResult, err error) {
+	begin := time.Now()
+	say := func(format string, args ...any) {
+		fmt.Printf("[scale %5.0fs] %s\n", time.Since(begin).Seconds(), fmt.Sprintf(format, args...))
+	}
+	say("starting a cluster from %s", o.model)
+	c, err := startCluster(ctx, o.root, o.model, nil)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			dir := filepath.Join(o.logDir, "scale")
+			if saveErr := c.SaveArtifacts(dir); saveErr == nil {
+				err = fmt.Errorf("%w (logs: %s)", err, dir)
+			}
+		}
+		err = errors.Join(err, c.Stop(context.WithoutCancel(ctx)))
+	}()
+	say("cluster up: %d nodes with topology", c.Model.NodeCount())
+
+	result = &bench.ScaleResult{Model: o.model, Nodes: c.Model.NodeCount(), Jobs: len(jobs), PodsPerSecond: map[string]float64{}}
+	for _, sched := range scheds {
+		binds, pods, err := scaleBurst(ctx, c, o, sched, jobs, say)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", sched.Name, err)
+		}
+		result.Pods = pods
+		result.PodsPerSecond[sched.Name] = bench.BindThroughput(binds)
+		say("%s: %d pods bound at %.0f pods/s", sched.Name, len(binds), result.PodsPerSecond[sched.Name])
+		if err := clearBurst(ctx, c); err != nil {
+			return nil, err
+		}
+	}
+	return result, nil
+}
+
+// scaleBurst runs one scheduler's part of the scale run and returns the
+// bind times and the number of pods.
+func scaleBurst(ctx context.Context, c *framework.Cluster, o replayOptions, sched scheduler, jobs []bench.Job, say func(string, ...any)) ([]time.Time, int, error) {
+	want := 0
+	for _, j := range jobs {
+		want += j.Replicas
+	}
+	obs := newObserver(c.Clientset, benchNamespace, len(jobs), false)
+	runCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	if err := obs.start(runCtx); err != nil {
+		return nil, 0, err
+	}
+	ctrl, err := c.ControllerComponentFor(sched.PodSchedulerName)
+	if err != nil {
+		return nil, 0, err
+	}
+	if _, err := c.StartComponent(ctx, ctrl); err != nil {
+		return nil, 0, err
+	}
+	if err := submit(runCtx, c, obs, jobs, time.Now()); err != nil {
+		return nil, 0, err
+	}
+	err = framework.Poll(ctx, 500*time.Millisecond, 5*time.Minute, fmt.Sprintf("the controller to create %d pods", want), func(context.Context) (bool, error) {
+		_, have := obs.bindTimes()
+		return have >= want, nil
+	})
+	if err != nil {
+		return nil, 0, err
+	}
+	say("%s: %d jobs, %d pods pending; starting the scheduler", sched.Name, len(jobs), want)
+	comp, err := sched.component(c)
+	if err != nil {
+		return nil, 0, err
+	}
+	if _, err := c.StartComponent(ctx, comp); err != nil {
+		return nil, 0, err
+	}
+	var lastCount int
+	lastChange := time.Now()
+	err = framework.Poll(ctx, 500*time.Millisecond, o.timeout, "every pod bound", func(context.Context) (bool, error) {
+		binds, _ := obs.bindTimes()
+		if len(binds) != lastCount {
+			lastCount, lastChange = len(binds), time.Now()
+		}
+		if len(binds) == want {
+			return true, nil
+		}
+		if time.Since(lastChange) > o.stall {
+			return false, fmt.Errorf("%d of %d pods bound, none for %s", len(binds), want, o.stall)
+		}
+		return false, nil
+	})
+	binds, pods := obs.bindTimes()
+	return binds, pods, err
+}
+
+// clearBurst stops the scheduler and the controller and deletes every job
+// and pod of the burst, waiting until the pods are gone.
+func clearBurst(ctx context.Context, c *framework.Cluster) error {
+	for _, name := range []string{"scheduler", "controller"} {
+		if err := c.KillComponent(name); err != nil {
+			return err
+		}
+	}
+	if err := c.Client.DeleteAllOf(ctx, &v1alpha1.TrainingJob{}, client.InNamespace(benchNamespace)); err != nil {
+		return fmt.Errorf("deleting the burst's jobs: %w", err)
+	}
+	if err := c.Client.DeleteAllOf(ctx, &corev1.Pod{}, client.InNamespace(benchNamespace), client.GracePeriodSeconds(0)); err != nil {
+		return fmt.Errorf("deleting the burst's pods: %w", err)
+	}
+	return framework.Poll(ctx, time.Second, 5*time.Minute, "the burst's pods to go", func(ctx context.Context) (bool, error) {
+		pods := &corev1.PodList{}
+		if err := c.Client.List(ctx, pods, client.InNamespace(benchNamespace)); err != nil {
+			return false, nil
+		}
+		return len(pods.Items) == 0, nil
+	})
+}

@@ -1,0 +1,109 @@
+package main
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/lockstep-dev/lockstep/pkg/bench"
+	"github.com/lockstep-dev/lockstep/test/e2e/framework"
+)
+
+// scheduler is one scheduler under test: how to run it on a cluster and the
+// schedulerName the controller gives the pods it should place.
+type scheduler struct {
+	// Name is how the report calls it.
+	Name string
+	// PodSchedulerName is the pods' spec.schedulerName.
+	PodSchedulerName string
+	// component describes the scheduler process on c.
+	component func(c *framework.Cluster) (framework.Component, error)
+}
+
+// coschedulingSchedulerName is the profile name of the Coscheduling-only
+// scheduler.
+const coschedulingSchedulerName = "coscheduling"
+
+// schedulers are the schedulers the benchmark knows, in report order.
+func schedulers() []scheduler {
+	return []scheduler{
+		{
+			// The upstream kube-scheduler binary at our Kubernetes pin with its
+			// default profile: no gangs, no topology.
+			Name:             bench.SchedulerKube,
+			PodSchedulerName: "default-scheduler",
+			component: func(c *framework.Cluster) (framework.Component, error) {
+				return c.KubeSchedulerComponent("scheduler", "kube-scheduler", schedulerConfig(map[string]any{
+					"schedulerName": "default-scheduler",
+				}))
+			},
+		},
+		{
+			// scheduler-plugins' Coscheduling with its own defaults (60 s
+			// Permit wait, no PodGroup backoff), as its documentation sets it
+			// up: Coscheduling orders the queue and gates Permit; every other
+			// plugin is kube-scheduler's default.
+			Name:             bench.SchedulerCoscheduling,
+			PodSchedulerName: coschedulingSchedulerName,
+			component: func(c *framework.Cluster) (framework.Component, error) {
+				return c.KubeSchedulerComponent("scheduler", "lockstep-scheduler", schedulerConfig(map[string]any{
+					"schedulerName": coschedulingSchedulerName,
+					"plugins": map[string]any{
+						"queueSort": map[string]any{
+							"enabled":  []any{map[string]any{"name": "Coscheduling"}},
+							"disabled": []any{map[string]any{"name": "*"}},
+						},
+						"multiPoint": map[string]any{
+							"enabled": []any{map[string]any{"name": "Coscheduling"}},
+						},
+					},
+				}))
+			},
+		},
+		{
+			// Lockstep as deployed: deploy/scheduler/config.yaml.
+			Name:             bench.SchedulerLockstep,
+			PodSchedulerName: framework.SchedulerName,
+			component:        (*framework.Cluster).SchedulerComponent,
+		},
+	}
+}
+
+// schedulerConfig is a KubeSchedulerConfiguration with one profile.
+func schedulerConfig(profile map[string]any) map[string]any {
+	return map[string]any{
+		"apiVersion": "kubescheduler.config.k8s.io/v1",
+		"kind":       "KubeSchedulerConfiguration",
+		"profiles":   []any{profile},
+	}
+}
+
+// selectSchedulers returns the named schedulers in report order, or an error
+// naming the unknown ones and the known ones.
+func selectSchedulers(list string) ([]scheduler, error) {
+	all := schedulers()
+	var known []string
+	for _, s := range all {
+		known = append(known, s.Name)
+	}
+	want := strings.Split(list, ",")
+	var unknown []string
+	for _, w := range want {
+		if !slices.Contains(known, strings.TrimSpace(w)) {
+			unknown = append(unknown, w)
+		}
+	}
+	if len(unknown) > 0 {
+		return nil, fmt.Errorf("unknown scheduler(s) %q; known: %s", unknown, strings.Join(known, ", "))
+	}
+	var out []scheduler
+	for _, s := range all {
+		for _, w := range want {
+			if strings.TrimSpace(w) == s.Name {
+				out = append(out, s)
+				break
+			}
+		}
+	}
+	return out, nil
+}
