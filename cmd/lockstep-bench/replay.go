@@ -123,7 +123,7 @@ func startCluster(ctx context.Context, root, model string, sched *scheduler) (c 
 		}
 	}()
 	// Large models take a while to turn Ready and to get their topology.
-	wait := time.Minute + time.Duration(c.Model.NodeCount())*50*time.Millisecond
+	wait := time.Minute + time.Duration(c.Model.NodeCount())*150*time.Millisecond
 	if err := c.WaitNodesReady(ctx, wait); err != nil {
 		return c, err
 	}
