@@ -100,9 +100,14 @@ func (c *Cluster) ComponentPIDs() map[string]int {
 }
 
 // SchedulerComponent describes lockstep-scheduler run with deploy/'s
-// configuration, pointed at this cluster and serving health on loopback.
+// configuration, pointed at this cluster as its ServiceAccount and serving
+// health on loopback.
 func (c *Cluster) SchedulerComponent() (Component, error) {
-	cfgPath, err := c.renderSchedulerConfig()
+	kubeconfig, err := c.identityKubeconfig(SchedulerIdentity())
+	if err != nil {
+		return Component{}, err
+	}
+	cfgPath, err := c.renderSchedulerConfig(kubeconfig)
 	if err != nil {
 		return Component{}, err
 	}
@@ -118,8 +123,8 @@ func (c *Cluster) SchedulerComponent() (Component, error) {
 			"--config=" + cfgPath,
 			"--bind-address=127.0.0.1",
 			"--secure-port=" + port,
-			"--authentication-kubeconfig=" + c.Kubeconfig,
-			"--authorization-kubeconfig=" + c.Kubeconfig,
+			"--authentication-kubeconfig=" + kubeconfig,
+			"--authorization-kubeconfig=" + kubeconfig,
 			"--v=2",
 		},
 		HealthURL: "https://127.0.0.1:" + port + "/healthz",
@@ -129,7 +134,7 @@ func (c *Cluster) SchedulerComponent() (Component, error) {
 // FakeAgentComponent describes the topology agent in fake mode, serving
 // every node that carries a hardware profile label.
 func (c *Cluster) FakeAgentComponent() (Component, error) {
-	return c.managerComponent("topology-agent", "lockstep-topology-agent",
+	return c.managerComponent("topology-agent", "lockstep-topology-agent", FakeAgentIdentity(),
 		"--mode=fake", "--node-selector=lockstep.dev/profile")
 }
 
@@ -137,15 +142,19 @@ func (c *Cluster) FakeAgentComponent() (Component, error) {
 // election so that a restarted one need not wait out its predecessor's
 // lease.
 func (c *Cluster) ControllerComponent() (Component, error) {
-	return c.managerComponent("controller", "lockstep-controller",
+	return c.managerComponent("controller", "lockstep-controller", ControllerIdentity(),
 		"--leader-elect=false", "--scheduler-name="+SchedulerName)
 }
 
-// managerComponent describes one of our controller-runtime binaries: this
-// cluster's kubeconfig, metrics and health probes on loopback ports, and
-// its own args.
-func (c *Cluster) managerComponent(name, binary string, args ...string) (Component, error) {
+// managerComponent describes one of our controller-runtime binaries: a
+// kubeconfig of its ServiceAccount on this cluster, metrics and health
+// probes on loopback ports, and its own args.
+func (c *Cluster) managerComponent(name, binary string, id Identity, args ...string) (Component, error) {
 	ports, err := freePorts(2)
+	if err != nil {
+		return Component{}, err
+	}
+	kubeconfig, err := c.identityKubeconfig(id)
 	if err != nil {
 		return Component{}, err
 	}
@@ -153,7 +162,7 @@ func (c *Cluster) managerComponent(name, binary string, args ...string) (Compone
 		Name:   name,
 		Binary: binary,
 		Args: append([]string{
-			"--kubeconfig=" + c.Kubeconfig,
+			"--kubeconfig=" + kubeconfig,
 			fmt.Sprintf("--metrics-bind-address=127.0.0.1:%d", ports[0]),
 			fmt.Sprintf("--health-probe-bind-address=127.0.0.1:%d", ports[1]),
 			"--v=2",
@@ -177,11 +186,12 @@ func (c *Cluster) StartComponents(ctx context.Context) error {
 	return nil
 }
 
-// renderSchedulerConfig writes deploy/scheduler/config.yaml with this
-// cluster's kubeconfig. With --config, kube-scheduler ignores --kubeconfig, so
-// the file itself must name it. Leader election is off: one scheduler runs
-// here, and a restarted one must not wait out its predecessor's lease.
-func (c *Cluster) renderSchedulerConfig() (string, error) {
+// renderSchedulerConfig writes deploy/scheduler/config.yaml with kubeconfig
+// (the scheduler's ServiceAccount). With --config, kube-scheduler ignores
+// --kubeconfig, so the file itself must name it. Leader election is off: one
+// scheduler runs here, and a restarted one must not wait out its
+// predecessor's lease.
+func (c *Cluster) renderSchedulerConfig(kubeconfig string) (string, error) {
 	src := filepath.Join(c.RepoRoot, "deploy", "scheduler", "config.yaml")
 	data, err := os.ReadFile(src)
 	if err != nil {
@@ -191,7 +201,7 @@ func (c *Cluster) renderSchedulerConfig() (string, error) {
 	if err := yaml.Unmarshal(data, &cfg); err != nil {
 		return "", fmt.Errorf("parsing %s: %w", src, err)
 	}
-	cfg["clientConnection"] = map[string]any{"kubeconfig": c.Kubeconfig, "qps": 200, "burst": 400}
+	cfg["clientConnection"] = map[string]any{"kubeconfig": kubeconfig, "qps": 200, "burst": 400}
 	cfg["leaderElection"] = map[string]any{"leaderElect": false}
 	out, err := yaml.Marshal(cfg)
 	if err != nil {
