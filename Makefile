@@ -51,15 +51,24 @@ lint: ## gofmt and go vet.
 	$(GO) vet ./...
 
 .PHONY: unit
-unit: ## Unit tests (everything but test/e2e).
+unit: tools ## Unit tests (everything but test/e2e; the deploy/ render test needs bin/kubectl).
 	$(GO) test $$($(GO) list ./... | grep -v '/test/e2e$$')
 
 .PHONY: e2e
 e2e: tools build ## End-to-end tests on a local KWOK cluster (or $KUBECONFIG's cluster when set).
 	hack/e2e.sh -timeout $(E2E_TIMEOUT) -run '$(E2E_RUN)'
 
+.PHONY: kind-nodes
+kind-nodes: ## Regenerate deploy/kind/nodes.yaml (the fake nodes of test/e2e/models/hgx-32.yaml).
+	$(GO) run ./hack/kindnodes --model test/e2e/models/hgx-32.yaml > deploy/kind/nodes.yaml
+
+.PHONY: image-check
+image-check: ## Build the images' binaries as the Dockerfile does (hack/build-image.sh) and verify them (static, -trimpath, NVML not linked, non-root USER).
+	hack/build-image.sh $(ROOT)/_output/image
+	$(GO) run ./hack/imagecheck --dir $(ROOT)/_output/image --dockerfile Dockerfile
+
 .PHONY: test
-test: lint unit e2e ## Everything CI runs: lint, unit and e2e tests.
+test: lint unit image-check e2e ## Everything CI runs: lint, unit tests, image check and e2e tests.
 
 ##@ Local cluster
 

@@ -101,7 +101,8 @@ func (c *Cluster) ComponentPIDs() map[string]int {
 }
 
 // SchedulerComponent describes lockstep-scheduler run with deploy/'s
-// configuration, pointed at this cluster and serving health on loopback.
+// configuration, pointed at this cluster as its ServiceAccount and serving
+// health on loopback.
 func (c *Cluster) SchedulerComponent() (Component, error) {
 	src := filepath.Join(c.RepoRoot, "deploy", "scheduler", "config.yaml")
 	data, err := os.ReadFile(src)
@@ -117,10 +118,14 @@ func (c *Cluster) SchedulerComponent() (Component, error) {
 
 // KubeSchedulerComponent describes a kube-scheduler build in bin/ (ours, or
 // the stock one the benchmark compares against) run with the
-// KubeSchedulerConfiguration cfg, pointed at this cluster and serving health
-// on loopback.
+// KubeSchedulerConfiguration cfg, pointed at this cluster as the scheduler's
+// ServiceAccount and serving health on loopback.
 func (c *Cluster) KubeSchedulerComponent(name, binary string, cfg map[string]any) (Component, error) {
-	cfgPath, err := c.renderSchedulerConfig(name, cfg)
+	kubeconfig, err := c.identityKubeconfig(SchedulerIdentity())
+	if err != nil {
+		return Component{}, err
+	}
+	cfgPath, err := c.renderSchedulerConfig(name, kubeconfig, cfg)
 	if err != nil {
 		return Component{}, err
 	}
@@ -136,8 +141,8 @@ func (c *Cluster) KubeSchedulerComponent(name, binary string, cfg map[string]any
 			"--config=" + cfgPath,
 			"--bind-address=127.0.0.1",
 			"--secure-port=" + port,
-			"--authentication-kubeconfig=" + c.Kubeconfig,
-			"--authorization-kubeconfig=" + c.Kubeconfig,
+			"--authentication-kubeconfig=" + kubeconfig,
+			"--authorization-kubeconfig=" + kubeconfig,
 			"--v=2",
 		},
 		HealthURL: "https://127.0.0.1:" + port + "/healthz",
@@ -147,7 +152,7 @@ func (c *Cluster) KubeSchedulerComponent(name, binary string, cfg map[string]any
 // FakeAgentComponent describes the topology agent in fake mode, serving
 // every node that carries a hardware profile label.
 func (c *Cluster) FakeAgentComponent() (Component, error) {
-	return c.managerComponent("topology-agent", "lockstep-topology-agent",
+	return c.managerComponent("topology-agent", "lockstep-topology-agent", FakeAgentIdentity(),
 		"--mode=fake", "--node-selector=lockstep.dev/profile")
 }
 
@@ -162,15 +167,19 @@ func (c *Cluster) ControllerComponent() (Component, error) {
 // pods schedulerName, so the benchmark can hand the same jobs to other
 // schedulers.
 func (c *Cluster) ControllerComponentFor(schedulerName string) (Component, error) {
-	return c.managerComponent("controller", "lockstep-controller",
+	return c.managerComponent("controller", "lockstep-controller", ControllerIdentity(),
 		"--leader-elect=false", "--scheduler-name="+schedulerName)
 }
 
-// managerComponent describes one of our controller-runtime binaries: this
-// cluster's kubeconfig, metrics and health probes on loopback ports, and
-// its own args.
-func (c *Cluster) managerComponent(name, binary string, args ...string) (Component, error) {
+// managerComponent describes one of our controller-runtime binaries: a
+// kubeconfig of its ServiceAccount on this cluster, metrics and health
+// probes on loopback ports, and its own args.
+func (c *Cluster) managerComponent(name, binary string, id Identity, args ...string) (Component, error) {
 	ports, err := freePorts(2)
+	if err != nil {
+		return Component{}, err
+	}
+	kubeconfig, err := c.identityKubeconfig(id)
 	if err != nil {
 		return Component{}, err
 	}
@@ -178,7 +187,7 @@ func (c *Cluster) managerComponent(name, binary string, args ...string) (Compone
 		Name:   name,
 		Binary: binary,
 		Args: append([]string{
-			"--kubeconfig=" + c.Kubeconfig,
+			"--kubeconfig=" + kubeconfig,
 			fmt.Sprintf("--metrics-bind-address=127.0.0.1:%d", ports[0]),
 			fmt.Sprintf("--health-probe-bind-address=127.0.0.1:%d", ports[1]),
 			"--v=2",
@@ -202,13 +211,14 @@ func (c *Cluster) StartComponents(ctx context.Context) error {
 	return nil
 }
 
-// renderSchedulerConfig writes the scheduler configuration cfg with this
-// cluster's kubeconfig. With --config, kube-scheduler ignores --kubeconfig, so
-// the file itself must name it. Leader election is off: one scheduler runs
-// here, and a restarted one must not wait out its predecessor's lease.
-func (c *Cluster) renderSchedulerConfig(name string, cfg map[string]any) (string, error) {
+// renderSchedulerConfig writes the scheduler configuration cfg with
+// kubeconfig (the scheduler's ServiceAccount). With --config, kube-scheduler
+// ignores --kubeconfig, so the file itself must name it. Leader election is
+// off: one scheduler runs here, and a restarted one must not wait out its
+// predecessor's lease.
+func (c *Cluster) renderSchedulerConfig(name, kubeconfig string, cfg map[string]any) (string, error) {
 	rendered := maps.Clone(cfg)
-	rendered["clientConnection"] = map[string]any{"kubeconfig": c.Kubeconfig, "qps": 200, "burst": 400}
+	rendered["clientConnection"] = map[string]any{"kubeconfig": kubeconfig, "qps": 200, "burst": 400}
 	rendered["leaderElection"] = map[string]any{"leaderElect": false}
 	out, err := yaml.Marshal(rendered)
 	if err != nil {
