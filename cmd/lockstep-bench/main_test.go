@@ -1,0 +1,143 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/lockstep-dev/lockstep/pkg/agent"
+	"github.com/lockstep-dev/lockstep/pkg/apis/lockstep/v1alpha1"
+	"github.com/lockstep-dev/lockstep/pkg/bench"
+	"github.com/lockstep-dev/lockstep/pkg/clustermodel"
+)
+
+func TestSelectSchedulers(t *testing.T) {
+	tests := []struct {
+		list    string
+		want    []string
+		wantErr string
+	}{
+		{list: "kube-scheduler,coscheduling,lockstep", want: []string{"kube-scheduler", "coscheduling", "lockstep"}},
+		// Report order, whatever the order asked.
+		{list: "lockstep, kube-scheduler", want: []string{"kube-scheduler", "lockstep"}},
+		{list: "lockstep,volcano", wantErr: `unknown scheduler(s) ["volcano"]`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.list, func(t *testing.T) {
+			got, err := selectSchedulers(tt.list)
+			if tt.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("error %v, want one containing %q", err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			var names []string
+			for _, s := range got {
+				names = append(names, s.Name)
+			}
+			if diff := cmp.Diff(tt.want, names); diff != "" {
+				t.Errorf("schedulers (-want,+got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestLoadTraceChecksTheModel(t *testing.T) {
+	model, err := clustermodel.Load(filepath.Join("..", "..", "test", "e2e", "models", "hgx-32-oversubscribed.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name, rows, wantErr string
+	}{
+		{name: "fits", rows: "a,0,2,8,60,leaf:Required\nb,1,1,1,60,host:Preferred\n"},
+		{name: "unknown level", rows: "a,0,2,8,60,clique:Required\n", wantErr: `job a: topology level "clique" is not a level of model hgx-32-oversubscribed`},
+		{name: "pod larger than any node", rows: "big,0,1,16,60,\n", wantErr: "job big: 16 GPUs per replica, but the largest node of model hgx-32-oversubscribed has 8"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "trace.csv")
+			if err := os.WriteFile(path, []byte(bench.TraceHeader+"\n"+tt.rows), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			_, err := loadTrace(path, model)
+			if tt.wantErr == "" {
+				if err != nil {
+					t.Fatal(err)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+				t.Fatalf("error %v, want one containing %q", err, tt.wantErr)
+			}
+		})
+	}
+}
+
+func TestTrainingJobFromTrace(t *testing.T) {
+	tests := []struct {
+		name        string
+		job         bench.Job
+		wantWorkers int32
+		wantTopo    *v1alpha1.TopologyConstraint
+	}{
+		{name: "single pod", job: bench.Job{ID: "one", Replicas: 1, GPUsPerReplica: 1, Duration: time.Minute}},
+		{
+			name:        "gang with constraint",
+			job:         bench.Job{ID: "gang", Replicas: 4, GPUsPerReplica: 8, Duration: time.Minute, Topology: &bench.Constraint{Level: "leaf", Mode: bench.ModeRequired}},
+			wantWorkers: 3,
+			wantTopo:    &v1alpha1.TopologyConstraint{Level: "leaf", Mode: v1alpha1.TopologyRequired},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			tj := trainingJob(tt.job)
+			if errs := tj.Validate(); len(errs) > 0 {
+				t.Fatalf("invalid TrainingJob: %v", errs.ToAggregate())
+			}
+			if tj.Name != tt.job.ID || tj.Namespace != benchNamespace {
+				t.Errorf("job %s/%s, want %s/%s", tj.Namespace, tj.Name, benchNamespace, tt.job.ID)
+			}
+			master, ok := tj.Spec.ReplicaSpecs[v1alpha1.ReplicaMaster]
+			if !ok || master.DesiredReplicas() != 1 {
+				t.Fatalf("want one Master, have %v", tj.Spec.ReplicaSpecs)
+			}
+			worker, hasWorkers := tj.Spec.ReplicaSpecs[v1alpha1.ReplicaWorker]
+			var got int32
+			if hasWorkers {
+				got = worker.DesiredReplicas()
+			}
+			if got != tt.wantWorkers {
+				t.Errorf("%d Workers, want %d", got, tt.wantWorkers)
+			}
+			gpus := master.Template.Spec.Containers[0].Resources.Limits[agent.GPUResource]
+			if gpus.Value() != int64(tt.job.GPUsPerReplica) {
+				t.Errorf("%s GPUs per pod, want %d", gpus.String(), tt.job.GPUsPerReplica)
+			}
+			if diff := cmp.Diff(tt.wantTopo, tj.Spec.Topology); diff != "" {
+				t.Errorf("topology (-want,+got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestScaleJobs(t *testing.T) {
+	jobs := scaleJobs(120)
+	pods := 0
+	for _, j := range jobs {
+		if err := j.Validate(); err != nil {
+			t.Fatal(err)
+		}
+		pods += j.Replicas
+	}
+	if len(jobs) != 120 || pods != 840 {
+		t.Errorf("%d jobs with %d pods, want 120 with 840", len(jobs), pods)
+	}
+}
