@@ -139,6 +139,11 @@ func registerMetrics(register func(metrics.Registerable) error) (*pluginMetrics,
 	if err := errors.Join(errs...); err != nil {
 		return nil, fmt.Errorf("%s: registering metrics: %w", Name, err)
 	}
+	// Zeros for every reason, so that rate() and alerts see the series
+	// before the first invalidation.
+	for _, r := range []dropReason{dropExpired, dropNodeUnavailable, dropUnreserved} {
+		m.plansInvalidated.WithLabelValues(string(r))
+	}
 	return m, nil
 }
 
