@@ -9,6 +9,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -30,6 +31,7 @@ import (
 	"github.com/lockstep-dev/lockstep/pkg/apis/lockstep/v1alpha1"
 	"github.com/lockstep-dev/lockstep/pkg/controller"
 	"github.com/lockstep-dev/lockstep/pkg/controller/framework"
+	"github.com/lockstep-dev/lockstep/pkg/util/healthcheck"
 )
 
 type options struct {
@@ -116,11 +118,13 @@ func run(ctx context.Context, opts options) error {
 	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
 		return err
 	}
-	if err := mgr.AddReadyzCheck("ping", healthz.Ping); err != nil {
+	// Ready once the caches have synced, on the leader and on standbys
+	// alike: a standby with warm caches is ready to take over, and gating
+	// readiness on the lease would keep a rolling update from progressing.
+	if err := mgr.AddReadyzCheck("informers", healthcheck.CacheSynced(mgr.GetCache(), time.Second)); err != nil {
 		return err
 	}
-	metrics, err := controller.NewMetrics(ctrlmetrics.Registry, mgr.GetCache())
-	if err != nil {
+	if err := controller.RegisterMetrics(ctrlmetrics.Registry, mgr.GetCache()); err != nil {
 		return fmt.Errorf("registering metrics: %w", err)
 	}
 	jobs := &controller.TrainingJobReconciler{
@@ -128,7 +132,6 @@ func run(ctx context.Context, opts options) error {
 		Recorder:          mgr.GetEventRecorderFor(controller.ControllerName),
 		Registry:          framework.NewBuiltinRegistry(rand.Reader),
 		Clock:             clock.RealClock{},
-		Metrics:           metrics,
 		SchedulerName:     opts.schedulerName,
 		ClusterDomain:     opts.clusterDomain,
 		Workers:           opts.workers,

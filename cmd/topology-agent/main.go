@@ -27,10 +27,12 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/lockstep-dev/lockstep/pkg/agent"
 	"github.com/lockstep-dev/lockstep/pkg/apis/lockstep/v1alpha1"
+	"github.com/lockstep-dev/lockstep/pkg/util/healthcheck"
 )
 
 type options struct {
@@ -120,26 +122,41 @@ func runFake(ctx context.Context, cfg *rest.Config, scheme *runtime.Scheme, opts
 	if err != nil {
 		return fmt.Errorf("creating manager: %w", err)
 	}
-	if err := addHealthChecks(mgr); err != nil {
-		return err
+	metrics, err := agent.NewMetrics(ctrlmetrics.Registry)
+	if err != nil {
+		return fmt.Errorf("registering metrics: %w", err)
 	}
 	reconciler := &agent.FakeReconciler{
 		Client:       mgr.GetClient(),
-		Publisher:    &agent.Publisher{Client: mgr.GetClient(), Clock: clock.RealClock{}, HeartbeatInterval: opts.heartbeat, Mode: "fake"},
+		Publisher:    &agent.Publisher{Client: mgr.GetClient(), Clock: clock.RealClock{}, HeartbeatInterval: opts.heartbeat, Mode: "fake", Metrics: metrics},
 		Recorder:     mgr.GetEventRecorderFor("topology-agent"),
 		NodeSelector: selector,
 		Workers:      opts.workers,
+		Metrics:      metrics,
 	}
 	if err := reconciler.SetupWithManager(mgr); err != nil {
+		return err
+	}
+	if err := addHealthChecks(mgr, map[string]healthz.Checker{
+		"informers": healthcheck.CacheSynced(mgr.GetCache(), time.Second),
+		"published": reconciler.Ready,
+	}); err != nil {
 		return err
 	}
 	klog.FromContext(ctx).Info("Serving fake nodes", "selector", selector.String())
 	return mgr.Start(ctx)
 }
 
-func addHealthChecks(mgr ctrl.Manager) error {
+// addHealthChecks serves a liveness ping on /healthz and the ready checks
+// on /readyz.
+func addHealthChecks(mgr ctrl.Manager, ready map[string]healthz.Checker) error {
 	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
 		return err
 	}
-	return mgr.AddReadyzCheck("ping", healthz.Ping)
+	for name, check := range ready {
+		if err := mgr.AddReadyzCheck(name, check); err != nil {
+			return err
+		}
+	}
+	return nil
 }

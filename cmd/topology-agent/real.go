@@ -10,7 +10,9 @@ import (
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
+	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/lockstep-dev/lockstep/pkg/agent"
@@ -41,15 +43,23 @@ func runReal(ctx context.Context, cfg *rest.Config, scheme *runtime.Scheme, opts
 	if err != nil {
 		return fmt.Errorf("creating manager: %w", err)
 	}
-	if err := addHealthChecks(mgr); err != nil {
+	metrics, err := agent.NewMetrics(ctrlmetrics.Registry)
+	if err != nil {
+		return fmt.Errorf("registering metrics: %w", err)
+	}
+	publisher := &agent.Publisher{Client: c, Clock: clock.RealClock{}, HeartbeatInterval: opts.heartbeat, Mode: "real", Metrics: metrics}
+	// Ready once this node's NodeTopology is published: before that the
+	// scheduler cannot place gangs on it.
+	if err := addHealthChecks(mgr, map[string]healthz.Checker{"published": publisher.Ready}); err != nil {
 		return err
 	}
 	realAgent := &agent.RealAgent{
 		Client:    c,
-		Publisher: &agent.Publisher{Client: c, Clock: clock.RealClock{}, HeartbeatInterval: opts.heartbeat, Mode: "real"},
+		Publisher: publisher,
 		NodeName:  opts.nodeName,
 		Discover:  func(ctx context.Context) (*discovery.Report, error) { return discovery.Discover(ctx, discoveryOpts) },
 		Interval:  opts.resyncInterval,
+		Metrics:   metrics,
 	}
 	// The agent's own errors end the manager, so a failed first discovery
 	// exits the process non-zero.

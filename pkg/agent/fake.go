@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"strconv"
 	"strings"
 	"sync"
@@ -50,6 +51,9 @@ type FakeReconciler struct {
 	NodeSelector labels.Selector
 	// Workers is the number of nodes reconciled in parallel.
 	Workers int
+	// Metrics, when set, count unknown profiles and forget the last
+	// publish of nodes no longer served.
+	Metrics *Metrics
 
 	// selectors caches one GPU-set selector per profile: its table depends
 	// only on the node's shape.
@@ -95,15 +99,20 @@ func (r *FakeReconciler) Reconcile(ctx context.Context, req reconcile.Request) (
 	node := &corev1.Node{}
 	if err := r.Client.Get(ctx, req.NamespacedName, node); err != nil {
 		// A deleted node takes its NodeTopology with it (owner reference).
+		if apierrors.IsNotFound(err) {
+			r.Metrics.forgetNode(req.Name)
+		}
 		return reconcile.Result{}, client.IgnoreNotFound(err)
 	}
 	if !r.NodeSelector.Matches(labels.Set(node.Labels)) || !node.DeletionTimestamp.IsZero() {
+		r.Metrics.forgetNode(node.Name)
 		return reconcile.Result{}, nil
 	}
 	profileName := node.Labels[ProfileLabel]
 	profile, ok := topology.LookupProfile(profileName)
 	if !ok {
 		// Not retried: only a label change can fix it, and that is an event.
+		r.Metrics.discoveryFailed(SourceProfile)
 		r.Recorder.Eventf(node, corev1.EventTypeWarning, "UnknownProfile",
 			"label %s=%q names no built-in hardware profile; use one of %s",
 			ProfileLabel, profileName, strings.Join(topology.ProfileNames(), ", "))
@@ -111,10 +120,12 @@ func (r *FakeReconciler) Reconcile(ctx context.Context, req reconcile.Request) (
 	}
 	hw, err := fakeNodeTopology(profile, node)
 	if err != nil {
+		r.Metrics.discoveryFailed(SourceProfile)
 		return reconcile.Result{}, err
 	}
 	sel, err := r.selector(profile.Name, hw)
 	if err != nil {
+		r.Metrics.discoveryFailed(SourceProfile)
 		return reconcile.Result{}, err
 	}
 
@@ -145,6 +156,24 @@ func (r *FakeReconciler) Reconcile(ctx context.Context, req reconcile.Request) (
 		return reconcile.Result{}, err
 	}
 	return reconcile.Result{RequeueAfter: next}, nil
+}
+
+// Ready is the fake agent's readiness check: ready once it published a
+// node, or when no node matches its selector and there is nothing to
+// publish. Add it beside a check that the cache has synced, which the
+// listing here assumes.
+func (r *FakeReconciler) Ready(req *http.Request) error {
+	if r.Publisher.Ready(req) == nil {
+		return nil
+	}
+	var nodes corev1.NodeList
+	if err := r.Client.List(req.Context(), &nodes, client.MatchingLabelsSelector{Selector: r.NodeSelector}); err != nil {
+		return fmt.Errorf("listing served nodes: %w", err)
+	}
+	if len(nodes.Items) > 0 {
+		return fmt.Errorf("none of %d served nodes published yet", len(nodes.Items))
+	}
+	return nil
 }
 
 // selector returns the cached selector of a profile, building it on first

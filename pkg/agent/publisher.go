@@ -3,9 +3,12 @@ package agent
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"net/http"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -38,18 +41,45 @@ type Publisher struct {
 	HeartbeatInterval time.Duration
 	// Mode is recorded in status.agent: "real" or "fake".
 	Mode string
+	// Metrics, when set, count publishes and time the last one per node.
+	Metrics *Metrics
+
+	// done is set by the first successful publish; Ready reports it.
+	done atomic.Bool
+}
+
+// Ready is a readiness check: it fails until a NodeTopology was published,
+// so a new agent is not ready before the scheduler can see its node.
+func (p *Publisher) Ready(*http.Request) error {
+	if !p.done.Load() {
+		return errors.New("no NodeTopology published yet")
+	}
+	return nil
 }
 
 // Publish makes the node's NodeTopology carry spec and status and returns
 // when the next heartbeat is due. status.heartbeatTime is set here.
 func (p *Publisher) Publish(ctx context.Context, node *corev1.Node, spec v1alpha1.NodeTopologySpec, status v1alpha1.NodeTopologyStatus) (time.Duration, error) {
-	logger := klog.FromContext(ctx).WithValues("node", klog.KObj(node))
-	if err := p.ensureLabels(ctx, node, spec); err != nil {
+	next, wrote, err := p.publish(ctx, node, spec, status)
+	if err != nil {
+		p.Metrics.publishFailed()
 		return 0, err
+	}
+	p.Metrics.published(node.Name, p.Clock.Now(), wrote)
+	p.done.Store(true)
+	return next, nil
+}
+
+// publish is Publish without the bookkeeping; wrote says whether it wrote
+// anything.
+func (p *Publisher) publish(ctx context.Context, node *corev1.Node, spec v1alpha1.NodeTopologySpec, status v1alpha1.NodeTopologyStatus) (next time.Duration, wrote bool, err error) {
+	logger := klog.FromContext(ctx).WithValues("node", klog.KObj(node))
+	if wrote, err = p.ensureLabels(ctx, node, spec); err != nil {
+		return 0, wrote, err
 	}
 	owner := metav1.OwnerReference{APIVersion: "v1", Kind: "Node", Name: node.Name, UID: node.UID}
 	nt := &v1alpha1.NodeTopology{}
-	err := p.Client.Get(ctx, client.ObjectKey{Name: node.Name}, nt)
+	err = p.Client.Get(ctx, client.ObjectKey{Name: node.Name}, nt)
 	switch {
 	case apierrors.IsNotFound(err):
 		nt = &v1alpha1.NodeTopology{
@@ -57,11 +87,12 @@ func (p *Publisher) Publish(ctx context.Context, node *corev1.Node, spec v1alpha
 			Spec:       spec,
 		}
 		if err := p.Client.Create(ctx, nt); err != nil {
-			return 0, fmt.Errorf("creating NodeTopology %s: %w", node.Name, err)
+			return 0, wrote, fmt.Errorf("creating NodeTopology %s: %w", node.Name, err)
 		}
+		wrote = true
 		logger.V(2).Info("Created NodeTopology", "gpus", spec.GPUCount, "profile", spec.Profile)
 	case err != nil:
-		return 0, fmt.Errorf("getting NodeTopology %s: %w", node.Name, err)
+		return 0, wrote, fmt.Errorf("getting NodeTopology %s: %w", node.Name, err)
 	case !apiequality.Semantic.DeepEqual(nt.Spec, spec) || !ownedBy(nt, owner):
 		// The hardware changed, or the Node was re-created under the same
 		// name: point the owner reference at the new Node so the garbage
@@ -69,8 +100,9 @@ func (p *Publisher) Publish(ctx context.Context, node *corev1.Node, spec v1alpha
 		nt.Spec = spec
 		nt.OwnerReferences = []metav1.OwnerReference{owner}
 		if err := p.Client.Update(ctx, nt); err != nil {
-			return 0, fmt.Errorf("updating NodeTopology %s: %w", node.Name, err)
+			return 0, wrote, fmt.Errorf("updating NodeTopology %s: %w", node.Name, err)
 		}
+		wrote = true
 		logger.V(2).Info("Updated NodeTopology spec", "gpus", spec.GPUCount)
 	}
 
@@ -79,15 +111,15 @@ func (p *Publisher) Publish(ctx context.Context, node *corev1.Node, spec v1alpha
 	status.Agent = p.Mode
 	status.HeartbeatTime = nt.Status.HeartbeatTime
 	if apiequality.Semantic.DeepEqual(nt.Status, status) && age >= 0 && age < p.HeartbeatInterval {
-		return p.HeartbeatInterval - age, nil
+		return p.HeartbeatInterval - age, wrote, nil
 	}
 	status.HeartbeatTime = metav1.NewTime(now)
 	nt.Status = status
 	if err := p.Client.Status().Update(ctx, nt); err != nil {
-		return 0, fmt.Errorf("updating NodeTopology %s status: %w", node.Name, err)
+		return 0, wrote, fmt.Errorf("updating NodeTopology %s status: %w", node.Name, err)
 	}
 	logger.V(5).Info("Updated NodeTopology status", "free", status.FreeGPUs, "allocations", len(status.Allocations))
-	return p.HeartbeatInterval, nil
+	return p.HeartbeatInterval, true, nil
 }
 
 func ownedBy(nt *v1alpha1.NodeTopology, owner metav1.OwnerReference) bool {
@@ -117,8 +149,8 @@ func OwnedLabels(spec v1alpha1.NodeTopologySpec) map[string]*string {
 }
 
 // ensureLabels patches the owned labels when they differ, touching no other
-// label.
-func (p *Publisher) ensureLabels(ctx context.Context, node *corev1.Node, spec v1alpha1.NodeTopologySpec) error {
+// label, and reports whether it patched.
+func (p *Publisher) ensureLabels(ctx context.Context, node *corev1.Node, spec v1alpha1.NodeTopologySpec) (bool, error) {
 	want := OwnedLabels(spec)
 	patch := map[string]*string{}
 	for k, v := range want {
@@ -128,16 +160,16 @@ func (p *Publisher) ensureLabels(ctx context.Context, node *corev1.Node, spec v1
 		}
 	}
 	if len(patch) == 0 {
-		return nil
+		return false, nil
 	}
 	data, err := json.Marshal(map[string]any{"metadata": map[string]any{"labels": patch}})
 	if err != nil {
-		return err
+		return false, err
 	}
 	if err := p.Client.Patch(ctx, node, client.RawPatch(types.MergePatchType, data)); err != nil {
-		return fmt.Errorf("labelling node %s: %w", node.Name, err)
+		return false, fmt.Errorf("labelling node %s: %w", node.Name, err)
 	}
-	return nil
+	return true, nil
 }
 
 // labelValue turns a name such as NVML's "NVIDIA H100 80GB HBM3" into a

@@ -28,6 +28,8 @@ type RealAgent struct {
 	Discover func(context.Context) (*discovery.Report, error)
 	// Interval is how often hardware and allocation are read again.
 	Interval time.Duration
+	// Metrics, when set, count discovery errors by source.
+	Metrics *Metrics
 }
 
 // Run discovers and publishes until ctx ends. A first discovery that fails
@@ -39,7 +41,7 @@ func (a *RealAgent) Run(ctx context.Context) error {
 	if a.NodeName == "" {
 		return errors.New("no node name: set --node-name or NODE_NAME from the downward API (spec.nodeName)")
 	}
-	report, err := a.Discover(ctx)
+	report, err := a.discover(ctx)
 	if err != nil {
 		return fmt.Errorf("discovering node %s: %w", a.NodeName, err)
 	}
@@ -57,13 +59,27 @@ func (a *RealAgent) Run(ctx context.Context) error {
 			return nil
 		case <-time.After(min(wait, a.Interval)):
 		}
-		next, err := a.Discover(ctx)
+		next, err := a.discover(ctx)
 		if err != nil {
 			logger.Error(err, "Discovery failed; keeping the last published topology")
 			continue
 		}
 		report = next
 	}
+}
+
+// discover runs Discover and counts the sources it could not read. A
+// failed discovery is NVML's: it is the only source discovery cannot do
+// without.
+func (a *RealAgent) discover(ctx context.Context) (*discovery.Report, error) {
+	report, err := a.Discover(ctx)
+	switch {
+	case err != nil && ctx.Err() == nil:
+		a.Metrics.discoveryFailed(discovery.SourceNVML)
+	case err == nil:
+		a.Metrics.discoveryFailed(report.Unavailable...)
+	}
+	return report, err
 }
 
 func (a *RealAgent) publish(ctx context.Context, report *discovery.Report) (time.Duration, error) {

@@ -10,62 +10,76 @@ import (
 	"github.com/lockstep-dev/lockstep/pkg/apis/lockstep/v1alpha1"
 )
 
-// Metrics are the controller's Prometheus metrics. controller-runtime
-// already exports reconcile counts and latencies per controller.
-type Metrics struct {
-	// ReconcileErrors counts reconciles of TrainingJobs that returned an
-	// error, terminal ones included.
-	ReconcileErrors prometheus.Counter
+// RegisterMetrics registers the controller's own metrics with reg,
+// controller-runtime's metrics.Registry in production: TrainingJobs by
+// framework and state, counted from reader (the manager's cache) at each
+// scrape. Counting at scrape time rather than in Reconcile keeps the gauge
+// right after a restart and for jobs deleted while the controller was down.
+//
+// Reconcile counts, errors (terminal ones included) and latencies are
+// controller-runtime's own controller_runtime_reconcile_* series with
+// controller="trainingjob" (the builder names a controller after its For
+// kind); they are not repeated here.
+func RegisterMetrics(reg prometheus.Registerer, reader client.Reader) error {
+	return reg.Register(newJobStates(reader))
 }
 
-// NewMetrics registers the controller's metrics with reg. Jobs by state are
-// counted from reader, the manager's cache, at each scrape, so the gauge
-// cannot drift from the jobs it counts.
-func NewMetrics(reg prometheus.Registerer, reader client.Reader) (*Metrics, error) {
-	m := &Metrics{
-		ReconcileErrors: prometheus.NewCounter(prometheus.CounterOpts{
-			Namespace: "lockstep", Subsystem: "controller", Name: "reconcile_errors_total",
-			Help: "Reconciles of TrainingJobs that returned an error.",
-		}),
-	}
-	for _, c := range []prometheus.Collector{m.ReconcileErrors, &jobStates{reader: reader}} {
-		if err := reg.Register(c); err != nil {
-			return nil, err
-		}
-	}
-	return m, nil
-}
+// jobStatePending labels jobs the controller has not yet given a state.
+const jobStatePending = "Pending"
 
-var jobsDesc = prometheus.NewDesc("lockstep_controller_jobs", "TrainingJobs by state.", []string{"state"}, nil)
-
-// jobStates collects the number of jobs in each state.
+// jobStates collects the number of TrainingJobs by framework and state.
 type jobStates struct {
 	reader client.Reader
+	desc   *prometheus.Desc
 }
 
-func (c *jobStates) Describe(ch chan<- *prometheus.Desc) { ch <- jobsDesc }
+func newJobStates(reader client.Reader) *jobStates {
+	return &jobStates{
+		reader: reader,
+		desc: prometheus.NewDesc("lockstep_controller_jobs",
+			"TrainingJobs by framework and state (the latest condition; Pending before the first reconcile).",
+			[]string{"framework", "state"}, nil),
+	}
+}
+
+func (c *jobStates) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
 
 func (c *jobStates) Collect(ch chan<- prometheus.Metric) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	var jobs v1alpha1.TrainingJobList
 	if err := c.reader.List(ctx, &jobs); err != nil {
-		ch <- prometheus.NewInvalidMetric(jobsDesc, err)
+		ch <- prometheus.NewInvalidMetric(c.desc, err)
 		return
 	}
-	counts := map[v1alpha1.JobState]int{}
-	for _, s := range []v1alpha1.JobState{v1alpha1.JobCreated, v1alpha1.JobRunning, v1alpha1.JobRestarting,
-		v1alpha1.JobSucceeded, v1alpha1.JobFailed, v1alpha1.JobSuspended} {
-		counts[s] = 0
+	for key, n := range countJobStates(jobs.Items) {
+		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, float64(n), string(key.framework), key.state)
 	}
-	for _, j := range jobs.Items {
-		state := j.Status.State
-		if state == "" {
-			state = "Pending"
+}
+
+type frameworkState struct {
+	framework v1alpha1.Framework
+	state     string
+}
+
+// countJobStates counts jobs by framework and state, with a zero for every
+// known framework and state so that an alert on a series sees 0, not
+// nothing.
+func countJobStates(jobs []v1alpha1.TrainingJob) map[frameworkState]int {
+	counts := map[frameworkState]int{}
+	for _, f := range []v1alpha1.Framework{v1alpha1.FrameworkPyTorch, v1alpha1.FrameworkTensorFlow, v1alpha1.FrameworkMPI,
+		v1alpha1.FrameworkJAX, v1alpha1.FrameworkXGBoost, v1alpha1.FrameworkPaddle} {
+		for _, s := range []v1alpha1.JobState{v1alpha1.JobCreated, v1alpha1.JobRunning, v1alpha1.JobRestarting,
+			v1alpha1.JobSucceeded, v1alpha1.JobFailed, v1alpha1.JobSuspended, jobStatePending} {
+			counts[frameworkState{f, string(s)}] = 0
 		}
-		counts[state]++
 	}
-	for s, n := range counts {
-		ch <- prometheus.MustNewConstMetric(jobsDesc, prometheus.GaugeValue, float64(n), string(s))
+	for _, j := range jobs {
+		state := string(j.Status.State)
+		if state == "" {
+			state = jobStatePending
+		}
+		counts[frameworkState{j.Spec.Framework, state}]++
 	}
+	return counts
 }

@@ -26,7 +26,9 @@ import (
 	"github.com/lockstep-dev/lockstep/pkg/topology"
 )
 
-// ControllerName names the controller in events and metrics.
+// ControllerName names the controller in events. Its metrics carry
+// controller="trainingjob", the name controller-runtime derives from the
+// kind it reconciles.
 const ControllerName = "lockstep-controller"
 
 // DefaultSchedulerName is the scheduler the pods ask for unless configured.
@@ -65,7 +67,6 @@ type TrainingJobReconciler struct {
 	Recorder record.EventRecorder
 	Registry *framework.Registry
 	Clock    clock.PassiveClock
-	Metrics  *Metrics
 	// SchedulerName is the scheduler the job's pods ask for.
 	SchedulerName string
 	// ClusterDomain is the cluster's DNS domain, for the pods' search list.
@@ -111,11 +112,6 @@ func (r *TrainingJobReconciler) SetupWithManager(mgr ctrl.Manager) error {
 
 // Reconcile brings one job a step closer to its spec.
 func (r *TrainingJobReconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.Result, err error) {
-	defer func() {
-		if err != nil && r.Metrics != nil {
-			r.Metrics.ReconcileErrors.Inc()
-		}
-	}()
 	job := &v1alpha1.TrainingJob{}
 	if err := r.Client.Get(ctx, req.NamespacedName, job); err != nil {
 		if apierrors.IsNotFound(err) {

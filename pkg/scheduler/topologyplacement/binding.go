@@ -51,13 +51,23 @@ func (p *TopologyPlacement) PreBind(ctx context.Context, state fwk.CycleState, p
 		return nil
 	}
 	if g, first := p.books.markPublished(a.gang); first {
+		// The first member past Permit: the whole gang is reserved.
+		p.observePlaced(a.gang, g)
 		if err := p.publishPlacement(ctx, pod, g); err != nil {
 			// The placement record is informational; binding goes on.
 			klog.FromContext(ctx).Error(err, "Recording the placement on the PodGroup failed", "plugin", Name, "podGroup", a.gang)
 		}
-		p.firstSeen.forget(a.gang)
 	}
 	return nil
+}
+
+// observePlaced records how long the gang waited since its first attempt and
+// how good its placement is, and forgets the first attempt.
+func (p *TopologyPlacement) observePlaced(key string, g *gangPlan) {
+	now := p.clock.Now()
+	p.metrics.gangWait.Observe(now.Sub(p.firstSeen.firstSeen(key, now)).Seconds())
+	p.firstSeen.forget(key)
+	p.metrics.placementEfficiency.WithLabelValues(g.plan.LevelName).Observe(g.plan.Efficiency)
 }
 
 // publishPlacement records where the gang landed on its PodGroup.

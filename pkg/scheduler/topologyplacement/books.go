@@ -94,17 +94,18 @@ func (b *books) add(key string, plan *placement.Plan, now time.Time) *gangPlan {
 }
 
 // drop forgets a gang's plan and releases what it holds, including the slots
-// of members already reserved (they are being rejected).
-func (b *books) drop(key string) {
+// of members already reserved (they are being rejected). It reports whether
+// there was a plan.
+func (b *books) drop(key string) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	b.dropLocked(key)
+	return b.dropLocked(key)
 }
 
-func (b *books) dropLocked(key string) {
+func (b *books) dropLocked(key string) bool {
 	g, ok := b.gangs[key]
 	if !ok {
-		return
+		return false
 	}
 	for i, m := range g.plan.Members {
 		if g.slots[i] == "" {
@@ -114,6 +115,7 @@ func (b *books) dropLocked(key string) {
 		}
 	}
 	delete(b.gangs, key)
+	return true
 }
 
 func (b *books) releaseHeldLocked(node string, gpus topology.GPUSet) {
@@ -236,6 +238,21 @@ func (b *books) heldOpen(node string) int {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.held[node].Len()
+}
+
+// holding counts the incomplete plans and the GPUs they hold for open slots.
+func (b *books) holding() (plans, gpus int) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for _, g := range b.gangs {
+		if !g.complete() {
+			plans++
+		}
+	}
+	for _, held := range b.held {
+		gpus += held.Len()
+	}
+	return plans, gpus
 }
 
 // expired returns the keys of incomplete plans older than ttl.

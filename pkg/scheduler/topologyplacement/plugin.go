@@ -30,6 +30,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/component-base/metrics/legacyregistry"
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
@@ -76,8 +77,9 @@ type TopologyPlacement struct {
 	gpus   *gpuIndex
 	trees  *treeCache
 	// firstSeen is when each gang was first attempted, for Preferred
-	// constraints that widen with time.
+	// constraints that widen with time and for the gang wait metric.
 	firstSeen *timeBook
+	metrics   *pluginMetrics
 }
 
 var (
@@ -131,6 +133,10 @@ func New(ctx context.Context, obj runtime.Object, handle framework.Handle) (fram
 	if err != nil {
 		return nil, err
 	}
+	m, err := registerMetrics(legacyregistry.Register)
+	if err != nil {
+		return nil, err
+	}
 	p := &TopologyPlacement{
 		logger:    logger,
 		args:      args,
@@ -142,6 +148,7 @@ func New(ctx context.Context, obj runtime.Object, handle framework.Handle) (fram
 		gpus:      gpus,
 		trees:     &treeCache{},
 		firstSeen: newTimeBook(),
+		metrics:   m,
 	}
 	// Forget a pod's GPUs once it is gone or finished: from then on the
 	// scheduler's own accounting and the NodeTopology agree without us.
@@ -182,10 +189,8 @@ func (p *TopologyPlacement) EventsToRegister(context.Context) ([]fwk.ClusterEven
 	}, nil
 }
 
-// expirePlans drops plans that held capacity too long without completing,
-// and rejects their waiting members so the gang is retried whole.
+// expirePlans runs sweep every few seconds until ctx ends.
 func (p *TopologyPlacement) expirePlans(ctx context.Context) {
-	logger := klog.FromContext(ctx).WithValues("plugin", Name)
 	ticker := time.NewTicker(5 * time.Second)
 	defer ticker.Stop()
 	for {
@@ -194,12 +199,23 @@ func (p *TopologyPlacement) expirePlans(ctx context.Context) {
 			return
 		case <-ticker.C:
 		}
-		for _, key := range p.books.expired(p.clock.Now(), p.args.PlanTTL.Duration) {
-			logger.V(2).Info("Plan expired before the gang completed; releasing it", "podGroup", key)
-			p.invalidate(key, "plan expired")
-		}
-		p.forgetDeletedGangs(ctx)
+		p.sweep(ctx)
 	}
+}
+
+// sweep drops plans that held capacity too long without completing and
+// rejects their waiting members so the gang is retried whole, forgets
+// deleted gangs, and samples the held-capacity gauges.
+func (p *TopologyPlacement) sweep(ctx context.Context) {
+	logger := klog.FromContext(ctx).WithValues("plugin", Name)
+	for _, key := range p.books.expired(p.clock.Now(), p.args.PlanTTL.Duration) {
+		logger.V(2).Info("Plan expired before the gang completed; releasing it", "podGroup", key)
+		p.invalidate(key, dropExpired)
+	}
+	p.forgetDeletedGangs(ctx)
+	plans, gpus := p.books.holding()
+	p.metrics.plansHeld.Set(float64(plans))
+	p.metrics.heldGPUs.Set(float64(gpus))
 }
 
 // forgetDeletedGangs drops the first-attempt times of gangs whose PodGroup
@@ -229,11 +245,14 @@ const retryDelay = time.Second
 // that failed once would wait for the queue's 5-minute flush. Notably after
 // a scheduler restart Coscheduling counts members bound by the previous
 // instance from informer events that can arrive after the first cycle.
-func (p *TopologyPlacement) invalidate(key, reason string) {
-	p.books.drop(key)
+func (p *TopologyPlacement) invalidate(key string, reason dropReason) {
+	if !p.books.drop(key) {
+		return
+	}
+	p.metrics.plansInvalidated.WithLabelValues(string(reason)).Inc()
 	p.handle.IterateOverWaitingPods(func(wp framework.WaitingPod) {
 		if planKey(wp.GetPod()) == key {
-			wp.Reject(Name, reason)
+			wp.Reject(Name, reason.message())
 		}
 	})
 	time.AfterFunc(retryDelay, func() { p.activateUnbound(key) })

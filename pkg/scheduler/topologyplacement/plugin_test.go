@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/component-base/metrics"
 	fwk "k8s.io/kube-scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
 	clocktesting "k8s.io/utils/clock/testing"
@@ -32,7 +33,11 @@ func newTestPlugin(t testing.TB) (*TopologyPlacement, *clocktesting.FakeClock) {
 		t.Fatal(err)
 	}
 	clock := clocktesting.NewFakeClock(time.Unix(1000, 0))
-	return &TopologyPlacement{args: args, clock: clock, books: newBooks(), gpus: newGPUIndex(), trees: &treeCache{}, firstSeen: newTimeBook()}, clock
+	m, err := registerMetrics(metrics.NewKubeRegistry().Register)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &TopologyPlacement{args: args, clock: clock, books: newBooks(), gpus: newGPUIndex(), trees: &treeCache{}, firstSeen: newTimeBook(), metrics: m}, clock
 }
 
 func gpuNode(name string, gpus int64) *v1.Node {

@@ -59,7 +59,7 @@ func (p *TopologyPlacement) PreFilter(ctx context.Context, state fwk.CycleState,
 	g, ok := p.books.get(s.gang)
 	if ok && !p.planStillValid(g, nodes) {
 		logger.V(2).Info("Plan invalidated: a planned node is gone or taken", "podGroup", s.gang)
-		p.invalidate(s.gang, "planned node lost or taken")
+		p.invalidate(s.gang, dropNodeUnavailable)
 		ok = false
 	}
 	if !ok {
@@ -113,15 +113,27 @@ func (p *TopologyPlacement) planStillValid(g *gangPlan, nodes []fwk.NodeInfo) bo
 	return true
 }
 
-// planGang computes and records a plan for the pod's gang.
+// planGang computes and records a plan for the pod's gang, timing it by
+// outcome. The gang's first attempt is remembered here for the gang wait
+// metric and for Preferred constraints.
 func (p *TopologyPlacement) planGang(ctx context.Context, pod *v1.Pod, s *cycleState, nodes []fwk.NodeInfo) (*gangPlan, *fwk.Status) {
+	start := p.clock.Now()
+	p.firstSeen.firstSeen(s.gang, start)
+	g, outcome, status := p.plan(ctx, pod, s, nodes)
+	p.metrics.planDuration.WithLabelValues(outcome).Observe(p.clock.Since(start).Seconds())
+	return g, status
+}
+
+// plan is planGang without the timing; outcome is a value of the outcome
+// label of plan_duration_seconds.
+func (p *TopologyPlacement) plan(ctx context.Context, pod *v1.Pod, s *cycleState, nodes []fwk.NodeInfo) (g *gangPlan, outcome string, status *fwk.Status) {
 	logger := klog.FromContext(ctx).WithValues("plugin", Name, "podGroup", s.gang)
 	pg, err := p.gangSpec(ctx, pod)
 	if apierrors.IsNotFound(err) {
-		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, fmt.Sprintf("PodGroup %s not found", s.gang))
+		return nil, outcomeUnschedulable, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, fmt.Sprintf("PodGroup %s not found", s.gang))
 	}
 	if err != nil {
-		return nil, fwk.AsStatus(err)
+		return nil, outcomeError, fwk.AsStatus(err)
 	}
 	gang, err := p.gangRequest(pg, s)
 	if err == nil {
@@ -133,23 +145,23 @@ func (p *TopologyPlacement) planGang(ctx context.Context, pod *v1.Pod, s *cycleS
 	}
 	if err != nil {
 		// A bad annotation is the user's to fix; say which and how.
-		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, err.Error())
+		return nil, outcomeUnschedulable, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, err.Error())
 	}
 	snap, err := p.snapshot(pod, s.gang, nodes)
 	if err != nil {
-		return nil, fwk.AsStatus(err)
+		return nil, outcomeError, fwk.AsStatus(err)
 	}
 	plan, err := placement.Place(snap, gang, placement.Options{})
 	var unschedulable *placement.Unschedulable
 	if errors.As(err, &unschedulable) {
 		logger.V(2).Info("Gang does not fit; holding nothing", "reason", unschedulable.Reason)
-		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, fmt.Sprintf("PodGroup %s: %s", s.gang, unschedulable.Reason))
+		return nil, outcomeUnschedulable, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, fmt.Sprintf("PodGroup %s: %s", s.gang, unschedulable.Reason))
 	}
 	if err != nil {
-		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, fmt.Sprintf("PodGroup %s: %v", s.gang, err))
+		return nil, outcomeError, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, fmt.Sprintf("PodGroup %s: %v", s.gang, err))
 	}
 	logger.V(2).Info("Planned gang", "members", len(plan.Members), "domain", plan.Domain.ID, "level", plan.LevelName, "efficiency", plan.Efficiency)
-	return p.books.add(s.gang, plan, p.clock.Now()), nil
+	return p.books.add(s.gang, plan, p.clock.Now()), outcomePlanned, nil
 }
 
 // classMembers counts the gang's pods that ask for gpus GPUs, and how many

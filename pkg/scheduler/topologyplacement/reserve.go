@@ -38,7 +38,7 @@ func (p *TopologyPlacement) Unreserve(ctx context.Context, state fwk.CycleState,
 	}
 	if _, ok := p.books.get(key); ok {
 		klog.FromContext(ctx).V(2).Info("Gang member unreserved; dropping the plan", "plugin", Name, "pod", klog.KObj(pod), "podGroup", key)
-		p.invalidate(key, "a member of the gang was unreserved")
+		p.invalidate(key, dropUnreserved)
 	}
 }
 

@@ -57,7 +57,8 @@ func (o Options) validate() error {
 // domain, the health of each GPU, and, when opts.PodResourcesSocket is set,
 // the GPUs the kubelet has handed out.
 //
-// It fails only when there is nothing to report: NVML is missing
+// It fails only when there is nothing to report, which is NVML's doing
+// (SourceNVML) but for a bug in discovery itself: NVML is missing
 // (ErrNVMLNotFound) or fails to start or to count GPUs, or lists none
 // (ErrNoGPUs). A GPU that fails its queries is reported in GPUHealth, and
 // everything discovery worked around is in Warnings, which are also logged
@@ -115,6 +116,7 @@ func Discover(ctx context.Context, opts Options) (report *Report, err error) {
 	hcas, err := sys.readHCAs(&w)
 	if err != nil {
 		w.add("reading RDMA devices from %s: %v; the node has no NICs in the report", opts.SysfsRoot, err)
+		report.Unavailable = append(report.Unavailable, SourceSysfs)
 	}
 	for _, h := range hcas {
 		report.HCAs = append(report.HCAs, h.HCA)
@@ -124,6 +126,7 @@ func Discover(ctx context.Context, opts Options) (report *Report, err error) {
 	if opts.PodResourcesSocket != "" {
 		if allocs, err := ListGPUAllocations(ctx, opts.PodResourcesSocket, opts.ResourceName); err != nil {
 			w.add("GPU allocations unknown: %v", err)
+			report.Unavailable = append(report.Unavailable, SourcePodResources)
 		} else {
 			var unresolved []string
 			report.Allocations, unresolved = ResolveGPUs(allocs, report.Topology.GPUs)

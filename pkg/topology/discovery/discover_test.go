@@ -3,6 +3,8 @@ package discovery_test
 import (
 	"context"
 	"errors"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -110,5 +112,27 @@ func TestDiscoverReportsShutdownFailure(t *testing.T) {
 	}
 	if diff := cmp.Diff([]string{"nvmlShutdown: NVML_ERROR_UNKNOWN"}, report.Warnings); diff != "" {
 		t.Errorf("warnings (-want,+got):\n%s", diff)
+	}
+}
+
+// TestDiscoverReportsUnreadableSysfs checks that a sysfs whose RDMA class
+// cannot be listed costs the node its NICs, not its report, and is named
+// among the unavailable sources.
+func TestDiscoverReportsUnreadableSysfs(t *testing.T) {
+	lib, _ := profileNVML(t, "hgx-h100")
+	root := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(root, "class"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	// A file where the directory should be: ReadDir fails, not with ENOENT.
+	if err := os.WriteFile(filepath.Join(root, "class", "infiniband"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	report, err := discovery.Discover(context.Background(), discovery.Options{NVML: lib, SysfsRoot: root})
+	if err != nil {
+		t.Fatalf("Discover: %v", err)
+	}
+	if diff := cmp.Diff([]discovery.Source{discovery.SourceSysfs}, report.Unavailable); diff != "" {
+		t.Errorf("unavailable sources (-want,+got):\n%s", diff)
 	}
 }

@@ -116,6 +116,9 @@ func TestDiscoverAllocations(t *testing.T) {
 	if diff := cmp.Diff(wantWarnings, report.Warnings); diff != "" {
 		t.Errorf("warnings (-want,+got):\n%s", diff)
 	}
+	if report.Unavailable != nil {
+		t.Errorf("unavailable sources %v with a kubelet and a readable sysfs", report.Unavailable)
+	}
 
 	lib, _ = profileNVML(t, "hgx-h100")
 	report, err = discovery.Discover(context.Background(), discovery.Options{
@@ -126,5 +129,8 @@ func TestDiscoverAllocations(t *testing.T) {
 	}
 	if report.Allocations != nil || len(report.Warnings) != 1 || !strings.HasPrefix(report.Warnings[0], "GPU allocations unknown: ") {
 		t.Errorf("without a kubelet: allocations %v, warnings %q; want none and one warning", report.Allocations, report.Warnings)
+	}
+	if diff := cmp.Diff([]discovery.Source{discovery.SourcePodResources}, report.Unavailable); diff != "" {
+		t.Errorf("without a kubelet: unavailable sources (-want,+got):\n%s", diff)
 	}
 }

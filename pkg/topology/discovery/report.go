@@ -23,7 +23,19 @@ type Report struct {
 	// queries it had a fallback for, inconsistent answers, missing sysfs
 	// entries. Each names the GPU or device concerned.
 	Warnings []string
+	// Unavailable are the sources discovery could not read at all and did
+	// without (the reason is among Warnings), for the agent's error counts.
+	Unavailable []Source
 }
+
+// Source is a place discovery reads.
+type Source string
+
+const (
+	SourceNVML         Source = "nvml"
+	SourceSysfs        Source = "sysfs"
+	SourcePodResources Source = "pod-resources"
+)
 
 // HealthState is whether a GPU can be offered as a whole GPU. The values are
 // the NodeTopology API's GPUHealthState, plus Healthy, which the API leaves

@@ -16,6 +16,7 @@ type reportJSON struct {
 	HCAs        []HCA                     `json:"hcas,omitempty"`
 	Allocations []Allocation              `json:"allocations,omitempty"`
 	Warnings    []string                  `json:"warnings,omitempty"`
+	Unavailable []Source                  `json:"unavailable,omitempty"`
 }
 
 // MarshalJSON writes the report with its topology in API form.
@@ -26,6 +27,7 @@ func (r Report) MarshalJSON() ([]byte, error) {
 		HCAs:        r.HCAs,
 		Allocations: r.Allocations,
 		Warnings:    r.Warnings,
+		Unavailable: r.Unavailable,
 	})
 }
 
@@ -40,6 +42,6 @@ func (r *Report) UnmarshalJSON(b []byte) error {
 	if err != nil {
 		return fmt.Errorf("report topology: %w", err)
 	}
-	*r = Report{Topology: *node, GPUHealth: in.GPUHealth, HCAs: in.HCAs, Allocations: in.Allocations, Warnings: in.Warnings}
+	*r = Report{Topology: *node, GPUHealth: in.GPUHealth, HCAs: in.HCAs, Allocations: in.Allocations, Warnings: in.Warnings, Unavailable: in.Unavailable}
 	return nil
 }

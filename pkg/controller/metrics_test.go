@@ -1,0 +1,87 @@
+package controller
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+
+	"github.com/lockstep-dev/lockstep/pkg/apis/lockstep/v1alpha1"
+)
+
+func TestJobsGaugeCountsTheCache(t *testing.T) {
+	scheme := runtime.NewScheme()
+	if err := v1alpha1.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	job := func(name string, f v1alpha1.Framework, state v1alpha1.JobState) client.Object {
+		return &v1alpha1.TrainingJob{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ns"},
+			Spec:       v1alpha1.TrainingJobSpec{Framework: f},
+			Status:     v1alpha1.TrainingJobStatus{State: state},
+		}
+	}
+	reader := fake.NewClientBuilder().WithScheme(scheme).WithObjects(
+		job("a", v1alpha1.FrameworkPyTorch, v1alpha1.JobRunning),
+		job("b", v1alpha1.FrameworkPyTorch, v1alpha1.JobRunning),
+		job("c", v1alpha1.FrameworkPyTorch, v1alpha1.JobFailed),
+		job("d", v1alpha1.FrameworkMPI, v1alpha1.JobSucceeded),
+		job("e", v1alpha1.FrameworkJAX, ""),
+	).Build()
+	reg := prometheus.NewPedanticRegistry()
+	if err := RegisterMetrics(reg, reader); err != nil {
+		t.Fatal(err)
+	}
+	// 6 frameworks x 7 states, zeros included.
+	if n, err := testutil.GatherAndCount(reg, "lockstep_controller_jobs"); err != nil || n != 42 {
+		t.Errorf("series = %d (%v), want 42", n, err)
+	}
+	got := map[string]float64{}
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range families {
+		for _, m := range f.GetMetric() {
+			if v := m.GetGauge().GetValue(); v != 0 {
+				labels := map[string]string{}
+				for _, l := range m.GetLabel() {
+					labels[l.GetName()] = l.GetValue()
+				}
+				got[labels["framework"]+"/"+labels["state"]] = v
+			}
+		}
+	}
+	want := map[string]float64{"PyTorch/Running": 2, "PyTorch/Failed": 1, "MPI/Succeeded": 1, "JAX/Pending": 1}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("non-zero jobs gauges (-want,+got):\n%s", diff)
+	}
+}
+
+func TestJobsGaugeReportsAnUnreadableCache(t *testing.T) {
+	scheme := runtime.NewScheme()
+	if err := v1alpha1.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	reader := fake.NewClientBuilder().WithScheme(scheme).WithInterceptorFuncs(interceptor.Funcs{
+		List: func(context.Context, client.WithWatch, client.ObjectList, ...client.ListOption) error {
+			return errors.New("cache stopped")
+		},
+	}).Build()
+	reg := prometheus.NewRegistry()
+	if err := RegisterMetrics(reg, reader); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := reg.Gather(); err == nil || !strings.Contains(err.Error(), "cache stopped") {
+		t.Errorf("Gather error = %v, want the cache's", err)
+	}
+}
