@@ -19,6 +19,9 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/go-logr/logr"
+	"k8s.io/klog/v2"
+
 	"github.com/lockstep-dev/lockstep/pkg/bench"
 	"github.com/lockstep-dev/lockstep/pkg/clustermodel"
 	"github.com/lockstep-dev/lockstep/pkg/topology"
@@ -60,6 +63,11 @@ func main() {
 		fs.Usage()
 		os.Exit(2)
 	}
+
+	// client-go keeps reloading the client certificates of clusters the
+	// benchmark already removed and logs every failure; the benchmark
+	// reports its own errors.
+	klog.SetLogger(logr.Discard())
 
 	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer cancel()
@@ -133,16 +141,20 @@ func run(ctx context.Context, o options) error {
 		report.Results = append(report.Results, result)
 	}
 
+	// The replays' results are written before the scale run, so a failed
+	// scale run does not lose them.
+	if err := report.WriteAll(out); err != nil {
+		return fmt.Errorf("writing the report to %s: %w", out, err)
+	}
 	if o.scaleModel != "" {
 		so := ro
 		so.model = o.scaleModel
 		if report.Scale, err = scaleRun(ctx, so, scaleScheds, scaleJobs(o.scaleGangs)); err != nil {
-			return fmt.Errorf("scale run on %s: %w", o.scaleModel, err)
+			return fmt.Errorf("scale run on %s (replay results are in %s): %w", o.scaleModel, out, err)
 		}
-	}
-
-	if err := report.WriteAll(out); err != nil {
-		return fmt.Errorf("writing the report to %s: %w", out, err)
+		if err := report.WriteAll(out); err != nil {
+			return fmt.Errorf("writing the report to %s: %w", out, err)
+		}
 	}
 	fmt.Println()
 	if err := report.WriteMarkdown(os.Stdout); err != nil {
