@@ -88,8 +88,15 @@ func (k *kwokCluster) kwokctlConfig() ([]byte, error) {
 				// KWOK renews 5,000 node leases on a loaded 2-core machine only
 				// late; a longer grace keeps nodes Ready while it catches up.
 				// Nothing here kills nodes and waits for them to turn NotReady.
-				"name":      "kube-controller-manager",
-				"extraArgs": []map[string]any{{"key": "node-monitor-grace-period", "value": "5m"}},
+				// New nodes are tainted not-ready until its node lifecycle
+				// controller clears them; at the default 20 requests/s that
+				// takes minutes for the 5,000-node model.
+				"name": "kube-controller-manager",
+				"extraArgs": []map[string]any{
+					{"key": "node-monitor-grace-period", "value": "5m"},
+					{"key": "kube-api-qps", "value": "200"},
+					{"key": "kube-api-burst", "value": "400"},
+				},
 			},
 			{
 				// The apiserver advertises its address in the kubernetes Service;
