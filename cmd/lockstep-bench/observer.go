@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -268,22 +269,36 @@ type progress struct {
 	releaseErr         error
 }
 
+// finishedAt is when the job's last pod finished, zero until every pod of
+// the job exists and has finished.
+func (js *jobState) finishedAt() time.Time {
+	if len(js.pods) < js.job.Replicas {
+		return time.Time{}
+	}
+	var last time.Time
+	for _, ps := range js.pods {
+		if ps.finished.IsZero() {
+			return time.Time{}
+		}
+		if ps.finished.After(last) {
+			last = ps.finished
+		}
+	}
+	return last
+}
+
 func (o *observer) progress() progress {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	p := progress{submitted: len(o.jobs), lastProgress: o.lastProgress, releaseErr: o.releaseErr}
 	for _, js := range o.jobs {
-		done := len(js.pods) >= js.job.Replicas
 		for _, ps := range js.pods {
-			if ps.finished.IsZero() {
-				done = false
-				if !ps.bound.IsZero() {
-					p.busyGPUs += js.job.GPUsPerReplica
-				}
+			if ps.finished.IsZero() && !ps.bound.IsZero() {
+				p.busyGPUs += js.job.GPUsPerReplica
 			}
 		}
 		switch {
-		case done:
+		case !js.finishedAt().IsZero():
 			p.finished++
 		case js.released:
 			p.running++
@@ -301,24 +316,10 @@ func (o *observer) run(name string, start, end time.Time, samples []bench.Sample
 	defer o.mu.Unlock()
 	r := bench.Run{Scheduler: name, Start: start, End: end, Utilization: samples}
 	for _, js := range o.jobs {
-		jr := bench.JobRun{Job: js.job, Submitted: js.submitted}
-		names := make([]string, 0, len(js.pods))
-		for n := range js.pods {
-			names = append(names, n)
-		}
-		slices.Sort(names)
-		finished := len(names) >= js.job.Replicas
-		for _, n := range names {
+		jr := bench.JobRun{Job: js.job, Submitted: js.submitted, Finished: js.finishedAt()}
+		for _, n := range slices.Sorted(maps.Keys(js.pods)) {
 			ps := js.pods[n]
 			jr.Pods = append(jr.Pods, bench.PodRun{Name: n, Node: ps.node, GPUs: ps.gpus, Bound: ps.bound, Finished: ps.finished})
-			if ps.finished.IsZero() {
-				finished = false
-			} else if ps.finished.After(jr.Finished) {
-				jr.Finished = ps.finished
-			}
-		}
-		if !finished {
-			jr.Finished = time.Time{}
 		}
 		r.Jobs = append(r.Jobs, jr)
 	}
