@@ -25,6 +25,7 @@ import (
 	"github.com/lockstep-dev/lockstep/pkg/bench"
 	"github.com/lockstep-dev/lockstep/pkg/clustermodel"
 	"github.com/lockstep-dev/lockstep/pkg/topology"
+	"github.com/lockstep-dev/lockstep/test/e2e/framework"
 )
 
 type options struct {
@@ -86,7 +87,11 @@ func run(ctx context.Context, o options) error {
 	if o.compression < 1 {
 		return fmt.Errorf("--time-compression %g: must be at least 1", o.compression)
 	}
-	scheds, err := selectSchedulers(o.schedulers)
+	lockstepConfig, preferredWait, err := compressedConfig(root, o.compression)
+	if err != nil {
+		return err
+	}
+	scheds, err := selectSchedulers(o.schedulers, lockstepConfig)
 	if err != nil {
 		return fmt.Errorf("--schedulers: %w", err)
 	}
@@ -101,7 +106,12 @@ func run(ctx context.Context, o options) error {
 	jobs = bench.Compress(jobs, o.compression)
 	var scaleScheds []scheduler
 	if o.scaleModel != "" {
-		if scaleScheds, err = selectSchedulers(o.scaleSchedulers); err != nil {
+		// The burst has no constraints and no clock to compress.
+		deployed, err := framework.DeployedSchedulerConfig(root)
+		if err != nil {
+			return err
+		}
+		if scaleScheds, err = selectSchedulers(o.scaleSchedulers, deployed); err != nil {
 			return fmt.Errorf("--scale-schedulers: %w", err)
 		}
 		if _, err := clustermodel.Load(o.scaleModel); err != nil {
@@ -126,6 +136,7 @@ func run(ctx context.Context, o options) error {
 		TimeCompression: o.compression,
 		Host:            bench.HostDescription(),
 		Targets:         bench.DefaultTargets(),
+		Notes:           []string{fmt.Sprintf("Lockstep's preferredWait is %s: deploy/scheduler/config.yaml's, divided by the time compression like every duration of the trace.", preferredWait)},
 	}
 	cluster := benchCluster(model)
 	ro := replayOptions{root: root, model: o.model, logDir: filepath.Join(out, "logs"), stall: o.stall, timeout: o.timeout, progressEvery: 10 * time.Second}

@@ -28,7 +28,7 @@ func TestSelectSchedulers(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.list, func(t *testing.T) {
-			got, err := selectSchedulers(tt.list)
+			got, err := selectSchedulers(tt.list, nil)
 			if tt.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
 					t.Fatalf("error %v, want one containing %q", err, tt.wantErr)
@@ -139,5 +139,31 @@ func TestScaleJobs(t *testing.T) {
 	}
 	if len(jobs) != 120 || pods != 840 {
 		t.Errorf("%d jobs with %d pods, want 120 with 840", len(jobs), pods)
+	}
+}
+
+func TestCompressedConfigScalesPreferredWait(t *testing.T) {
+	root := filepath.Join("..", "..")
+	tests := []struct {
+		compression float64
+		want        time.Duration
+	}{
+		{compression: 1, want: 30 * time.Second},
+		{compression: 60, want: 500 * time.Millisecond},
+		{compression: 7, want: 4286 * time.Millisecond},
+	}
+	for _, tt := range tests {
+		cfg, wait, err := compressedConfig(root, tt.compression)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if wait != tt.want {
+			t.Errorf("compression %g: wait %s, want %s", tt.compression, wait, tt.want)
+		}
+		// The wait the scheduler is given is the one reported.
+		args := asMap(asMap(cfg["profiles"].([]any)[0])["pluginConfig"].([]any)[1])["args"]
+		if got := asMap(args)["preferredWait"]; got != tt.want.String() {
+			t.Errorf("compression %g: config preferredWait %v, want %s", tt.compression, got, tt.want)
+		}
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/lockstep-dev/lockstep/pkg/bench"
 	"github.com/lockstep-dev/lockstep/test/e2e/framework"
@@ -24,8 +25,9 @@ type scheduler struct {
 // scheduler.
 const coschedulingSchedulerName = "coscheduling"
 
-// schedulers are the schedulers the benchmark knows, in report order.
-func schedulers() []scheduler {
+// schedulers are the schedulers the benchmark knows, in report order; lockstep
+// runs with lockstepConfig.
+func schedulers(lockstepConfig map[string]any) []scheduler {
 	return []scheduler{
 		{
 			// The upstream kube-scheduler binary at our Kubernetes pin with its
@@ -61,12 +63,52 @@ func schedulers() []scheduler {
 			},
 		},
 		{
-			// Lockstep as deployed: deploy/scheduler/config.yaml.
+			// Lockstep as deployed (deploy/scheduler/config.yaml), its
+			// Preferred wait on the replay's clock: see compressedConfig.
 			Name:             bench.SchedulerLockstep,
 			PodSchedulerName: framework.SchedulerName,
-			component:        (*framework.Cluster).SchedulerComponent,
+			component: func(c *framework.Cluster) (framework.Component, error) {
+				return c.KubeSchedulerComponent("scheduler", "lockstep-scheduler", lockstepConfig)
+			},
 		},
 	}
+}
+
+// compressedConfig returns deploy/'s lockstep-scheduler configuration with
+// TopologyPlacement's preferredWait divided by the time compression, and the
+// wait it set. The wait trades a gang's start against a tighter placement
+// in units of the jobs' own time, so when the trace's submit times and
+// durations are compressed it is compressed with them; left at 30 s, a 60×
+// replay would make Lockstep wait the equivalent of 30 minutes per level.
+func compressedConfig(root string, compression float64) (map[string]any, time.Duration, error) {
+	cfg, err := framework.DeployedSchedulerConfig(root)
+	if err != nil {
+		return nil, 0, err
+	}
+	profiles, _ := cfg["profiles"].([]any)
+	for _, profile := range profiles {
+		pluginConfigs, _ := asMap(profile)["pluginConfig"].([]any)
+		for _, pc := range pluginConfigs {
+			if asMap(pc)["name"] != "TopologyPlacement" {
+				continue
+			}
+			args := asMap(asMap(pc)["args"])
+			raw, _ := args["preferredWait"].(string)
+			wait, err := time.ParseDuration(raw)
+			if err != nil || args == nil {
+				return nil, 0, fmt.Errorf("deploy/scheduler/config.yaml: TopologyPlacement args.preferredWait %q: want a duration", raw)
+			}
+			scaled := time.Duration(float64(wait) / compression).Round(time.Millisecond)
+			args["preferredWait"] = scaled.String()
+			return cfg, scaled, nil
+		}
+	}
+	return nil, 0, fmt.Errorf("deploy/scheduler/config.yaml configures no TopologyPlacement args")
+}
+
+func asMap(v any) map[string]any {
+	m, _ := v.(map[string]any)
+	return m
 }
 
 // schedulerConfig is a KubeSchedulerConfiguration with one profile.
@@ -80,8 +122,8 @@ func schedulerConfig(profile map[string]any) map[string]any {
 
 // selectSchedulers returns the named schedulers in report order, or an error
 // naming the unknown ones and the known ones.
-func selectSchedulers(list string) ([]scheduler, error) {
-	all := schedulers()
+func selectSchedulers(list string, lockstepConfig map[string]any) ([]scheduler, error) {
+	all := schedulers(lockstepConfig)
 	var known []string
 	for _, s := range all {
 		known = append(known, s.Name)

@@ -26,6 +26,8 @@ type Report struct {
 	Results []Result     `json:"results"`
 	Scale   *ScaleResult `json:"scale,omitempty"`
 	Targets Targets      `json:"targets"`
+	// Notes say how the run differs from a deployment, one sentence each.
+	Notes []string `json:"notes,omitempty"`
 }
 
 // Targets are what Lockstep's run must reach.
@@ -152,6 +154,12 @@ func (r Report) WriteMarkdown(w io.Writer) error {
 		fmt.Fprintf(&b, "\n```\n%s\n```\n", r.Command)
 	}
 	b.WriteString("\nTimes are wall-clock times of the compressed replay.\n\n")
+	for _, n := range r.Notes {
+		fmt.Fprintf(&b, "- %s\n", n)
+	}
+	if len(r.Notes) > 0 {
+		b.WriteString("\n")
+	}
 
 	header := []string{"metric"}
 	for _, res := range r.Results {

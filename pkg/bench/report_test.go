@@ -42,6 +42,7 @@ func sampleReport() Report {
 		TimeCompression: 10,
 		Host:            "2 CPU cores, linux/amd64",
 		Targets:         DefaultTargets(),
+		Notes:           []string{"Lockstep's preferredWait is 3s."},
 		Results: []Result{
 			{
 				Scheduler: SchedulerKube, Jobs: 150, Pods: 412, PodsBound: 380, FinishedJobs: 140,
