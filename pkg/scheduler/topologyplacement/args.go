@@ -32,7 +32,9 @@ type Args struct {
 	DefaultMode placement.ConstraintMode `json:"defaultMode,omitempty"`
 	// PreferredWait is how long a Preferred gang waits for its level before
 	// the plugin allows one level wider, and again after each further wait.
-	// Default 30s.
+	// Levels at which no domain could hold the gang even with every GPU free
+	// cost no wait: the widening counts from the narrowest level that could
+	// (placement.Gang.Widen). Default 30s.
 	PreferredWait metav1.Duration `json:"preferredWait,omitempty"`
 	// PlanTTL is how long a plan holds capacity without every member
 	// reserved before it is dropped, so a stuck gang cannot block others.

@@ -3,6 +3,7 @@ package topologyplacement
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -11,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/component-base/metrics"
 	fwk "k8s.io/kube-scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
@@ -97,23 +99,106 @@ func TestGangRequestWidensPreferredOverTime(t *testing.T) {
 	s := &cycleState{gang: "ns/g", req: memberRequest{gpus: 8}}
 	for _, step := range []struct {
 		after time.Duration
-		want  string
+		want  int
 	}{
-		{0, "clique"},
-		{29 * time.Second, "clique"},
-		{time.Second, "leaf"},
-		{30 * time.Second, "spine"},
-		{30 * time.Second, "block"},
-		{30 * time.Second, ""}, // past the widest level: no limit
+		{0, 0},
+		{29 * time.Second, 0},
+		{time.Second, 1},
+		{30 * time.Second, 2},
+		{30 * time.Second, 3},
+		{30 * time.Second, 4}, // past the widest level: the planner caps it
 	} {
 		clock.Step(step.after)
 		gang, err := p.gangRequest(pg, s)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if gang.MaxLevel != step.want || gang.Level != "clique" || gang.Members != 4 || gang.GPUsPerMember != 8 {
-			t.Errorf("after %s: gang %+v, want MaxLevel %q", clock.Since(time.Unix(1000, 0)), gang, step.want)
+		if gang.Widen != step.want || gang.Level != "clique" || gang.Members != 4 || gang.GPUsPerMember != 8 {
+			t.Errorf("after %s: gang %+v, want Widen %d", clock.Since(time.Unix(1000, 0)), gang, step.want)
 		}
+	}
+	pg.Annotations[ModeAnnotation] = "Required"
+	if gang, err := p.gangRequest(pg, s); err != nil || gang.Widen != 0 {
+		t.Errorf("Required gang: %+v, %v; want Widen 0", gang, err)
+	}
+}
+
+// TestPreFilterPreferredGangSkipsLevelsTooSmall plans a leaf:Preferred gang
+// of 4 x 8 GPUs on 8-GPU nodes at the fake clock's first instant and again
+// one preferredWait later. The gang waits for a leaf only when some leaf
+// could hold it once its busy GPUs free up.
+func TestPreFilterPreferredGangSkipsLevelsTooSmall(t *testing.T) {
+	type node struct {
+		name, leaf string
+		busy       bool
+	}
+	tests := []struct {
+		name  string
+		nodes []node
+		// wantFirst and wantLater are the plan's nodes at the first
+		// PreFilter and after one preferredWait; nil is Unschedulable.
+		wantFirst, wantLater []string
+	}{
+		{
+			// Leaves of 2 nodes hold 16 GPUs even when empty.
+			name: "no leaf can ever hold the gang: spread at once",
+			nodes: []node{
+				{"n0", "l0", false}, {"n1", "l0", false},
+				{"n2", "l1", false}, {"n3", "l1", false},
+			},
+			wantFirst: []string{"n0", "n1", "n2", "n3"},
+			wantLater: []string{"n0", "n1", "n2", "n3"},
+		},
+		{
+			// Each leaf of 4 nodes could hold 32 GPUs but has one busy node.
+			name: "a leaf could hold the gang: wait, then spread",
+			nodes: []node{
+				{"n0", "l0", true}, {"n1", "l0", false}, {"n2", "l0", false}, {"n3", "l0", false},
+				{"n4", "l1", true}, {"n5", "l1", false}, {"n6", "l1", false}, {"n7", "l1", false},
+			},
+			wantLater: []string{"n1", "n2", "n3", "n5"},
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			p := newMetricsPlugin(t, 4, false, nil)
+			pg := utiltesting.MakePodGroup("g", "ns", 4).Obj()
+			pg.Annotations = map[string]string{LevelAnnotation: "leaf", ModeAnnotation: "Preferred"}
+			if err := p.client.Create(context.Background(), pg); err != nil {
+				t.Fatal(err)
+			}
+			var nodes []fwk.NodeInfo
+			for _, n := range tc.nodes {
+				v1node := gpuNode(n.name, 8)
+				v1node.Labels = map[string]string{topology.LabelFabricTier0: n.leaf, topology.LabelFabricTier1: "s0"}
+				p.gpus.set(hgxNodeTopology(t, n.name))
+				var pods []*v1.Pod
+				if n.busy {
+					pods = append(pods, utiltesting.MakePod("busy-"+n.name, "other").GPUs(8).Obj())
+				}
+				nodes = append(nodes, nodeInfo(v1node, pods...))
+			}
+			for i, want := range [][]string{tc.wantFirst, tc.wantLater} {
+				if i == 1 {
+					p.clock.Step(p.args.PreferredWait.Duration)
+				}
+				result, status := p.PreFilter(context.Background(), framework.NewCycleState(), p.pods[0], nodes)
+				switch {
+				case want == nil && status.Code() != fwk.UnschedulableAndUnresolvable:
+					t.Errorf("PreFilter %d = %v, %v; want unschedulable", i, result, status)
+				case want == nil:
+					if !strings.Contains(status.Message(), "Preferred constraint on leaf; it would fit in one spine") {
+						t.Errorf("PreFilter %d: message %q does not say the gang waits for a leaf", i, status.Message())
+					}
+				case !status.IsSuccess():
+					t.Errorf("PreFilter %d: %v; want a plan on %v", i, status, want)
+				default:
+					if diff := cmp.Diff(want, sets.List(result.NodeNames)); diff != "" {
+						t.Errorf("PreFilter %d nodes (-want,+got):\n%s", i, diff)
+					}
+				}
+			}
+		})
 	}
 }
 

@@ -185,8 +185,10 @@ func (p *TopologyPlacement) classMembers(pod *v1.Pod, gpus int) (total, bound in
 }
 
 // gangRequest turns a PodGroup and a member's request into the planner's
-// Gang, with the constraint of its annotations widened for Preferred gangs
-// that have waited.
+// Gang, with the constraint of its annotations widened by one level per
+// PreferredWait a Preferred gang has waited. The planner counts the widening
+// from the narrowest level that could ever hold the gang, so no wait is
+// spent on levels too small for it.
 func (p *TopologyPlacement) gangRequest(pg *schedv1alpha1.PodGroup, s *cycleState) (placement.Gang, error) {
 	gang := placement.Gang{
 		Members:           int(pg.Spec.MinMember),
@@ -223,12 +225,8 @@ func (p *TopologyPlacement) gangRequest(pg *schedv1alpha1.PodGroup, s *cycleStat
 	}
 	if gang.Mode == placement.Preferred {
 		waited := p.clock.Since(p.firstSeen.firstSeen(s.gang, p.clock.Now()))
-		widen := 0
-		if wait := p.args.PreferredWait.Duration; wait > 0 {
-			widen = int(waited / wait)
-		}
-		if max := levelIndex + widen; max < len(p.args.Levels) {
-			gang.MaxLevel = p.args.Levels[max].Name
+		if wait := p.args.PreferredWait.Duration; wait > 0 && waited > 0 {
+			gang.Widen = int(waited / wait)
 		}
 	}
 	return gang, nil

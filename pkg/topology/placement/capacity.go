@@ -34,6 +34,12 @@ type domain struct {
 	// room is how many members fit below: per node, the least of what its
 	// GPUs, CPU, memory and pod slots allow, capped at the gang size.
 	room int
+	// ever is room as it would be with every GPU of the nodes below free:
+	// each node counts the GPUs of its topology (its free ones when it has
+	// none). CPU, memory and pod slots count as free now, because the
+	// snapshot carries no totals for them. It is at least room, and tells
+	// a Preferred gang which levels are worth waiting for.
+	ever int
 	// intra, nic and fabric are the lowest, over the nodes below that can
 	// take a member, of the weakest link within a member's best GPU set, of
 	// a GPU's share of its NICs, and of the multi-node NVLink bandwidth:
@@ -48,6 +54,7 @@ type domain struct {
 func (d *domain) add(c *domain) {
 	d.free += c.free
 	d.room += c.room
+	d.ever += c.ever
 	if c.room == 0 {
 		return
 	}
@@ -91,6 +98,9 @@ type planner struct {
 	out     []Assignment
 	// used are the nodes of out in order, with their member counts.
 	used []usedNode
+	// base is the narrowest level at or above req.want where some domain's
+	// ever holds the gang; the root's level when none does.
+	base int
 }
 
 type usedNode struct {
@@ -100,6 +110,8 @@ type usedNode struct {
 
 // newPlanner copies the tree into flat arrays and aggregates every node's
 // room bottom-up in the same walk: O(domains), at most O(nodes × levels).
+// The walk also finds the base level of a Preferred gang's widening and
+// settles req with it.
 func newPlanner(s *Snapshot, req request) (*planner, error) {
 	byName := make(map[string]int32, len(s.Nodes))
 	for i, n := range s.Nodes {
@@ -117,6 +129,7 @@ func newPlanner(s *Snapshot, req request) (*planner, error) {
 		req:  req,
 		doms: make([]domain, 0, count),
 		kids: make([]int32, 0, count-1),
+		base: s.Tree.Root().Level,
 	}
 	matched := 0
 	p.visit(s.Tree.Root(), byName, &matched)
@@ -127,6 +140,7 @@ func newPlanner(s *Snapshot, req request) (*planner, error) {
 			}
 		}
 	}
+	p.req.settle(p.base)
 	return p, nil
 }
 
@@ -149,6 +163,7 @@ func (p *planner) visit(d *topology.Domain, byName map[string]int32, matched *in
 			p.initHost(i, n)
 		}
 		p.doms[i].end = i + 1
+		p.noteEver(i)
 		return i
 	}
 	lo := int32(len(p.kids))
@@ -160,7 +175,17 @@ func (p *planner) visit(d *topology.Domain, byName map[string]int32, matched *in
 		p.doms[i].add(&p.doms[ci])
 	}
 	p.doms[i].kidLo, p.doms[i].kidHi, p.doms[i].end = lo, hi, int32(len(p.doms))
+	p.noteEver(i)
 	return i
+}
+
+// noteEver lowers p.base to domain i's level when i could hold the gang with
+// every GPU free. A domain narrower than req.want counts for want, which
+// contains it.
+func (p *planner) noteEver(i int32) {
+	if d := &p.doms[i]; d.ever >= p.req.members {
+		p.base = min(p.base, max(d.d.Level, p.req.want))
+	}
 }
 
 // initHost fills host i from snapshot node n.
@@ -173,9 +198,17 @@ func (p *planner) initHost(i, n int32) {
 	if node.Selector != nil {
 		free &= topology.AllGPUs(node.Selector.NumGPUs())
 	}
+	all := free
+	if node.Topology != nil {
+		all = node.Topology.AllGPUs()
+		if node.Selector != nil {
+			all &= topology.AllGPUs(node.Selector.NumGPUs())
+		}
+	}
 	d := &p.doms[i]
 	d.node, d.set, d.free = n, free, free.Len()
 	d.room = p.req.room(node, free)
+	d.ever = p.req.room(node, all)
 	if d.room == 0 {
 		return
 	}

@@ -12,12 +12,23 @@
 //     of k GPUs: any k free GPUs of one node form a member's set, so
 //     ⌊popcount/k⌋ disjoint sets fit. A domain's room is the sum over its
 //     nodes, aggregated bottom-up in one walk of the tree, O(nodes × levels).
+//     The same walk sums the room each domain would have with every GPU of
+//     its nodes free (a node's GPU count from its topology, or its free GPUs
+//     without one; CPU, memory and pod slots as free now, since a snapshot
+//     has no totals for them).
 //  2. Level. Levels are searched narrowest first (host, NVLink clique, leaf,
-//     spine, …, cluster) up to Gang.Level for Required, or up to MaxLevel
-//     (no limit when empty) for Preferred; the first level where some domain
-//     has room for every member wins, so a gang that fits on one node is
-//     placed on one node and a GB200 gang that fits in one NVLink clique
-//     stays in it.
+//     spine, …, cluster) up to a stop level; the first level where some
+//     domain has room for every member wins, so a gang that fits on one node
+//     is placed on one node and a GB200 gang that fits in one NVLink clique
+//     stays in it. The stop is the cluster for a gang without Gang.Level,
+//     Gang.Level for Required, and for Preferred Gang.Widen levels past the
+//     base level (at most the cluster). The base level is the narrowest at
+//     or above Gang.Level where some domain could hold the gang with every
+//     GPU free: levels no domain could ever hold it at are skipped at once,
+//     as waiting cannot make them fit, while a level that could hold it once
+//     other jobs finish is kept until the plugin raises Widen. A 256-GPU
+//     gang that prefers a leaf on 64-GPU leaves thus goes to a spine without
+//     waiting, and a 48-GPU one waits for a leaf.
 //  3. Best fit. Among that level's domains with room, the one left with the
 //     fewest free GPUs after placement wins (ties: more modelled bandwidth,
 //     then fewer member slots left, then the lowest domain ID). A 32-GPU
@@ -46,6 +57,6 @@
 //
 // When no domain fits, the *Unschedulable names the shortfall: the GPUs
 // missing in the cluster, or the level the constraint stops at, the room of
-// its best domain and what limits it, and the narrowest wider level that
-// would fit (Unschedulable.WiderLevel).
+// its best domain and what limits it, the levels a Preferred gang skipped,
+// and the narrowest wider level that would fit (Unschedulable.WiderLevel).
 package placement

@@ -39,7 +39,10 @@ func (p *planner) unschedulable() error {
 		b.WriteString("; Required constraint")
 	} else {
 		fmt.Fprintf(&b, "; Preferred constraint on %s", r.levelNames[r.want])
-		if r.stop > r.want {
+		if r.base > r.want {
+			fmt.Fprintf(&b, ", skipped to %s as no %s could hold it even with every GPU free", r.levelNames[r.base], p.noun(r.base-1))
+		}
+		if r.stop > r.base {
 			fmt.Fprintf(&b, ", widened so far to %s", r.levelNames[r.stop])
 		}
 	}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/lockstep-dev/lockstep/pkg/topology"
@@ -13,7 +14,9 @@ import (
 // FuzzPlace places random gangs on random snapshots (every profile, nodes
 // without topology, partial labels, GB200 cliques, scarce CPU, memory and
 // pod slots) and checks that Place returns a valid plan exactly when a
-// domain within the constraint has room, and an *Unschedulable otherwise.
+// domain within the constraint has room, and an *Unschedulable otherwise,
+// with a Preferred gang's widening counted from the narrowest level that
+// could hold it with every GPU free.
 func FuzzPlace(f *testing.F) {
 	f.Add(uint64(1), uint8(3), uint8(8), uint16(1000), uint8(0), uint8(0), uint8(0))
 	f.Add(uint64(2), uint8(1), uint8(2), uint16(0), uint8(3), uint8(1), uint8(0))
@@ -30,7 +33,7 @@ func FuzzPlace(f *testing.F) {
 			f.Fatal(err)
 		}
 	}
-	f.Fuzz(func(t *testing.T, seed uint64, members, gpus uint8, milliCPU uint16, level, mode, maxLevel uint8) {
+	f.Fuzz(func(t *testing.T, seed uint64, members, gpus uint8, milliCPU uint16, level, mode, widen uint8) {
 		c := newCluster(t)
 		c.selectors = selectors
 		rng := rand.New(rand.NewPCG(seed, 0))
@@ -47,7 +50,8 @@ func FuzzPlace(f *testing.F) {
 			MemoryPerMember:   rng.Int64N(8 << 30),
 			Level:             pick(level),
 			Mode:              []ConstraintMode{Required, Preferred, ""}[mode%3],
-			MaxLevel:          pick(maxLevel),
+			// Past the widest level (6 with host and cluster) too.
+			Widen: int(widen) % 8,
 		}
 		plan, err := Place(s, g, Options{})
 		checkPlace(t, s, g, plan, err)
@@ -83,55 +87,80 @@ func randomNodes(c *cluster, rng *rand.Rand) {
 func checkPlace(t *testing.T, s *Snapshot, g Gang, plan *Plan, err error) {
 	t.Helper()
 	names := s.Tree.LevelNames()
-	stop := len(names) - 1
-	if g.Level != "" {
-		stop = slices.Index(names, g.Level)
-		if g.Mode == Preferred && g.MaxLevel != "" {
-			stop = max(stop, slices.Index(names, g.MaxLevel))
-		} else if g.Mode == Preferred {
-			stop = len(names) - 1
-		}
-	}
+	top := len(names) - 1
 	usable := func(n *Node) topology.GPUSet {
 		if n.Topology == nil {
 			return n.FreeGPUs
 		}
 		return n.FreeGPUs & n.Topology.AllGPUs()
 	}
-	fits := -1 // the narrowest level where a domain has room
-	for level := 0; level <= stop && fits < 0; level++ {
-		room := map[*topology.Domain]int{}
-		for _, n := range s.Nodes {
-			r := max(0, n.FreePods)
-			if g.GPUsPerMember > 0 {
-				r = min(r, usable(n).Len()/g.GPUsPerMember)
-			}
-			if g.MilliCPUPerMember > 0 {
-				r = min(r, int(max(0, n.FreeMilliCPU)/g.MilliCPUPerMember))
-			}
-			if g.MemoryPerMember > 0 {
-				r = min(r, int(max(0, n.FreeMemory)/g.MemoryPerMember))
-			}
-			d := s.Tree.Path(n.Name)[level]
-			if room[d] += r; room[d] >= g.Members {
-				fits = level
+	total := func(n *Node) topology.GPUSet {
+		if n.Topology == nil {
+			return n.FreeGPUs
+		}
+		return n.Topology.AllGPUs()
+	}
+	// narrowest returns the narrowest level from lowest up where a domain
+	// has room for the gang with each node's GPUs given by gpus, or -1.
+	narrowest := func(lowest int, gpus func(*Node) topology.GPUSet) int {
+		for level := lowest; level <= top; level++ {
+			room := map[*topology.Domain]int{}
+			for _, n := range s.Nodes {
+				r := max(0, n.FreePods)
+				if g.GPUsPerMember > 0 {
+					r = min(r, gpus(n).Len()/g.GPUsPerMember)
+				}
+				if g.MilliCPUPerMember > 0 {
+					r = min(r, int(max(0, n.FreeMilliCPU)/g.MilliCPUPerMember))
+				}
+				if g.MemoryPerMember > 0 {
+					r = min(r, int(max(0, n.FreeMemory)/g.MemoryPerMember))
+				}
+				d := s.Tree.Path(n.Name)[level]
+				if room[d] += r; room[d] >= g.Members {
+					return level
+				}
 			}
 		}
+		return -1
 	}
+	stop, base, want := top, top, top
+	if g.Level != "" {
+		want = slices.Index(names, g.Level)
+		base, stop = want, want
+		if g.Mode == Preferred {
+			// The widening counts from the narrowest level at or above
+			// Level that could hold the gang with every GPU free.
+			if base = narrowest(want, total); base < 0 {
+				base = top
+			}
+			stop = min(base+g.Widen, top)
+		}
+	}
+	fits := narrowest(0, usable) // the narrowest level where a domain has room now
 
 	var u *Unschedulable
 	switch {
 	case errors.As(err, &u):
-		if fits >= 0 {
+		if fits >= 0 && fits <= stop {
 			t.Fatalf("Place(%+v) = %v, but a %s has room", g, u, names[fits])
 		}
 		if u.Reason == "" {
 			t.Fatal("Unschedulable without a reason")
 		}
+		if (u.WiderLevel != "") != (fits > stop) {
+			t.Fatalf("Place(%+v) = %v with wider level %q; a domain fits at %d, the constraint stops at %d", g, u, u.WiderLevel, fits, stop)
+		}
+		// The reason names skipped levels exactly when the constraint is
+		// what stops a Preferred gang that skipped some.
+		skipped := "skipped to " + names[base] + " "
+		if named := fits > stop && base > want; named != strings.Contains(u.Reason, skipped) {
+			t.Fatalf("Place(%+v) = %q; want %q in it: %v", g, u.Reason, skipped, named)
+		}
 		return
 	case err != nil:
 		t.Fatalf("Place(%+v): %v", g, err)
-	case fits < 0:
+	case fits < 0 || fits > stop:
 		t.Fatalf("Place(%+v) placed %v, but no domain within %q has room", g, plan.Members, names[stop])
 	case len(plan.Members) != g.Members:
 		t.Fatalf("plan has %d members, want %d", len(plan.Members), g.Members)

@@ -57,8 +57,8 @@ type ConstraintMode string
 const (
 	// Required never places wider than Level.
 	Required ConstraintMode = "Required"
-	// Preferred tries Level and narrower first; wider is allowed only up to
-	// MaxLevel, which the plugin widens as the gang waits.
+	// Preferred tries Level and narrower first; wider is allowed only as far
+	// as Gang.Widen, which the plugin raises as the gang waits.
 	Preferred ConstraintMode = "Preferred"
 )
 
@@ -75,9 +75,17 @@ type Gang struct {
 	Level string
 	// Mode applies when Level is set; "" reads as Required.
 	Mode ConstraintMode
-	// MaxLevel is, for Preferred, the widest level allowed now ("" = no
-	// limit); one narrower than Level reads as Level. Ignored for Required.
-	MaxLevel string
+	// Widen is how many levels a Preferred gang may go past its base level
+	// now; the plugin raises it by one per wait. The base level is the
+	// narrowest level at or above Level at which some domain could hold the
+	// gang with every GPU of its nodes free (CPU, memory and pod slots as
+	// free now: a snapshot has no totals for them); levels between Level and
+	// the base are skipped at once, since waiting cannot make them fit. So a
+	// Preferred gang may use levels up to base + Widen (the cluster at
+	// most), and with Widen 0 it keeps to Level whenever some domain of
+	// Level could ever hold it. Ignored for Required gangs and without a
+	// Level; negative is invalid.
+	Widen int
 }
 
 // Assignment places one member.
@@ -113,7 +121,7 @@ type Unschedulable struct {
 	Reason string
 	// WiderLevel is the narrowest level beyond what the constraint allows at
 	// which the gang would fit now; "" when the constraint is not what stops
-	// it. A Preferred gang fits once MaxLevel reaches it.
+	// it. A Preferred gang fits once Widen is enough to reach it.
 	WiderLevel string
 }
 
@@ -155,10 +163,16 @@ type request struct {
 	milliCPU int64
 	memory   int64
 	// want is the tree level index of Gang.Level (the root when unset) and
-	// stop the widest level the search may use now.
-	want, stop   int
-	mode         ConstraintMode
-	messageBytes int64
+	// stop the widest level the search may use now. For a gang that widens
+	// (Preferred with a Level), stop is only known once the planner has
+	// aggregated the tree: base + widen, where base is the narrowest level
+	// at or above want that could ever hold the gang (planner.settle); base
+	// is want for every other gang.
+	want, base, stop int
+	widens           bool
+	widen            int
+	mode             ConstraintMode
+	messageBytes     int64
 	// levelNames are the tree's level names by index and labelKeys their
 	// node labels ("" for host, cluster and unknown keys); levels are the
 	// configured levels (see Snapshot.Levels), without host and cluster.
@@ -215,6 +229,7 @@ func newRequest(s *Snapshot, g Gang, opts Options) (request, error) {
 		messageBytes: opts.MessageBytes,
 		levelNames:   names,
 	}
+	r.base = r.want
 	if r.messageBytes == 0 {
 		r.messageBytes = DefaultMessageBytes
 	}
@@ -223,7 +238,10 @@ func newRequest(s *Snapshot, g Gang, opts Options) (request, error) {
 		case "", Required:
 			r.mode, r.stop = Required, r.want
 		case Preferred:
-			r.stop = max(r.want, index("maxLevel", g.MaxLevel))
+			if g.Widen < 0 {
+				errs = append(errs, fmt.Errorf("widen = %d: want at least 0", g.Widen))
+			}
+			r.widens, r.widen, r.stop = true, g.Widen, r.want
 		default:
 			errs = append(errs, fmt.Errorf("mode %q: want %s or %s", g.Mode, Required, Preferred))
 		}
@@ -237,6 +255,21 @@ func newRequest(s *Snapshot, g Gang, opts Options) (request, error) {
 		return request{}, fmt.Errorf("invalid gang: %w", err)
 	}
 	return r, nil
+}
+
+// settle fixes the levels of a gang that widens, given base: the narrowest
+// level at or above want at which some domain could hold the gang with every
+// GPU free (planner.base). A wait can only help at levels where some domain
+// could hold the gang, so the widening counts from there.
+func (r *request) settle(base int) {
+	if !r.widens {
+		return
+	}
+	top := len(r.levelNames) - 1
+	r.base, r.stop = base, top
+	if r.widen < top-base {
+		r.stop = base + r.widen
+	}
 }
 
 // configuredLevels returns the levels of a tree with the given level names,

@@ -2,6 +2,7 @@ package placement
 
 import (
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"testing"
 
@@ -319,9 +320,14 @@ func TestPlaceGB200Clique(t *testing.T) {
 
 func TestPlaceConstraint(t *testing.T) {
 	// Two leaves of one spine with 2 free H100 nodes each, and a third
-	// leaf under another spine with 1.
+	// leaf under another spine with 1. Leaf l1 also has 3 busy nodes, so
+	// it could hold 5 members once they free up: a Preferred gang of up to
+	// 5 waits for a leaf.
 	c := newCluster(t)
 	c.addN("a", 2, h100, at{leaf: "l1", spine: "s1"})
+	for i := range 3 {
+		c.add(fmt.Sprintf("a-busy-%d", i), h100, 0, at{leaf: "l1", spine: "s1"})
+	}
 	c.addN("b", 2, h100, at{leaf: "l2", spine: "s1"})
 	c.addN("z", 1, h100, at{leaf: "l3", spine: "s2"})
 	s := c.snapshot()
@@ -339,7 +345,7 @@ func TestPlaceConstraint(t *testing.T) {
 		},
 		{
 			name: "Required leaf not met",
-			gang: Gang{Members: 3, GPUsPerMember: 8, Level: "leaf", Mode: Required, MaxLevel: "spine"},
+			gang: Gang{Members: 3, GPUsPerMember: 8, Level: "leaf", Mode: Required, Widen: 1},
 			wantErr: &Unschedulable{
 				Reason: "gang of 3 x 8 GPUs does not fit in any leaf (fabric.topograph.run/tier-0): " +
 					"the best leaf has room for 2 members (16 of 24 GPUs free); Required constraint; it would fit in one spine",
@@ -357,7 +363,7 @@ func TestPlaceConstraint(t *testing.T) {
 		},
 		{
 			name: "Preferred leaf, not widened yet",
-			gang: Gang{Members: 3, GPUsPerMember: 8, Level: "leaf", Mode: Preferred, MaxLevel: "leaf"},
+			gang: Gang{Members: 3, GPUsPerMember: 8, Level: "leaf", Mode: Preferred},
 			wantErr: &Unschedulable{
 				Reason: "gang of 3 x 8 GPUs does not fit in any leaf (fabric.topograph.run/tier-0): " +
 					"the best leaf has room for 2 members (16 of 24 GPUs free); Preferred constraint on leaf; it would fit in one spine",
@@ -366,17 +372,17 @@ func TestPlaceConstraint(t *testing.T) {
 		},
 		{
 			name:      "Preferred leaf widened to spine",
-			gang:      Gang{Members: 3, GPUsPerMember: 8, Level: "leaf", Mode: Preferred, MaxLevel: "spine"},
+			gang:      Gang{Members: 3, GPUsPerMember: 8, Level: "leaf", Mode: Preferred, Widen: 1},
 			wantLevel: "spine",
 		},
 		{
-			name:      "Preferred leaf without limit",
-			gang:      Gang{Members: 3, GPUsPerMember: 8, Level: "leaf", Mode: Preferred},
+			name:      "Preferred leaf widened past the cluster",
+			gang:      Gang{Members: 3, GPUsPerMember: 8, Level: "leaf", Mode: Preferred, Widen: 1 << 62},
 			wantLevel: "spine",
 		},
 		{
 			name: "Preferred widened, still too narrow",
-			gang: Gang{Members: 5, GPUsPerMember: 8, Level: "leaf", Mode: Preferred, MaxLevel: "spine"},
+			gang: Gang{Members: 5, GPUsPerMember: 8, Level: "leaf", Mode: Preferred, Widen: 1},
 			wantErr: &Unschedulable{
 				Reason: "gang of 5 x 8 GPUs does not fit in any spine (fabric.topograph.run/tier-1): " +
 					"the best spine has room for 4 members (32 of 40 GPUs free); Preferred constraint on leaf, widened so far to spine; it would fit in the cluster",
@@ -498,7 +504,7 @@ func TestPlaceBadInput(t *testing.T) {
 		{name: "GPUs beyond a node", s: s, gang: Gang{Members: 1, GPUsPerMember: topology.MaxGPUs + 1}},
 		{name: "negative CPU", s: s, gang: Gang{Members: 1, MilliCPUPerMember: -1}},
 		{name: "unknown level", s: s, gang: Gang{Members: 1, Level: "rack", Mode: Required}},
-		{name: "unknown max level", s: s, gang: Gang{Members: 1, Level: "leaf", Mode: Preferred, MaxLevel: "rack"}},
+		{name: "negative widen", s: s, gang: Gang{Members: 1, Level: "leaf", Mode: Preferred, Widen: -1}},
 		{name: "unknown mode", s: s, gang: Gang{Members: 1, Level: "leaf", Mode: "Sometimes"}},
 		{name: "negative message", s: s, gang: Gang{Members: 1}, opts: Options{MessageBytes: -1}},
 		{name: "node not in tree", s: &stray, gang: Gang{Members: 1}},
@@ -511,6 +517,155 @@ func TestPlaceBadInput(t *testing.T) {
 			var u *Unschedulable
 			if err == nil || errors.As(err, &u) {
 				t.Fatalf("Place = %v, %v; want a plain error", plan, err)
+			}
+		})
+	}
+}
+
+func TestPlacePreferredSkipsLevelsNoDomainCanHold(t *testing.T) {
+	// Two spines of 8 leaves of 8 H100 nodes: 64 GPUs a leaf, 512 a spine,
+	// no block labels. In s1 leaf l1 has 1 busy node and the other leaves
+	// 2 each (49 free nodes); in s2 every leaf has 4 busy nodes (32 free).
+	c := newCluster(t)
+	for sp, busyPerLeaf := range map[string][]int{"s1": {1, 2, 2, 2, 2, 2, 2, 2}, "s2": {4, 4, 4, 4, 4, 4, 4, 4}} {
+		for l, nbusy := range busyPerLeaf {
+			leaf := fmt.Sprintf("%s-l%d", sp, l+1)
+			for n := range 8 {
+				free := topology.AllGPUs(8)
+				if n < nbusy {
+					free = 0
+				}
+				c.add(fmt.Sprintf("%s-%d", leaf, n), h100, free, at{leaf: leaf, spine: sp})
+			}
+		}
+	}
+	s := c.snapshot()
+
+	tests := []struct {
+		name      string
+		gang      Gang
+		wantLevel string
+		wantID    string
+		wantErr   *Unschedulable
+	}{
+		{
+			// 256 GPUs fit no leaf even when empty: the widening starts at
+			// spine, where s2 fits exactly (best fit over s1).
+			name:      "256 GPUs on 64-GPU leaves go to a spine at once",
+			gang:      Gang{Members: 32, GPUsPerMember: 8, Level: "leaf", Mode: Preferred},
+			wantLevel: "spine", wantID: "block=()/spine=s2",
+		},
+		{
+			// 640 GPUs fit no spine even when empty either; the block level
+			// no node is labelled for groups the whole cluster.
+			name:      "wider than any spine goes to the cluster at once",
+			gang:      Gang{Members: 80, GPUsPerMember: 8, Level: "leaf", Mode: Preferred},
+			wantLevel: "cluster", wantID: "cluster",
+		},
+		{
+			// 400 GPUs fit an empty spine but no spine now: the gang waits
+			// for a spine, and says why it skipped the leaves.
+			name: "fits an empty spine, waits for one",
+			gang: Gang{Members: 50, GPUsPerMember: 8, Level: "leaf", Mode: Preferred},
+			wantErr: &Unschedulable{
+				Reason: "gang of 50 x 8 GPUs does not fit in any spine (fabric.topograph.run/tier-1): " +
+					"the best spine has room for 49 members (392 of 400 GPUs free); " +
+					"Preferred constraint on leaf, skipped to spine as no leaf could hold it even with every GPU free; " +
+					"it would fit in the cluster",
+				WiderLevel: "cluster",
+			},
+		},
+		{
+			// Widen counts from spine, the level skipped to, not from leaf.
+			name:      "widen counts from the level skipped to",
+			gang:      Gang{Members: 50, GPUsPerMember: 8, Level: "leaf", Mode: Preferred, Widen: 1},
+			wantLevel: "cluster", wantID: "cluster",
+		},
+		{
+			// 64 GPUs fit an empty leaf but no leaf now (7 free nodes at
+			// most): waiting may help, so the gang keeps to leaf.
+			name: "fits an empty leaf, waits for one",
+			gang: Gang{Members: 8, GPUsPerMember: 8, Level: "leaf", Mode: Preferred},
+			wantErr: &Unschedulable{
+				Reason: "gang of 8 x 8 GPUs does not fit in any leaf (fabric.topograph.run/tier-0): " +
+					"the best leaf has room for 7 members (56 of 64 GPUs free); Preferred constraint on leaf; it would fit in one spine",
+				WiderLevel: "spine",
+			},
+		},
+		{
+			name:      "fits an empty leaf, widened once",
+			gang:      Gang{Members: 8, GPUsPerMember: 8, Level: "leaf", Mode: Preferred, Widen: 1},
+			wantLevel: "spine", wantID: "block=()/spine=s2",
+		},
+		{
+			// No node holds 16 GPUs; the clique level no node is labelled
+			// for stands for each leaf, so the gang lands in one leaf.
+			name:      "host preference skips to the clique",
+			gang:      Gang{Members: 2, GPUsPerMember: 8, Level: "host", Mode: Preferred},
+			wantLevel: "leaf", wantID: "block=()/spine=s2/leaf=s2-l1",
+		},
+		{
+			name: "Required never skips",
+			gang: Gang{Members: 32, GPUsPerMember: 8, Level: "leaf", Mode: Required},
+			wantErr: &Unschedulable{
+				Reason: "gang of 32 x 8 GPUs does not fit in any leaf (fabric.topograph.run/tier-0): " +
+					"the best leaf has room for 7 members (56 of 256 GPUs free); Required constraint; it would fit in one spine",
+				WiderLevel: "spine",
+			},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			plan, err := Place(s, tt.gang, Options{})
+			if tt.wantErr != nil {
+				var u *Unschedulable
+				if !errors.As(err, &u) {
+					t.Fatalf("Place = %v, %v; want *Unschedulable", plan, err)
+				}
+				if d := diff(tt.wantErr, u); d != "" {
+					t.Errorf("Unschedulable (-want,+got):\n%s", d)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("Place: %v", err)
+			}
+			if d := diff([]string{tt.wantLevel, tt.wantID}, []string{plan.LevelName, plan.Domain.ID}); d != "" {
+				t.Errorf("level, domain (-want,+got):\n%s", d)
+			}
+			if len(plan.Members) != tt.gang.Members {
+				t.Errorf("plan has %d members, want %d", len(plan.Members), tt.gang.Members)
+			}
+		})
+	}
+}
+
+func TestPlacePreferredBaseCountsAllGPUs(t *testing.T) {
+	// Leaf l1 has three 8-GPU nodes, one of them busy; leaf l2 one free
+	// node. A node with topology counts all its GPUs towards what its leaf
+	// could hold; one without counts only what it has free.
+	tests := []struct {
+		name      string
+		profile   string
+		wantLevel string
+	}{
+		{name: "with topology, l1 could hold 3 members: wait", profile: h100},
+		{name: "without topology, no leaf could hold 3: spread", profile: "", wantLevel: "spine"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := newCluster(t)
+			c.add("a", tt.profile, topology.AllGPUs(8), at{leaf: "l1", spine: "s1"})
+			c.add("b", tt.profile, topology.AllGPUs(8), at{leaf: "l1", spine: "s1"})
+			c.add("c", tt.profile, 0, at{leaf: "l1", spine: "s1"})
+			c.add("d", tt.profile, topology.AllGPUs(8), at{leaf: "l2", spine: "s1"})
+			plan, err := Place(c.snapshot(), Gang{Members: 3, GPUsPerMember: 8, Level: "leaf", Mode: Preferred}, Options{})
+			var u *Unschedulable
+			switch {
+			case tt.wantLevel == "" && (!errors.As(err, &u) || u.WiderLevel != "spine"):
+				t.Errorf("Place = %v, %v; want *Unschedulable that would fit in a spine", plan, err)
+			case tt.wantLevel != "" && (err != nil || plan.LevelName != tt.wantLevel):
+				t.Errorf("Place = %v, %v; want a plan at %s", plan, err, tt.wantLevel)
 			}
 		})
 	}
