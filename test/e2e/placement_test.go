@@ -144,6 +144,41 @@ func TestGangLandsInsideOneLeaf(t *testing.T) {
 	}
 }
 
+// TestPreferredGangSkipsLevelsTooSmall: a gang of 80 GPUs that prefers a
+// leaf, on leaves of 64 GPUs, cannot ever fit its level, so it is placed in
+// the spine at once rather than after deploy's 30 s preferredWait.
+func TestPreferredGangSkipsLevelsTooSmall(t *testing.T) {
+	ns := cluster.NewNamespace(t)
+	const members = 10 // x 8 GPUs = 80; a leaf has 8 nodes of 8
+	start := time.Now()
+	createGang(t, ns, "wide", members, 8, map[string]string{
+		topologyplacement.LevelAnnotation: "leaf",
+		topologyplacement.ModeAnnotation:  "Preferred",
+	})
+	// Binding 10 pods takes a second or two; waiting out one preferredWait
+	// would take 30 s.
+	pods := waitGangBound(t, ns, "wide", members, 20*time.Second)
+	t.Logf("gang of %d bound %s after creation", members, time.Since(start).Round(100*time.Millisecond))
+	spine := map[string]string{}
+	for _, n := range cluster.Model.Nodes() {
+		spine[n.Name] = n.Labels[topology.LabelFabricTier1]
+	}
+	spines := map[string]bool{}
+	for _, p := range pods {
+		spines[spine[p.Spec.NodeName]] = true
+	}
+	if len(spines) != 1 {
+		t.Errorf("members in spines %v, want one", spines)
+	}
+	pg := &schedv1alpha1.PodGroup{}
+	if err := cluster.Client.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "wide"}, pg); err != nil {
+		t.Fatal(err)
+	}
+	if got := pg.Annotations[topologyplacement.PlacementLevelAnnotation]; got != "spine" {
+		t.Errorf("placement level %q, want spine", got)
+	}
+}
+
 // TestCompetingGangsNeverDeadlock: two gangs each needing 62.5% of the
 // cluster are submitted together. One must run whole while the other holds
 // no pod at all; when the first finishes, the second runs. Repeated.

@@ -19,35 +19,19 @@ import (
 	"github.com/lockstep-dev/lockstep/pkg/topology/placement"
 )
 
-// PreBindPreFlight says whether PreBind has work: only for plan members.
+// PreBindPreFlight says whether PreBind has work: once per gang, for the
+// first member past Permit.
 func (p *TopologyPlacement) PreBindPreFlight(ctx context.Context, state fwk.CycleState, pod *v1.Pod, nodeName string) *fwk.Status {
-	if _, ok := p.books.assignmentOf(pod.UID); !ok {
+	if a, ok := p.books.assignmentOf(pod.UID); !ok || a.gang == "" {
 		return fwk.NewStatus(fwk.Skip)
 	}
 	return nil
 }
 
-// PreBind writes the member's GPU indices and the gang's domain on the pod,
-// where the device plugin (or the fake agent) reads them, and the achieved
-// placement on the PodGroup once per gang.
+// PreBind records the achieved placement on the PodGroup, once per gang.
 func (p *TopologyPlacement) PreBind(ctx context.Context, state fwk.CycleState, pod *v1.Pod, nodeName string) *fwk.Status {
 	a, ok := p.books.assignmentOf(pod.UID)
-	if !ok {
-		return nil
-	}
-	annotations := map[string]string{v1alpha1.GPUsAnnotation: a.gpus.List()}
-	if g, planned := p.books.get(a.gang); planned && a.gang != "" {
-		annotations[DomainAnnotation] = domainName(g.plan)
-	}
-	patch := map[string]any{"metadata": map[string]any{"annotations": annotations}}
-	data, err := json.Marshal(patch)
-	if err != nil {
-		return fwk.AsStatus(err)
-	}
-	if _, err := p.handle.ClientSet().CoreV1().Pods(pod.Namespace).Patch(ctx, pod.Name, types.MergePatchType, data, metav1.PatchOptions{}); err != nil {
-		return fwk.AsStatus(fmt.Errorf("annotating pod %s/%s with its GPUs: %w", pod.Namespace, pod.Name, err))
-	}
-	if a.gang == "" {
+	if !ok || a.gang == "" {
 		return nil
 	}
 	if g, first := p.books.markPublished(a.gang); first {
@@ -57,6 +41,31 @@ func (p *TopologyPlacement) PreBind(ctx context.Context, state fwk.CycleState, p
 			// The placement record is informational; binding goes on.
 			klog.FromContext(ctx).Error(err, "Recording the placement on the PodGroup failed", "plugin", Name, "podGroup", a.gang)
 		}
+	}
+	return nil
+}
+
+// Bind binds a pod the plugin chose GPUs for, carrying its GPU indices and
+// the gang's domain as annotations of the Binding: the apiserver sets them
+// on the pod together with its node, so whoever allocates the devices never
+// sees the pod bound without its GPUs, and binding costs one write, as it
+// does for DefaultBinder. Other pods are skipped, for DefaultBinder.
+func (p *TopologyPlacement) Bind(ctx context.Context, state fwk.CycleState, pod *v1.Pod, nodeName string) *fwk.Status {
+	a, ok := p.books.assignmentOf(pod.UID)
+	if !ok {
+		return fwk.NewStatus(fwk.Skip)
+	}
+	annotations := map[string]string{v1alpha1.GPUsAnnotation: a.gpus.List()}
+	if g, planned := p.books.get(a.gang); planned && a.gang != "" {
+		annotations[DomainAnnotation] = domainName(g.plan)
+	}
+	binding := &v1.Binding{
+		ObjectMeta: metav1.ObjectMeta{Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID, Annotations: annotations},
+		Target:     v1.ObjectReference{Kind: "Node", Name: nodeName},
+	}
+	klog.FromContext(ctx).V(3).Info("Binding pod with its GPUs", "plugin", Name, "pod", klog.KObj(pod), "node", nodeName, "gpus", annotations[v1alpha1.GPUsAnnotation])
+	if err := p.handle.ClientSet().CoreV1().Pods(pod.Namespace).Bind(ctx, binding, metav1.CreateOptions{}); err != nil {
+		return fwk.AsStatus(fmt.Errorf("binding pod %s/%s to %s with GPUs %s: %w", pod.Namespace, pod.Name, nodeName, annotations[v1alpha1.GPUsAnnotation], err))
 	}
 	return nil
 }

@@ -89,6 +89,7 @@ var (
 	_ framework.ScorePlugin       = &TopologyPlacement{}
 	_ framework.ReservePlugin     = &TopologyPlacement{}
 	_ framework.PreBindPlugin     = &TopologyPlacement{}
+	_ framework.BindPlugin        = &TopologyPlacement{}
 	_ framework.EnqueueExtensions = &TopologyPlacement{}
 )
 

@@ -1,0 +1,97 @@
+package topologyplacement
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	clientsetfake "k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
+	fwk "k8s.io/kube-scheduler/framework"
+	"k8s.io/kubernetes/pkg/scheduler/framework"
+
+	"github.com/lockstep-dev/lockstep/pkg/apis/lockstep/v1alpha1"
+	utiltesting "github.com/lockstep-dev/lockstep/pkg/util/testing"
+)
+
+// TestBindCarriesTheGPUs binds a planned gang of two and checks that each
+// Binding names the member's node and carries its GPUs and the gang's
+// domain, that pods without an assignment are left to DefaultBinder, and
+// that a failed Binding is reported with the pod.
+func TestBindCarriesTheGPUs(t *testing.T) {
+	tests := []struct {
+		name     string
+		bindErr  error
+		wantCode fwk.Code
+		wantMsg  string
+	}{
+		{name: "bound", wantCode: fwk.Success},
+		{name: "apiserver refuses", bindErr: errors.New("pod is being deleted"), wantCode: fwk.Error, wantMsg: "binding pod ns/m-0 to a with GPUs 0,1,2,3,4,5,6,7: pod is being deleted"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := context.Background()
+			p := newMetricsPlugin(t, 2, true, nil)
+			var bindings []*v1.Binding
+			cs := p.handle.ClientSet().(*clientsetfake.Clientset)
+			cs.PrependReactor("create", "pods", func(action k8stesting.Action) (bool, runtime.Object, error) {
+				if action.GetSubresource() != "binding" {
+					return false, nil, nil
+				}
+				bindings = append(bindings, action.(k8stesting.CreateAction).GetObject().(*v1.Binding))
+				return true, nil, tc.bindErr
+			})
+			nodes := []string{"a", "b"}
+			states := make([]fwk.CycleState, len(p.pods))
+			for i, pod := range p.pods {
+				states[i] = framework.NewCycleState()
+				if _, status := p.PreFilter(ctx, states[i], pod, p.nodes); !status.IsSuccess() {
+					t.Fatalf("PreFilter %s: %v", pod.Name, status)
+				}
+				if status := p.Reserve(ctx, states[i], pod, nodes[i]); !status.IsSuccess() {
+					t.Fatalf("Reserve %s: %v", pod.Name, status)
+				}
+			}
+			status := p.Bind(ctx, states[0], p.pods[0], "a")
+			if status.Code() != tc.wantCode || !strings.Contains(status.Message(), tc.wantMsg) {
+				t.Fatalf("Bind: %v, want code %v and a message containing %q", status, tc.wantCode, tc.wantMsg)
+			}
+			if len(bindings) != 1 {
+				t.Fatalf("%d Bindings sent, want 1", len(bindings))
+			}
+			b := bindings[0]
+			if b.Name != "m-0" || b.Namespace != "ns" || b.UID != p.pods[0].UID || b.Target.Kind != "Node" || b.Target.Name != "a" {
+				t.Errorf("Binding %s/%s uid %s to %s %s, want ns/m-0 uid %s to Node a", b.Namespace, b.Name, b.UID, b.Target.Kind, b.Target.Name, p.pods[0].UID)
+			}
+			g, _ := p.books.get("ns/g#8")
+			if diff := cmp.Diff(map[string]string{
+				v1alpha1.GPUsAnnotation: "0,1,2,3,4,5,6,7",
+				DomainAnnotation:        domainName(g.plan),
+			}, b.Annotations); diff != "" {
+				t.Errorf("Binding annotations (-want,+got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// TestBindSkipsPodsWithoutGPUChoice: pods the plugin chose no GPUs for are
+// DefaultBinder's, and PreBind has nothing to do for them.
+func TestBindSkipsPodsWithoutGPUChoice(t *testing.T) {
+	ctx := context.Background()
+	p := newMetricsPlugin(t, 1, true, nil)
+	pod := utiltesting.MakePod("cpu-only", "ns").Obj()
+	state := framework.NewCycleState()
+	if status := p.Bind(ctx, state, pod, "a"); status.Code() != fwk.Skip {
+		t.Errorf("Bind: %v, want Skip", status)
+	}
+	if status := p.PreBindPreFlight(ctx, state, pod, "a"); status.Code() != fwk.Skip {
+		t.Errorf("PreBindPreFlight: %v, want Skip", status)
+	}
+	if n := len(p.handle.ClientSet().(*clientsetfake.Clientset).Actions()); n != 0 {
+		t.Errorf("%d API calls, want none", n)
+	}
+}
