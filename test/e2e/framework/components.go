@@ -162,8 +162,9 @@ func (c *Cluster) KubeSchedulerComponent(name, binary string, cfg map[string]any
 
 // FakeAgentComponent describes the topology agent in fake mode, serving
 // every node that carries a hardware profile label. One process stands in
-// for a DaemonSet, so it gets the workers and request rate to publish the
-// 5,000-node model in about a minute rather than ten.
+// for a DaemonSet, so it gets the workers and request rate of many: at the
+// defaults (4 workers, 100 QPS) it published the 5,000-node model at about
+// 13 nodes a second.
 func (c *Cluster) FakeAgentComponent() (Component, error) {
 	return c.managerComponent("topology-agent", "lockstep-topology-agent", FakeAgentIdentity(),
 		"--mode=fake", "--node-selector=lockstep.dev/profile",
