@@ -161,8 +161,7 @@ func TestCompressedConfigScalesPreferredWait(t *testing.T) {
 			t.Errorf("compression %g: wait %s, want %s", tt.compression, wait, tt.want)
 		}
 		// The wait the scheduler is given is the one reported.
-		args := asMap(asMap(cfg["profiles"].([]any)[0])["pluginConfig"].([]any)[1])["args"]
-		if got := asMap(args)["preferredWait"]; got != tt.want.String() {
+		if got := topologyPlacementArgs(cfg)["preferredWait"]; got != tt.want.String() {
 			t.Errorf("compression %g: config preferredWait %v, want %s", tt.compression, got, tt.want)
 		}
 	}

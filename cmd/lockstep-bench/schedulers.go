@@ -85,25 +85,30 @@ func compressedConfig(root string, compression float64) (map[string]any, time.Du
 	if err != nil {
 		return nil, 0, err
 	}
+	args := topologyPlacementArgs(cfg)
+	raw, _ := args["preferredWait"].(string)
+	wait, err := time.ParseDuration(raw)
+	if err != nil {
+		return nil, 0, fmt.Errorf("deploy/scheduler/config.yaml: TopologyPlacement args.preferredWait %q: want a duration", raw)
+	}
+	scaled := time.Duration(float64(wait) / compression).Round(time.Millisecond)
+	args["preferredWait"] = scaled.String()
+	return cfg, scaled, nil
+}
+
+// topologyPlacementArgs returns the args of the first TopologyPlacement
+// pluginConfig of a KubeSchedulerConfiguration, nil when there are none.
+func topologyPlacementArgs(cfg map[string]any) map[string]any {
 	profiles, _ := cfg["profiles"].([]any)
 	for _, profile := range profiles {
 		pluginConfigs, _ := asMap(profile)["pluginConfig"].([]any)
 		for _, pc := range pluginConfigs {
-			if asMap(pc)["name"] != "TopologyPlacement" {
-				continue
+			if asMap(pc)["name"] == "TopologyPlacement" {
+				return asMap(asMap(pc)["args"])
 			}
-			args := asMap(asMap(pc)["args"])
-			raw, _ := args["preferredWait"].(string)
-			wait, err := time.ParseDuration(raw)
-			if err != nil || args == nil {
-				return nil, 0, fmt.Errorf("deploy/scheduler/config.yaml: TopologyPlacement args.preferredWait %q: want a duration", raw)
-			}
-			scaled := time.Duration(float64(wait) / compression).Round(time.Millisecond)
-			args["preferredWait"] = scaled.String()
-			return cfg, scaled, nil
 		}
 	}
-	return nil, 0, fmt.Errorf("deploy/scheduler/config.yaml configures no TopologyPlacement args")
+	return nil
 }
 
 func asMap(v any) map[string]any {

@@ -64,10 +64,24 @@ func (p *TopologyPlacement) Bind(ctx context.Context, state fwk.CycleState, pod 
 		Target:     v1.ObjectReference{Kind: "Node", Name: nodeName},
 	}
 	klog.FromContext(ctx).V(3).Info("Binding pod with its GPUs", "plugin", Name, "pod", klog.KObj(pod), "node", nodeName, "gpus", annotations[v1alpha1.GPUsAnnotation])
-	if err := p.handle.ClientSet().CoreV1().Pods(pod.Namespace).Bind(ctx, binding, metav1.CreateOptions{}); err != nil {
+	if err := p.bind(ctx, binding); err != nil {
 		return fwk.AsStatus(fmt.Errorf("binding pod %s/%s to %s with GPUs %s: %w", pod.Namespace, pod.Name, nodeName, annotations[v1alpha1.GPUsAnnotation], err))
 	}
 	return nil
+}
+
+// bind sends the Binding the way DefaultBinder does: through the
+// scheduler's API cacher when asynchronous API calls are on, so it is
+// ordered with the scheduler's other writes for the pod, else directly.
+func (p *TopologyPlacement) bind(ctx context.Context, binding *v1.Binding) error {
+	if cacher := p.handle.APICacher(); cacher != nil {
+		onFinish, err := cacher.BindPod(binding)
+		if err != nil {
+			return err
+		}
+		return cacher.WaitOnFinish(ctx, onFinish)
+	}
+	return p.handle.ClientSet().CoreV1().Pods(binding.Namespace).Bind(ctx, binding, metav1.CreateOptions{})
 }
 
 // observePlaced records how long the gang waited since its first attempt and

@@ -25,12 +25,15 @@ import (
 func TestBindCarriesTheGPUs(t *testing.T) {
 	tests := []struct {
 		name     string
+		cacher   bool
 		bindErr  error
 		wantCode fwk.Code
 		wantMsg  string
 	}{
 		{name: "bound", wantCode: fwk.Success},
+		{name: "bound through the API cacher", cacher: true, wantCode: fwk.Success},
 		{name: "apiserver refuses", bindErr: errors.New("pod is being deleted"), wantCode: fwk.Error, wantMsg: "binding pod ns/m-0 to a with GPUs 0,1,2,3,4,5,6,7: pod is being deleted"},
+		{name: "API cacher refuses", cacher: true, bindErr: errors.New("pod is being deleted"), wantCode: fwk.Error, wantMsg: "pod is being deleted"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -45,6 +48,10 @@ func TestBindCarriesTheGPUs(t *testing.T) {
 				bindings = append(bindings, action.(k8stesting.CreateAction).GetObject().(*v1.Binding))
 				return true, nil, tc.bindErr
 			})
+			cacher := &recordingCacher{err: tc.bindErr}
+			if tc.cacher {
+				p.handle.(*fakeHandle).apiCacher = cacher
+			}
 			nodes := []string{"a", "b"}
 			states := make([]fwk.CycleState, len(p.pods))
 			for i, pod := range p.pods {
@@ -60,10 +67,14 @@ func TestBindCarriesTheGPUs(t *testing.T) {
 			if status.Code() != tc.wantCode || !strings.Contains(status.Message(), tc.wantMsg) {
 				t.Fatalf("Bind: %v, want code %v and a message containing %q", status, tc.wantCode, tc.wantMsg)
 			}
-			if len(bindings) != 1 {
-				t.Fatalf("%d Bindings sent, want 1", len(bindings))
+			sent, other := bindings, cacher.bindings
+			if tc.cacher {
+				sent, other = cacher.bindings, bindings
 			}
-			b := bindings[0]
+			if len(sent) != 1 || len(other) != 0 {
+				t.Fatalf("%d Bindings sent the expected way and %d the other, want 1 and 0", len(sent), len(other))
+			}
+			b := sent[0]
 			if b.Name != "m-0" || b.Namespace != "ns" || b.UID != p.pods[0].UID || b.Target.Kind != "Node" || b.Target.Name != "a" {
 				t.Errorf("Binding %s/%s uid %s to %s %s, want ns/m-0 uid %s to Node a", b.Namespace, b.Name, b.UID, b.Target.Kind, b.Target.Name, p.pods[0].UID)
 			}
@@ -76,6 +87,25 @@ func TestBindCarriesTheGPUs(t *testing.T) {
 			}
 		})
 	}
+}
+
+// recordingCacher is the scheduler's API cacher as Bind uses it: it records
+// Bindings and finishes each with err.
+type recordingCacher struct {
+	framework.APICacher
+	err      error
+	bindings []*v1.Binding
+}
+
+func (c *recordingCacher) BindPod(b *v1.Binding) (<-chan error, error) {
+	c.bindings = append(c.bindings, b)
+	done := make(chan error, 1)
+	done <- c.err
+	return done, nil
+}
+
+func (c *recordingCacher) WaitOnFinish(ctx context.Context, onFinish <-chan error) error {
+	return <-onFinish
 }
 
 // TestBindSkipsPodsWithoutGPUChoice: pods the plugin chose no GPUs for are

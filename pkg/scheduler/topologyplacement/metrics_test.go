@@ -36,12 +36,15 @@ type fakeHandle struct {
 	framework.Handle
 	clientset *clientsetfake.Clientset
 	informers informers.SharedInformerFactory
+	// apiCacher stands for SchedulerAsyncAPICalls; nil when it is off.
+	apiCacher framework.APICacher
 }
 
 func (h *fakeHandle) SharedInformerFactory() informers.SharedInformerFactory { return h.informers }
 func (h *fakeHandle) ClientSet() kubernetes.Interface                        { return h.clientset }
 func (h *fakeHandle) IterateOverWaitingPods(func(framework.WaitingPod))      {}
 func (h *fakeHandle) Activate(klog.Logger, map[string]*v1.Pod)               {}
+func (h *fakeHandle) APICacher() framework.APICacher                         { return h.apiCacher }
 
 // metricsPlugin is a test plugin on two empty HGX nodes, a and b, whose
 // metrics go to a registry of its own. Its PodGroup "ns/g" wants members
