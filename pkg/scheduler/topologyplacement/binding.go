@@ -19,8 +19,8 @@ import (
 	"github.com/lockstep-dev/lockstep/pkg/topology/placement"
 )
 
-// PreBindPreFlight says whether PreBind has work: once per gang, for the
-// first member past Permit.
+// PreBindPreFlight says whether PreBind may have work: only for gang
+// members, of which the first past Permit records the placement.
 func (p *TopologyPlacement) PreBindPreFlight(ctx context.Context, state fwk.CycleState, pod *v1.Pod, nodeName string) *fwk.Status {
 	if a, ok := p.books.assignmentOf(pod.UID); !ok || a.gang == "" {
 		return fwk.NewStatus(fwk.Skip)
