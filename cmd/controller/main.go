@@ -31,6 +31,8 @@ import (
 	"github.com/lockstep-dev/lockstep/pkg/apis/lockstep/v1alpha1"
 	"github.com/lockstep-dev/lockstep/pkg/controller"
 	"github.com/lockstep-dev/lockstep/pkg/controller/framework"
+	"github.com/lockstep-dev/lockstep/pkg/lockstep"
+	"github.com/lockstep-dev/lockstep/pkg/lockstep/topologyconfig"
 	"github.com/lockstep-dev/lockstep/pkg/util/healthcheck"
 )
 
@@ -41,6 +43,7 @@ type options struct {
 	leaderElect             bool
 	leaderElectionNamespace string
 	schedulerName           string
+	topologyConfig          string
 	clusterDomain           string
 	workers                 int
 	createParallelism       int
@@ -56,7 +59,8 @@ func main() {
 	fs.StringVar(&opts.healthAddr, "health-probe-bind-address", ":8081", "address of /healthz and /readyz")
 	fs.BoolVar(&opts.leaderElect, "leader-elect", true, "run one active replica, elected through a Lease")
 	fs.StringVar(&opts.leaderElectionNamespace, "leader-election-namespace", "", "namespace of the leader election Lease; the pod's own when empty")
-	fs.StringVar(&opts.schedulerName, "scheduler-name", controller.DefaultSchedulerName, "schedulerName of the jobs' pods")
+	fs.StringVar(&opts.schedulerName, "scheduler-name", lockstep.SchedulerName, "schedulerName of the jobs' pods")
+	fs.StringVar(&opts.topologyConfig, "topology-config", "", "the topology configuration status.placement is rated against: the scheduler's KubeSchedulerConfiguration or a TopologyConfig file (default levels when empty)")
 	fs.StringVar(&opts.clusterDomain, "cluster-domain", controller.DefaultClusterDomain, "the cluster's DNS domain; pods resolve their peers by bare name under <job>.<namespace>.svc.<cluster-domain>")
 	fs.IntVar(&opts.workers, "workers", 4, "TrainingJobs (and PodGroups) reconciled in parallel")
 	fs.IntVar(&opts.createParallelism, "pod-write-parallelism", 64, "pod creations or deletions one job issues at once")
@@ -75,6 +79,10 @@ func main() {
 }
 
 func run(ctx context.Context, opts options) error {
+	topo, err := topologyconfig.LoadOrDefault(opts.topologyConfig)
+	if err != nil {
+		return fmt.Errorf("--topology-config: %w", err)
+	}
 	scheme := runtime.NewScheme()
 	for _, add := range []func(*runtime.Scheme) error{clientgoscheme.AddToScheme, v1alpha1.AddToScheme, schedv1alpha1.AddToScheme} {
 		if err := add(scheme); err != nil {
@@ -94,7 +102,7 @@ func run(ctx context.Context, opts options) error {
 	if err != nil {
 		return err
 	}
-	ours, err := labels.NewRequirement(controller.JobNameLabel, selection.Exists, nil)
+	ours, err := labels.NewRequirement(lockstep.LabelJobName, selection.Exists, nil)
 	if err != nil {
 		return err
 	}
@@ -136,6 +144,7 @@ func run(ctx context.Context, opts options) error {
 		ClusterDomain:     opts.clusterDomain,
 		Workers:           opts.workers,
 		CreateParallelism: opts.createParallelism,
+		Topology:          topo,
 	}
 	if err := jobs.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the TrainingJob controller: %w", err)

@@ -18,14 +18,15 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/lockstep-dev/lockstep/pkg/fabric"
+	"github.com/lockstep-dev/lockstep/pkg/lockstep"
 )
 
 // Defaults match the label keys Lockstep's topology levels read by default
-// (pkg/topology): topograph's fabric tiers, numbered from 1 at the leaf.
+// (pkg/lockstep): topograph's fabric tiers, numbered from 1 at the leaf.
 var defaultLevelKeys = []string{
-	"fabric.topograph.run/tier-0",
-	"fabric.topograph.run/tier-1",
-	"fabric.topograph.run/tier-2",
+	lockstep.LabelFabricTier0,
+	lockstep.LabelFabricTier1,
+	lockstep.LabelFabricTier2,
 }
 
 const (

@@ -18,7 +18,7 @@ import (
 	schedv1alpha1 "sigs.k8s.io/scheduler-plugins/apis/scheduling/v1alpha1"
 
 	"github.com/lockstep-dev/lockstep/pkg/apis/lockstep/v1alpha1"
-	"github.com/lockstep-dev/lockstep/pkg/topology"
+	"github.com/lockstep-dev/lockstep/pkg/lockstep"
 )
 
 // fakeCluster is a connector serving objs from fake clients: core objects
@@ -66,13 +66,13 @@ func runWith(t *testing.T, connect connector, args ...string) (stdout, stderr st
 
 // hgxNode is an 8-GPU node in leaf of spine s1.
 func hgxNode(name, leaf string) *corev1.Node {
-	labels := map[string]string{"lockstep.dev/pool": "h100", topology.LabelFabricTier1: "s1"}
+	labels := map[string]string{"lockstep.dev/pool": "h100", lockstep.LabelFabricTier1: "s1"}
 	if leaf != "" {
-		labels[topology.LabelFabricTier0] = leaf
+		labels[lockstep.LabelFabricTier0] = leaf
 	}
 	return &corev1.Node{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels},
-		Status:     corev1.NodeStatus{Allocatable: corev1.ResourceList{gpuResource: resource.MustParse("8")}},
+		Status:     corev1.NodeStatus{Allocatable: corev1.ResourceList{lockstep.GPUResource: resource.MustParse("8")}},
 	}
 }
 
@@ -85,8 +85,8 @@ func gpuPod(ns, name, node string, gpus int64, phase corev1.PodPhase) *corev1.Po
 			// Requests as the API server defaults them from the limits of an
 			// extended resource.
 			Resources: corev1.ResourceRequirements{
-				Requests: corev1.ResourceList{gpuResource: *resource.NewQuantity(gpus, resource.DecimalSI)},
-				Limits:   corev1.ResourceList{gpuResource: *resource.NewQuantity(gpus, resource.DecimalSI)},
+				Requests: corev1.ResourceList{lockstep.GPUResource: *resource.NewQuantity(gpus, resource.DecimalSI)},
+				Limits:   corev1.ResourceList{lockstep.GPUResource: *resource.NewQuantity(gpus, resource.DecimalSI)},
 			},
 		}}},
 		Status: corev1.PodStatus{Phase: phase},
@@ -96,9 +96,9 @@ func gpuPod(ns, name, node string, gpus int64, phase corev1.PodPhase) *corev1.Po
 // jobPod is pod index of role of job, as the controller labels it.
 func jobPod(job string, role v1alpha1.ReplicaType, index int, node string, gpus int64, gpuList string) *corev1.Pod {
 	p := gpuPod("ml", job+"-"+strings.ToLower(string(role))+"-"+strconv.Itoa(index), node, gpus, corev1.PodRunning)
-	p.Labels = map[string]string{jobNameLabel: job, replicaTypeLabel: string(role), replicaIndexLabel: strconv.Itoa(index)}
+	p.Labels = map[string]string{lockstep.LabelJobName: job, lockstep.LabelReplicaType: string(role), lockstep.LabelReplicaIndex: strconv.Itoa(index)}
 	if gpuList != "" {
-		p.Annotations = map[string]string{v1alpha1.GPUsAnnotation: gpuList}
+		p.Annotations = map[string]string{lockstep.AnnotationGPUs: gpuList}
 	}
 	return p
 }

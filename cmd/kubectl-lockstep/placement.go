@@ -13,7 +13,7 @@ import (
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 
 	"github.com/lockstep-dev/lockstep/pkg/apis/lockstep/v1alpha1"
-	"github.com/lockstep-dev/lockstep/pkg/topology"
+	"github.com/lockstep-dev/lockstep/pkg/lockstep"
 	"github.com/lockstep-dev/lockstep/pkg/topology/capacity"
 )
 
@@ -53,7 +53,7 @@ annotations of the job's PodGroup.`,
 			if err := validateOutput(o.output); err != nil {
 				return err
 			}
-			levels, err := o.levels.resolve()
+			cfg, err := o.levels.resolve()
 			if err != nil {
 				return err
 			}
@@ -61,7 +61,7 @@ annotations of the job's PodGroup.`,
 			if err != nil {
 				return err
 			}
-			report, err := fetchPlacement(cmd.Context(), c, args[0], levels)
+			report, err := fetchPlacement(cmd.Context(), c, args[0], cfg)
 			if err != nil {
 				return err
 			}
@@ -83,7 +83,7 @@ func printPlacement(out io.Writer, output string, r placementReport) error {
 
 // fetchPlacement reads the job, its pods and PodGroup, the nodes and their
 // NodeTopologies.
-func fetchPlacement(ctx context.Context, c *cluster, name string, levels []topology.Level) (placementReport, error) {
+func fetchPlacement(ctx context.Context, c *cluster, name string, cfg lockstep.TopologyConfig) (placementReport, error) {
 	u, err := c.dynamic.Resource(trainingJobsResource()).Namespace(c.namespace).Get(ctx, name, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
 		return placementReport{}, fmt.Errorf("TrainingJob %q not found in namespace %q (list them with kubectl get trainingjobs -n %s)", name, c.namespace, c.namespace)
@@ -96,7 +96,7 @@ func fetchPlacement(ctx context.Context, c *cluster, name string, levels []topol
 		return placementReport{}, fmt.Errorf("decoding TrainingJob %s/%s: %w", c.namespace, name, err)
 	}
 
-	pods, err := c.core.Pods(c.namespace).List(ctx, metav1.ListOptions{LabelSelector: jobNameLabel + "=" + name})
+	pods, err := c.core.Pods(c.namespace).List(ctx, metav1.ListOptions{LabelSelector: lockstep.LabelJobName + "=" + name})
 	if err != nil {
 		return placementReport{}, fmt.Errorf("listing the pods of TrainingJob %s/%s: %w", c.namespace, name, err)
 	}
@@ -107,7 +107,7 @@ func fetchPlacement(ctx context.Context, c *cluster, name string, levels []topol
 	if err != nil {
 		return placementReport{}, fmt.Errorf("listing nodes: %w", err)
 	}
-	tree, err := capacity.Build(levels, capacityNodes(nodes.Items, nil, nil))
+	tree, err := capacity.Build(cfg.Levels, capacityNodes(nodes.Items, nil, nil))
 	if err != nil {
 		return placementReport{}, fmt.Errorf("building the domain tree: %w", err)
 	}

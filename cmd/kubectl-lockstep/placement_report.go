@@ -11,6 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/lockstep-dev/lockstep/pkg/apis/lockstep/v1alpha1"
+	"github.com/lockstep-dev/lockstep/pkg/lockstep"
 	"github.com/lockstep-dev/lockstep/pkg/topology"
 	"github.com/lockstep-dev/lockstep/pkg/topology/capacity"
 )
@@ -45,11 +46,11 @@ type podGroupSummary struct {
 func summarizePodGroup(name string, annotations map[string]string) *podGroupSummary {
 	return &podGroupSummary{
 		Name:                name,
-		ConstraintLevel:     annotations[constraintLevelAnnotation],
-		ConstraintMode:      annotations[constraintModeAnnotation],
-		PlacementDomain:     annotations[placementDomainAnnotation],
-		PlacementLevel:      annotations[placementLevelAnnotation],
-		PlacementEfficiency: annotations[placementEfficiencyAnnotation],
+		ConstraintLevel:     annotations[lockstep.AnnotationTopologyLevel],
+		ConstraintMode:      annotations[lockstep.AnnotationTopologyMode],
+		PlacementDomain:     annotations[lockstep.AnnotationPlacementDomain],
+		PlacementLevel:      annotations[lockstep.AnnotationPlacementLevel],
+		PlacementEfficiency: annotations[lockstep.AnnotationPlacementEfficiency],
 	}
 }
 
@@ -97,18 +98,18 @@ func buildPlacementReport(job *v1alpha1.TrainingJob, pods []corev1.Pod, tree *ca
 		Ranks:     make([]rankRow, 0, len(pods)),
 	}
 	for _, l := range tree.Levels {
-		if l != topology.HostLevel && l != topology.ClusterLevel {
+		if l != lockstep.LevelHost && l != lockstep.LevelCluster {
 			report.Levels = append(report.Levels, l)
 		}
 	}
 	first := rankOffsets(job)
 	for i := range pods {
 		p := &pods[i]
-		row := rankRow{Role: v1alpha1.ReplicaType(p.Labels[replicaTypeLabel]), Pod: p.Name, Phase: string(p.Status.Phase), Node: p.Spec.NodeName}
+		row := rankRow{Role: v1alpha1.ReplicaType(p.Labels[lockstep.LabelReplicaType]), Pod: p.Name, Phase: string(p.Status.Phase), Node: p.Spec.NodeName}
 		if p.DeletionTimestamp != nil {
 			row.Phase = "Terminating"
 		}
-		if i, err := strconv.ParseInt(p.Labels[replicaIndexLabel], 10, 32); err == nil {
+		if i, err := strconv.ParseInt(p.Labels[lockstep.LabelReplicaIndex], 10, 32); err == nil {
 			index := int32(i)
 			row.Index = &index
 			spec := job.Spec.ReplicaSpecs[row.Role]
@@ -119,7 +120,7 @@ func buildPlacementReport(job *v1alpha1.TrainingJob, pods []corev1.Pod, tree *ca
 		}
 		row.GPUs, row.GPUSource = podGPUs(p, topos[p.Spec.NodeName])
 		for _, d := range tree.Path(p.Spec.NodeName) {
-			if d.Level != topology.HostLevel && d.Level != topology.ClusterLevel {
+			if d.Level != lockstep.LevelHost && d.Level != lockstep.LevelCluster {
 				row.Domains = append(row.Domains, domainRef{Level: d.Level, Name: d.Name, ID: d.ID})
 			}
 		}
@@ -158,7 +159,7 @@ func rankOffsets(job *v1alpha1.TrainingJob) map[v1alpha1.ReplicaType]int32 {
 // podGPUs returns a pod's GPU indices: the scheduler's annotation, or what
 // the node's NodeTopology says the pod holds.
 func podGPUs(p *corev1.Pod, nt *v1alpha1.NodeTopology) (string, string) {
-	if list, ok := p.Annotations[v1alpha1.GPUsAnnotation]; ok && list != "" {
+	if list, ok := p.Annotations[lockstep.AnnotationGPUs]; ok && list != "" {
 		if set, err := topology.ParseGPUList(list); err == nil {
 			list = set.List()
 		}

@@ -14,7 +14,7 @@ import (
 	schedv1alpha1 "sigs.k8s.io/scheduler-plugins/apis/scheduling/v1alpha1"
 
 	"github.com/lockstep-dev/lockstep/pkg/apis/lockstep/v1alpha1"
-	"github.com/lockstep-dev/lockstep/pkg/topology"
+	"github.com/lockstep-dev/lockstep/pkg/lockstep"
 	"github.com/lockstep-dev/lockstep/pkg/topology/capacity"
 )
 
@@ -33,8 +33,8 @@ func placedJob(t *testing.T) connector {
 	pending.Status.Phase = corev1.PodPending
 	other := jobPod("other", v1alpha1.ReplicaMaster, 0, "n3", 8, "0,1,2,3,4,5,6,7")
 	pg := &schedv1alpha1.PodGroup{ObjectMeta: metav1.ObjectMeta{Name: "llama", Namespace: "ml", Annotations: map[string]string{
-		constraintLevelAnnotation: "spine", constraintModeAnnotation: "Required",
-		placementDomainAnnotation: "spine=s1/leaf=leaf-a", placementLevelAnnotation: "leaf", placementEfficiencyAnnotation: "0.95",
+		lockstep.AnnotationTopologyLevel: "spine", lockstep.AnnotationTopologyMode: "Required",
+		lockstep.AnnotationPlacementDomain: "spine=s1/leaf=leaf-a", lockstep.AnnotationPlacementLevel: "leaf", lockstep.AnnotationPlacementEfficiency: "0.95",
 	}}}
 	return fakeCluster(t,
 		hgxNode("n1", "leaf-a"), hgxNode("n2", "leaf-a"), hgxNode("n3", "leaf-b"),
@@ -75,7 +75,7 @@ RANK   POD              ROLE     STATUS    NODE     GPUS      LEAF     SPINE
 }
 
 func TestPlacementCommandJSON(t *testing.T) {
-	stdout, stderr, err := runWith(t, placedJob(t), "placement", "llama", "-n", "ml", "-o", "json", "--levels", "leaf="+topology.LabelFabricTier0)
+	stdout, stderr, err := runWith(t, placedJob(t), "placement", "llama", "-n", "ml", "-o", "json", "--levels", "leaf="+lockstep.LabelFabricTier0)
 	if err != nil {
 		t.Fatalf("placement: %v\n%s", err, stderr)
 	}
@@ -172,7 +172,7 @@ func TestRanks(t *testing.T) {
 		pods: []*corev1.Pod{jobPod("tf", v1alpha1.ReplicaWorker, 5, "n1", 1, ""), jobPod("tf", v1alpha1.ReplicaEvaluator, 0, "n1", 1, ""), jobPod("tf", v1alpha1.ReplicaWorker, 0, "n1", 1, "")},
 		want: []string{"2 tf-worker-0 Running", "- tf-evaluator-0 Running", "- tf-worker-5 Running"},
 	}}
-	tree, err := capacity.Build(topology.DefaultLevels(), []capacity.Node{{Name: "n1"}})
+	tree, err := capacity.Build(lockstep.DefaultLevels(), []capacity.Node{{Name: "n1"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -203,7 +203,7 @@ func TestHelp(t *testing.T) {
 		want []string
 	}{
 		{[]string{"--help"}, []string{"kubectl lockstep [command]", "convert ", "placement ", "topology "}},
-		{[]string{"topology", "--help"}, []string{"kubectl lockstep topology [--level LEVEL | --depth N] [-l SELECTOR]", "kubectl lockstep topology --depth 2", "--kubeconfig string", "-l, --selector string", "--scheduler-config string", "-o, --output string"}},
+		{[]string{"topology", "--help"}, []string{"kubectl lockstep topology [--level LEVEL | --depth N] [-l SELECTOR]", "kubectl lockstep topology --depth 2", "--kubeconfig string", "-l, --selector string", "--topology-config string", "-o, --output string"}},
 		{[]string{"placement", "--help"}, []string{"kubectl lockstep placement JOB [-n NAMESPACE]", "kubectl lockstep placement llama -n ml -o json", "-n, --namespace string", "--context string"}},
 	}
 	for _, tc := range tests {

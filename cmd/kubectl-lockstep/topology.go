@@ -15,6 +15,7 @@ import (
 	resourcehelper "k8s.io/component-helpers/resource"
 
 	"github.com/lockstep-dev/lockstep/pkg/apis/lockstep/v1alpha1"
+	"github.com/lockstep-dev/lockstep/pkg/lockstep"
 	"github.com/lockstep-dev/lockstep/pkg/topology"
 	"github.com/lockstep-dev/lockstep/pkg/topology/capacity"
 )
@@ -29,7 +30,7 @@ const topologyExample = `  # Show the cluster's domain tree with total and free 
   kubectl lockstep topology --level leaf -l lockstep.dev/pool=h100
 
   # Levels as the scheduler is configured
-  kubectl lockstep topology --scheduler-config deploy/scheduler/config.yaml -o yaml`
+  kubectl lockstep topology --topology-config deploy/scheduler/config.yaml -o yaml`
 
 type topologyOptions struct {
 	levels   levelFlags
@@ -57,8 +58,9 @@ NodeTopology reports healthy and unallocated.
 
 Levels are node label keys, narrowest first. They default to the
 scheduler's defaults (topograph's fabric tiers and GPU feature discovery's
-NVLink clique); --levels names others and --scheduler-config reads them from
-the scheduler's configuration file. Levels no node is labelled for are left
+NVLink clique); --levels names others and --topology-config reads them from
+the scheduler's configuration file or a TopologyConfig file (see
+pkg/lockstep/topologyconfig). Levels no node is labelled for are left
 out.`,
 		Example: topologyExample,
 		Args:    cobra.NoArgs,
@@ -69,7 +71,7 @@ out.`,
 			if o.level != "" && cmd.Flags().Changed("depth") {
 				return errors.New("--level lists one level; it cannot be combined with --depth")
 			}
-			levels, err := o.levels.resolve()
+			cfg, err := o.levels.resolve()
 			if err != nil {
 				return err
 			}
@@ -77,7 +79,7 @@ out.`,
 			if err != nil {
 				return err
 			}
-			return runTopology(cmd.Context(), cmd.OutOrStdout(), c, levels, o)
+			return runTopology(cmd.Context(), cmd.OutOrStdout(), c, cfg.Levels, o)
 		},
 	}
 	kubeFlags.AddFlags(cmd.Flags())
@@ -149,13 +151,13 @@ func capacityNodes(nodes []corev1.Node, pods []corev1.Pod, topos map[string]*v1a
 		}
 		// Init containers and overhead count as the scheduler counts them.
 		reqs := resourcehelper.PodRequests(p, resourcehelper.PodResourcesOptions{})
-		if q, ok := reqs[gpuResource]; ok {
+		if q, ok := reqs[lockstep.GPUResource]; ok {
 			requested[p.Spec.NodeName] += int(q.Value())
 		}
 	}
 	out := make([]capacity.Node, len(nodes))
 	for i, n := range nodes {
-		alloc := n.Status.Allocatable[gpuResource]
+		alloc := n.Status.Allocatable[lockstep.GPUResource]
 		out[i] = capacity.Node{Name: n.Name, Labels: n.Labels, Allocatable: int(alloc.Value()), Requested: requested[n.Name]}
 		if nt, ok := topos[n.Name]; ok {
 			out[i].Reported = reportedGPUs(nt)
@@ -193,7 +195,7 @@ func printTopologyTable(out io.Writer, domains []*capacity.Domain, asTree, unhea
 	var write func(d *capacity.Domain, depth int)
 	write = func(d *capacity.Domain, depth int) {
 		name := d.ID
-		if asTree && d.Level != topology.ClusterLevel {
+		if asTree && d.Level != lockstep.LevelCluster {
 			name = strings.Repeat("  ", depth) + d.Level + "=" + d.Name
 		}
 		row := []string{name, strconv.Itoa(d.Nodes), strconv.Itoa(d.GPUs), strconv.Itoa(d.Free)}

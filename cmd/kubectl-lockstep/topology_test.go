@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 
 	"github.com/lockstep-dev/lockstep/pkg/apis/lockstep/v1alpha1"
+	"github.com/lockstep-dev/lockstep/pkg/lockstep"
 	"github.com/lockstep-dev/lockstep/pkg/topology/capacity"
 )
 
@@ -115,7 +116,7 @@ func TestTopologyCommandErrors(t *testing.T) {
 		{name: "level and depth", args: []string{"--level", "leaf", "--depth", "1"}, wantErr: "--level lists one level; it cannot be combined with --depth"},
 		{name: "output", args: []string{"-o", "wide"}, wantErr: `unsupported output format "wide"`},
 		{name: "bad levels", args: []string{"--levels", "leaf"}, wantErr: `--levels: "leaf" is not name=nodeLabelKey`},
-		{name: "levels and config", args: []string{"--levels", "a=b", "--scheduler-config", "x"}, wantErr: "if any flags in the group [levels scheduler-config] are set none of the others can be"},
+		{name: "levels and config", args: []string{"--levels", "a=b", "--topology-config", "x"}, wantErr: "if any flags in the group [levels topology-config] are set none of the others can be"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -130,7 +131,7 @@ func TestTopologyCommandErrors(t *testing.T) {
 func TestCapacityNodes(t *testing.T) {
 	withInit := gpuPod("ml", "init", "n1", 1, corev1.PodRunning)
 	withInit.Spec.InitContainers = []corev1.Container{{Name: "i", Resources: corev1.ResourceRequirements{
-		Requests: corev1.ResourceList{gpuResource: resource.MustParse("4")},
+		Requests: corev1.ResourceList{lockstep.GPUResource: resource.MustParse("4")},
 	}}}
 	terminating := gpuPod("ml", "terminating", "n1", 2, corev1.PodRunning)
 	terminating.DeletionTimestamp = &metav1.Time{}

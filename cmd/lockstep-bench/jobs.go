@@ -6,9 +6,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
-	"github.com/lockstep-dev/lockstep/pkg/agent"
 	"github.com/lockstep-dev/lockstep/pkg/apis/lockstep/v1alpha1"
 	"github.com/lockstep-dev/lockstep/pkg/bench"
+	"github.com/lockstep-dev/lockstep/pkg/lockstep"
 )
 
 // benchNamespace holds every job of a replay.
@@ -31,8 +31,8 @@ func trainingJob(j bench.Job) *v1alpha1.TrainingJob {
 	if j.GPUsPerReplica > 0 {
 		gpus := *resource.NewQuantity(int64(j.GPUsPerReplica), resource.DecimalSI)
 		template.Spec.Containers[0].Resources = corev1.ResourceRequirements{
-			Requests: corev1.ResourceList{agent.GPUResource: gpus},
-			Limits:   corev1.ResourceList{agent.GPUResource: gpus},
+			Requests: corev1.ResourceList{lockstep.GPUResource: gpus},
+			Limits:   corev1.ResourceList{lockstep.GPUResource: gpus},
 		}
 	}
 	specs := map[v1alpha1.ReplicaType]v1alpha1.ReplicaSpec{

@@ -24,6 +24,7 @@ import (
 
 	"github.com/lockstep-dev/lockstep/pkg/bench"
 	"github.com/lockstep-dev/lockstep/pkg/clustermodel"
+	"github.com/lockstep-dev/lockstep/pkg/lockstep"
 	"github.com/lockstep-dev/lockstep/pkg/topology"
 	"github.com/lockstep-dev/lockstep/test/e2e/framework"
 )
@@ -187,10 +188,10 @@ func loadTrace(path string, model *clustermodel.Model) ([]bench.Job, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
-	levels := append([]string{topology.HostLevel}, model.LevelNames()...)
+	levels := append([]string{lockstep.LevelHost}, model.LevelNames()...)
 	maxGPUs := 0
 	for _, n := range model.Nodes() {
-		if p, ok := topology.LookupProfile(n.Labels[clustermodel.ProfileLabel]); ok {
+		if p, ok := topology.LookupProfile(n.Labels[lockstep.LabelProfile]); ok {
 			maxGPUs = max(maxGPUs, p.GPUCount)
 		}
 	}
@@ -211,17 +212,10 @@ func loadTrace(path string, model *clustermodel.Model) ([]bench.Job, error) {
 
 // benchCluster describes the model's nodes and network for the metrics.
 func benchCluster(m *clustermodel.Model) bench.Cluster {
-	c := bench.Cluster{Name: m.Name, Fabric: topology.Fabric{Oversubscription: map[string]float64{}}}
-	for _, l := range m.Levels {
-		// A model marks no level as NVLink; the GPU feature discovery clique
-		// label is the multi-node NVLink domain.
-		c.Levels = append(c.Levels, topology.Level{Name: l.Name, LabelKey: l.NodeLabel, NVLink: l.NodeLabel == topology.LabelGPUClique})
-		if l.Oversubscription > 1 {
-			c.Fabric.Oversubscription[l.Name] = l.Oversubscription
-		}
-	}
+	cfg := m.TopologyConfig()
+	c := bench.Cluster{Name: m.Name, Levels: cfg.Levels, Fabric: topology.Fabric{Oversubscription: cfg.Oversubscription}}
 	for _, n := range m.Nodes() {
-		c.Nodes = append(c.Nodes, bench.Node{Name: n.Name, Labels: n.Labels, Profile: n.Labels[clustermodel.ProfileLabel]})
+		c.Nodes = append(c.Nodes, bench.Node{Name: n.Name, Labels: n.Labels, Profile: n.Labels[lockstep.LabelProfile]})
 	}
 	return c
 }

@@ -9,10 +9,10 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/lockstep-dev/lockstep/pkg/agent"
 	"github.com/lockstep-dev/lockstep/pkg/apis/lockstep/v1alpha1"
 	"github.com/lockstep-dev/lockstep/pkg/bench"
 	"github.com/lockstep-dev/lockstep/pkg/clustermodel"
+	"github.com/lockstep-dev/lockstep/pkg/lockstep"
 )
 
 func TestSelectSchedulers(t *testing.T) {
@@ -117,7 +117,7 @@ func TestTrainingJobFromTrace(t *testing.T) {
 			if got != tt.wantWorkers {
 				t.Errorf("%d Workers, want %d", got, tt.wantWorkers)
 			}
-			gpus := master.Template.Spec.Containers[0].Resources.Limits[agent.GPUResource]
+			gpus := master.Template.Spec.Containers[0].Resources.Limits[lockstep.GPUResource]
 			if gpus.Value() != int64(tt.job.GPUsPerReplica) {
 				t.Errorf("%s GPUs per pod, want %d", gpus.String(), tt.job.GPUsPerReplica)
 			}

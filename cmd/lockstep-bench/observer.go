@@ -21,9 +21,8 @@ import (
 
 	"github.com/lockstep-dev/lockstep/pkg/apis/lockstep/v1alpha1"
 	"github.com/lockstep-dev/lockstep/pkg/bench"
-	"github.com/lockstep-dev/lockstep/pkg/controller"
+	"github.com/lockstep-dev/lockstep/pkg/lockstep"
 	"github.com/lockstep-dev/lockstep/pkg/topology"
-	"github.com/lockstep-dev/lockstep/test/e2e/framework"
 )
 
 // observer watches the benchmark's pods and records, for each job, when its
@@ -123,7 +122,7 @@ func (o *observer) onPod(obj any) {
 	now := time.Now()
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	js := o.jobs[pod.Labels[controller.JobNameLabel]]
+	js := o.jobs[pod.Labels[lockstep.LabelJobName]]
 	if js == nil {
 		return
 	}
@@ -137,7 +136,7 @@ func (o *observer) onPod(obj any) {
 		ps.bound, ps.node = now, pod.Spec.NodeName
 		o.lastProgress = now
 	}
-	if s, ok := pod.Annotations[v1alpha1.GPUsAnnotation]; ok && ps.gpus == 0 {
+	if s, ok := pod.Annotations[lockstep.AnnotationGPUs]; ok && ps.gpus == 0 {
 		// Unparsable annotations leave the set unknown; the agent's
 		// allocation may still fill it in.
 		ps.gpus, _ = topology.ParseGPUList(s)
@@ -183,7 +182,7 @@ func (o *observer) releaseLoop(ctx context.Context) {
 			runtime := js.job.Duration
 			o.mu.Unlock()
 			patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{
-				framework.SimulatedRuntimeAnnotation: runtime.String(),
+				lockstep.AnnotationSimulatedRuntime: runtime.String(),
 			}}})
 			if err != nil {
 				o.fail(err)

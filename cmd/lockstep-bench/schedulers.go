@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/lockstep-dev/lockstep/pkg/bench"
+	"github.com/lockstep-dev/lockstep/pkg/lockstep"
 	"github.com/lockstep-dev/lockstep/test/e2e/framework"
 )
 
@@ -48,7 +49,7 @@ func schedulers(lockstepConfig map[string]any) []scheduler {
 			Name:             bench.SchedulerCoscheduling,
 			PodSchedulerName: coschedulingSchedulerName,
 			component: func(c *framework.Cluster) (framework.Component, error) {
-				return c.KubeSchedulerComponent("scheduler", "lockstep-scheduler", schedulerConfig(map[string]any{
+				return c.KubeSchedulerComponent("scheduler", lockstep.SchedulerName, schedulerConfig(map[string]any{
 					"schedulerName": coschedulingSchedulerName,
 					"plugins": map[string]any{
 						"queueSort": map[string]any{
@@ -68,7 +69,7 @@ func schedulers(lockstepConfig map[string]any) []scheduler {
 			Name:             bench.SchedulerLockstep,
 			PodSchedulerName: framework.SchedulerName,
 			component: func(c *framework.Cluster) (framework.Component, error) {
-				return c.KubeSchedulerComponent("scheduler", "lockstep-scheduler", lockstepConfig)
+				return c.KubeSchedulerComponent("scheduler", lockstep.SchedulerName, lockstepConfig)
 			},
 		},
 	}

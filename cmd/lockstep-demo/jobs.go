@@ -19,8 +19,8 @@ import (
 
 	"github.com/lockstep-dev/lockstep/pkg/apis/lockstep/v1alpha1"
 	"github.com/lockstep-dev/lockstep/pkg/clustermodel"
-	"github.com/lockstep-dev/lockstep/pkg/controller"
 	"github.com/lockstep-dev/lockstep/pkg/convert"
+	"github.com/lockstep-dev/lockstep/pkg/lockstep"
 )
 
 // demoNamespace holds every demo job.
@@ -125,7 +125,7 @@ func observe(ctx context.Context, c client.Client, submitted []*v1alpha1.Trainin
 	byJob := map[string][]corev1.Pod{}
 	for _, p := range pods.Items {
 		if p.DeletionTimestamp == nil {
-			byJob[p.Labels[controller.JobNameLabel]] = append(byJob[p.Labels[controller.JobNameLabel]], p)
+			byJob[p.Labels[lockstep.LabelJobName]] = append(byJob[p.Labels[lockstep.LabelJobName]], p)
 		}
 	}
 	for _, s := range submitted {
@@ -141,7 +141,7 @@ func observe(ctx context.Context, c client.Client, submitted []*v1alpha1.Trainin
 		sortPods(jobPods)
 		running := 0
 		for _, p := range jobPods {
-			gpus, err := ParseGPUs(p.Annotations[v1alpha1.GPUsAnnotation])
+			gpus, err := ParseGPUs(p.Annotations[lockstep.AnnotationGPUs])
 			if err != nil {
 				return nil, 0, fmt.Errorf("pod %s: %w", p.Name, err)
 			}
@@ -162,7 +162,7 @@ func observe(ctx context.Context, c client.Client, submitted []*v1alpha1.Trainin
 // and then by index, so rank 0 comes first.
 func sortPods(pods []corev1.Pod) {
 	roleOrder := func(p corev1.Pod) int {
-		switch v1alpha1.ReplicaType(p.Labels[controller.ReplicaTypeLabel]) {
+		switch v1alpha1.ReplicaType(p.Labels[lockstep.LabelReplicaType]) {
 		case v1alpha1.ReplicaMaster, v1alpha1.ReplicaChief, v1alpha1.ReplicaLauncher:
 			return 0
 		case v1alpha1.ReplicaWorker:
@@ -175,12 +175,12 @@ func sortPods(pods []corev1.Pod) {
 		if ra != rb {
 			return ra < rb
 		}
-		ta, tb := pods[a].Labels[controller.ReplicaTypeLabel], pods[b].Labels[controller.ReplicaTypeLabel]
+		ta, tb := pods[a].Labels[lockstep.LabelReplicaType], pods[b].Labels[lockstep.LabelReplicaType]
 		if ta != tb {
 			return ta < tb
 		}
-		ia, _ := strconv.Atoi(pods[a].Labels[controller.ReplicaIndexLabel])
-		ib, _ := strconv.Atoi(pods[b].Labels[controller.ReplicaIndexLabel])
+		ia, _ := strconv.Atoi(pods[a].Labels[lockstep.LabelReplicaIndex])
+		ib, _ := strconv.Atoi(pods[b].Labels[lockstep.LabelReplicaIndex])
 		if ia != ib {
 			return ia < ib
 		}
@@ -220,7 +220,7 @@ func buildTree(name string, m *clustermodel.Model, nodes []corev1.Node) Tree {
 			leafIdx[[2]string{top, leaf}] = li
 			t.Spines[si].Leaves = append(t.Spines[si].Leaves, Leaf{Name: leaf})
 		}
-		gpus, _ := strconv.Atoi(n.Labels[clustermodel.GPUCountLabel])
+		gpus, _ := strconv.Atoi(n.Labels[lockstep.LabelNVIDIAGPUCount])
 		t.Spines[si].Leaves[li].Nodes = append(t.Spines[si].Leaves[li].Nodes, Node{Name: n.Name, GPUs: gpus})
 	}
 	for si := range t.Spines {

@@ -32,6 +32,8 @@ import (
 
 	"github.com/lockstep-dev/lockstep/pkg/agent"
 	"github.com/lockstep-dev/lockstep/pkg/apis/lockstep/v1alpha1"
+	"github.com/lockstep-dev/lockstep/pkg/lockstep"
+	"github.com/lockstep-dev/lockstep/pkg/lockstep/topologyconfig"
 	"github.com/lockstep-dev/lockstep/pkg/util/healthcheck"
 )
 
@@ -40,6 +42,7 @@ type options struct {
 	kubeconfig         string
 	nodeName           string
 	nodeSelector       string
+	topologyConfig     string
 	heartbeat          time.Duration
 	workers            int
 	metricsAddr        string
@@ -58,7 +61,8 @@ func main() {
 	fs.StringVar(&opts.mode, "mode", "real", "real: discover this node with NVML; fake: serve the simulated nodes matching --node-selector")
 	fs.StringVar(&opts.kubeconfig, "kubeconfig", "", "kubeconfig file; in-cluster configuration when empty")
 	fs.StringVar(&opts.nodeName, "node-name", os.Getenv("NODE_NAME"), "real mode: this node's name (set NODE_NAME from the downward API)")
-	fs.StringVar(&opts.nodeSelector, "node-selector", agent.ProfileLabel, "fake mode: label selector of the nodes to serve")
+	fs.StringVar(&opts.nodeSelector, "node-selector", lockstep.LabelProfile, "fake mode: label selector of the nodes to serve")
+	fs.StringVar(&opts.topologyConfig, "topology-config", "", "fake mode: the cluster's topology configuration (the scheduler's KubeSchedulerConfiguration or a TopologyConfig file), whose NVLink level's label places simulated nodes in NVLink domains; default levels when empty")
 	fs.DurationVar(&opts.heartbeat, "heartbeat-interval", time.Minute, "how often an unchanged NodeTopology is confirmed")
 	fs.IntVar(&opts.workers, "workers", 4, "fake mode: nodes reconciled in parallel")
 	fs.StringVar(&opts.metricsAddr, "metrics-bind-address", ":8080", "address of the Prometheus metrics endpoint; 0 disables it")
@@ -109,6 +113,10 @@ func runFake(ctx context.Context, cfg *rest.Config, scheme *runtime.Scheme, opts
 	if err != nil {
 		return fmt.Errorf("--node-selector: %w", err)
 	}
+	topo, err := topologyconfig.LoadOrDefault(opts.topologyConfig)
+	if err != nil {
+		return fmt.Errorf("--topology-config: %w", err)
+	}
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                 scheme,
 		Metrics:                metricsserver.Options{BindAddress: opts.metricsAddr},
@@ -133,6 +141,7 @@ func runFake(ctx context.Context, cfg *rest.Config, scheme *runtime.Scheme, opts
 		NodeSelector: selector,
 		Workers:      opts.workers,
 		Metrics:      metrics,
+		Topology:     topo,
 	}
 	if err := reconciler.SetupWithManager(mgr); err != nil {
 		return err

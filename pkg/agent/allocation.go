@@ -12,13 +12,11 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/lockstep-dev/lockstep/pkg/apis/lockstep/v1alpha1"
+	"github.com/lockstep-dev/lockstep/pkg/lockstep"
 	"github.com/lockstep-dev/lockstep/pkg/topology"
 )
 
-const (
-	// GPUResource is the device plugin's extended resource.
-	GPUResource corev1.ResourceName = "nvidia.com/gpu"
-)
+const ()
 
 // GPURequest returns how many GPUs a pod holds while it runs: the device
 // plugin serves init containers one at a time before the app containers, so
@@ -38,10 +36,10 @@ func GPURequest(pod *corev1.Pod) int {
 func gpuLimit(c corev1.Container) int {
 	// Extended resources are requested through limits; requests, if given,
 	// must equal them.
-	if q, ok := c.Resources.Limits[GPUResource]; ok {
+	if q, ok := c.Resources.Limits[lockstep.GPUResource]; ok {
 		return int(q.Value())
 	}
-	if q, ok := c.Resources.Requests[GPUResource]; ok {
+	if q, ok := c.Resources.Requests[lockstep.GPUResource]; ok {
 		return int(q.Value())
 	}
 	return 0
@@ -131,17 +129,17 @@ func (a *Allocator) Allocate(prior []v1alpha1.GPUAllocation, pods []*corev1.Pod)
 // non-empty set means the scheduler's choice was overridden.
 func (a *Allocator) choose(pod *corev1.Pod, want int, free topology.GPUSet) (topology.GPUSet, string) {
 	var override string
-	if s, ok := pod.Annotations[v1alpha1.GPUsAnnotation]; ok {
+	if s, ok := pod.Annotations[lockstep.AnnotationGPUs]; ok {
 		set, err := topology.ParseGPUList(s)
 		switch {
 		case err != nil:
-			override = fmt.Sprintf("%s: %v", v1alpha1.GPUsAnnotation, err)
+			override = fmt.Sprintf("%s: %v", lockstep.AnnotationGPUs, err)
 		case set.Len() != want:
-			override = fmt.Sprintf("%s=%q names %d GPUs, the pod asks for %d", v1alpha1.GPUsAnnotation, s, set.Len(), want)
+			override = fmt.Sprintf("%s=%q names %d GPUs, the pod asks for %d", lockstep.AnnotationGPUs, s, set.Len(), want)
 		case set&^a.Node.AllGPUs() != 0:
-			override = fmt.Sprintf("%s=%q names GPUs the node does not have", v1alpha1.GPUsAnnotation, s)
+			override = fmt.Sprintf("%s=%q names GPUs the node does not have", lockstep.AnnotationGPUs, s)
 		case set&^free != 0:
-			override = fmt.Sprintf("%s=%q: GPUs %s are not free", v1alpha1.GPUsAnnotation, s, (set &^ free).String())
+			override = fmt.Sprintf("%s=%q: GPUs %s are not free", lockstep.AnnotationGPUs, s, (set &^ free).String())
 		default:
 			return set, ""
 		}

@@ -10,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/lockstep-dev/lockstep/pkg/apis/lockstep/v1alpha1"
+	"github.com/lockstep-dev/lockstep/pkg/lockstep"
 	"github.com/lockstep-dev/lockstep/pkg/topology"
 	utiltesting "github.com/lockstep-dev/lockstep/pkg/util/testing"
 )
@@ -38,7 +39,7 @@ func gpuPod(name string, n int64, created int, gpus string) *corev1.Pod {
 	p.UID = types.UID("uid-" + name)
 	p.CreationTimestamp = metav1.NewTime(time.Unix(int64(created), 0))
 	if gpus != "" {
-		p.Annotations = map[string]string{v1alpha1.GPUsAnnotation: gpus}
+		p.Annotations = map[string]string{lockstep.AnnotationGPUs: gpus}
 	}
 	return p
 }

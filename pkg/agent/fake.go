@@ -22,16 +22,11 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/lockstep-dev/lockstep/pkg/apis/lockstep/v1alpha1"
+	"github.com/lockstep-dev/lockstep/pkg/lockstep"
 	"github.com/lockstep-dev/lockstep/pkg/topology"
 )
 
 const (
-	// ProfileLabel names a fake node's hardware profile (set by cluster
-	// models).
-	ProfileLabel = "lockstep.dev/profile"
-	// CliqueLabel is GPU feature discovery's multi-node NVLink clique label,
-	// "<cluster UUID>.<clique id>".
-	CliqueLabel = "nvidia.com/gpu.clique"
 	// podNodeNameIndex indexes pods by the node they are bound to.
 	podNodeNameIndex = "spec.nodeName"
 )
@@ -54,6 +49,10 @@ type FakeReconciler struct {
 	// Metrics, when set, count unknown profiles and forget the last
 	// publish of nodes no longer served.
 	Metrics *Metrics
+	// Topology is the cluster's topology configuration: its multi-node
+	// NVLink level's label names a simulated node's NVLink domain. Default:
+	// lockstep.DefaultTopologyConfig().
+	Topology lockstep.TopologyConfig
 
 	// selectors caches one GPU-set selector per profile: its table depends
 	// only on the node's shape.
@@ -108,17 +107,17 @@ func (r *FakeReconciler) Reconcile(ctx context.Context, req reconcile.Request) (
 		r.Metrics.forgetNode(node.Name)
 		return reconcile.Result{}, nil
 	}
-	profileName := node.Labels[ProfileLabel]
+	profileName := node.Labels[lockstep.LabelProfile]
 	profile, ok := topology.LookupProfile(profileName)
 	if !ok {
 		// Not retried: only a label change can fix it, and that is an event.
 		r.Metrics.discoveryFailed(SourceProfile)
 		r.Recorder.Eventf(node, corev1.EventTypeWarning, "UnknownProfile",
 			"label %s=%q names no built-in hardware profile; use one of %s",
-			ProfileLabel, profileName, strings.Join(topology.ProfileNames(), ", "))
+			lockstep.LabelProfile, profileName, strings.Join(topology.ProfileNames(), ", "))
 		return reconcile.Result{}, nil
 	}
-	hw, err := fakeNodeTopology(profile, node)
+	hw, err := fakeNodeTopology(profile, node, r.cliqueLabel())
 	if err != nil {
 		r.Metrics.discoveryFailed(SourceProfile)
 		return reconcile.Result{}, err
@@ -195,10 +194,22 @@ func (r *FakeReconciler) selector(profile string, hw *topology.NodeTopology) (*t
 	return sel, nil
 }
 
+// cliqueLabel is the node label of the configured multi-node NVLink level.
+func (r *FakeReconciler) cliqueLabel() string {
+	cfg := r.Topology
+	if len(cfg.Levels) == 0 {
+		cfg = lockstep.DefaultTopologyConfig()
+	}
+	if l, ok := cfg.NVLinkLevel(); ok {
+		return l.LabelKey
+	}
+	return lockstep.LabelGPUClique
+}
+
 // fakeNodeTopology is the profile's hardware, placed in the multi-node NVLink
-// domain its clique label names (a profile without such a domain ignores the
-// label). A tray without the label is a domain of its own.
-func fakeNodeTopology(profile topology.Profile, node *corev1.Node) (*topology.NodeTopology, error) {
+// domain the label cliqueKey names (a profile without such a domain ignores
+// the label). A tray without the label is a domain of its own.
+func fakeNodeTopology(profile topology.Profile, node *corev1.Node, cliqueKey string) (*topology.NodeTopology, error) {
 	hw, err := profile.Node()
 	if err != nil {
 		return nil, err
@@ -207,7 +218,7 @@ func fakeNodeTopology(profile topology.Profile, node *corev1.Node) (*topology.No
 		hw.GPUs[i].UUID = fmt.Sprintf("GPU-fake-%s-%d", node.Name, i)
 	}
 	if hw.NVLinkDomain != nil {
-		clique := node.Labels[CliqueLabel]
+		clique := node.Labels[cliqueKey]
 		if clique == "" {
 			clique = "standalone-" + node.Name
 		}

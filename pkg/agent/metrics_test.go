@@ -25,6 +25,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/lockstep-dev/lockstep/pkg/apis/lockstep/v1alpha1"
+	"github.com/lockstep-dev/lockstep/pkg/lockstep"
 	"github.com/lockstep-dev/lockstep/pkg/topology/discovery"
 )
 
@@ -179,7 +180,7 @@ func TestRealAgentCountsDiscoveryErrors(t *testing.T) {
 func TestFakeReconcilerMetricsAndReadiness(t *testing.T) {
 	m, reg := newTestMetrics(t)
 	node := func(name, profile string) *corev1.Node {
-		return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, UID: types.UID("uid-" + name), Labels: map[string]string{ProfileLabel: profile}}}
+		return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, UID: types.UID("uid-" + name), Labels: map[string]string{lockstep.LabelProfile: profile}}}
 	}
 	c := fake.NewClientBuilder().WithScheme(agentScheme(t)).
 		WithObjects(node("good", "hgx-h100"), node("odd", "no-such-profile")).
@@ -187,7 +188,7 @@ func TestFakeReconcilerMetricsAndReadiness(t *testing.T) {
 		WithIndex(&corev1.Pod{}, podNodeNameIndex, func(obj client.Object) []string {
 			return []string{obj.(*corev1.Pod).Spec.NodeName}
 		}).Build()
-	selector, err := labels.Parse(ProfileLabel)
+	selector, err := labels.Parse(lockstep.LabelProfile)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -236,7 +237,7 @@ func TestFakeReconcilerMetricsAndReadiness(t *testing.T) {
 func TestFakeReadyWithoutServedNodes(t *testing.T) {
 	c := fake.NewClientBuilder().WithScheme(agentScheme(t)).
 		WithObjects(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "cpu-only"}}).Build()
-	selector, err := labels.Parse(ProfileLabel)
+	selector, err := labels.Parse(lockstep.LabelProfile)
 	if err != nil {
 		t.Fatal(err)
 	}

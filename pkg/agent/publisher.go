@@ -22,15 +22,12 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/lockstep-dev/lockstep/pkg/apis/lockstep/v1alpha1"
+	"github.com/lockstep-dev/lockstep/pkg/lockstep"
 )
 
 // Node labels the agent owns. Everything under lockstep.dev/ that is not in
 // this list is left alone.
-const (
-	LabelGPUProduct   = "lockstep.dev/gpu-product"
-	LabelGPUCount     = "lockstep.dev/gpu-count"
-	LabelNVLinkDomain = "lockstep.dev/nvlink-domain"
-)
+const ()
 
 // Publisher writes a node's NodeTopology and owned labels. It writes only
 // what changed, plus a status heartbeat every HeartbeatInterval, so a
@@ -135,15 +132,15 @@ func ownedBy(nt *v1alpha1.NodeTopology, owner metav1.OwnerReference) bool {
 // value means the label must be absent.
 func OwnedLabels(spec v1alpha1.NodeTopologySpec) map[string]*string {
 	labels := map[string]*string{
-		LabelGPUProduct:   nil,
-		LabelGPUCount:     ptr(strconv.Itoa(int(spec.GPUCount))),
-		LabelNVLinkDomain: nil,
+		lockstep.LabelGPUProduct:   nil,
+		lockstep.LabelGPUCount:     ptr(strconv.Itoa(int(spec.GPUCount))),
+		lockstep.LabelNVLinkDomain: nil,
 	}
 	if product := labelValue(spec.GPUProduct); product != "" {
-		labels[LabelGPUProduct] = ptr(product)
+		labels[lockstep.LabelGPUProduct] = ptr(product)
 	}
 	if d := spec.NVLinkDomain; d != nil {
-		labels[LabelNVLinkDomain] = ptr(d.ClusterUUID + "." + strconv.FormatInt(d.CliqueID, 10))
+		labels[lockstep.LabelNVLinkDomain] = ptr(d.ClusterUUID + "." + strconv.FormatInt(d.CliqueID, 10))
 	}
 	return labels
 }

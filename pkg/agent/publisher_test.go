@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	"github.com/lockstep-dev/lockstep/pkg/apis/lockstep/v1alpha1"
+	"github.com/lockstep-dev/lockstep/pkg/lockstep"
 	"github.com/lockstep-dev/lockstep/pkg/topology"
 )
 
@@ -129,10 +130,10 @@ func TestPublisherWritesOnlyOnChangeOrHeartbeat(t *testing.T) {
 		t.Fatal(err)
 	}
 	wantLabels := map[string]string{
-		"keep":            "me",
-		LabelGPUProduct:   "NVIDIA-GB200",
-		LabelGPUCount:     "4",
-		LabelNVLinkDomain: "00000000-0000-0000-0000-000000000000.7",
+		"keep":                     "me",
+		lockstep.LabelGPUProduct:   "NVIDIA-GB200",
+		lockstep.LabelGPUCount:     "4",
+		lockstep.LabelNVLinkDomain: "00000000-0000-0000-0000-000000000000.7",
 	}
 	if diff := cmp.Diff(wantLabels, labelled.Labels); diff != "" {
 		t.Errorf("node labels (-want,+got):\n%s", diff)

@@ -5,13 +5,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lockstep-dev/lockstep/pkg/lockstep"
 	"github.com/lockstep-dev/lockstep/pkg/topology"
 )
 
 const (
-	leafKey   = topology.LabelFabricTier0
-	spineKey  = topology.LabelFabricTier1
-	cliqueKey = topology.LabelGPUClique
+	leafKey   = lockstep.LabelFabricTier0
+	spineKey  = lockstep.LabelFabricTier1
+	cliqueKey = lockstep.LabelGPUClique
 )
 
 // t0 is the start of every hand-built run.

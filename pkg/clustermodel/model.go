@@ -14,6 +14,8 @@ import (
 
 	kjson "sigs.k8s.io/json"
 	"sigs.k8s.io/yaml"
+
+	"github.com/lockstep-dev/lockstep/pkg/lockstep"
 )
 
 const (
@@ -141,6 +143,23 @@ func (m *Model) LevelNames() []string {
 		names[i] = l.Name
 	}
 	return names
+}
+
+// TopologyConfig is the topology configuration that describes the model's
+// cluster to Lockstep: its levels and their oversubscription. A level keyed
+// by GPU feature discovery's clique label is the multi-node NVLink level.
+func (m *Model) TopologyConfig() lockstep.TopologyConfig {
+	var cfg lockstep.TopologyConfig
+	for _, l := range m.Levels {
+		cfg.Levels = append(cfg.Levels, lockstep.Level{Name: l.Name, LabelKey: l.NodeLabel, NVLink: l.NodeLabel == lockstep.LabelGPUClique})
+		if l.Oversubscription > 1 {
+			if cfg.Oversubscription == nil {
+				cfg.Oversubscription = map[string]float64{}
+			}
+			cfg.Oversubscription[l.Name] = l.Oversubscription
+		}
+	}
+	return cfg
 }
 
 // NodeCount returns the total number of nodes in the model.

@@ -8,6 +8,8 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
+
+	"github.com/lockstep-dev/lockstep/pkg/lockstep"
 )
 
 const validModel = `
@@ -167,8 +169,8 @@ func TestNodes(t *testing.T) {
 		t.Errorf("node placement (-want,+got):\n%s", diff)
 	}
 	n := nodes[0]
-	if got := n.Status.Allocatable[GPUResource]; got.Value() != 8 {
-		t.Errorf("allocatable %s = %s, want 8", GPUResource, got.String())
+	if got := n.Status.Allocatable[lockstep.GPUResource]; got.Value() != 8 {
+		t.Errorf("allocatable %s = %s, want 8", lockstep.GPUResource, got.String())
 	}
 	for _, r := range []corev1.ResourceName{corev1.ResourceCPU, corev1.ResourceMemory, corev1.ResourcePods} {
 		if q, ok := n.Status.Capacity[r]; !ok || q.IsZero() {
@@ -178,7 +180,7 @@ func TestNodes(t *testing.T) {
 	if n.Annotations[KWOKNodeAnnotation] != "fake" {
 		t.Errorf("node lacks the KWOK annotation: %v", n.Annotations)
 	}
-	if n.Labels[ProfileLabel] != "hgx-h100" || n.Labels[GPUProductLabel] != "NVIDIA-H100-80GB-HBM3" {
+	if n.Labels[lockstep.LabelProfile] != "hgx-h100" || n.Labels[lockstep.LabelNVIDIAGPUProduct] != "NVIDIA-H100-80GB-HBM3" {
 		t.Errorf("profile labels = %v", n.Labels)
 	}
 }
@@ -234,7 +236,7 @@ func TestShippedModels(t *testing.T) {
 			var gpus int64
 			names := map[string]bool{}
 			for _, n := range nodes {
-				q := n.Status.Allocatable[GPUResource]
+				q := n.Status.Allocatable[lockstep.GPUResource]
 				gpus += q.Value()
 				if names[n.Name] {
 					t.Errorf("duplicate node %s", n.Name)

@@ -8,21 +8,12 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/lockstep-dev/lockstep/pkg/lockstep"
 	"github.com/lockstep-dev/lockstep/pkg/topology"
 )
 
 // Labels and annotations the model writes on nodes.
 const (
-	// GPUResource is the extended resource the NVIDIA device plugin advertises.
-	GPUResource corev1.ResourceName = "nvidia.com/gpu"
-	// ProfileLabel carries the node's hardware profile name.
-	ProfileLabel = "lockstep.dev/profile"
-	// PoolLabel carries the name of the model pool the node came from.
-	PoolLabel = "lockstep.dev/pool"
-	// GPU feature discovery's labels, so tools that read them see real values.
-	GPUProductLabel = "nvidia.com/gpu.product"
-	GPUCountLabel   = "nvidia.com/gpu.count"
-	GPUMemoryLabel  = "nvidia.com/gpu.memory"
 	// KWOKNodeAnnotation marks a node KWOK manages (DESIGN §6).
 	KWOKNodeAnnotation = "kwok.x-k8s.io/node"
 
@@ -76,15 +67,15 @@ func (p Pool) nodeName(i int) string {
 
 func newNode(name, pool string, profile topology.Profile, levelLabels map[string]string) *corev1.Node {
 	labels := map[string]string{
-		corev1.LabelHostname:   name,
-		corev1.LabelOSStable:   "linux",
-		corev1.LabelArchStable: profile.Arch,
-		"type":                 "kwok",
-		ProfileLabel:           profile.Name,
-		PoolLabel:              pool,
-		GPUProductLabel:        profile.GPUProduct,
-		GPUCountLabel:          strconv.Itoa(profile.GPUCount),
-		GPUMemoryLabel:         strconv.Itoa(profile.GPUMemoryMiB),
+		corev1.LabelHostname:           name,
+		corev1.LabelOSStable:           "linux",
+		corev1.LabelArchStable:         profile.Arch,
+		"type":                         "kwok",
+		lockstep.LabelProfile:          profile.Name,
+		lockstep.LabelPool:             pool,
+		lockstep.LabelNVIDIAGPUProduct: profile.GPUProduct,
+		lockstep.LabelNVIDIAGPUCount:   strconv.Itoa(profile.GPUCount),
+		lockstep.LabelNVIDIAGPUMemory:  strconv.Itoa(profile.GPUMemoryMiB),
 	}
 	for k, v := range levelLabels {
 		labels[k] = v
@@ -93,7 +84,7 @@ func newNode(name, pool string, profile topology.Profile, levelLabels map[string
 		corev1.ResourceCPU:    *resource.NewQuantity(int64(profile.CPUs), resource.DecimalSI),
 		corev1.ResourceMemory: *resource.NewQuantity(int64(profile.MemoryGiB)<<30, resource.BinarySI),
 		corev1.ResourcePods:   *resource.NewQuantity(podsPerNode, resource.DecimalSI),
-		GPUResource:           *resource.NewQuantity(int64(profile.GPUCount), resource.DecimalSI),
+		lockstep.GPUResource:  *resource.NewQuantity(int64(profile.GPUCount), resource.DecimalSI),
 	}
 	return &corev1.Node{
 		ObjectMeta: metav1.ObjectMeta{

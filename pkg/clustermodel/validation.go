@@ -8,6 +8,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
+	"github.com/lockstep-dev/lockstep/pkg/lockstep"
+	"github.com/lockstep-dev/lockstep/pkg/lockstep/topologyconfig"
 	"github.com/lockstep-dev/lockstep/pkg/topology"
 )
 
@@ -26,39 +28,15 @@ func (m *Model) Validate() field.ErrorList {
 	return errs
 }
 
+// validateLevels checks the levels as every component's topology
+// configuration is checked (topologyconfig.Validate), plus the model's own
+// per-level oversubscription.
 func (m *Model) validateLevels(path *field.Path) field.ErrorList {
-	var errs field.ErrorList
-	names := map[string]int{}
-	labels := map[string]int{}
+	levels := m.TopologyConfig().Levels
+	errs := topologyconfig.Validate(lockstep.TopologyConfig{Levels: levels}, nil)
 	for i, l := range m.Levels {
-		p := path.Index(i)
-		switch {
-		case l.Name == "":
-			errs = append(errs, field.Required(p.Child("name"), "give the level a name such as leaf or spine"))
-		case len(validation.IsDNS1123Label(l.Name)) > 0:
-			errs = append(errs, field.Invalid(p.Child("name"), l.Name,
-				"use lower-case letters, digits and '-' (it becomes part of label values)"))
-		default:
-			if j, dup := names[l.Name]; dup {
-				errs = append(errs, field.Duplicate(p.Child("name"), fmt.Sprintf("%s (also levels[%d]); give each level its own name", l.Name, j)))
-			}
-			names[l.Name] = i
-		}
-		switch {
-		case l.NodeLabel == "":
-			errs = append(errs, field.Required(p.Child("nodeLabel"),
-				"set the node label key that carries this level, e.g. fabric.topograph.run/tier-0"))
-		case len(validation.IsQualifiedName(l.NodeLabel)) > 0:
-			errs = append(errs, field.Invalid(p.Child("nodeLabel"), l.NodeLabel,
-				"must be a label key: "+strings.Join(validation.IsQualifiedName(l.NodeLabel), "; ")))
-		default:
-			if j, dup := labels[l.NodeLabel]; dup {
-				errs = append(errs, field.Duplicate(p.Child("nodeLabel"), fmt.Sprintf("%s (also levels[%d]); each level needs its own label key", l.NodeLabel, j)))
-			}
-			labels[l.NodeLabel] = i
-		}
 		if l.Oversubscription < 1 {
-			errs = append(errs, field.Invalid(p.Child("oversubscription"), l.Oversubscription,
+			errs = append(errs, field.Invalid(path.Index(i).Child("oversubscription"), l.Oversubscription,
 				"must be at least 1 (1 is non-blocking, 2 means 2:1)"))
 		}
 	}

@@ -6,6 +6,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/lockstep-dev/lockstep/pkg/apis/lockstep/v1alpha1"
+	"github.com/lockstep-dev/lockstep/pkg/lockstep"
 	"github.com/lockstep-dev/lockstep/pkg/topology"
 )
 
@@ -21,7 +22,7 @@ func hgxNode(t *testing.T, leaf, spine string) placementNode {
 	}
 	spec := v1alpha1.SpecFromTopology(hw, "hgx-h100")
 	return placementNode{
-		Labels:   map[string]string{topology.LabelFabricTier0: leaf, topology.LabelFabricTier1: spine},
+		Labels:   map[string]string{lockstep.LabelFabricTier0: leaf, lockstep.LabelFabricTier1: spine},
 		Topology: &spec,
 	}
 }
@@ -31,7 +32,7 @@ func TestSummarizePlacement(t *testing.T) {
 		"n1":   hgxNode(t, "leaf-1", "spine-1"),
 		"n2":   hgxNode(t, "leaf-1", "spine-1"),
 		"n3":   hgxNode(t, "leaf-2", "spine-1"),
-		"bare": {Labels: map[string]string{topology.LabelFabricTier0: "leaf-1", topology.LabelFabricTier1: "spine-1"}},
+		"bare": {Labels: map[string]string{lockstep.LabelFabricTier0: "leaf-1", lockstep.LabelFabricTier1: "spine-1"}},
 	}
 	cases := []struct {
 		name    string
@@ -67,7 +68,7 @@ func TestSummarizePlacement(t *testing.T) {
 	}}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			got, err := summarizePlacement(tc.pods, nodes, topology.DefaultLevels())
+			got, err := summarizePlacement(tc.pods, nodes, lockstep.DefaultLevels())
 			if (err != nil) != tc.wantErr {
 				t.Fatalf("err = %v, want error %t", err, tc.wantErr)
 			}

@@ -23,16 +23,13 @@ import (
 
 	"github.com/lockstep-dev/lockstep/pkg/apis/lockstep/v1alpha1"
 	"github.com/lockstep-dev/lockstep/pkg/controller/framework"
-	"github.com/lockstep-dev/lockstep/pkg/topology"
+	"github.com/lockstep-dev/lockstep/pkg/lockstep"
 )
 
 // ControllerName names the controller in events. Its metrics carry
 // controller="trainingjob", the name controller-runtime derives from the
 // kind it reconciles.
 const ControllerName = "lockstep-controller"
-
-// DefaultSchedulerName is the scheduler the pods ask for unless configured.
-const DefaultSchedulerName = "lockstep-scheduler"
 
 // DefaultClusterDomain is the kubelet's default cluster DNS domain.
 const DefaultClusterDomain = "cluster.local"
@@ -75,8 +72,11 @@ type TrainingJobReconciler struct {
 	// how many pod writes one job issues at once.
 	Workers           int
 	CreateParallelism int
-	// Levels are the topology levels placement summaries use.
-	Levels []topology.Level
+	// Topology is the cluster's topology configuration (levels and
+	// oversubscription), which status.placement is rated against; the
+	// scheduler's, loaded with pkg/lockstep/topologyconfig. Default:
+	// lockstep.DefaultTopologyConfig().
+	Topology lockstep.TopologyConfig
 
 	expectations *expectations
 }
@@ -91,13 +91,13 @@ func (r *TrainingJobReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		r.ClusterDomain = DefaultClusterDomain
 	}
 	if r.SchedulerName == "" {
-		r.SchedulerName = DefaultSchedulerName
+		r.SchedulerName = lockstep.SchedulerName
 	}
 	if r.CreateParallelism < 1 {
 		r.CreateParallelism = 64
 	}
-	if r.Levels == nil {
-		r.Levels = topology.DefaultLevels()
+	if len(r.Topology.Levels) == 0 {
+		r.Topology = lockstep.DefaultTopologyConfig()
 	}
 	r.expectations = newExpectations(r.Clock)
 	return ctrl.NewControllerManagedBy(mgr).

@@ -27,17 +27,13 @@ import (
 
 	"github.com/lockstep-dev/lockstep/pkg/apis/lockstep/v1alpha1"
 	"github.com/lockstep-dev/lockstep/pkg/controller/framework"
-	"github.com/lockstep-dev/lockstep/pkg/scheduler/topologyplacement"
+	"github.com/lockstep-dev/lockstep/pkg/lockstep"
 )
-
-// specHashAnnotation on an auxiliary object is the hash of the content the
-// controller last wrote, so an unchanged object is never rewritten.
-const specHashAnnotation = "lockstep.dev/spec-hash"
 
 // listPods returns the job's pods from the cache: those it owns.
 func (r *TrainingJobReconciler) listPods(ctx context.Context, job *v1alpha1.TrainingJob) ([]*corev1.Pod, error) {
 	var list corev1.PodList
-	if err := r.Client.List(ctx, &list, client.InNamespace(job.Namespace), client.MatchingLabels{JobNameLabel: job.Name}); err != nil {
+	if err := r.Client.List(ctx, &list, client.InNamespace(job.Namespace), client.MatchingLabels{lockstep.LabelJobName: job.Name}); err != nil {
 		return nil, fmt.Errorf("listing pods of TrainingJob %s: %w", klog.KObj(job), err)
 	}
 	pods := make([]*corev1.Pod, 0, len(list.Items))
@@ -84,7 +80,7 @@ func desiredPodGroup(job *v1alpha1.TrainingJob, a framework.Adapter) (*schedv1al
 		}
 	}
 	pg := &schedv1alpha1.PodGroup{
-		ObjectMeta: metav1.ObjectMeta{Name: job.Name, Namespace: job.Namespace, Labels: map[string]string{JobNameLabel: job.Name}},
+		ObjectMeta: metav1.ObjectMeta{Name: job.Name, Namespace: job.Namespace, Labels: map[string]string{lockstep.LabelJobName: job.Name}},
 		Spec:       schedv1alpha1.PodGroupSpec{MinMember: minMember(job), MinResources: total},
 	}
 	if sp := job.Spec.RunPolicy.SchedulingPolicy; sp != nil {
@@ -92,8 +88,8 @@ func desiredPodGroup(job *v1alpha1.TrainingJob, a framework.Adapter) (*schedv1al
 	}
 	if t := job.Spec.Topology; t != nil {
 		pg.Annotations = map[string]string{
-			topologyplacement.LevelAnnotation: t.Level,
-			topologyplacement.ModeAnnotation:  string(t.Mode),
+			lockstep.AnnotationTopologyLevel: t.Level,
+			lockstep.AnnotationTopologyMode:  string(t.Mode),
 		}
 	}
 	return pg, nil
@@ -124,7 +120,7 @@ func defaultRequests(spec *corev1.PodSpec) {
 // alone.
 func topologyAnnotations(annotations map[string]string) map[string]string {
 	out := map[string]string{}
-	for _, k := range []string{topologyplacement.LevelAnnotation, topologyplacement.ModeAnnotation} {
+	for _, k := range []string{lockstep.AnnotationTopologyLevel, lockstep.AnnotationTopologyMode} {
 		if v, ok := annotations[k]; ok {
 			out[k] = v
 		}
@@ -227,13 +223,13 @@ func (r *TrainingJobReconciler) ensureObject(ctx context.Context, job *v1alpha1.
 		if labels == nil {
 			labels = map[string]string{}
 		}
-		labels[JobNameLabel] = job.Name
+		labels[lockstep.LabelJobName] = job.Name
 		obj.SetLabels(labels)
 		ann := obj.GetAnnotations()
 		if ann == nil {
 			ann = map[string]string{}
 		}
-		ann[specHashAnnotation] = hash
+		ann[lockstep.AnnotationSpecHash] = hash
 		obj.SetAnnotations(ann)
 		if err := controllerutil.SetControllerReference(job, obj, r.Client.Scheme()); err != nil {
 			return err
@@ -244,7 +240,7 @@ func (r *TrainingJobReconciler) ensureObject(ctx context.Context, job *v1alpha1.
 		return nil
 	case err != nil:
 		return fmt.Errorf("getting %s %s: %w", kind, klog.KObj(obj), err)
-	case createOnly || existing.GetAnnotations()[specHashAnnotation] == hash:
+	case createOnly || existing.GetAnnotations()[lockstep.AnnotationSpecHash] == hash:
 		return nil
 	}
 	if !metav1.IsControlledBy(existing, job) {
@@ -255,7 +251,7 @@ func (r *TrainingJobReconciler) ensureObject(ctx context.Context, job *v1alpha1.
 	labels := existing.GetLabels()
 	obj.SetLabels(labels)
 	ann := existing.GetAnnotations()
-	ann[specHashAnnotation] = hash
+	ann[lockstep.AnnotationSpecHash] = hash
 	obj.SetAnnotations(ann)
 	if err := r.Client.Update(ctx, obj); err != nil {
 		return fmt.Errorf("updating %s %s: %w", kind, klog.KObj(obj), err)
@@ -298,9 +294,9 @@ func (r *TrainingJobReconciler) desiredPod(job *v1alpha1.TrainingJob, a framewor
 	if pod.Labels == nil {
 		pod.Labels = map[string]string{}
 	}
-	pod.Labels[JobNameLabel] = job.Name
-	pod.Labels[ReplicaTypeLabel] = string(role)
-	pod.Labels[ReplicaIndexLabel] = strconv.Itoa(int(index))
+	pod.Labels[lockstep.LabelJobName] = job.Name
+	pod.Labels[lockstep.LabelReplicaType] = string(role)
+	pod.Labels[lockstep.LabelReplicaIndex] = strconv.Itoa(int(index))
 	pod.Labels[schedv1alpha1.PodGroupLabel] = job.Name
 	pod.Spec.SchedulerName = r.SchedulerName
 	pod.Spec.RestartPolicy = corev1.RestartPolicyNever
@@ -474,7 +470,7 @@ func (r *TrainingJobReconciler) ensurePlacement(ctx context.Context, job *v1alph
 		if p.Spec.NodeName == "" {
 			return false, nil
 		}
-		placed = append(placed, placedPod{Node: p.Spec.NodeName, GPUs: p.Annotations[v1alpha1.GPUsAnnotation]})
+		placed = append(placed, placedPod{Node: p.Spec.NodeName, GPUs: p.Annotations[lockstep.AnnotationGPUs]})
 		if _, ok := nodes[p.Spec.NodeName]; ok {
 			continue
 		}
@@ -498,7 +494,7 @@ func (r *TrainingJobReconciler) ensurePlacement(ctx context.Context, job *v1alph
 	}
 	// Recomputed on every pass (it is cheap and pure); the status is only
 	// written when the summary changes.
-	pl, err := summarizePlacement(placed, nodes, r.Levels)
+	pl, err := summarizePlacement(placed, nodes, r.Topology.Levels)
 	if pl != nil {
 		job.Status.Placement = pl
 	}

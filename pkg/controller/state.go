@@ -11,14 +11,11 @@ import (
 
 	"github.com/lockstep-dev/lockstep/pkg/apis/lockstep/v1alpha1"
 	"github.com/lockstep-dev/lockstep/pkg/controller/framework"
+	"github.com/lockstep-dev/lockstep/pkg/lockstep"
 )
 
 // Labels the controller puts on everything it creates for a job.
-const (
-	JobNameLabel      = "lockstep.dev/job-name"
-	ReplicaTypeLabel  = "lockstep.dev/replica-type"
-	ReplicaIndexLabel = "lockstep.dev/replica-index"
-)
+const ()
 
 // Condition reasons the controller sets besides the adapters' outcomes.
 const (
@@ -111,8 +108,8 @@ func observe(job *v1alpha1.TrainingJob, pods []*corev1.Pod) observation {
 // podRole reads a pod's role and index; false when the job's spec has no
 // such pod (a role removed or scaled down while suspended).
 func podRole(job *v1alpha1.TrainingJob, p *corev1.Pod) (jobPod, bool) {
-	jp := jobPod{Pod: p, role: v1alpha1.ReplicaType(p.Labels[ReplicaTypeLabel])}
-	i, err := strconv.ParseInt(p.Labels[ReplicaIndexLabel], 10, 32)
+	jp := jobPod{Pod: p, role: v1alpha1.ReplicaType(p.Labels[lockstep.LabelReplicaType])}
+	i, err := strconv.ParseInt(p.Labels[lockstep.LabelReplicaIndex], 10, 32)
 	spec, ok := job.Spec.ReplicaSpecs[jp.role]
 	if err != nil || !ok || i < 0 || int32(i) >= spec.DesiredReplicas() || p.Name != framework.PodName(job.Name, jp.role, int32(i)) {
 		return jp, false

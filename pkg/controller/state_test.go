@@ -12,6 +12,7 @@ import (
 
 	"github.com/lockstep-dev/lockstep/pkg/apis/lockstep/v1alpha1"
 	"github.com/lockstep-dev/lockstep/pkg/controller/framework"
+	"github.com/lockstep-dev/lockstep/pkg/lockstep"
 )
 
 var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
@@ -41,7 +42,7 @@ func testPod(role v1alpha1.ReplicaType, index int32, phase corev1.PodPhase, exit
 		ObjectMeta: metav1.ObjectMeta{
 			Name: framework.PodName("j", role, index), Namespace: "ns",
 			UID:    types.UID(framework.PodName("j", role, index)),
-			Labels: map[string]string{ReplicaTypeLabel: string(role), ReplicaIndexLabel: string(rune('0' + index))},
+			Labels: map[string]string{lockstep.LabelReplicaType: string(role), lockstep.LabelReplicaIndex: string(rune('0' + index))},
 		},
 		Status: corev1.PodStatus{Phase: phase},
 	}

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"io"
 	"strings"
+
+	"github.com/lockstep-dev/lockstep/pkg/lockstep"
 )
 
 // Label keys under which topograph's instance document carries the
@@ -14,9 +16,9 @@ import (
 // the 0.x releases, and GPU feature discovery's clique label that topograph
 // passes through.
 var topographAcceleratorKeys = []string{
-	"accelerator.topograph.run/domain",
+	lockstep.LabelAcceleratorDomain,
 	"network.topology.nvidia.com/accelerator",
-	"nvidia.com/gpu.clique",
+	lockstep.LabelGPUClique,
 }
 
 // topographDocument is the JSON that topograph's graph engine returns from

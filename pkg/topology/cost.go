@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"math"
 	"time"
+
+	"github.com/lockstep-dev/lockstep/pkg/lockstep"
 )
 
 // Per-step latencies of the alpha-beta model. A ring all-reduce over n GPUs
@@ -120,7 +122,7 @@ func BestAllReduce(p Profile, gpus int, messageBytes int64, levels []Level, fabr
 	if gpus < 1 {
 		return Estimate{}, fmt.Errorf("gpus = %d: want at least 1", gpus)
 	}
-	if err := ValidateLevels(levels); err != nil {
+	if err := lockstep.ValidateLevels(levels); err != nil {
 		return Estimate{}, fmt.Errorf("invalid levels: %w", err)
 	}
 	node, err := p.Node()
@@ -162,7 +164,7 @@ type span struct {
 // spanOf finds the members' lowest common domain from their paths.
 func spanOf(members []Member) (span, error) {
 	if len(members) == 1 {
-		return span{level: 0, name: HostLevel}, nil
+		return span{level: 0, name: lockstep.LevelHost}, nil
 	}
 	first := members[0].Path
 	if len(first) == 0 {
@@ -197,7 +199,7 @@ func spanOf(members []Member) (span, error) {
 // narrowest network level (or the cluster when no network level exists).
 func bestSpan(levels []Level, nodes int, nvlinkShared bool) span {
 	if nodes == 1 {
-		return span{level: 0, name: HostLevel}
+		return span{level: 0, name: lockstep.LevelHost}
 	}
 	for i, l := range levels {
 		if l.NVLink == nvlinkShared {
@@ -207,7 +209,7 @@ func bestSpan(levels []Level, nodes int, nvlinkShared bool) span {
 	if nvlinkShared {
 		return bestSpan(levels, nodes, false)
 	}
-	return span{level: len(levels) + 1, name: ClusterLevel, tier: 1}
+	return span{level: len(levels) + 1, name: lockstep.LevelCluster, tier: 1}
 }
 
 // memberCost is what the ring model needs from one member.

@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/lockstep-dev/lockstep/pkg/lockstep"
 )
 
 const gib = 1 << 30
@@ -127,7 +129,7 @@ func TestEstimateAllReduceH100(t *testing.T) {
 
 func TestEfficiencyH100(t *testing.T) {
 	tree, node := h100Cluster(t)
-	levels := DefaultLevels()
+	levels := lockstep.DefaultLevels()
 	fabric := Fabric{Oversubscription: map[string]float64{"spine": 2}}
 	best, err := BestAllReduce(mustProfile(t, "hgx-h100"), 16, gib, levels, fabric)
 	if err != nil {
@@ -231,7 +233,7 @@ func TestBestAllReduce(t *testing.T) {
 			// 72 GPUs fill one NVL72 clique: NVLink all the way, B = 900,
 			// n = 72, L = 2·71·1 µs = 142 µs,
 			//   2·71/72 · 2^30 / 900e9 = 2,352,952.76 ns, t = 2,494,953 ns.
-			name: "gb200 whole rack", profile: "gb200-nvl72", gpus: 72, levels: DefaultLevels(),
+			name: "gb200 whole rack", profile: "gb200-nvl72", gpus: 72, levels: lockstep.DefaultLevels(),
 			want: Estimate{
 				Time: 2_494_953 * time.Nanosecond, Latency: 142 * time.Microsecond,
 				BottleneckGBps: 900, GPUs: 72, Nodes: 18, Level: 1, LevelName: "clique",
@@ -241,7 +243,7 @@ func TestBestAllReduce(t *testing.T) {
 			// 76 GPUs need a 19th tray, outside the clique: NICs at 50 GB/s
 			// under one leaf, n = 76, L = 2·75·5 µs = 750 µs,
 			//   2·75/76 · 2^30 / 50e9 = 42,384,545.68 ns, t = 43,134,546 ns.
-			name: "gb200 beyond one rack", profile: "gb200-nvl72", gpus: 76, levels: DefaultLevels(),
+			name: "gb200 beyond one rack", profile: "gb200-nvl72", gpus: 76, levels: lockstep.DefaultLevels(),
 			want: Estimate{
 				Time: 43_134_546 * time.Nanosecond, Latency: 750 * time.Microsecond,
 				BottleneckGBps: 50, GPUs: 76, Nodes: 19, Level: 2, LevelName: "leaf",
@@ -251,7 +253,7 @@ func TestBestAllReduce(t *testing.T) {
 			// A full L40S node crosses the sockets: B = 14 GB/s (SYS), PCIe
 			// α = 2 µs, L = 2·7·2 µs = 28 µs,
 			//   2·7/8 · 2^30 / 14e9 = 134,217,728 ns, t = 134,245,728 ns.
-			name: "l40s packs a full node", profile: "l40s-pcie", gpus: 8, levels: DefaultLevels(),
+			name: "l40s packs a full node", profile: "l40s-pcie", gpus: 8, levels: lockstep.DefaultLevels(),
 			want: Estimate{
 				Time: 134_245_728 * time.Nanosecond, Latency: 28 * time.Microsecond,
 				BottleneckGBps: 14, GPUs: 8, Nodes: 1, Level: 0, LevelName: "host",
@@ -261,7 +263,7 @@ func TestBestAllReduce(t *testing.T) {
 			// 12 H100s: a full node and the best 4-GPU set (one socket) of a
 			// second. B = 50 GB/s (NIC), L = 2·11·5 µs = 110 µs,
 			//   2·11/12 · 2^30 / 50e9 = 39,370,533.55 ns, t = 39,480,534 ns.
-			name: "hgx 12 GPUs", profile: "hgx-h100", gpus: 12, levels: DefaultLevels(),
+			name: "hgx 12 GPUs", profile: "hgx-h100", gpus: 12, levels: lockstep.DefaultLevels(),
 			want: Estimate{
 				Time: 39_480_534 * time.Nanosecond, Latency: 110 * time.Microsecond,
 				BottleneckGBps: 50, GPUs: 12, Nodes: 2, Level: 2, LevelName: "leaf",
@@ -270,7 +272,7 @@ func TestBestAllReduce(t *testing.T) {
 		{
 			// Two bridged A100s: NV12 at 300 GB/s, n = 2, L = 2 µs,
 			//   2·1/2 · 2^30 / 300e9 = 3,579,139.41 ns, t = 3,581,139 ns.
-			name: "a100 pair", profile: "a100-pcie-nvlink", gpus: 2, levels: DefaultLevels(),
+			name: "a100 pair", profile: "a100-pcie-nvlink", gpus: 2, levels: lockstep.DefaultLevels(),
 			want: Estimate{
 				Time: 3_581_139 * time.Nanosecond, Latency: 2 * time.Microsecond,
 				BottleneckGBps: 300, GPUs: 2, Nodes: 1, Level: 0, LevelName: "host",
@@ -387,7 +389,7 @@ func BenchmarkCost(b *testing.B) {
 	p := mustProfile(b, "hgx-h100")
 	b.Run("best/gpus=64", func(b *testing.B) {
 		for b.Loop() {
-			if _, err := BestAllReduce(p, 64, gib, DefaultLevels(), fabric); err != nil {
+			if _, err := BestAllReduce(p, 64, gib, lockstep.DefaultLevels(), fabric); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -413,7 +415,7 @@ func TestEfficiencyClampsSpreadPCIe(t *testing.T) {
 	if spread.Time != 94_022_410*time.Nanosecond {
 		t.Errorf("spread Time = %v, want 94.02241ms", spread.Time)
 	}
-	best, err := BestAllReduce(mustProfile(t, "l40s-pcie"), 8, gib, DefaultLevels(), Fabric{})
+	best, err := BestAllReduce(mustProfile(t, "l40s-pcie"), 8, gib, lockstep.DefaultLevels(), Fabric{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,86 +5,13 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+
+	"github.com/lockstep-dev/lockstep/pkg/lockstep"
 )
 
-// Node label keys the default levels read. The tier keys and the accelerator
-// key are written by NVIDIA topograph; the clique key by GPU feature
-// discovery from NVML's fabric info.
-const (
-	// LabelGPUClique is GPU feature discovery's "<cluster UUID>.<clique id>"
-	// of the node's multi-node NVLink domain.
-	LabelGPUClique = "nvidia.com/gpu.clique"
-	// LabelAcceleratorDomain is topograph's NVLink domain label, an
-	// alternative key for the clique level.
-	LabelAcceleratorDomain = "accelerator.topograph.run/domain"
-	// LabelFabricTier0 names the node's leaf switch.
-	LabelFabricTier0 = "fabric.topograph.run/tier-0"
-	// LabelFabricTier1 names the node's spine.
-	LabelFabricTier1 = "fabric.topograph.run/tier-1"
-	// LabelFabricTier2 names the node's block (core or super-spine group).
-	LabelFabricTier2 = "fabric.topograph.run/tier-2"
-)
-
-// The two implicit levels of every tree.
-const (
-	// HostLevel is level 0: one domain per node, valued by the node name.
-	HostLevel = "host"
-	// ClusterLevel is the root above all configured levels.
-	ClusterLevel = "cluster"
-)
-
-// Level is one configured level of the domain tree: domains at that level are
-// the groups of nodes sharing a value of the label.
-type Level struct {
-	// Name names the level in API objects and in Fabric.Oversubscription,
-	// e.g. "leaf".
-	Name string
-	// LabelKey is the node label whose value names the node's domain.
-	LabelKey string
-	// NVLink marks a multi-node NVLink level (an NVL72 clique): its domains
-	// are joined by NVLink rather than by a switch tier of the network, so it
-	// does not count as a network tier in the cost model.
-	NVLink bool
-}
-
-// DefaultLevels returns the levels read from topograph and GPU feature
-// discovery labels, narrowest first: clique, leaf, spine, block. Clouds are a
-// matter of other keys, e.g. AWS topology.k8s.aws/network-node-layer-N.
-func DefaultLevels() []Level {
-	return []Level{
-		{Name: "clique", LabelKey: LabelGPUClique, NVLink: true},
-		{Name: "leaf", LabelKey: LabelFabricTier0},
-		{Name: "spine", LabelKey: LabelFabricTier1},
-		{Name: "block", LabelKey: LabelFabricTier2},
-	}
-}
-
-// ValidateLevels checks that levels have distinct, non-empty names and keys
-// and do not reuse the implicit host and cluster names.
-func ValidateLevels(levels []Level) error {
-	var errs []error
-	names := make(map[string]bool, len(levels))
-	keys := make(map[string]bool, len(levels))
-	for i, l := range levels {
-		switch {
-		case l.Name == "":
-			errs = append(errs, fmt.Errorf("levels[%d].name is empty", i))
-		case l.Name == HostLevel || l.Name == ClusterLevel:
-			errs = append(errs, fmt.Errorf("levels[%d].name %q is reserved for the implicit level", i, l.Name))
-		case names[l.Name]:
-			errs = append(errs, fmt.Errorf("levels[%d].name %q is used twice", i, l.Name))
-		}
-		names[l.Name] = true
-		switch {
-		case l.LabelKey == "":
-			errs = append(errs, fmt.Errorf("levels[%d].labelKey is empty", i))
-		case keys[l.LabelKey]:
-			errs = append(errs, fmt.Errorf("levels[%d].labelKey %q is used twice", i, l.LabelKey))
-		}
-		keys[l.LabelKey] = true
-	}
-	return errors.Join(errs...)
-}
+// Level is one configured level of the domain tree; the contract
+// (pkg/lockstep) declares it and the default levels.
+type Level = lockstep.Level
 
 // NodeLabels is a node's name and labels, the only input the tree needs.
 type NodeLabels struct {
@@ -157,7 +84,7 @@ type Tree struct {
 // their whole path from the root, so a leaf value reused under two spines
 // makes two leaves, and the result is always a tree.
 func NewTree(levels []Level, nodes []NodeLabels) (*Tree, error) {
-	if err := ValidateLevels(levels); err != nil {
+	if err := lockstep.ValidateLevels(levels); err != nil {
 		return nil, fmt.Errorf("invalid levels: %w", err)
 	}
 	top := len(levels) + 1
@@ -166,11 +93,11 @@ func NewTree(levels []Level, nodes []NodeLabels) (*Tree, error) {
 		hosts:      make(map[string]*Domain, len(nodes)),
 		byLevel:    make([][]*Domain, top+1),
 	}
-	t.levelNames[0] = HostLevel
+	t.levelNames[0] = lockstep.LevelHost
 	for i, l := range levels {
 		t.levelNames[i+1] = l.Name
 	}
-	t.levelNames[top] = ClusterLevel
+	t.levelNames[top] = lockstep.LevelCluster
 	present := make([]bool, len(levels))
 	for _, node := range nodes {
 		for i, l := range levels {
@@ -179,7 +106,7 @@ func NewTree(levels []Level, nodes []NodeLabels) (*Tree, error) {
 	}
 	tiers := levelTiers(levels, present)
 
-	t.root = &Domain{Level: top, LevelName: ClusterLevel, ID: ClusterLevel, tier: tiers[top]}
+	t.root = &Domain{Level: top, LevelName: lockstep.LevelCluster, ID: lockstep.LevelCluster, tier: tiers[top]}
 	t.byLevel[top] = []*Domain{t.root}
 	type childKey struct {
 		parent    *Domain

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+
+	"github.com/lockstep-dev/lockstep/pkg/lockstep"
 )
 
 // labels builds a node's labels from the default level keys; empty values are
@@ -11,10 +13,10 @@ import (
 func labels(clique, leaf, spine, block string) map[string]string {
 	l := map[string]string{}
 	for key, v := range map[string]string{
-		LabelGPUClique:   clique,
-		LabelFabricTier0: leaf,
-		LabelFabricTier1: spine,
-		LabelFabricTier2: block,
+		lockstep.LabelGPUClique:   clique,
+		lockstep.LabelFabricTier0: leaf,
+		lockstep.LabelFabricTier1: spine,
+		lockstep.LabelFabricTier2: block,
 	} {
 		if v != "" {
 			l[key] = v
@@ -45,7 +47,7 @@ func testCluster() []NodeLabels {
 
 func mustTree(t testing.TB, nodes []NodeLabels) *Tree {
 	t.Helper()
-	tree, err := NewTree(DefaultLevels(), nodes)
+	tree, err := NewTree(lockstep.DefaultLevels(), nodes)
 	if err != nil {
 		t.Fatalf("NewTree: %v", err)
 	}
@@ -181,8 +183,8 @@ func TestNewTreeErrors(t *testing.T) {
 		nodes   []NodeLabels
 		wantErr string
 	}{
-		{name: "duplicate node", levels: DefaultLevels(), nodes: []NodeLabels{{Name: "a"}, {Name: "a"}}, wantErr: `node "a" is listed twice`},
-		{name: "unnamed node", levels: DefaultLevels(), nodes: []NodeLabels{{}}, wantErr: "nodes[0] has no name"},
+		{name: "duplicate node", levels: lockstep.DefaultLevels(), nodes: []NodeLabels{{Name: "a"}, {Name: "a"}}, wantErr: `node "a" is listed twice`},
+		{name: "unnamed node", levels: lockstep.DefaultLevels(), nodes: []NodeLabels{{}}, wantErr: "nodes[0] has no name"},
 		{name: "reserved level", levels: []Level{{Name: "host", LabelKey: "k"}}, wantErr: "reserved"},
 		{name: "duplicate level", levels: []Level{{Name: "leaf", LabelKey: "a"}, {Name: "leaf", LabelKey: "b"}}, wantErr: `"leaf" is used twice`},
 		{name: "duplicate key", levels: []Level{{Name: "a", LabelKey: "k"}, {Name: "b", LabelKey: "k"}}, wantErr: `"k" is used twice`},
@@ -239,7 +241,7 @@ func BenchmarkNewTree(b *testing.B) {
 	nodes := syntheticCluster(5000)
 	b.Run("nodes=5000", func(b *testing.B) {
 		for b.Loop() {
-			if _, err := NewTree(DefaultLevels(), nodes); err != nil {
+			if _, err := NewTree(lockstep.DefaultLevels(), nodes); err != nil {
 				b.Fatal(err)
 			}
 		}

@@ -3,6 +3,7 @@ package topology_test
 import (
 	"fmt"
 
+	"github.com/lockstep-dev/lockstep/pkg/lockstep"
 	"github.com/lockstep-dev/lockstep/pkg/topology"
 )
 
@@ -21,9 +22,9 @@ func ExampleSelector_Best() {
 func ExampleEstimateAllReduce() {
 	p, _ := topology.LookupProfile("hgx-h100")
 	node, _ := p.Node()
-	tree, _ := topology.NewTree(topology.DefaultLevels(), []topology.NodeLabels{
-		{Name: "a", Labels: map[string]string{topology.LabelFabricTier0: "leaf-1", topology.LabelFabricTier1: "spine-1"}},
-		{Name: "b", Labels: map[string]string{topology.LabelFabricTier0: "leaf-2", topology.LabelFabricTier1: "spine-1"}},
+	tree, _ := topology.NewTree(lockstep.DefaultLevels(), []topology.NodeLabels{
+		{Name: "a", Labels: map[string]string{lockstep.LabelFabricTier0: "leaf-1", lockstep.LabelFabricTier1: "spine-1"}},
+		{Name: "b", Labels: map[string]string{lockstep.LabelFabricTier0: "leaf-2", lockstep.LabelFabricTier1: "spine-1"}},
 	})
 	fabric := topology.Fabric{Oversubscription: map[string]float64{"spine": 2}}
 
@@ -31,7 +32,7 @@ func ExampleEstimateAllReduce() {
 		{Node: node, GPUs: node.AllGPUs(), Path: tree.Path("a")},
 		{Node: node, GPUs: node.AllGPUs(), Path: tree.Path("b")},
 	}, 1<<30, fabric)
-	best, _ := topology.BestAllReduce(p, 16, 1<<30, topology.DefaultLevels(), fabric)
+	best, _ := topology.BestAllReduce(p, 16, 1<<30, lockstep.DefaultLevels(), fabric)
 
 	fmt.Printf("%s %v %.0f GB/s, efficiency %.2f\n", actual.LevelName, actual.Time, actual.BottleneckGBps, topology.Efficiency(best, actual))
 	// Output: spine 80.710637ms 25 GB/s, efficiency 0.50

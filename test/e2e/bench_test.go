@@ -15,6 +15,7 @@ import (
 
 	"github.com/lockstep-dev/lockstep/pkg/apis/lockstep/v1alpha1"
 	"github.com/lockstep-dev/lockstep/pkg/bench"
+	"github.com/lockstep-dev/lockstep/pkg/lockstep"
 	"github.com/lockstep-dev/lockstep/test/e2e/framework"
 )
 
@@ -25,7 +26,7 @@ func TestSimulatedRuntimeEndsJob(t *testing.T) {
 	ns := cluster.NewNamespace(t)
 	job := pytorchJob(ns, "timed", 1)
 	for role, spec := range job.Spec.ReplicaSpecs {
-		spec.Template.Annotations = map[string]string{framework.SimulatedRuntimeAnnotation: "3s"}
+		spec.Template.Annotations = map[string]string{lockstep.AnnotationSimulatedRuntime: "3s"}
 		job.Spec.ReplicaSpecs[role] = spec
 	}
 	createJob(t, job)

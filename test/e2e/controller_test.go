@@ -20,6 +20,7 @@ import (
 
 	"github.com/lockstep-dev/lockstep/pkg/apis/lockstep/v1alpha1"
 	"github.com/lockstep-dev/lockstep/pkg/controller"
+	"github.com/lockstep-dev/lockstep/pkg/lockstep"
 	e2eframework "github.com/lockstep-dev/lockstep/test/e2e/framework"
 )
 
@@ -59,7 +60,7 @@ func createJob(t *testing.T, job *v1alpha1.TrainingJob) {
 
 // jobPodsOf lists a job's pods that are not being deleted, by name.
 func jobPodsOf(ctx context.Context, ns, job string) (map[string]corev1.Pod, error) {
-	list, err := cluster.Clientset.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: controller.JobNameLabel + "=" + job})
+	list, err := cluster.Clientset.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: lockstep.LabelJobName + "=" + job})
 	if err != nil {
 		return nil, err
 	}

@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 
 	"github.com/lockstep-dev/lockstep/pkg/apis/lockstep/v1alpha1"
+	"github.com/lockstep-dev/lockstep/pkg/lockstep"
 	"github.com/lockstep-dev/lockstep/pkg/topology"
 )
 
@@ -76,7 +77,7 @@ func TestKubectlTopologyAndPlacement(t *testing.T) {
 
 	leafOf := map[string]string{}
 	for _, n := range cluster.Model.Nodes() {
-		leafOf[n.Name] = n.Labels[topology.LabelFabricTier0]
+		leafOf[n.Name] = n.Labels[lockstep.LabelFabricTier0]
 	}
 	wantTaken := map[string]int{}
 	for _, p := range pods {
@@ -92,7 +93,7 @@ func TestKubectlTopologyAndPlacement(t *testing.T) {
 	if diff := cmp.Diff(wantTaken, gotTaken); diff != "" {
 		t.Errorf("GPUs taken by leaf, from topology before and after the job (-want,+got):\n%s", diff)
 	}
-	tree := kubectlLockstep(t, "topology", "--scheduler-config", filepath.Join(cluster.RepoRoot, "deploy", "scheduler", "config.yaml"))
+	tree := kubectlLockstep(t, "topology", "--topology-config", filepath.Join(cluster.RepoRoot, "deploy", "scheduler", "config.yaml"))
 	if !strings.HasPrefix(tree, "DOMAIN") || !strings.Contains(tree, "\n  spine=") || !strings.Contains(tree, "\n    leaf=") {
 		t.Errorf("topology table lacks the header or the spine and leaf levels:\n%s", tree)
 	}
@@ -118,7 +119,7 @@ func TestKubectlTopologyAndPlacement(t *testing.T) {
 	var want, got []rank
 	for i, name := range []string{"ranks-master-0", "ranks-worker-0", "ranks-worker-1", "ranks-worker-2"} {
 		p := pods[name]
-		set, err := topology.ParseGPUList(p.Annotations[v1alpha1.GPUsAnnotation])
+		set, err := topology.ParseGPUList(p.Annotations[lockstep.AnnotationGPUs])
 		if err != nil {
 			t.Fatalf("pod %s: %v", name, err)
 		}

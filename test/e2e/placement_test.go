@@ -16,13 +16,13 @@ import (
 
 	"github.com/lockstep-dev/lockstep/pkg/apis/lockstep/v1alpha1"
 	"github.com/lockstep-dev/lockstep/pkg/clustermodel"
-	"github.com/lockstep-dev/lockstep/pkg/scheduler/topologyplacement"
+	"github.com/lockstep-dev/lockstep/pkg/lockstep"
 	"github.com/lockstep-dev/lockstep/pkg/topology"
 	utiltesting "github.com/lockstep-dev/lockstep/pkg/util/testing"
 	"github.com/lockstep-dev/lockstep/test/e2e/framework"
 )
 
-const leafLabel = topology.LabelFabricTier0
+const leafLabel = lockstep.LabelFabricTier0
 
 // nodesByLeaf groups the model's node names by leaf, in name order.
 func nodesByLeaf() map[string][]string {
@@ -127,20 +127,20 @@ func TestGangLandsInsideOneLeaf(t *testing.T) {
 		if nodeLeaf[p.Spec.NodeName] != "leaf-0" {
 			t.Errorf("member %s on %s in %s, want leaf-0", p.Name, p.Spec.NodeName, nodeLeaf[p.Spec.NodeName])
 		}
-		if got := p.Annotations[v1alpha1.GPUsAnnotation]; got != "0,1,2,3,4,5,6,7" {
-			t.Errorf("member %s: %s=%q, want all eight GPUs", p.Name, v1alpha1.GPUsAnnotation, got)
+		if got := p.Annotations[lockstep.AnnotationGPUs]; got != "0,1,2,3,4,5,6,7" {
+			t.Errorf("member %s: %s=%q, want all eight GPUs", p.Name, lockstep.AnnotationGPUs, got)
 		}
 	}
 	pg := &schedv1alpha1.PodGroup{}
 	if err := cluster.Client.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "ddp"}, pg); err != nil {
 		t.Fatal(err)
 	}
-	if pg.Annotations[topologyplacement.PlacementLevelAnnotation] != "leaf" {
+	if pg.Annotations[lockstep.AnnotationPlacementLevel] != "leaf" {
 		t.Errorf("PodGroup placement annotations %v, want level leaf", pg.Annotations)
 	}
-	eff, err := strconv.ParseFloat(pg.Annotations[topologyplacement.PlacementEfficiencyAnnotation], 64)
+	eff, err := strconv.ParseFloat(pg.Annotations[lockstep.AnnotationPlacementEfficiency], 64)
 	if err != nil || eff <= 0 || eff > 1 {
-		t.Errorf("placement efficiency %q, want a number in (0, 1]", pg.Annotations[topologyplacement.PlacementEfficiencyAnnotation])
+		t.Errorf("placement efficiency %q, want a number in (0, 1]", pg.Annotations[lockstep.AnnotationPlacementEfficiency])
 	}
 }
 
@@ -152,8 +152,8 @@ func TestPreferredGangSkipsLevelsTooSmall(t *testing.T) {
 	const members = 10 // x 8 GPUs = 80; a leaf has 8 nodes of 8
 	start := time.Now()
 	createGang(t, ns, "wide", members, 8, map[string]string{
-		topologyplacement.LevelAnnotation: "leaf",
-		topologyplacement.ModeAnnotation:  "Preferred",
+		lockstep.AnnotationTopologyLevel: "leaf",
+		lockstep.AnnotationTopologyMode:  "Preferred",
 	})
 	// Binding 10 pods takes a second or two; waiting out one preferredWait
 	// would take 30 s.
@@ -161,7 +161,7 @@ func TestPreferredGangSkipsLevelsTooSmall(t *testing.T) {
 	t.Logf("gang of %d bound %s after creation", members, time.Since(start).Round(100*time.Millisecond))
 	spine := map[string]string{}
 	for _, n := range cluster.Model.Nodes() {
-		spine[n.Name] = n.Labels[topology.LabelFabricTier1]
+		spine[n.Name] = n.Labels[lockstep.LabelFabricTier1]
 	}
 	spines := map[string]bool{}
 	for _, p := range pods {
@@ -174,7 +174,7 @@ func TestPreferredGangSkipsLevelsTooSmall(t *testing.T) {
 	if err := cluster.Client.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "wide"}, pg); err != nil {
 		t.Fatal(err)
 	}
-	if got := pg.Annotations[topologyplacement.PlacementLevelAnnotation]; got != "spine" {
+	if got := pg.Annotations[lockstep.AnnotationPlacementLevel]; got != "spine" {
 		t.Errorf("placement level %q, want spine", got)
 	}
 }
@@ -251,8 +251,8 @@ func deleteGang(t *testing.T, ns, gang string) {
 func TestRequiredConstraintUnmetBindsNothing(t *testing.T) {
 	ns := cluster.NewNamespace(t)
 	createGang(t, ns, "wide", 9, 8, map[string]string{
-		topologyplacement.LevelAnnotation: "leaf",
-		topologyplacement.ModeAnnotation:  "Required",
+		lockstep.AnnotationTopologyLevel: "leaf",
+		lockstep.AnnotationTopologyMode:  "Required",
 	})
 	// Members that arrive before the gang is complete are turned away by
 	// Coscheduling's sibling count; the ones that reach TopologyPlacement
@@ -357,9 +357,9 @@ func TestTwoGPUPodOnDGX1GetsNVLinkPair(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		set, err := topology.ParseGPUList(pod.Annotations[v1alpha1.GPUsAnnotation])
+		set, err := topology.ParseGPUList(pod.Annotations[lockstep.AnnotationGPUs])
 		if err != nil || set.Len() != 2 {
-			t.Fatalf("pod %s: %s=%q: %v", pod.Name, v1alpha1.GPUsAnnotation, pod.Annotations[v1alpha1.GPUsAnnotation], err)
+			t.Fatalf("pod %s: %s=%q: %v", pod.Name, lockstep.AnnotationGPUs, pod.Annotations[lockstep.AnnotationGPUs], err)
 		}
 		idx := set.Indices()
 		if link := hw.Link(idx[0], idx[1]); !link.Class.IsNVLink() {
@@ -395,7 +395,7 @@ func TestMixedSizeGang(t *testing.T) {
 	pods := waitGangBound(t, ns, "mixed", len(want), time.Minute)
 	used := map[string]topology.GPUSet{}
 	for _, p := range pods {
-		list, has := p.Annotations[v1alpha1.GPUsAnnotation]
+		list, has := p.Annotations[lockstep.AnnotationGPUs]
 		if want[p.Name] == 0 {
 			if has {
 				t.Errorf("%s asks for no GPUs but was given %q", p.Name, list)
@@ -404,7 +404,7 @@ func TestMixedSizeGang(t *testing.T) {
 		}
 		set, err := topology.ParseGPUList(list)
 		if err != nil || int64(set.Len()) != want[p.Name] {
-			t.Errorf("%s: %s=%q, want %d GPUs", p.Name, v1alpha1.GPUsAnnotation, list, want[p.Name])
+			t.Errorf("%s: %s=%q, want %d GPUs", p.Name, lockstep.AnnotationGPUs, list, want[p.Name])
 			continue
 		}
 		if used[p.Spec.NodeName]&set != 0 {

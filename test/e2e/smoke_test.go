@@ -10,7 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
 
-	"github.com/lockstep-dev/lockstep/pkg/clustermodel"
+	"github.com/lockstep-dev/lockstep/pkg/lockstep"
 	"github.com/lockstep-dev/lockstep/pkg/topology"
 	utiltesting "github.com/lockstep-dev/lockstep/pkg/util/testing"
 	"github.com/lockstep-dev/lockstep/test/e2e/framework"
@@ -37,10 +37,10 @@ func TestModelNodesReadyWithGPUs(t *testing.T) {
 		if !framework.NodeSchedulable(node) {
 			t.Errorf("node %s is not Ready: %+v", node.Name, node.Status.Conditions)
 		}
-		profile, _ := topology.LookupProfile(want.Labels[clustermodel.ProfileLabel])
-		gpus := node.Status.Allocatable[clustermodel.GPUResource]
+		profile, _ := topology.LookupProfile(want.Labels[lockstep.LabelProfile])
+		gpus := node.Status.Allocatable[lockstep.GPUResource]
 		if gpus.Value() != int64(profile.GPUCount) {
-			t.Errorf("node %s: allocatable %s = %s, want %d", node.Name, clustermodel.GPUResource, gpus.String(), profile.GPUCount)
+			t.Errorf("node %s: allocatable %s = %s, want %d", node.Name, lockstep.GPUResource, gpus.String(), profile.GPUCount)
 		}
 		for _, level := range cluster.Model.Levels {
 			if node.Labels[level.NodeLabel] != want.Labels[level.NodeLabel] {
@@ -116,7 +116,7 @@ func TestGangThatCannotFitBindsNothing(t *testing.T) {
 	ns := cluster.NewNamespace(t)
 	totalGPUs := 0
 	for _, n := range cluster.Model.Nodes() {
-		q := n.Status.Allocatable[clustermodel.GPUResource]
+		q := n.Status.Allocatable[lockstep.GPUResource]
 		totalGPUs += int(q.Value())
 	}
 	members := totalGPUs/8 + 8

@@ -17,6 +17,7 @@ import (
 
 	"github.com/lockstep-dev/lockstep/pkg/apis/lockstep/v1alpha1"
 	"github.com/lockstep-dev/lockstep/pkg/clustermodel"
+	"github.com/lockstep-dev/lockstep/pkg/lockstep"
 	"github.com/lockstep-dev/lockstep/pkg/topology"
 	utiltesting "github.com/lockstep-dev/lockstep/pkg/util/testing"
 	"github.com/lockstep-dev/lockstep/test/e2e/framework"
@@ -73,7 +74,7 @@ func TestFakeAgentPublishesEveryNode(t *testing.T) {
 			t.Errorf("no NodeTopology for node %s", n.Name)
 			continue
 		}
-		profile, _ := topology.LookupProfile(n.Labels[clustermodel.ProfileLabel])
+		profile, _ := topology.LookupProfile(n.Labels[lockstep.LabelProfile])
 		if int(nt.Spec.GPUCount) != profile.GPUCount || nt.Spec.GPUProduct != profile.GPUProduct || nt.Spec.Profile != profile.Name {
 			t.Errorf("%s: spec %d x %s (%s), want %d x %s (%s)", n.Name, nt.Spec.GPUCount, nt.Spec.GPUProduct, nt.Spec.Profile,
 				profile.GPUCount, profile.GPUProduct, profile.Name)
@@ -119,7 +120,7 @@ func TestAllocationFollowsPods(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		chosen, err := topology.ParseGPUList(pod.Annotations[v1alpha1.GPUsAnnotation])
+		chosen, err := topology.ParseGPUList(pod.Annotations[lockstep.AnnotationGPUs])
 		if err != nil {
 			t.Fatalf("pod %s: the scheduler wrote no GPU choice: %v", name, err)
 		}

@@ -7,29 +7,27 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	frameworkruntime "k8s.io/kubernetes/pkg/scheduler/framework/runtime"
 	kjson "sigs.k8s.io/json"
 	"sigs.k8s.io/yaml"
 
-	"github.com/lockstep-dev/lockstep/pkg/topology"
-	"github.com/lockstep-dev/lockstep/pkg/topology/placement"
+	"github.com/lockstep-dev/lockstep/pkg/lockstep"
+	"github.com/lockstep-dev/lockstep/pkg/lockstep/topologyconfig"
 )
 
 // Args configure the TopologyPlacement plugin (pluginConfig args in the
 // KubeSchedulerConfiguration). Every field has a default.
 type Args struct {
-	// Levels are the topology levels above the host, narrowest first, each a
-	// node label key. Default: topology.DefaultLevels() (NVLink clique,
-	// topograph's tier-0 leaf, tier-1 spine, tier-2 block).
-	Levels []Level `json:"levels,omitempty"`
-	// Oversubscription by level name (or "cluster" for traffic between the
-	// widest domains), for the cost model (2 = 2:1).
-	Oversubscription map[string]float64 `json:"oversubscription,omitempty"`
+	// TopologyConfig holds levels (narrowest first, each a node label key;
+	// default lockstep.DefaultLevels()) and oversubscription by level name
+	// (or "cluster"), for the cost model. Inline: the args read
+	// `levels:` and `oversubscription:` as every other component's
+	// topology configuration does (pkg/lockstep/topologyconfig).
+	lockstep.TopologyConfig `json:",inline"`
 	// DefaultMode applies to gangs whose PodGroup names a level without a
 	// mode: Required or Preferred. Default Preferred.
-	DefaultMode placement.ConstraintMode `json:"defaultMode,omitempty"`
+	DefaultMode lockstep.ConstraintMode `json:"defaultMode,omitempty"`
 	// PreferredWait is how long a Preferred gang waits for its level before
 	// the plugin allows one level wider, and again after each further wait.
 	// Levels at which no domain could hold the gang even with every GPU free
@@ -45,14 +43,6 @@ type Args struct {
 	// gangs. Defaults 100 and 100.
 	GangScoreWeight   int64 `json:"gangScoreWeight,omitempty"`
 	NVLinkScoreWeight int64 `json:"nvlinkScoreWeight,omitempty"`
-}
-
-// Level is one topology level.
-type Level struct {
-	Name      string `json:"name"`
-	NodeLabel string `json:"nodeLabel"`
-	// NVLink marks a multi-node NVLink level (GB200 NVL72 clique).
-	NVLink bool `json:"nvlink,omitempty"`
 }
 
 // decodeArgs turns the configured args (runtime.Unknown when the type is not
@@ -87,13 +77,9 @@ func decodeArgs(obj runtime.Object) (*Args, error) {
 }
 
 func (a *Args) setDefaults() {
-	if len(a.Levels) == 0 {
-		for _, l := range topology.DefaultLevels() {
-			a.Levels = append(a.Levels, Level{Name: l.Name, NodeLabel: l.LabelKey, NVLink: l.NVLink})
-		}
-	}
+	topologyconfig.Default(&a.TopologyConfig)
 	if a.DefaultMode == "" {
-		a.DefaultMode = placement.Preferred
+		a.DefaultMode = lockstep.Preferred
 	}
 	if a.PreferredWait.Duration == 0 {
 		a.PreferredWait.Duration = 30 * time.Second
@@ -110,33 +96,9 @@ func (a *Args) setDefaults() {
 }
 
 func (a *Args) validate(path *field.Path) field.ErrorList {
-	var errs field.ErrorList
-	names := map[string]bool{}
-	for i, l := range a.Levels {
-		p := path.Child("levels").Index(i)
-		if msgs := validation.IsDNS1123Label(l.Name); len(msgs) > 0 || l.Name == topology.HostLevel || l.Name == topology.ClusterLevel {
-			errs = append(errs, field.Invalid(p.Child("name"), l.Name, "must be a DNS label other than host and cluster"))
-		}
-		if names[l.Name] {
-			errs = append(errs, field.Duplicate(p.Child("name"), l.Name))
-		}
-		names[l.Name] = true
-		if msgs := validation.IsQualifiedName(l.NodeLabel); len(msgs) > 0 {
-			errs = append(errs, field.Invalid(p.Child("nodeLabel"), l.NodeLabel, "must be a node label key"))
-		}
-	}
-	for name, o := range a.Oversubscription {
-		// "cluster" is the root above the widest level: traffic between its
-		// top-level domains.
-		if !names[name] && name != topology.ClusterLevel {
-			errs = append(errs, field.NotFound(path.Child("oversubscription").Key(name), name))
-		}
-		if o < 1 {
-			errs = append(errs, field.Invalid(path.Child("oversubscription").Key(name), o, "must be at least 1"))
-		}
-	}
-	if a.DefaultMode != placement.Required && a.DefaultMode != placement.Preferred {
-		errs = append(errs, field.NotSupported(path.Child("defaultMode"), a.DefaultMode, []placement.ConstraintMode{placement.Required, placement.Preferred}))
+	errs := topologyconfig.Validate(a.TopologyConfig, path)
+	if a.DefaultMode != lockstep.Required && a.DefaultMode != lockstep.Preferred {
+		errs = append(errs, field.NotSupported(path.Child("defaultMode"), a.DefaultMode, []lockstep.ConstraintMode{lockstep.Required, lockstep.Preferred}))
 	}
 	for _, d := range []struct {
 		name string
@@ -150,13 +112,4 @@ func (a *Args) validate(path *field.Path) field.ErrorList {
 		errs = append(errs, field.Invalid(path.Child("gangScoreWeight"), a.GangScoreWeight, "score weights must not be negative"))
 	}
 	return errs
-}
-
-// topologyLevels converts the configured levels for pkg/topology.
-func (a *Args) topologyLevels() []topology.Level {
-	out := make([]topology.Level, len(a.Levels))
-	for i, l := range a.Levels {
-		out[i] = topology.Level{Name: l.Name, LabelKey: l.NodeLabel, NVLink: l.NVLink}
-	}
-	return out
 }

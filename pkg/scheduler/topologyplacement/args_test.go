@@ -8,7 +8,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"k8s.io/apimachinery/pkg/runtime"
 
-	"github.com/lockstep-dev/lockstep/pkg/topology/placement"
+	"github.com/lockstep-dev/lockstep/pkg/lockstep"
 )
 
 func TestDecodeArgs(t *testing.T) {
@@ -25,7 +25,7 @@ func TestDecodeArgs(t *testing.T) {
 				if diff := cmp.Diff([]string{"clique", "leaf", "spine", "block"}, levelNames(a)); diff != "" {
 					t.Errorf("levels (-want,+got):\n%s", diff)
 				}
-				if a.DefaultMode != placement.Preferred || a.PreferredWait.Duration != 30*time.Second || a.PlanTTL.Duration != 90*time.Second {
+				if a.DefaultMode != lockstep.Preferred || a.PreferredWait.Duration != 30*time.Second || a.PlanTTL.Duration != 90*time.Second {
 					t.Errorf("defaults = %+v", a)
 				}
 			},
@@ -34,7 +34,7 @@ func TestDecodeArgs(t *testing.T) {
 			name: "custom levels and oversubscription",
 			raw:  `{"levels":[{"name":"rack","nodeLabel":"example.com/rack"}],"oversubscription":{"rack":2},"defaultMode":"Required"}`,
 			check: func(t *testing.T, a *Args) {
-				if len(a.Levels) != 1 || a.Levels[0].NodeLabel != "example.com/rack" || a.DefaultMode != placement.Required {
+				if len(a.Levels) != 1 || a.Levels[0].LabelKey != "example.com/rack" || a.DefaultMode != lockstep.Required {
 					t.Errorf("args = %+v", a)
 				}
 			},

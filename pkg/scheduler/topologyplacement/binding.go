@@ -14,8 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	schedv1alpha1 "sigs.k8s.io/scheduler-plugins/apis/scheduling/v1alpha1"
 
-	"github.com/lockstep-dev/lockstep/pkg/apis/lockstep/v1alpha1"
-	"github.com/lockstep-dev/lockstep/pkg/topology"
+	"github.com/lockstep-dev/lockstep/pkg/lockstep"
 	"github.com/lockstep-dev/lockstep/pkg/topology/placement"
 )
 
@@ -55,17 +54,17 @@ func (p *TopologyPlacement) Bind(ctx context.Context, state fwk.CycleState, pod 
 	if !ok {
 		return fwk.NewStatus(fwk.Skip)
 	}
-	annotations := map[string]string{v1alpha1.GPUsAnnotation: a.gpus.List()}
+	annotations := map[string]string{lockstep.AnnotationGPUs: a.gpus.List()}
 	if g, planned := p.books.get(a.gang); planned && a.gang != "" {
-		annotations[DomainAnnotation] = domainName(g.plan)
+		annotations[lockstep.AnnotationDomain] = domainName(g.plan)
 	}
 	binding := &v1.Binding{
 		ObjectMeta: metav1.ObjectMeta{Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID, Annotations: annotations},
 		Target:     v1.ObjectReference{Kind: "Node", Name: nodeName},
 	}
-	klog.FromContext(ctx).V(3).Info("Binding pod with its GPUs", "plugin", Name, "pod", klog.KObj(pod), "node", nodeName, "gpus", annotations[v1alpha1.GPUsAnnotation])
+	klog.FromContext(ctx).V(3).Info("Binding pod with its GPUs", "plugin", Name, "pod", klog.KObj(pod), "node", nodeName, "gpus", annotations[lockstep.AnnotationGPUs])
 	if err := p.bind(ctx, binding); err != nil {
-		return fwk.AsStatus(fmt.Errorf("binding pod %s/%s to %s with GPUs %s: %w", pod.Namespace, pod.Name, nodeName, annotations[v1alpha1.GPUsAnnotation], err))
+		return fwk.AsStatus(fmt.Errorf("binding pod %s/%s to %s with GPUs %s: %w", pod.Namespace, pod.Name, nodeName, annotations[lockstep.AnnotationGPUs], err))
 	}
 	return nil
 }
@@ -98,9 +97,9 @@ func (p *TopologyPlacement) publishPlacement(ctx context.Context, pod *v1.Pod, g
 	pg := &schedv1alpha1.PodGroup{}
 	pg.Namespace, pg.Name = pod.Namespace, pod.Labels[schedv1alpha1.PodGroupLabel]
 	patch := map[string]any{"metadata": map[string]any{"annotations": map[string]string{
-		PlacementDomainAnnotation:     domainName(g.plan),
-		PlacementLevelAnnotation:      g.plan.LevelName,
-		PlacementEfficiencyAnnotation: strconv.FormatFloat(g.plan.Efficiency, 'f', 3, 64),
+		lockstep.AnnotationPlacementDomain:     domainName(g.plan),
+		lockstep.AnnotationPlacementLevel:      g.plan.LevelName,
+		lockstep.AnnotationPlacementEfficiency: strconv.FormatFloat(g.plan.Efficiency, 'f', 3, 64),
 	}}}
 	data, err := json.Marshal(patch)
 	if err != nil {
@@ -111,8 +110,8 @@ func (p *TopologyPlacement) publishPlacement(ctx context.Context, pod *v1.Pod, g
 
 // domainName names a plan's domain as level=value, e.g. leaf=leaf-3.
 func domainName(plan *placement.Plan) string {
-	if plan.Domain == nil || plan.LevelName == topology.ClusterLevel {
-		return topology.ClusterLevel
+	if plan.Domain == nil || plan.LevelName == lockstep.LevelCluster {
+		return lockstep.LevelCluster
 	}
 	return plan.LevelName + "=" + plan.Domain.Value
 }

@@ -14,7 +14,7 @@ import (
 	fwk "k8s.io/kube-scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
 
-	"github.com/lockstep-dev/lockstep/pkg/apis/lockstep/v1alpha1"
+	"github.com/lockstep-dev/lockstep/pkg/lockstep"
 	utiltesting "github.com/lockstep-dev/lockstep/pkg/util/testing"
 )
 
@@ -80,8 +80,8 @@ func TestBindCarriesTheGPUs(t *testing.T) {
 			}
 			g, _ := p.books.get("ns/g#8")
 			if diff := cmp.Diff(map[string]string{
-				v1alpha1.GPUsAnnotation: "0,1,2,3,4,5,6,7",
-				DomainAnnotation:        domainName(g.plan),
+				lockstep.AnnotationGPUs:   "0,1,2,3,4,5,6,7",
+				lockstep.AnnotationDomain: domainName(g.plan),
 			}, b.Annotations); diff != "" {
 				t.Errorf("Binding annotations (-want,+got):\n%s", diff)
 			}

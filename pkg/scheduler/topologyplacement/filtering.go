@@ -6,6 +6,8 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	fwk "k8s.io/kube-scheduler/framework"
+
+	"github.com/lockstep-dev/lockstep/pkg/lockstep"
 )
 
 // Filter keeps gang members on their plan's open slots, and keeps every other
@@ -31,7 +33,7 @@ func (p *TopologyPlacement) Filter(ctx context.Context, state fwk.CycleState, po
 	if held == 0 {
 		return nil
 	}
-	free := int(nodeInfo.GetAllocatable().GetScalarResources()[GPUResource]-nodeInfo.GetRequested().GetScalarResources()[GPUResource]) - held
+	free := int(nodeInfo.GetAllocatable().GetScalarResources()[lockstep.GPUResource]-nodeInfo.GetRequested().GetScalarResources()[lockstep.GPUResource]) - held
 	if free < s.req.gpus {
 		return fwk.NewStatus(fwk.Unschedulable, fmt.Sprintf("%d of the node's free GPUs are held for gangs", held))
 	}

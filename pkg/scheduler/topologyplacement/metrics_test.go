@@ -27,6 +27,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 	schedv1alpha1 "sigs.k8s.io/scheduler-plugins/apis/scheduling/v1alpha1"
 
+	"github.com/lockstep-dev/lockstep/pkg/lockstep"
 	utiltesting "github.com/lockstep-dev/lockstep/pkg/util/testing"
 )
 
@@ -168,7 +169,7 @@ func TestPlanDurationByOutcome(t *testing.T) {
 				if err := p.client.Get(context.Background(), client.ObjectKey{Namespace: "ns", Name: "g"}, pg); err != nil {
 					t.Fatal(err)
 				}
-				pg.Annotations = map[string]string{LevelAnnotation: tc.level}
+				pg.Annotations = map[string]string{lockstep.AnnotationTopologyLevel: tc.level}
 				if err := p.client.Update(context.Background(), pg); err != nil {
 					t.Fatal(err)
 				}

@@ -40,29 +40,14 @@ import (
 	schedv1alpha1 "sigs.k8s.io/scheduler-plugins/apis/scheduling/v1alpha1"
 
 	"github.com/lockstep-dev/lockstep/pkg/apis/lockstep/v1alpha1"
+	"github.com/lockstep-dev/lockstep/pkg/lockstep"
 )
 
 // Name is the plugin's name in the scheduler configuration.
-const Name = "TopologyPlacement"
+const Name = lockstep.TopologyPlacementPlugin
 
 // Annotations the plugin reads on PodGroups and writes on pods and PodGroups.
-const (
-	// LevelAnnotation on a PodGroup names the widest level the gang should
-	// fit in; ModeAnnotation says Required or Preferred.
-	LevelAnnotation = "lockstep.dev/topology-level"
-	ModeAnnotation  = "lockstep.dev/topology-mode"
-	// DomainAnnotation on a pod and PlacementDomainAnnotation on a PodGroup
-	// name the domain the gang landed in, PlacementLevelAnnotation its level
-	// and PlacementEfficiencyAnnotation the modelled efficiency against the
-	// best placement on an empty cluster.
-	DomainAnnotation              = "lockstep.dev/domain"
-	PlacementDomainAnnotation     = "lockstep.dev/placement-domain"
-	PlacementLevelAnnotation      = "lockstep.dev/placement-level"
-	PlacementEfficiencyAnnotation = "lockstep.dev/placement-efficiency"
-)
-
-// GPUResource is the NVIDIA device plugin's resource.
-const GPUResource v1.ResourceName = "nvidia.com/gpu"
+const ()
 
 // TopologyPlacement is the plugin.
 type TopologyPlacement struct {

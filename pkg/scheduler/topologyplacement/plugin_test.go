@@ -21,6 +21,7 @@ import (
 	schedv1alpha1 "sigs.k8s.io/scheduler-plugins/apis/scheduling/v1alpha1"
 
 	"github.com/lockstep-dev/lockstep/pkg/apis/lockstep/v1alpha1"
+	"github.com/lockstep-dev/lockstep/pkg/lockstep"
 	"github.com/lockstep-dev/lockstep/pkg/topology"
 	"github.com/lockstep-dev/lockstep/pkg/topology/placement"
 	utiltesting "github.com/lockstep-dev/lockstep/pkg/util/testing"
@@ -44,10 +45,10 @@ func newTestPlugin(t testing.TB) (*TopologyPlacement, *clocktesting.FakeClock) {
 
 func gpuNode(name string, gpus int64) *v1.Node {
 	capacity := v1.ResourceList{
-		v1.ResourceCPU:    resource.MustParse("100"),
-		v1.ResourceMemory: resource.MustParse("1Ti"),
-		v1.ResourcePods:   resource.MustParse("110"),
-		GPUResource:       *resource.NewQuantity(gpus, resource.DecimalSI),
+		v1.ResourceCPU:       resource.MustParse("100"),
+		v1.ResourceMemory:    resource.MustParse("1Ti"),
+		v1.ResourcePods:      resource.MustParse("110"),
+		lockstep.GPUResource: *resource.NewQuantity(gpus, resource.DecimalSI),
 	}
 	return &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}, Status: v1.NodeStatus{Allocatable: capacity, Capacity: capacity}}
 }
@@ -95,7 +96,7 @@ func TestPlanStillValid(t *testing.T) {
 func TestGangRequestWidensPreferredOverTime(t *testing.T) {
 	p, clock := newTestPlugin(t)
 	pg := utiltesting.MakePodGroup("g", "ns", 4).Obj()
-	pg.Annotations = map[string]string{LevelAnnotation: "clique", ModeAnnotation: "Preferred"}
+	pg.Annotations = map[string]string{lockstep.AnnotationTopologyLevel: "clique", lockstep.AnnotationTopologyMode: "Preferred"}
 	s := &cycleState{gang: "ns/g", req: memberRequest{gpus: 8}}
 	for _, step := range []struct {
 		after time.Duration
@@ -117,7 +118,7 @@ func TestGangRequestWidensPreferredOverTime(t *testing.T) {
 			t.Errorf("after %s: gang %+v, want Widen %d", clock.Since(time.Unix(1000, 0)), gang, step.want)
 		}
 	}
-	pg.Annotations[ModeAnnotation] = "Required"
+	pg.Annotations[lockstep.AnnotationTopologyMode] = "Required"
 	if gang, err := p.gangRequest(pg, s); err != nil || gang.Widen != 0 {
 		t.Errorf("Required gang: %+v, %v; want Widen 0", gang, err)
 	}
@@ -163,14 +164,14 @@ func TestPreFilterPreferredGangSkipsLevelsTooSmall(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			p := newMetricsPlugin(t, 4, false, nil)
 			pg := utiltesting.MakePodGroup("g", "ns", 4).Obj()
-			pg.Annotations = map[string]string{LevelAnnotation: "leaf", ModeAnnotation: "Preferred"}
+			pg.Annotations = map[string]string{lockstep.AnnotationTopologyLevel: "leaf", lockstep.AnnotationTopologyMode: "Preferred"}
 			if err := p.client.Create(context.Background(), pg); err != nil {
 				t.Fatal(err)
 			}
 			var nodes []fwk.NodeInfo
 			for _, n := range tc.nodes {
 				v1node := gpuNode(n.name, 8)
-				v1node.Labels = map[string]string{topology.LabelFabricTier0: n.leaf, topology.LabelFabricTier1: "s0"}
+				v1node.Labels = map[string]string{lockstep.LabelFabricTier0: n.leaf, lockstep.LabelFabricTier1: "s0"}
 				p.gpus.set(hgxNodeTopology(t, n.name))
 				var pods []*v1.Pod
 				if n.busy {
@@ -206,8 +207,8 @@ func TestGangRequestRejectsBadAnnotations(t *testing.T) {
 	p, _ := newTestPlugin(t)
 	s := &cycleState{gang: "ns/g"}
 	for name, annotations := range map[string]map[string]string{
-		"unknown level": {LevelAnnotation: "rack"},
-		"unknown mode":  {LevelAnnotation: "leaf", ModeAnnotation: "Sometimes"},
+		"unknown level": {lockstep.AnnotationTopologyLevel: "rack"},
+		"unknown mode":  {lockstep.AnnotationTopologyLevel: "leaf", lockstep.AnnotationTopologyMode: "Sometimes"},
 	} {
 		pg := utiltesting.MakePodGroup("g", "ns", 2).Obj()
 		pg.Annotations = annotations
@@ -216,9 +217,9 @@ func TestGangRequestRejectsBadAnnotations(t *testing.T) {
 		}
 	}
 	pg := utiltesting.MakePodGroup("g", "ns", 2).Obj()
-	pg.Annotations = map[string]string{LevelAnnotation: "leaf"}
+	pg.Annotations = map[string]string{lockstep.AnnotationTopologyLevel: "leaf"}
 	gang, err := p.gangRequest(pg, s)
-	if err != nil || gang.Mode != placement.Preferred {
+	if err != nil || gang.Mode != lockstep.Preferred {
 		t.Errorf("level without mode: %+v, %v; want the default mode Preferred", gang, err)
 	}
 }
@@ -281,10 +282,10 @@ func BenchmarkScore(b *testing.B) {
 
 func TestTreeCacheRebuildsOnlyWhenLabelsChange(t *testing.T) {
 	p, _ := newTestPlugin(t)
-	levels := p.args.topologyLevels()
+	levels := p.args.Levels
 	node := func(name, leaf string) fwk.NodeInfo {
 		n := gpuNode(name, 8)
-		n.Labels = map[string]string{topology.LabelFabricTier0: leaf}
+		n.Labels = map[string]string{lockstep.LabelFabricTier0: leaf}
 		return nodeInfo(n)
 	}
 	first, err := p.trees.get([]fwk.NodeInfo{node("a", "leaf-0"), node("b", "leaf-1")}, levels)
@@ -313,8 +314,8 @@ func BenchmarkPlanGang(b *testing.B) {
 	for i := range nodes {
 		n := gpuNode(fmt.Sprintf("node-%04d", i), 8)
 		n.Labels = map[string]string{
-			topology.LabelFabricTier0: fmt.Sprintf("leaf-%d", i/32),
-			topology.LabelFabricTier1: fmt.Sprintf("spine-%d", i/512),
+			lockstep.LabelFabricTier0: fmt.Sprintf("leaf-%d", i/32),
+			lockstep.LabelFabricTier1: fmt.Sprintf("spine-%d", i/512),
 		}
 		nodes[i] = nodeInfo(n)
 		nt.Name = n.Name

@@ -15,6 +15,7 @@ import (
 	"k8s.io/kubernetes/pkg/scheduler/framework"
 	schedv1alpha1 "sigs.k8s.io/scheduler-plugins/apis/scheduling/v1alpha1"
 
+	"github.com/lockstep-dev/lockstep/pkg/lockstep"
 	"github.com/lockstep-dev/lockstep/pkg/topology/placement"
 )
 
@@ -105,7 +106,7 @@ func (p *TopologyPlacement) planStillValid(g *gangPlan, nodes []fwk.NodeInfo) bo
 		if !ok || ni.Node().Spec.Unschedulable {
 			return false
 		}
-		free := ni.GetAllocatable().GetScalarResources()[GPUResource] - ni.GetRequested().GetScalarResources()[GPUResource]
+		free := ni.GetAllocatable().GetScalarResources()[lockstep.GPUResource] - ni.GetRequested().GetScalarResources()[lockstep.GPUResource]
 		if int(free) < gpus {
 			return false
 		}
@@ -195,8 +196,8 @@ func (p *TopologyPlacement) gangRequest(pg *schedv1alpha1.PodGroup, s *cycleStat
 		GPUsPerMember:     s.req.gpus,
 		MilliCPUPerMember: s.req.milliCPU,
 		MemoryPerMember:   s.req.memory,
-		Level:             pg.Annotations[LevelAnnotation],
-		Mode:              placement.ConstraintMode(pg.Annotations[ModeAnnotation]),
+		Level:             pg.Annotations[lockstep.AnnotationTopologyLevel],
+		Mode:              lockstep.ConstraintMode(pg.Annotations[lockstep.AnnotationTopologyMode]),
 	}
 	if gang.Members < 1 {
 		gang.Members = 1
@@ -214,16 +215,16 @@ func (p *TopologyPlacement) gangRequest(pg *schedv1alpha1.PodGroup, s *cycleStat
 	}
 	if levelIndex < 0 {
 		return gang, fmt.Errorf("PodGroup %s: annotation %s=%q names no configured level; use one of %s",
-			s.gang, LevelAnnotation, gang.Level, strings.Join(names, ", "))
+			s.gang, lockstep.AnnotationTopologyLevel, gang.Level, strings.Join(names, ", "))
 	}
 	switch gang.Mode {
 	case "":
 		gang.Mode = p.args.DefaultMode
-	case placement.Required, placement.Preferred:
+	case lockstep.Required, lockstep.Preferred:
 	default:
-		return gang, fmt.Errorf("PodGroup %s: annotation %s=%q must be Required or Preferred", s.gang, ModeAnnotation, gang.Mode)
+		return gang, fmt.Errorf("PodGroup %s: annotation %s=%q must be Required or Preferred", s.gang, lockstep.AnnotationTopologyMode, gang.Mode)
 	}
-	if gang.Mode == placement.Preferred {
+	if gang.Mode == lockstep.Preferred {
 		waited := p.clock.Since(p.firstSeen.firstSeen(s.gang, p.clock.Now()))
 		if wait := p.args.PreferredWait.Duration; wait > 0 && waited > 0 {
 			gang.Widen = int(waited / wait)

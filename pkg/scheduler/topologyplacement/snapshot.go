@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	schedv1alpha1 "sigs.k8s.io/scheduler-plugins/apis/scheduling/v1alpha1"
 
+	"github.com/lockstep-dev/lockstep/pkg/lockstep"
 	"github.com/lockstep-dev/lockstep/pkg/topology"
 	"github.com/lockstep-dev/lockstep/pkg/topology/placement"
 )
@@ -58,7 +59,7 @@ type memberRequest struct {
 
 func requestOf(pod *v1.Pod) memberRequest {
 	reqs := resourcehelper.PodRequests(pod, resourcehelper.PodResourcesOptions{})
-	gpus := reqs[GPUResource]
+	gpus := reqs[lockstep.GPUResource]
 	return memberRequest{
 		gpus:     int(gpus.Value()),
 		milliCPU: reqs.Cpu().MilliValue(),
@@ -84,7 +85,7 @@ func (p *TopologyPlacement) snapshot(pod *v1.Pod, gang string, nodeInfos []fwk.N
 	affinity := nodeaffinity.GetRequiredNodeAffinity(pod)
 	snap := &placement.Snapshot{
 		Fabric: topology.Fabric{Oversubscription: p.args.Oversubscription},
-		Levels: p.args.topologyLevels(),
+		Levels: p.args.Levels,
 	}
 	for _, ni := range nodeInfos {
 		node := ni.Node()
@@ -101,7 +102,7 @@ func (p *TopologyPlacement) snapshot(pod *v1.Pod, gang string, nodeInfos []fwk.N
 		}
 		snap.Nodes = append(snap.Nodes, p.plannerNode(ni, gang))
 	}
-	tree, err := p.trees.get(nodeInfos, p.args.topologyLevels())
+	tree, err := p.trees.get(nodeInfos, p.args.Levels)
 	if err != nil {
 		return nil, err
 	}
@@ -169,8 +170,8 @@ func treeFingerprint(nodeInfos []fwk.NodeInfo, levels []topology.Level) uint64 {
 func (p *TopologyPlacement) plannerNode(ni fwk.NodeInfo, gang string) *placement.Node {
 	node := ni.Node()
 	alloc, used := ni.GetAllocatable(), ni.GetRequested()
-	gpuCount := int(alloc.GetScalarResources()[GPUResource])
-	freeCount := gpuCount - int(used.GetScalarResources()[GPUResource])
+	gpuCount := int(alloc.GetScalarResources()[lockstep.GPUResource])
+	freeCount := gpuCount - int(used.GetScalarResources()[lockstep.GPUResource])
 	pn := &placement.Node{
 		Name:         node.Name,
 		FreeMilliCPU: alloc.GetMilliCPU() - used.GetMilliCPU(),

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/lockstep-dev/lockstep/pkg/lockstep"
 	"github.com/lockstep-dev/lockstep/pkg/topology"
 )
 
@@ -112,7 +113,7 @@ func (t *Tree) convert(d *topology.Domain, path []*Domain, nodes map[string]Node
 		out.Name = "(" + d.Value + ")"
 	}
 	if d.Parent == nil {
-		out.Name = topology.ClusterLevel
+		out.Name = lockstep.LevelCluster
 	}
 	t.byLevel[out.Level] = append(t.byLevel[out.Level], out)
 	path = append(path, out)

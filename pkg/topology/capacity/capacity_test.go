@@ -118,7 +118,7 @@ func TestBuild(t *testing.T) {
 }
 
 func TestBuildRejectsBadInput(t *testing.T) {
-	if _, err := Build([]topology.Level{{Name: "leaf"}}, nil); err == nil || !strings.Contains(err.Error(), "labelKey is empty") {
+	if _, err := Build([]topology.Level{{Name: "leaf"}}, nil); err == nil || !strings.Contains(err.Error(), "nodeLabel is empty") {
 		t.Errorf("level without a key: %v", err)
 	}
 	if _, err := Build(levels, []Node{node("a", "", "", 1, 0), node("a", "", "", 1, 0)}); err == nil || !strings.Contains(err.Error(), "listed twice") {

@@ -8,6 +8,7 @@ import (
 
 	"k8s.io/klog/v2"
 
+	"github.com/lockstep-dev/lockstep/pkg/lockstep"
 	"github.com/lockstep-dev/lockstep/pkg/topology"
 )
 
@@ -35,7 +36,7 @@ func (o Options) withDefaults() Options {
 		o.SysfsRoot = DefaultSysfsRoot
 	}
 	if o.ResourceName == "" {
-		o.ResourceName = DefaultGPUResourceName
+		o.ResourceName = lockstep.GPUResource
 	}
 	return o
 }

@@ -21,9 +21,6 @@ const (
 	// DefaultPodResourcesSocket is where the kubelet serves the
 	// pod-resources API.
 	DefaultPodResourcesSocket = "/var/lib/kubelet/pod-resources/kubelet.sock"
-	// DefaultGPUResourceName is the extended resource the NVIDIA device
-	// plugin advertises.
-	DefaultGPUResourceName = "nvidia.com/gpu"
 
 	// podResourcesTimeout bounds one List call, as the kubelet's own client
 	// does: a kubelet that does not answer must not stall the agent.

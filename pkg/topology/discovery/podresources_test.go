@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc/status"
 	podresourcesv1 "k8s.io/kubelet/pkg/apis/podresources/v1"
 
+	"github.com/lockstep-dev/lockstep/pkg/lockstep"
 	"github.com/lockstep-dev/lockstep/pkg/topology"
 	"github.com/lockstep-dev/lockstep/pkg/topology/discovery"
 	"github.com/lockstep-dev/lockstep/pkg/topology/discovery/discoverytest"
@@ -20,7 +21,7 @@ import (
 // GPUs by UUID, a time-sliced GPU shared by two pods, a MIG device, the
 // index id strategy, a second container, and other resources.
 func kubeletPods(gpus []topology.GPU) []*podresourcesv1.PodResources {
-	const gpu = discovery.DefaultGPUResourceName
+	const gpu = lockstep.GPUResource
 	trainer := discoverytest.PodWithGPUs("ml", "trainer-0", "pytorch", gpu, gpus[0].UUID, gpus[1].UUID)
 	trainer.Containers = append(trainer.Containers, &podresourcesv1.ContainerResources{
 		Name:    "sidecar",
@@ -40,7 +41,7 @@ func TestListGPUAllocations(t *testing.T) {
 	node := profileNode(t, "hgx-h100")
 	socket := discoverytest.ServePodResources(t, &discoverytest.PodResourcesServer{Pods: kubeletPods(node.GPUs)})
 
-	got, err := discovery.ListGPUAllocations(context.Background(), socket, discovery.DefaultGPUResourceName)
+	got, err := discovery.ListGPUAllocations(context.Background(), socket, lockstep.GPUResource)
 	if err != nil {
 		t.Fatalf("ListGPUAllocations: %v", err)
 	}
@@ -91,7 +92,7 @@ func TestListGPUAllocationsFails(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := discovery.ListGPUAllocations(context.Background(), tc.socket(t), discovery.DefaultGPUResourceName)
+			_, err := discovery.ListGPUAllocations(context.Background(), tc.socket(t), lockstep.GPUResource)
 			if err == nil || !strings.Contains(err.Error(), tc.wantText) {
 				t.Errorf("ListGPUAllocations error = %v, want one saying %q", err, tc.wantText)
 			}

@@ -5,6 +5,7 @@ import (
 	"math/rand/v2"
 	"testing"
 
+	"github.com/lockstep-dev/lockstep/pkg/lockstep"
 	"github.com/lockstep-dev/lockstep/pkg/topology"
 )
 
@@ -47,7 +48,7 @@ func benchSnapshot(b *testing.B, n int) *Snapshot {
 			spine: fmt.Sprintf("spine-%02d", i/(32*16)),
 		}.labels()}
 	}
-	tree, err := topology.NewTree(topology.DefaultLevels(), labels)
+	tree, err := topology.NewTree(lockstep.DefaultLevels(), labels)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/lockstep-dev/lockstep/pkg/lockstep"
 	"github.com/lockstep-dev/lockstep/pkg/topology"
 	"github.com/lockstep-dev/lockstep/pkg/topology/placement"
 )
@@ -30,17 +31,17 @@ func ExamplePlace() {
 			Name: n.name, Topology: node, Selector: sel, FreeGPUs: n.free,
 			FreeMilliCPU: 200_000, FreeMemory: 1 << 40, FreePods: 100,
 		})
-		labels = append(labels, topology.NodeLabels{Name: n.name, Labels: map[string]string{topology.LabelFabricTier0: n.leaf}})
+		labels = append(labels, topology.NodeLabels{Name: n.name, Labels: map[string]string{lockstep.LabelFabricTier0: n.leaf}})
 	}
-	tree, _ := topology.NewTree(topology.DefaultLevels(), labels)
+	tree, _ := topology.NewTree(lockstep.DefaultLevels(), labels)
 	s := &placement.Snapshot{Tree: tree, Nodes: nodes}
 
 	// Three members of 4 GPUs fit either leaf; l2 is the tighter fit.
-	plan, _ := placement.Place(s, placement.Gang{Members: 3, GPUsPerMember: 4, Level: "leaf", Mode: placement.Required}, placement.Options{})
+	plan, _ := placement.Place(s, placement.Gang{Members: 3, GPUsPerMember: 4, Level: "leaf", Mode: lockstep.Required}, placement.Options{})
 	fmt.Println(plan.LevelName, plan.Members)
 
 	// Three members of 8 GPUs fit no leaf.
-	_, err := placement.Place(s, placement.Gang{Members: 3, GPUsPerMember: 8, Level: "leaf", Mode: placement.Required}, placement.Options{})
+	_, err := placement.Place(s, placement.Gang{Members: 3, GPUsPerMember: 8, Level: "leaf", Mode: lockstep.Required}, placement.Options{})
 	var u *placement.Unschedulable
 	if errors.As(err, &u) {
 		fmt.Println(u.Reason)

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/lockstep-dev/lockstep/pkg/lockstep"
 	"github.com/lockstep-dev/lockstep/pkg/topology"
 )
 
@@ -35,7 +36,7 @@ func (p *planner) unschedulable() error {
 	if i := p.roomiest(r.stop); i >= 0 {
 		fmt.Fprintf(&b, ": the best %s has room for %s", p.noun(r.stop), p.roomOf(i))
 	}
-	if r.mode == Required {
+	if r.mode == lockstep.Required {
 		b.WriteString("; Required constraint")
 	} else {
 		fmt.Fprintf(&b, "; Preferred constraint on %s", r.levelNames[r.want])

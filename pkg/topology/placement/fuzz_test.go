@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/lockstep-dev/lockstep/pkg/lockstep"
 	"github.com/lockstep-dev/lockstep/pkg/topology"
 )
 
@@ -49,7 +50,7 @@ func FuzzPlace(f *testing.F) {
 			MilliCPUPerMember: int64(milliCPU),
 			MemoryPerMember:   rng.Int64N(8 << 30),
 			Level:             pick(level),
-			Mode:              []ConstraintMode{Required, Preferred, ""}[mode%3],
+			Mode:              []lockstep.ConstraintMode{lockstep.Required, lockstep.Preferred, ""}[mode%3],
 			// Past the widest level (6 with host and cluster) too.
 			Widen: int(widen) % 8,
 		}
@@ -128,7 +129,7 @@ func checkPlace(t *testing.T, s *Snapshot, g Gang, plan *Plan, err error) {
 	if g.Level != "" {
 		want = slices.Index(names, g.Level)
 		base, stop = want, want
-		if g.Mode == Preferred {
+		if g.Mode == lockstep.Preferred {
 			// The widening counts from the narrowest level at or above
 			// Level that could hold the gang with every GPU free.
 			if base = narrowest(want, total); base < 0 {

@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"testing"
 
+	"github.com/lockstep-dev/lockstep/pkg/lockstep"
 	"github.com/lockstep-dev/lockstep/pkg/topology"
 )
 
@@ -26,9 +27,9 @@ type at struct{ clique, leaf, spine string }
 func (a at) labels() map[string]string {
 	l := map[string]string{}
 	for key, v := range map[string]string{
-		topology.LabelGPUClique:   a.clique,
-		topology.LabelFabricTier0: a.leaf,
-		topology.LabelFabricTier1: a.spine,
+		lockstep.LabelGPUClique:   a.clique,
+		lockstep.LabelFabricTier0: a.leaf,
+		lockstep.LabelFabricTier1: a.spine,
 	} {
 		if v != "" {
 			l[key] = v
@@ -98,7 +99,7 @@ func (c *cluster) addN(prefix string, count int, profile string, where at) {
 
 func (c *cluster) snapshot() *Snapshot {
 	c.t.Helper()
-	tree, err := topology.NewTree(topology.DefaultLevels(), c.labels)
+	tree, err := topology.NewTree(lockstep.DefaultLevels(), c.labels)
 	if err != nil {
 		c.t.Fatalf("NewTree: %v", err)
 	}

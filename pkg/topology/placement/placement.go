@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 
+	"github.com/lockstep-dev/lockstep/pkg/lockstep"
 	"github.com/lockstep-dev/lockstep/pkg/topology"
 )
 
@@ -47,20 +48,11 @@ type Snapshot struct {
 	// Levels are the levels Tree was built with, narrowest first. Optional:
 	// they name each level's node label in Unschedulable reasons and mark
 	// NVLink levels for the efficiency reference. When nil, a level named
-	// like one of topology.DefaultLevels takes that level's label and flag.
+	// like one of lockstep.DefaultLevels takes that level's label and flag.
 	Levels []topology.Level
 }
 
-// ConstraintMode says how strictly a gang keeps to its level.
-type ConstraintMode string
-
-const (
-	// Required never places wider than Level.
-	Required ConstraintMode = "Required"
-	// Preferred tries Level and narrower first; wider is allowed only as far
-	// as Gang.Widen, which the plugin raises as the gang waits.
-	Preferred ConstraintMode = "Preferred"
-)
+const ()
 
 // Gang is what must be placed: Members identical members.
 type Gang struct {
@@ -74,7 +66,7 @@ type Gang struct {
 	// a configured level or "cluster"; "" is no constraint.
 	Level string
 	// Mode applies when Level is set; "" reads as Required.
-	Mode ConstraintMode
+	Mode lockstep.ConstraintMode
 	// Widen is how many levels a Preferred gang may go past its base level
 	// now; the plugin raises it by one per wait. The base level is the
 	// narrowest level at or above Level at which some domain could hold the
@@ -171,7 +163,7 @@ type request struct {
 	want, base, stop int
 	widens           bool
 	widen            int
-	mode             ConstraintMode
+	mode             lockstep.ConstraintMode
 	messageBytes     int64
 	// levelNames are the tree's level names by index and labelKeys their
 	// node labels ("" for host, cluster and unknown keys); levels are the
@@ -235,15 +227,15 @@ func newRequest(s *Snapshot, g Gang, opts Options) (request, error) {
 	}
 	if g.Level != "" {
 		switch g.Mode {
-		case "", Required:
-			r.mode, r.stop = Required, r.want
-		case Preferred:
+		case "", lockstep.Required:
+			r.mode, r.stop = lockstep.Required, r.want
+		case lockstep.Preferred:
 			if g.Widen < 0 {
 				errs = append(errs, fmt.Errorf("widen = %d: want at least 0", g.Widen))
 			}
 			r.widens, r.widen, r.stop = true, g.Widen, r.want
 		default:
-			errs = append(errs, fmt.Errorf("mode %q: want %s or %s", g.Mode, Required, Preferred))
+			errs = append(errs, fmt.Errorf("mode %q: want %s or %s", g.Mode, lockstep.Required, lockstep.Preferred))
 		}
 	}
 	levels, keys, err := configuredLevels(s.Levels, names)
@@ -275,7 +267,7 @@ func (r *request) settle(base int) {
 // configuredLevels returns the levels of a tree with the given level names,
 // and the node label of every tree level. Given levels must match the names;
 // without them levels are rebuilt from the names, taking label keys and
-// NVLink flags from topology.DefaultLevels where a name matches and the name
+// NVLink flags from lockstep.DefaultLevels where a name matches and the name
 // as a placeholder key elsewhere (it is valid for BestAllReduce, which reads
 // only names and flags, and is never shown).
 func configuredLevels(given []topology.Level, names []string) ([]topology.Level, []string, error) {
@@ -293,7 +285,7 @@ func configuredLevels(given []topology.Level, names []string) ([]topology.Level,
 		}
 		return given, keys, nil
 	}
-	defaults := topology.DefaultLevels()
+	defaults := lockstep.DefaultLevels()
 	levels := make([]topology.Level, len(inner))
 	for i, name := range inner {
 		levels[i] = topology.Level{Name: name, LabelKey: name}

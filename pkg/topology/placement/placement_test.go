@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"testing"
 
+	"github.com/lockstep-dev/lockstep/pkg/lockstep"
 	"github.com/lockstep-dev/lockstep/pkg/topology"
 )
 
@@ -173,7 +174,7 @@ func TestPlaceMemberSizes(t *testing.T) {
 			if d := diff(tt.want, plan.Members); d != "" {
 				t.Errorf("members (-want,+got):\n%s", d)
 			}
-			if plan.LevelName != topology.HostLevel {
+			if plan.LevelName != lockstep.LevelHost {
 				t.Errorf("level = %q, want host", plan.LevelName)
 			}
 		})
@@ -340,12 +341,12 @@ func TestPlaceConstraint(t *testing.T) {
 	}{
 		{
 			name:      "Required leaf met",
-			gang:      Gang{Members: 2, GPUsPerMember: 8, Level: "leaf", Mode: Required},
+			gang:      Gang{Members: 2, GPUsPerMember: 8, Level: "leaf", Mode: lockstep.Required},
 			wantLevel: "leaf",
 		},
 		{
 			name: "Required leaf not met",
-			gang: Gang{Members: 3, GPUsPerMember: 8, Level: "leaf", Mode: Required, Widen: 1},
+			gang: Gang{Members: 3, GPUsPerMember: 8, Level: "leaf", Mode: lockstep.Required, Widen: 1},
 			wantErr: &Unschedulable{
 				Reason: "gang of 3 x 8 GPUs does not fit in any leaf (fabric.topograph.run/tier-0): " +
 					"the best leaf has room for 2 members (16 of 24 GPUs free); Required constraint; it would fit in one spine",
@@ -354,7 +355,7 @@ func TestPlaceConstraint(t *testing.T) {
 		},
 		{
 			name: "Required host not met",
-			gang: Gang{Members: 2, GPUsPerMember: 8, Level: "host", Mode: Required},
+			gang: Gang{Members: 2, GPUsPerMember: 8, Level: "host", Mode: lockstep.Required},
 			wantErr: &Unschedulable{
 				Reason: "gang of 2 x 8 GPUs does not fit on any single node: " +
 					"the best node has room for 1 member (8 of 16 GPUs free); Required constraint; it would fit in one leaf",
@@ -363,7 +364,7 @@ func TestPlaceConstraint(t *testing.T) {
 		},
 		{
 			name: "Preferred leaf, not widened yet",
-			gang: Gang{Members: 3, GPUsPerMember: 8, Level: "leaf", Mode: Preferred},
+			gang: Gang{Members: 3, GPUsPerMember: 8, Level: "leaf", Mode: lockstep.Preferred},
 			wantErr: &Unschedulable{
 				Reason: "gang of 3 x 8 GPUs does not fit in any leaf (fabric.topograph.run/tier-0): " +
 					"the best leaf has room for 2 members (16 of 24 GPUs free); Preferred constraint on leaf; it would fit in one spine",
@@ -372,17 +373,17 @@ func TestPlaceConstraint(t *testing.T) {
 		},
 		{
 			name:      "Preferred leaf widened to spine",
-			gang:      Gang{Members: 3, GPUsPerMember: 8, Level: "leaf", Mode: Preferred, Widen: 1},
+			gang:      Gang{Members: 3, GPUsPerMember: 8, Level: "leaf", Mode: lockstep.Preferred, Widen: 1},
 			wantLevel: "spine",
 		},
 		{
 			name:      "Preferred leaf widened past the cluster",
-			gang:      Gang{Members: 3, GPUsPerMember: 8, Level: "leaf", Mode: Preferred, Widen: 1 << 62},
+			gang:      Gang{Members: 3, GPUsPerMember: 8, Level: "leaf", Mode: lockstep.Preferred, Widen: 1 << 62},
 			wantLevel: "spine",
 		},
 		{
 			name: "Preferred widened, still too narrow",
-			gang: Gang{Members: 5, GPUsPerMember: 8, Level: "leaf", Mode: Preferred, Widen: 1},
+			gang: Gang{Members: 5, GPUsPerMember: 8, Level: "leaf", Mode: lockstep.Preferred, Widen: 1},
 			wantErr: &Unschedulable{
 				Reason: "gang of 5 x 8 GPUs does not fit in any spine (fabric.topograph.run/tier-1): " +
 					"the best spine has room for 4 members (32 of 40 GPUs free); Preferred constraint on leaf, widened so far to spine; it would fit in the cluster",
@@ -391,7 +392,7 @@ func TestPlaceConstraint(t *testing.T) {
 		},
 		{
 			name:    "not enough GPUs",
-			gang:    Gang{Members: 6, GPUsPerMember: 8, Level: "leaf", Mode: Required},
+			gang:    Gang{Members: 6, GPUsPerMember: 8, Level: "leaf", Mode: lockstep.Required},
 			wantErr: &Unschedulable{Reason: "gang of 6 x 8 GPUs needs 48 GPUs, 40 free in the cluster"},
 		},
 		{
@@ -490,7 +491,7 @@ func TestPlaceBadInput(t *testing.T) {
 	twice := *s
 	twice.Nodes = append(twice.Nodes[:1:1], s.Nodes...)
 	wrongLevels := *s
-	wrongLevels.Levels = topology.DefaultLevels()[1:]
+	wrongLevels.Levels = lockstep.DefaultLevels()[1:]
 
 	tests := []struct {
 		name string
@@ -503,8 +504,8 @@ func TestPlaceBadInput(t *testing.T) {
 		{name: "negative GPUs", s: s, gang: Gang{Members: 1, GPUsPerMember: -1}},
 		{name: "GPUs beyond a node", s: s, gang: Gang{Members: 1, GPUsPerMember: topology.MaxGPUs + 1}},
 		{name: "negative CPU", s: s, gang: Gang{Members: 1, MilliCPUPerMember: -1}},
-		{name: "unknown level", s: s, gang: Gang{Members: 1, Level: "rack", Mode: Required}},
-		{name: "negative widen", s: s, gang: Gang{Members: 1, Level: "leaf", Mode: Preferred, Widen: -1}},
+		{name: "unknown level", s: s, gang: Gang{Members: 1, Level: "rack", Mode: lockstep.Required}},
+		{name: "negative widen", s: s, gang: Gang{Members: 1, Level: "leaf", Mode: lockstep.Preferred, Widen: -1}},
 		{name: "unknown mode", s: s, gang: Gang{Members: 1, Level: "leaf", Mode: "Sometimes"}},
 		{name: "negative message", s: s, gang: Gang{Members: 1}, opts: Options{MessageBytes: -1}},
 		{name: "node not in tree", s: &stray, gang: Gang{Members: 1}},
@@ -552,21 +553,21 @@ func TestPlacePreferredSkipsLevelsNoDomainCanHold(t *testing.T) {
 			// 256 GPUs fit no leaf even when empty: the widening starts at
 			// spine, where s2 fits exactly (best fit over s1).
 			name:      "256 GPUs on 64-GPU leaves go to a spine at once",
-			gang:      Gang{Members: 32, GPUsPerMember: 8, Level: "leaf", Mode: Preferred},
+			gang:      Gang{Members: 32, GPUsPerMember: 8, Level: "leaf", Mode: lockstep.Preferred},
 			wantLevel: "spine", wantID: "block=()/spine=s2",
 		},
 		{
 			// 640 GPUs fit no spine even when empty either; the block level
 			// no node is labelled for groups the whole cluster.
 			name:      "wider than any spine goes to the cluster at once",
-			gang:      Gang{Members: 80, GPUsPerMember: 8, Level: "leaf", Mode: Preferred},
+			gang:      Gang{Members: 80, GPUsPerMember: 8, Level: "leaf", Mode: lockstep.Preferred},
 			wantLevel: "cluster", wantID: "cluster",
 		},
 		{
 			// 400 GPUs fit an empty spine but no spine now: the gang waits
 			// for a spine, and says why it skipped the leaves.
 			name: "fits an empty spine, waits for one",
-			gang: Gang{Members: 50, GPUsPerMember: 8, Level: "leaf", Mode: Preferred},
+			gang: Gang{Members: 50, GPUsPerMember: 8, Level: "leaf", Mode: lockstep.Preferred},
 			wantErr: &Unschedulable{
 				Reason: "gang of 50 x 8 GPUs does not fit in any spine (fabric.topograph.run/tier-1): " +
 					"the best spine has room for 49 members (392 of 400 GPUs free); " +
@@ -578,14 +579,14 @@ func TestPlacePreferredSkipsLevelsNoDomainCanHold(t *testing.T) {
 		{
 			// Widen counts from spine, the level skipped to, not from leaf.
 			name:      "widen counts from the level skipped to",
-			gang:      Gang{Members: 50, GPUsPerMember: 8, Level: "leaf", Mode: Preferred, Widen: 1},
+			gang:      Gang{Members: 50, GPUsPerMember: 8, Level: "leaf", Mode: lockstep.Preferred, Widen: 1},
 			wantLevel: "cluster", wantID: "cluster",
 		},
 		{
 			// 64 GPUs fit an empty leaf but no leaf now (7 free nodes at
 			// most): waiting may help, so the gang keeps to leaf.
 			name: "fits an empty leaf, waits for one",
-			gang: Gang{Members: 8, GPUsPerMember: 8, Level: "leaf", Mode: Preferred},
+			gang: Gang{Members: 8, GPUsPerMember: 8, Level: "leaf", Mode: lockstep.Preferred},
 			wantErr: &Unschedulable{
 				Reason: "gang of 8 x 8 GPUs does not fit in any leaf (fabric.topograph.run/tier-0): " +
 					"the best leaf has room for 7 members (56 of 64 GPUs free); Preferred constraint on leaf; it would fit in one spine",
@@ -594,19 +595,19 @@ func TestPlacePreferredSkipsLevelsNoDomainCanHold(t *testing.T) {
 		},
 		{
 			name:      "fits an empty leaf, widened once",
-			gang:      Gang{Members: 8, GPUsPerMember: 8, Level: "leaf", Mode: Preferred, Widen: 1},
+			gang:      Gang{Members: 8, GPUsPerMember: 8, Level: "leaf", Mode: lockstep.Preferred, Widen: 1},
 			wantLevel: "spine", wantID: "block=()/spine=s2",
 		},
 		{
 			// No node holds 16 GPUs; the clique level no node is labelled
 			// for stands for each leaf, so the gang lands in one leaf.
 			name:      "host preference skips to the clique",
-			gang:      Gang{Members: 2, GPUsPerMember: 8, Level: "host", Mode: Preferred},
+			gang:      Gang{Members: 2, GPUsPerMember: 8, Level: "host", Mode: lockstep.Preferred},
 			wantLevel: "leaf", wantID: "block=()/spine=s2/leaf=s2-l1",
 		},
 		{
 			name: "Required never skips",
-			gang: Gang{Members: 32, GPUsPerMember: 8, Level: "leaf", Mode: Required},
+			gang: Gang{Members: 32, GPUsPerMember: 8, Level: "leaf", Mode: lockstep.Required},
 			wantErr: &Unschedulable{
 				Reason: "gang of 32 x 8 GPUs does not fit in any leaf (fabric.topograph.run/tier-0): " +
 					"the best leaf has room for 7 members (56 of 256 GPUs free); Required constraint; it would fit in one spine",
@@ -659,7 +660,7 @@ func TestPlacePreferredBaseCountsAllGPUs(t *testing.T) {
 			c.add("b", tt.profile, topology.AllGPUs(8), at{leaf: "l1", spine: "s1"})
 			c.add("c", tt.profile, 0, at{leaf: "l1", spine: "s1"})
 			c.add("d", tt.profile, topology.AllGPUs(8), at{leaf: "l2", spine: "s1"})
-			plan, err := Place(c.snapshot(), Gang{Members: 3, GPUsPerMember: 8, Level: "leaf", Mode: Preferred}, Options{})
+			plan, err := Place(c.snapshot(), Gang{Members: 3, GPUsPerMember: 8, Level: "leaf", Mode: lockstep.Preferred}, Options{})
 			var u *Unschedulable
 			switch {
 			case tt.wantLevel == "" && (!errors.As(err, &u) || u.WiderLevel != "spine"):

@@ -7,10 +7,9 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	schedv1alpha1 "sigs.k8s.io/scheduler-plugins/apis/scheduling/v1alpha1"
-)
 
-// GPUResource is the extended resource of NVIDIA GPUs.
-const GPUResource corev1.ResourceName = "nvidia.com/gpu"
+	"github.com/lockstep-dev/lockstep/pkg/lockstep"
+)
 
 // PodWrapper builds a Pod.
 type PodWrapper struct{ corev1.Pod }
@@ -44,8 +43,8 @@ func (p *PodWrapper) Obj() *corev1.Pod { return &p.Pod }
 // requested through limits).
 func (p *PodWrapper) GPUs(n int64) *PodWrapper {
 	q := *resource.NewQuantity(n, resource.DecimalSI)
-	p.Spec.Containers[0].Resources.Limits[GPUResource] = q
-	p.Spec.Containers[0].Resources.Requests[GPUResource] = q
+	p.Spec.Containers[0].Resources.Limits[lockstep.GPUResource] = q
+	p.Spec.Containers[0].Resources.Requests[lockstep.GPUResource] = q
 	return p
 }
 

@@ -3,6 +3,7 @@ package framework
 import (
 	"context"
 	"crypto/tls"
+	"encoding/json"
 	"fmt"
 	"maps"
 	"net/http"
@@ -12,6 +13,9 @@ import (
 	"time"
 
 	"sigs.k8s.io/yaml"
+
+	"github.com/lockstep-dev/lockstep/pkg/lockstep"
+	"github.com/lockstep-dev/lockstep/pkg/lockstep/topologyconfig"
 )
 
 // Component is one of our binaries run against the cluster.
@@ -30,7 +34,7 @@ type Component struct {
 const detachedPIDDir = "pids"
 
 // SchedulerName is the scheduler name of Lockstep's profile.
-const SchedulerName = "lockstep-scheduler"
+const SchedulerName = lockstep.SchedulerName
 
 // StartComponent starts comp and waits for its health endpoint.
 func (c *Cluster) StartComponent(ctx context.Context, comp Component) (*Process, error) {
@@ -108,7 +112,7 @@ func (c *Cluster) SchedulerComponent() (Component, error) {
 	if err != nil {
 		return Component{}, err
 	}
-	return c.KubeSchedulerComponent("scheduler", "lockstep-scheduler", cfg)
+	return c.KubeSchedulerComponent("scheduler", lockstep.SchedulerName, cfg)
 }
 
 // DeployedSchedulerConfig reads deploy/'s KubeSchedulerConfiguration of
@@ -136,6 +140,9 @@ func (c *Cluster) KubeSchedulerComponent(name, binary string, cfg map[string]any
 	if err != nil {
 		return Component{}, err
 	}
+	if c.Model != nil {
+		cfg = withTopology(cfg, c.Model.TopologyConfig())
+	}
 	cfgPath, err := c.renderSchedulerConfig(name, kubeconfig, cfg)
 	if err != nil {
 		return Component{}, err
@@ -160,14 +167,85 @@ func (c *Cluster) KubeSchedulerComponent(name, binary string, cfg map[string]any
 	}, nil
 }
 
+// withTopology returns a copy of the KubeSchedulerConfiguration cfg whose
+// TopologyPlacement args describe topo, so the scheduler plans and rates on
+// the same levels and oversubscription as the controller, the agent and the
+// benchmark. Other args are kept; configurations without the plugin are
+// returned as they are.
+func withTopology(cfg map[string]any, topo lockstep.TopologyConfig) map[string]any {
+	data, err := json.Marshal(cfg)
+	if err != nil {
+		return cfg
+	}
+	var out map[string]any
+	if err := json.Unmarshal(data, &out); err != nil {
+		return cfg
+	}
+	profiles, _ := out["profiles"].([]any)
+	for _, profile := range profiles {
+		p, _ := profile.(map[string]any)
+		pluginConfigs, _ := p["pluginConfig"].([]any)
+		for _, pc := range pluginConfigs {
+			entry, _ := pc.(map[string]any)
+			if entry["name"] != lockstep.TopologyPlacementPlugin {
+				continue
+			}
+			args, _ := entry["args"].(map[string]any)
+			if args == nil {
+				args = map[string]any{}
+			}
+			levels := make([]any, len(topo.Levels))
+			for i, l := range topo.Levels {
+				levels[i] = map[string]any{"name": l.Name, "nodeLabel": l.LabelKey, "nvlink": l.NVLink}
+			}
+			args["levels"] = levels
+			delete(args, "oversubscription")
+			if len(topo.Oversubscription) > 0 {
+				over := map[string]any{}
+				for k, v := range topo.Oversubscription {
+					over[k] = v
+				}
+				args["oversubscription"] = over
+			}
+			entry["args"] = args
+		}
+	}
+	return out
+}
+
+// TopologyConfigFile writes the cluster's topology configuration (the
+// model's levels and oversubscription; the defaults without a model) as a
+// TopologyConfig file for the components that take --topology-config, and
+// returns its path.
+func (c *Cluster) TopologyConfigFile() (string, error) {
+	topo := lockstep.DefaultTopologyConfig()
+	if c.Model != nil {
+		topo = c.Model.TopologyConfig()
+	}
+	out, err := yaml.Marshal(struct {
+		APIVersion string `json:"apiVersion"`
+		Kind       string `json:"kind"`
+		lockstep.TopologyConfig
+	}{topologyconfig.APIVersion, topologyconfig.Kind, topo})
+	if err != nil {
+		return "", err
+	}
+	path := filepath.Join(c.Dir, "topology.yaml")
+	return path, os.WriteFile(path, out, 0o644)
+}
+
 // FakeAgentComponent describes the topology agent in fake mode, serving
 // every node that carries a hardware profile label. One process stands in
 // for a DaemonSet, so it gets the workers and request rate of many: at the
 // defaults (4 workers, 100 QPS) it published the 5,000-node model at about
 // 13 nodes a second.
 func (c *Cluster) FakeAgentComponent() (Component, error) {
+	topo, err := c.TopologyConfigFile()
+	if err != nil {
+		return Component{}, err
+	}
 	return c.managerComponent("topology-agent", "lockstep-topology-agent", FakeAgentIdentity(),
-		"--mode=fake", "--node-selector=lockstep.dev/profile",
+		"--mode=fake", "--node-selector="+lockstep.LabelProfile, "--topology-config="+topo,
 		"--workers=16", "--kube-api-qps=300", "--kube-api-burst=600")
 }
 
@@ -182,8 +260,12 @@ func (c *Cluster) ControllerComponent() (Component, error) {
 // pods schedulerName, so the benchmark can hand the same jobs to other
 // schedulers.
 func (c *Cluster) ControllerComponentFor(schedulerName string) (Component, error) {
+	topo, err := c.TopologyConfigFile()
+	if err != nil {
+		return Component{}, err
+	}
 	return c.managerComponent("controller", "lockstep-controller", ControllerIdentity(),
-		"--leader-elect=false", "--scheduler-name="+schedulerName)
+		"--leader-elect=false", "--scheduler-name="+schedulerName, "--topology-config="+topo)
 }
 
 // managerComponent describes one of our controller-runtime binaries: a

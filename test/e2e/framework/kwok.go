@@ -243,8 +243,3 @@ func freePorts(n int) ([]int, error) {
 	}
 	return ports, nil
 }
-
-// SimulatedRuntimeAnnotation on a running pod on a fake node makes KWOK end
-// the pod with success that long (a Go duration, "90s") after the pod was
-// annotated or started, whichever is later (deploy/kwok/stages.yaml).
-const SimulatedRuntimeAnnotation = "lockstep.dev/simulated-runtime"

@@ -4,11 +4,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
-// GPUsAnnotation on a pod lists the GPU indices (as topology.GPUSet.List
-// writes them, "0,1,4,5") the scheduler chose for it; the device plugin, or
-// the fake topology agent, hands out those GPUs when they are free.
-const GPUsAnnotation = "lockstep.dev/gpus"
-
 // NodeTopology is the GPU hardware of one node and its current GPU
 // allocation, published by the topology agent and read by the scheduler and
 // the controller. It is cluster-scoped, named after its Node and owned by it,

@@ -1,0 +1,112 @@
+// Package lockstep is Lockstep's contract: the names every component agrees
+// on (the GPU resource, the labels and annotations written and read, the
+// topology levels and their order, the constraint modes) and the shape of
+// the topology configuration. Each fact is declared here once; the
+// scheduler, agent, controller, bench and kubectl plugin import it.
+//
+// It imports only the standard library, so the pure core (pkg/topology) can
+// use it too. Reading and validating the configuration file, which needs a
+// YAML decoder and Kubernetes name rules, is in pkg/lockstep/topologyconfig.
+package lockstep
+
+// GPUResource is the extended resource the NVIDIA device plugin advertises.
+// Untyped, so it converts to corev1.ResourceName where that is wanted.
+const GPUResource = "nvidia.com/gpu"
+
+// SchedulerName is the scheduler profile Lockstep's pods ask for.
+const SchedulerName = "lockstep-scheduler"
+
+// TopologyPlacementPlugin is the scheduler plugin's name in a
+// KubeSchedulerConfiguration.
+const TopologyPlacementPlugin = "TopologyPlacement"
+
+// Labels Lockstep writes.
+const (
+	// LabelJobName, LabelReplicaType and LabelReplicaIndex are on every pod
+	// the controller creates: the TrainingJob, the replica role (lower case)
+	// and the index within the role.
+	LabelJobName      = "lockstep.dev/job-name"
+	LabelReplicaType  = "lockstep.dev/replica-type"
+	LabelReplicaIndex = "lockstep.dev/replica-index"
+
+	// LabelProfile names a simulated node's hardware profile; LabelPool the
+	// cluster-model pool it came from.
+	LabelProfile = "lockstep.dev/profile"
+	LabelPool    = "lockstep.dev/pool"
+
+	// Node labels the topology agent owns. Everything else under
+	// lockstep.dev/ on a node is left alone by it.
+	LabelGPUProduct   = "lockstep.dev/gpu-product"
+	LabelGPUCount     = "lockstep.dev/gpu-count"
+	LabelNVLinkDomain = "lockstep.dev/nvlink-domain"
+)
+
+// AgentNodeLabels are the node label keys the topology agent may write.
+func AgentNodeLabels() []string {
+	return []string{LabelGPUProduct, LabelGPUCount, LabelNVLinkDomain}
+}
+
+// Node labels others write that Lockstep reads. The tier keys and the
+// accelerator key are NVIDIA topograph's; the GPU keys are GPU feature
+// discovery's.
+const (
+	// LabelGPUClique is GPU feature discovery's "<cluster UUID>.<clique id>"
+	// of the node's multi-node NVLink domain.
+	LabelGPUClique = "nvidia.com/gpu.clique"
+	// LabelAcceleratorDomain is topograph's NVLink domain label, an
+	// alternative key for the clique level.
+	LabelAcceleratorDomain = "accelerator.topograph.run/domain"
+	// LabelFabricTier0 names the node's leaf switch, LabelFabricTier1 its
+	// spine and LabelFabricTier2 its block (core or super-spine group).
+	LabelFabricTier0 = "fabric.topograph.run/tier-0"
+	LabelFabricTier1 = "fabric.topograph.run/tier-1"
+	LabelFabricTier2 = "fabric.topograph.run/tier-2"
+
+	LabelNVIDIAGPUProduct = "nvidia.com/gpu.product"
+	LabelNVIDIAGPUCount   = "nvidia.com/gpu.count"
+	LabelNVIDIAGPUMemory  = "nvidia.com/gpu.memory"
+)
+
+// Annotations.
+const (
+	// AnnotationTopologyLevel on a PodGroup names the widest level the gang
+	// should fit in; AnnotationTopologyMode says Required or Preferred.
+	AnnotationTopologyLevel = "lockstep.dev/topology-level"
+	AnnotationTopologyMode  = "lockstep.dev/topology-mode"
+
+	// AnnotationGPUs on a bound pod lists the GPU indices the scheduler
+	// chose on its node ("0,1,5"); AnnotationDomain names the domain its
+	// gang landed in.
+	AnnotationGPUs   = "lockstep.dev/gpus"
+	AnnotationDomain = "lockstep.dev/domain"
+
+	// On a PodGroup once its gang is placed: the domain, its level and the
+	// placement's efficiency (Rate) as "0.973".
+	AnnotationPlacementDomain     = "lockstep.dev/placement-domain"
+	AnnotationPlacementLevel      = "lockstep.dev/placement-level"
+	AnnotationPlacementEfficiency = "lockstep.dev/placement-efficiency"
+
+	// AnnotationSpecHash on an object the controller emits is the hash of
+	// the spec it was written from, so the controller updates it only when
+	// the job wants something else.
+	AnnotationSpecHash = "lockstep.dev/spec-hash"
+
+	// AnnotationSimulatedRuntime on a running pod on a fake (KWOK) node
+	// ends the pod with success that long after it was annotated or
+	// started, whichever is later (deploy/kwok/stages.yaml).
+	AnnotationSimulatedRuntime = "lockstep.dev/simulated-runtime"
+)
+
+// ConstraintMode says how strictly a gang keeps to its topology level.
+type ConstraintMode string
+
+const (
+	// Required never places wider than the level.
+	Required ConstraintMode = "Required"
+	// Preferred tries the level and narrower first; wider is allowed as the
+	// gang waits (the scheduler's preferredWait).
+	Preferred ConstraintMode = "Preferred"
+)
+
+// ConstraintModes lists the valid modes.
+func ConstraintModes() []ConstraintMode { return []ConstraintMode{Required, Preferred} }
