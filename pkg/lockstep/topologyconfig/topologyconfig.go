@@ -9,12 +9,14 @@
 //   - the scheduler's KubeSchedulerConfiguration, whose TopologyPlacement
 //     pluginConfig args carry levels and oversubscription (the rest of the
 //     args is the scheduler's to check), or
+//
 //   - a file of its own:
 //
 //     apiVersion: lockstep.dev/v1alpha1
 //     kind: TopologyConfig
 //     levels:
-//     - {name: leaf, nodeLabel: fabric.topograph.run/tier-0}
+//
+//   - {name: leaf, nodeLabel: fabric.topograph.run/tier-0}
 //     oversubscription: {cluster: 2}
 package topologyconfig
 
