@@ -4,20 +4,16 @@
 // TopologyPlacement args with it; the controller, agent, bench and kubectl
 // plugin load the same file with it, so every component sees one tree.
 //
-// A file is either
+// A file is either the scheduler's KubeSchedulerConfiguration, whose
+// TopologyPlacement pluginConfig args carry levels and oversubscription (the
+// rest of the args is the scheduler's to check), or a file of its own:
 //
-//   - the scheduler's KubeSchedulerConfiguration, whose TopologyPlacement
-//     pluginConfig args carry levels and oversubscription (the rest of the
-//     args is the scheduler's to check), or
-//
-//   - a file of its own:
-//
-//     apiVersion: lockstep.dev/v1alpha1
-//     kind: TopologyConfig
-//     levels:
-//
-//   - {name: leaf, nodeLabel: fabric.topograph.run/tier-0}
-//     oversubscription: {cluster: 2}
+//	apiVersion: lockstep.dev/v1alpha1
+//	kind: TopologyConfig
+//	levels:
+//	- {name: leaf, nodeLabel: fabric.topograph.run/tier-0}
+//	- {name: spine, nodeLabel: fabric.topograph.run/tier-1}
+//	oversubscription: {spine: 2}
 package topologyconfig
 
 import (
