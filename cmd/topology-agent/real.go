@@ -16,7 +16,7 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/lockstep-dev/lockstep/pkg/agent"
-	"github.com/lockstep-dev/lockstep/pkg/topology/discovery"
+	"github.com/lockstep-dev/lockstep/pkg/agent/discovery"
 )
 
 // runReal publishes this node's topology. It reads the API directly, not
@@ -57,7 +57,7 @@ func runReal(ctx context.Context, cfg *rest.Config, scheme *runtime.Scheme, opts
 		Client:    c,
 		Publisher: publisher,
 		NodeName:  opts.nodeName,
-		Discover:  func(ctx context.Context) (*discovery.Report, error) { return discovery.Discover(ctx, discoveryOpts) },
+		Backend:   discovery.NVMLBackend{Options: discoveryOpts},
 		Interval:  opts.resyncInterval,
 		Metrics:   metrics,
 	}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net/http"
-	"strconv"
 	"strings"
 	"sync"
 
@@ -21,6 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
+	"github.com/lockstep-dev/lockstep/pkg/agent/discovery"
 	"github.com/lockstep-dev/lockstep/pkg/apis/lockstep/v1alpha1"
 	"github.com/lockstep-dev/lockstep/pkg/lockstep"
 	"github.com/lockstep-dev/lockstep/pkg/topology"
@@ -117,11 +117,13 @@ func (r *FakeReconciler) Reconcile(ctx context.Context, req reconcile.Request) (
 			lockstep.LabelProfile, profileName, strings.Join(topology.ProfileNames(), ", "))
 		return reconcile.Result{}, nil
 	}
-	hw, err := fakeNodeTopology(profile, node, r.cliqueLabel())
+	backend := discovery.ProfileBackend{Profile: profile, NodeName: node.Name, Clique: node.Labels[r.cliqueLabel()]}
+	report, err := backend.Discover(ctx)
 	if err != nil {
 		r.Metrics.discoveryFailed(SourceProfile)
 		return reconcile.Result{}, err
 	}
+	hw := &report.Topology
 	sel, err := r.selector(profile.Name, hw)
 	if err != nil {
 		r.Metrics.discoveryFailed(SourceProfile)
@@ -204,38 +206,6 @@ func (r *FakeReconciler) cliqueLabel() string {
 		return l.LabelKey
 	}
 	return lockstep.LabelGPUClique
-}
-
-// fakeNodeTopology is the profile's hardware, placed in the multi-node NVLink
-// domain the label cliqueKey names (a profile without such a domain ignores
-// the label). A tray without the label is a domain of its own.
-func fakeNodeTopology(profile topology.Profile, node *corev1.Node, cliqueKey string) (*topology.NodeTopology, error) {
-	hw, err := profile.Node()
-	if err != nil {
-		return nil, err
-	}
-	for i := range hw.GPUs {
-		hw.GPUs[i].UUID = fmt.Sprintf("GPU-fake-%s-%d", node.Name, i)
-	}
-	if hw.NVLinkDomain != nil {
-		clique := node.Labels[cliqueKey]
-		if clique == "" {
-			clique = "standalone-" + node.Name
-		}
-		hw.NVLinkDomain.ClusterUUID, hw.NVLinkDomain.CliqueID = parseClique(clique)
-	}
-	return hw, nil
-}
-
-// parseClique splits GPU feature discovery's "<cluster UUID>.<clique id>";
-// a value without a numeric suffix is a cluster of its own with clique 0.
-func parseClique(v string) (string, uint32) {
-	if i := strings.LastIndexByte(v, '.'); i > 0 {
-		if id, err := strconv.ParseUint(v[i+1:], 10, 32); err == nil {
-			return v[:i], uint32(id)
-		}
-	}
-	return v, 0
 }
 
 func allocatedGPUs(allocs []v1alpha1.GPUAllocation) int {

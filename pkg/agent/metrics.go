@@ -6,7 +6,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/lockstep-dev/lockstep/pkg/topology/discovery"
+	"github.com/lockstep-dev/lockstep/pkg/agent/discovery"
 )
 
 // SourceProfile is the discovery source of fake mode: a node's hardware

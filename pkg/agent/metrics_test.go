@@ -24,9 +24,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
+	"github.com/lockstep-dev/lockstep/pkg/agent/discovery"
 	"github.com/lockstep-dev/lockstep/pkg/apis/lockstep/v1alpha1"
 	"github.com/lockstep-dev/lockstep/pkg/lockstep"
-	"github.com/lockstep-dev/lockstep/pkg/topology/discovery"
 )
 
 // nonZero flattens the registry's non-zero series into
@@ -164,9 +164,9 @@ func TestRealAgentCountsDiscoveryErrors(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			m, reg := newTestMetrics(t)
-			a := &RealAgent{NodeName: "gpu-0", Metrics: m, Discover: func(context.Context) (*discovery.Report, error) {
+			a := &RealAgent{NodeName: "gpu-0", Metrics: m, Backend: backendFunc(func(context.Context) (*discovery.Report, error) {
 				return tc.report, tc.err
-			}}
+			})}
 			if _, err := a.discover(tc.ctx); !errors.Is(err, tc.err) {
 				t.Fatalf("discover = %v, want %v", err, tc.err)
 			}

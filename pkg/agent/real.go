@@ -11,9 +11,9 @@ import (
 	"k8s.io/klog/v2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/lockstep-dev/lockstep/pkg/agent/discovery"
 	"github.com/lockstep-dev/lockstep/pkg/apis/lockstep/v1alpha1"
 	"github.com/lockstep-dev/lockstep/pkg/topology"
-	"github.com/lockstep-dev/lockstep/pkg/topology/discovery"
 )
 
 // RealAgent publishes the NodeTopology of the node it runs on, from NVML,
@@ -23,9 +23,9 @@ type RealAgent struct {
 	Client    client.Client
 	Publisher *Publisher
 	NodeName  string
-	// Discover reads the hardware; discovery.Discover with the agent's
+	// Backend reads the hardware: discovery.NVMLBackend with the agent's
 	// options in production, a fixture in tests.
-	Discover func(context.Context) (*discovery.Report, error)
+	Backend discovery.Backend
 	// Interval is how often hardware and allocation are read again.
 	Interval time.Duration
 	// Metrics, when set, count discovery errors by source.
@@ -72,7 +72,7 @@ func (a *RealAgent) Run(ctx context.Context) error {
 // failed discovery is NVML's: it is the only source discovery cannot do
 // without.
 func (a *RealAgent) discover(ctx context.Context) (*discovery.Report, error) {
-	report, err := a.Discover(ctx)
+	report, err := a.Backend.Discover(ctx)
 	switch {
 	case err != nil && ctx.Err() == nil:
 		a.Metrics.discoveryFailed(discovery.SourceNVML)

@@ -8,9 +8,9 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/lockstep-dev/lockstep/pkg/agent/discovery"
 	"github.com/lockstep-dev/lockstep/pkg/apis/lockstep/v1alpha1"
 	"github.com/lockstep-dev/lockstep/pkg/topology"
-	"github.com/lockstep-dev/lockstep/pkg/topology/discovery"
 )
 
 func hgxReport(t *testing.T) *discovery.Report {
@@ -65,10 +65,15 @@ func TestFromReportUnknownHardware(t *testing.T) {
 	}
 }
 
+// backendFunc is a discovery.Backend made of a function.
+type backendFunc func(context.Context) (*discovery.Report, error)
+
+func (f backendFunc) Discover(ctx context.Context) (*discovery.Report, error) { return f(ctx) }
+
 func TestRealAgentFailsFastWithoutNVML(t *testing.T) {
-	a := &RealAgent{NodeName: "gpu-0", Discover: func(context.Context) (*discovery.Report, error) {
+	a := &RealAgent{NodeName: "gpu-0", Backend: backendFunc(func(context.Context) (*discovery.Report, error) {
 		return nil, discovery.ErrNVMLNotFound
-	}}
+	})}
 	err := a.Run(context.Background())
 	if !errors.Is(err, discovery.ErrNVMLNotFound) || !strings.Contains(err.Error(), "--mode=fake") {
 		t.Errorf("Run = %v, want the actionable NVML error", err)

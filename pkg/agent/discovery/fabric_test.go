@@ -6,8 +6,8 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/lockstep-dev/lockstep/pkg/topology/discovery"
-	"github.com/lockstep-dev/lockstep/pkg/topology/discovery/discoverytest"
+	"github.com/lockstep-dev/lockstep/pkg/agent/discovery"
+	"github.com/lockstep-dev/lockstep/pkg/agent/discovery/discoverytest"
 )
 
 // TestDiscoverNVLinkDomain covers the fabric states of a GB200 tray: only a

@@ -7,7 +7,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/lockstep-dev/lockstep/pkg/topology"
-	"github.com/lockstep-dev/lockstep/pkg/topology/discovery"
+	"github.com/lockstep-dev/lockstep/pkg/agent/discovery"
 )
 
 // TestDiscoverProfiles checks discovery against every built-in profile:

@@ -8,8 +8,8 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/lockstep-dev/lockstep/pkg/topology/discovery"
-	"github.com/lockstep-dev/lockstep/pkg/topology/discovery/discoverytest"
+	"github.com/lockstep-dev/lockstep/pkg/agent/discovery"
+	"github.com/lockstep-dev/lockstep/pkg/agent/discovery/discoverytest"
 )
 
 // gb200Report discovers a GB200 tray with a lost GPU, a pod holding GPUs,

@@ -5,8 +5,8 @@ import (
 	"testing"
 
 	"github.com/lockstep-dev/lockstep/pkg/topology"
-	"github.com/lockstep-dev/lockstep/pkg/topology/discovery"
-	"github.com/lockstep-dev/lockstep/pkg/topology/discovery/discoverytest"
+	"github.com/lockstep-dev/lockstep/pkg/agent/discovery"
+	"github.com/lockstep-dev/lockstep/pkg/agent/discovery/discoverytest"
 )
 
 // profileHardware is what NVML says about each built-in profile's machine

@@ -10,8 +10,8 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/lockstep-dev/lockstep/pkg/topology/discovery"
-	"github.com/lockstep-dev/lockstep/pkg/topology/discovery/discoverytest"
+	"github.com/lockstep-dev/lockstep/pkg/agent/discovery"
+	"github.com/lockstep-dev/lockstep/pkg/agent/discovery/discoverytest"
 )
 
 // TestDiscoverFails covers the failures that leave nothing to report: each

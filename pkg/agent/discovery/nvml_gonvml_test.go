@@ -6,7 +6,7 @@ import (
 	"os"
 	"testing"
 
-	"github.com/lockstep-dev/lockstep/pkg/topology/discovery"
+	"github.com/lockstep-dev/lockstep/pkg/agent/discovery"
 )
 
 // fixtureEnv names a file to write this node's sanitized report to, when

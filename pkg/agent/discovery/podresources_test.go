@@ -13,8 +13,8 @@ import (
 
 	"github.com/lockstep-dev/lockstep/pkg/lockstep"
 	"github.com/lockstep-dev/lockstep/pkg/topology"
-	"github.com/lockstep-dev/lockstep/pkg/topology/discovery"
-	"github.com/lockstep-dev/lockstep/pkg/topology/discovery/discoverytest"
+	"github.com/lockstep-dev/lockstep/pkg/agent/discovery"
+	"github.com/lockstep-dev/lockstep/pkg/agent/discovery/discoverytest"
 )
 
 // kubeletPods are the pods of a node as its kubelet reports them: whole

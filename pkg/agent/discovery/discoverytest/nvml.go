@@ -6,7 +6,7 @@ import (
 	"strings"
 
 	"github.com/lockstep-dev/lockstep/pkg/topology"
-	"github.com/lockstep-dev/lockstep/pkg/topology/discovery"
+	"github.com/lockstep-dev/lockstep/pkg/agent/discovery"
 )
 
 // Hardware is what NVML reports about a machine that a NodeTopology does not
