@@ -26,7 +26,7 @@ import (
 	"github.com/lockstep-dev/lockstep/pkg/clustermodel"
 	"github.com/lockstep-dev/lockstep/pkg/lockstep"
 	"github.com/lockstep-dev/lockstep/pkg/topology"
-	"github.com/lockstep-dev/lockstep/test/e2e/framework"
+	"github.com/lockstep-dev/lockstep/pkg/localcluster"
 )
 
 type options struct {
@@ -108,7 +108,7 @@ func run(ctx context.Context, o options) error {
 	var scaleScheds []scheduler
 	if o.scaleModel != "" {
 		// The burst has no constraints and no clock to compress.
-		deployed, err := framework.DeployedSchedulerConfig(root)
+		deployed, err := localcluster.DeployedSchedulerConfig(root)
 		if err != nil {
 			return err
 		}

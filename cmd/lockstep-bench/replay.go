@@ -12,7 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/lockstep-dev/lockstep/pkg/bench"
-	"github.com/lockstep-dev/lockstep/test/e2e/framework"
+	"github.com/lockstep-dev/lockstep/pkg/localcluster"
 )
 
 // replayOptions say how one trace replay runs and when it stops.
@@ -112,8 +112,8 @@ func replay(ctx context.Context, o replayOptions, sched scheduler, jobs []bench.
 // startCluster brings up a fresh local cluster of model with the fake
 // topology agent and, when sched is given, the controller giving pods
 // sched's name and sched itself.
-func startCluster(ctx context.Context, root, model string, sched *scheduler) (c *framework.Cluster, err error) {
-	c, err = framework.Start(ctx, framework.Options{RepoRoot: root, Model: model})
+func startCluster(ctx context.Context, root, model string, sched *scheduler) (c *localcluster.Cluster, err error) {
+	c, err = localcluster.Start(ctx, localcluster.Options{RepoRoot: root, Model: model})
 	if err != nil {
 		return nil, err
 	}
@@ -127,11 +127,11 @@ func startCluster(ctx context.Context, root, model string, sched *scheduler) (c 
 	if err := c.WaitNodesReady(ctx, wait); err != nil {
 		return c, err
 	}
-	components := []func() (framework.Component, error){c.FakeAgentComponent}
+	components := []func() (localcluster.Component, error){c.FakeAgentComponent}
 	if sched != nil {
 		components = append(components,
-			func() (framework.Component, error) { return c.ControllerComponentFor(sched.PodSchedulerName) },
-			func() (framework.Component, error) { return sched.component(c) })
+			func() (localcluster.Component, error) { return c.ControllerComponentFor(sched.PodSchedulerName) },
+			func() (localcluster.Component, error) { return sched.component(c) })
 	}
 	for _, describe := range components {
 		comp, err := describe()
@@ -153,7 +153,7 @@ func startCluster(ctx context.Context, root, model string, sched *scheduler) (c 
 }
 
 // submit creates each job's TrainingJob at its submit time after start.
-func submit(ctx context.Context, c *framework.Cluster, obs *observer, jobs []bench.Job, start time.Time) error {
+func submit(ctx context.Context, c *localcluster.Cluster, obs *observer, jobs []bench.Job, start time.Time) error {
 	for _, j := range jobs {
 		select {
 		case <-ctx.Done():

@@ -12,7 +12,7 @@ import (
 
 	"github.com/lockstep-dev/lockstep/pkg/apis/lockstep/v1alpha1"
 	"github.com/lockstep-dev/lockstep/pkg/bench"
-	"github.com/lockstep-dev/lockstep/test/e2e/framework"
+	"github.com/lockstep-dev/lockstep/pkg/localcluster"
 )
 
 // scaleGangSizes are the pod counts of the scale run's gangs, cycled: gangs
@@ -81,7 +81,7 @@ func scaleRun(ctx context.Context, o replayOptions, scheds []scheduler, jobs []b
 
 // scaleBurst runs one scheduler's part of the scale run and returns the
 // bind times and the number of pods.
-func scaleBurst(ctx context.Context, c *framework.Cluster, o replayOptions, sched scheduler, jobs []bench.Job, say func(string, ...any)) ([]time.Time, int, error) {
+func scaleBurst(ctx context.Context, c *localcluster.Cluster, o replayOptions, sched scheduler, jobs []bench.Job, say func(string, ...any)) ([]time.Time, int, error) {
 	want := 0
 	for _, j := range jobs {
 		want += j.Replicas
@@ -102,7 +102,7 @@ func scaleBurst(ctx context.Context, c *framework.Cluster, o replayOptions, sche
 	if err := submit(runCtx, c, obs, jobs, time.Now()); err != nil {
 		return nil, 0, err
 	}
-	err = framework.Poll(ctx, 500*time.Millisecond, 5*time.Minute, fmt.Sprintf("the controller to create %d pods", want), func(context.Context) (bool, error) {
+	err = localcluster.Poll(ctx, 500*time.Millisecond, 5*time.Minute, fmt.Sprintf("the controller to create %d pods", want), func(context.Context) (bool, error) {
 		_, have := obs.bindTimes()
 		return have >= want, nil
 	})
@@ -119,7 +119,7 @@ func scaleBurst(ctx context.Context, c *framework.Cluster, o replayOptions, sche
 	}
 	var lastCount int
 	lastChange := time.Now()
-	err = framework.Poll(ctx, 500*time.Millisecond, o.timeout, "every pod bound", func(context.Context) (bool, error) {
+	err = localcluster.Poll(ctx, 500*time.Millisecond, o.timeout, "every pod bound", func(context.Context) (bool, error) {
 		binds, _ := obs.bindTimes()
 		if len(binds) != lastCount {
 			lastCount, lastChange = len(binds), time.Now()
@@ -138,7 +138,7 @@ func scaleBurst(ctx context.Context, c *framework.Cluster, o replayOptions, sche
 
 // clearBurst stops the scheduler and the controller and deletes every job
 // and pod of the burst, waiting until the pods are gone.
-func clearBurst(ctx context.Context, c *framework.Cluster) error {
+func clearBurst(ctx context.Context, c *localcluster.Cluster) error {
 	for _, name := range []string{"scheduler", "controller"} {
 		if err := c.KillComponent(name); err != nil {
 			return err
@@ -150,7 +150,7 @@ func clearBurst(ctx context.Context, c *framework.Cluster) error {
 	if err := c.Client.DeleteAllOf(ctx, &corev1.Pod{}, client.InNamespace(benchNamespace), client.GracePeriodSeconds(0)); err != nil {
 		return fmt.Errorf("deleting the burst's pods: %w", err)
 	}
-	return framework.Poll(ctx, time.Second, 5*time.Minute, "the burst's pods to go", func(ctx context.Context) (bool, error) {
+	return localcluster.Poll(ctx, time.Second, 5*time.Minute, "the burst's pods to go", func(ctx context.Context) (bool, error) {
 		pods := &corev1.PodList{}
 		if err := c.Client.List(ctx, pods, client.InNamespace(benchNamespace)); err != nil {
 			return false, nil

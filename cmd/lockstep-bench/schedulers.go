@@ -8,7 +8,7 @@ import (
 
 	"github.com/lockstep-dev/lockstep/pkg/bench"
 	"github.com/lockstep-dev/lockstep/pkg/lockstep"
-	"github.com/lockstep-dev/lockstep/test/e2e/framework"
+	"github.com/lockstep-dev/lockstep/pkg/localcluster"
 )
 
 // scheduler is one scheduler under test: how to run it on a cluster and the
@@ -19,7 +19,7 @@ type scheduler struct {
 	// PodSchedulerName is the pods' spec.schedulerName.
 	PodSchedulerName string
 	// component describes the scheduler process on c.
-	component func(c *framework.Cluster) (framework.Component, error)
+	component func(c *localcluster.Cluster) (localcluster.Component, error)
 }
 
 // coschedulingSchedulerName is the profile name of the Coscheduling-only
@@ -35,7 +35,7 @@ func schedulers(lockstepConfig map[string]any) []scheduler {
 			// default profile: no gangs, no topology.
 			Name:             bench.SchedulerKube,
 			PodSchedulerName: "default-scheduler",
-			component: func(c *framework.Cluster) (framework.Component, error) {
+			component: func(c *localcluster.Cluster) (localcluster.Component, error) {
 				return c.KubeSchedulerComponent("scheduler", "kube-scheduler", schedulerConfig(map[string]any{
 					"schedulerName": "default-scheduler",
 				}))
@@ -48,7 +48,7 @@ func schedulers(lockstepConfig map[string]any) []scheduler {
 			// plugin is kube-scheduler's default.
 			Name:             bench.SchedulerCoscheduling,
 			PodSchedulerName: coschedulingSchedulerName,
-			component: func(c *framework.Cluster) (framework.Component, error) {
+			component: func(c *localcluster.Cluster) (localcluster.Component, error) {
 				return c.KubeSchedulerComponent("scheduler", lockstep.SchedulerName, schedulerConfig(map[string]any{
 					"schedulerName": coschedulingSchedulerName,
 					"plugins": map[string]any{
@@ -67,8 +67,8 @@ func schedulers(lockstepConfig map[string]any) []scheduler {
 			// Lockstep as deployed (deploy/scheduler/config.yaml), its
 			// Preferred wait on the replay's clock: see compressedConfig.
 			Name:             bench.SchedulerLockstep,
-			PodSchedulerName: framework.SchedulerName,
-			component: func(c *framework.Cluster) (framework.Component, error) {
+			PodSchedulerName: localcluster.SchedulerName,
+			component: func(c *localcluster.Cluster) (localcluster.Component, error) {
 				return c.KubeSchedulerComponent("scheduler", lockstep.SchedulerName, lockstepConfig)
 			},
 		},
@@ -82,7 +82,7 @@ func schedulers(lockstepConfig map[string]any) []scheduler {
 // durations are compressed it is compressed with them; left at 30 s, a 60×
 // replay would make Lockstep wait the equivalent of 30 minutes per level.
 func compressedConfig(root string, compression float64) (map[string]any, time.Duration, error) {
-	cfg, err := framework.DeployedSchedulerConfig(root)
+	cfg, err := localcluster.DeployedSchedulerConfig(root)
 	if err != nil {
 		return nil, 0, err
 	}

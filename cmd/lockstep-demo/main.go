@@ -20,7 +20,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
-	"github.com/lockstep-dev/lockstep/test/e2e/framework"
+	"github.com/lockstep-dev/lockstep/pkg/localcluster"
 )
 
 type options struct {
@@ -99,18 +99,18 @@ func up(ctx context.Context, o options) error {
 	}
 
 	fmt.Printf("Starting a local cluster from %s in %s ...\n", o.model, dir)
-	c, err := framework.Start(ctx, framework.Options{RepoRoot: root, Model: o.model, Dir: dir, Detached: true})
+	c, err := localcluster.Start(ctx, localcluster.Options{RepoRoot: root, Model: o.model, Dir: dir, Detached: true})
 	if err != nil {
 		// Start tore down what it started; the directory goes too, so that
 		// the next make demo does not find a "running" cluster.
-		if stopErr := framework.StopDetached(context.WithoutCancel(ctx), root, dir); stopErr != nil {
+		if stopErr := localcluster.StopDetached(context.WithoutCancel(ctx), root, dir); stopErr != nil {
 			return fmt.Errorf("%w (and removing %s: %v)", err, dir, stopErr)
 		}
 		return err
 	}
 	fail := func(err error) error {
 		fmt.Fprintf(os.Stderr, "Logs: %s\n", c.LogDir)
-		if stopErr := framework.StopDetached(context.WithoutCancel(ctx), root, dir); stopErr != nil {
+		if stopErr := localcluster.StopDetached(context.WithoutCancel(ctx), root, dir); stopErr != nil {
 			return fmt.Errorf("%w (and stopping: %v)", err, stopErr)
 		}
 		return err
@@ -213,7 +213,7 @@ func down(ctx context.Context, o options) error {
 		fmt.Printf("No demo cluster in %s.\n", dir)
 		return nil
 	}
-	if err := framework.StopDetached(ctx, root, dir); err != nil {
+	if err := localcluster.StopDetached(ctx, root, dir); err != nil {
 		return err
 	}
 	fmt.Printf("Demo cluster in %s stopped and removed.\n", dir)

@@ -13,7 +13,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/lockstep-dev/lockstep/test/e2e/framework"
+	"github.com/lockstep-dev/lockstep/pkg/localcluster"
 )
 
 func main() {
@@ -62,13 +62,13 @@ func up(ctx context.Context, dir, model, bin string) error {
 	}
 	begin := time.Now()
 	fmt.Printf("Starting a local cluster from %s in %s ...\n", model, dir)
-	c, err := framework.Start(ctx, framework.Options{RepoRoot: root, Model: model, Dir: dir, Detached: true})
+	c, err := localcluster.Start(ctx, localcluster.Options{RepoRoot: root, Model: model, Dir: dir, Detached: true})
 	if err != nil {
 		return err
 	}
 	// From here on a failure leaves a half-started cluster: take it down.
 	fail := func(err error) error {
-		if stopErr := framework.StopDetached(context.WithoutCancel(ctx), root, dir); stopErr != nil {
+		if stopErr := localcluster.StopDetached(context.WithoutCancel(ctx), root, dir); stopErr != nil {
 			return fmt.Errorf("%w (and stopping: %v)", err, stopErr)
 		}
 		return err
@@ -102,7 +102,7 @@ func down(ctx context.Context, dir, bin string) error {
 		fmt.Printf("No local cluster in %s.\n", dir)
 		return nil
 	}
-	if err := framework.StopDetached(ctx, root, dir); err != nil {
+	if err := localcluster.StopDetached(ctx, root, dir); err != nil {
 		return err
 	}
 	fmt.Printf("Local cluster in %s stopped and removed.\n", dir)

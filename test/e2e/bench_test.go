@@ -16,7 +16,7 @@ import (
 	"github.com/lockstep-dev/lockstep/pkg/apis/lockstep/v1alpha1"
 	"github.com/lockstep-dev/lockstep/pkg/bench"
 	"github.com/lockstep-dev/lockstep/pkg/lockstep"
-	"github.com/lockstep-dev/lockstep/test/e2e/framework"
+	"github.com/lockstep-dev/lockstep/pkg/localcluster"
 )
 
 // TestSimulatedRuntimeEndsJob checks the KWOK stage the benchmark relies on:
@@ -42,7 +42,7 @@ func TestSimulatedRuntimeEndsJob(t *testing.T) {
 	// A PyTorch job succeeds when its master does; the worker started a
 	// moment later, so it may still be running for that moment.
 	var finished map[string]corev1.Pod
-	err := framework.Poll(context.Background(), 100*time.Millisecond, 10*time.Second, "every pod of the job ended", func(ctx context.Context) (bool, error) {
+	err := localcluster.Poll(context.Background(), 100*time.Millisecond, 10*time.Second, "every pod of the job ended", func(ctx context.Context) (bool, error) {
 		var err error
 		if finished, err = jobPodsOf(ctx, ns, job.Name); err != nil {
 			return false, nil

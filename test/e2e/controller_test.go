@@ -21,7 +21,7 @@ import (
 	"github.com/lockstep-dev/lockstep/pkg/apis/lockstep/v1alpha1"
 	"github.com/lockstep-dev/lockstep/pkg/controller"
 	"github.com/lockstep-dev/lockstep/pkg/lockstep"
-	e2eframework "github.com/lockstep-dev/lockstep/test/e2e/framework"
+	e2eframework "github.com/lockstep-dev/lockstep/pkg/localcluster"
 )
 
 // pytorchJob is a PyTorch job of one Master and workers Workers, each with

@@ -14,7 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/lockstep-dev/lockstep/pkg/apis/lockstep/v1alpha1"
-	"github.com/lockstep-dev/lockstep/test/e2e/framework"
+	"github.com/lockstep-dev/lockstep/pkg/localcluster"
 )
 
 // identityTestAnnotation is what the agent's token writes to prove it may.
@@ -28,7 +28,7 @@ func TestAgentIdentityWritesOnlyItsNode(t *testing.T) {
 	ctx := context.Background()
 	nodes := cluster.Model.Nodes()
 	nodeA, nodeB := nodes[0].Name, nodes[1].Name
-	id := framework.AgentIdentity()
+	id := localcluster.AgentIdentity()
 
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{GenerateName: "identity-agent-", Namespace: id.Namespace},
@@ -83,7 +83,7 @@ func TestAgentIdentityWritesOnlyItsNode(t *testing.T) {
 func TestControllerIdentityCannotBind(t *testing.T) {
 	ctx := context.Background()
 	ns := cluster.NewNamespace(t)
-	token, err := cluster.Token(ctx, framework.ControllerIdentity(), nil, 600)
+	token, err := cluster.Token(ctx, localcluster.ControllerIdentity(), nil, 600)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -116,7 +116,7 @@ func TestControllerIdentityCannotBind(t *testing.T) {
 func TestSchedulerIdentityCannotTouchJobsOrSecrets(t *testing.T) {
 	ctx := context.Background()
 	ns := cluster.NewNamespace(t)
-	token, err := cluster.Token(ctx, framework.SchedulerIdentity(), nil, 600)
+	token, err := cluster.Token(ctx, localcluster.SchedulerIdentity(), nil, 600)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -168,7 +168,7 @@ func annotateNodeTopology(ctx context.Context, c client.Client, node string, val
 
 func newClient(t *testing.T, token string) client.Client {
 	t.Helper()
-	scheme, err := framework.Scheme()
+	scheme, err := localcluster.Scheme()
 	if err != nil {
 		t.Fatal(err)
 	}

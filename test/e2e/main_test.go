@@ -1,5 +1,5 @@
 // Package e2e holds Lockstep's end-to-end tests. TestMain brings up one
-// cluster for the package (see test/e2e/framework); each test works in its
+// cluster for the package (see pkg/localcluster); each test works in its
 // own namespace and leaves the cluster's GPUs free when it ends.
 package e2e
 
@@ -14,11 +14,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lockstep-dev/lockstep/test/e2e/framework"
+	"github.com/lockstep-dev/lockstep/pkg/localcluster"
 )
 
 // cluster is the package's test cluster, set by TestMain before any test.
-var cluster *framework.Cluster
+var cluster *localcluster.Cluster
 
 func TestMain(m *testing.M) {
 	os.Exit(runSuite(m))
@@ -41,7 +41,7 @@ func runSuite(m *testing.M) int {
 	// run is interrupted, so Ctrl-C never leaves a cluster behind.
 	var (
 		mu       sync.Mutex
-		started  *framework.Cluster
+		started  *localcluster.Cluster
 		tornDown bool
 	)
 	teardown := func(failed bool) {
@@ -70,7 +70,7 @@ func runSuite(m *testing.M) int {
 	}()
 
 	begin := time.Now()
-	c, err := framework.Start(ctx, framework.Options{
+	c, err := localcluster.Start(ctx, localcluster.Options{
 		RepoRoot:   root,
 		Model:      model,
 		Kubeconfig: os.Getenv("KUBECONFIG"),
@@ -101,7 +101,7 @@ func runSuite(m *testing.M) int {
 
 // saveArtifacts keeps the cluster's logs of a failed run under $ARTIFACTS,
 // or _artifacts/ in the repository.
-func saveArtifacts(root string, c *framework.Cluster) {
+func saveArtifacts(root string, c *localcluster.Cluster) {
 	dir := os.Getenv("ARTIFACTS")
 	if dir == "" {
 		dir = filepath.Join(root, "_artifacts")

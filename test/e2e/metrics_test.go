@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/lockstep-dev/lockstep/pkg/apis/lockstep/v1alpha1"
-	e2eframework "github.com/lockstep-dev/lockstep/test/e2e/framework"
+	e2eframework "github.com/lockstep-dev/lockstep/pkg/localcluster"
 )
 
 // components are the names the suite starts our binaries under.

@@ -19,7 +19,7 @@ import (
 	"github.com/lockstep-dev/lockstep/pkg/lockstep"
 	"github.com/lockstep-dev/lockstep/pkg/topology"
 	utiltesting "github.com/lockstep-dev/lockstep/pkg/util/testing"
-	"github.com/lockstep-dev/lockstep/test/e2e/framework"
+	"github.com/lockstep-dev/lockstep/pkg/localcluster"
 )
 
 const leafLabel = lockstep.LabelFabricTier0
@@ -37,7 +37,7 @@ func nodesByLeaf() map[string][]string {
 func fill(t *testing.T, ns, prefix string, gpus int64, nodes []string) {
 	t.Helper()
 	for i, node := range nodes {
-		pod := utiltesting.MakePod(fmt.Sprintf("%s-%d", prefix, i), ns).GPUs(gpus).SchedulerName(framework.SchedulerName).Obj()
+		pod := utiltesting.MakePod(fmt.Sprintf("%s-%d", prefix, i), ns).GPUs(gpus).SchedulerName(localcluster.SchedulerName).Obj()
 		pod.Spec.NodeSelector = map[string]string{corev1.LabelHostname: node}
 		cluster.CreatePods(t, pod)
 	}
@@ -53,7 +53,7 @@ func createGang(t *testing.T, ns, name string, members int, gpus int64, annotati
 	}
 	for i := range members {
 		cluster.CreatePods(t, utiltesting.MakePod(fmt.Sprintf("%s-%d", name, i), ns).GPUs(gpus).
-			SchedulerName(framework.SchedulerName).PodGroup(name).Obj())
+			SchedulerName(localcluster.SchedulerName).PodGroup(name).Obj())
 	}
 }
 
@@ -69,12 +69,12 @@ func gangPods(ctx context.Context, ns, gang string) ([]corev1.Pod, error) {
 func waitGangBound(t *testing.T, ns, gang string, members int, timeout time.Duration) []corev1.Pod {
 	t.Helper()
 	var pods []corev1.Pod
-	err := framework.Poll(context.Background(), 200*time.Millisecond, timeout, "gang "+gang+" bound", func(ctx context.Context) (bool, error) {
+	err := localcluster.Poll(context.Background(), 200*time.Millisecond, timeout, "gang "+gang+" bound", func(ctx context.Context) (bool, error) {
 		all, err := gangPods(ctx, ns, gang)
 		if err != nil {
 			return false, nil
 		}
-		pods = framework.BoundPods(all)
+		pods = localcluster.BoundPods(all)
 		return len(pods) == members, nil
 	})
 	if err != nil {
@@ -85,7 +85,7 @@ func waitGangBound(t *testing.T, ns, gang string, members int, timeout time.Dura
 
 func waitRunningAllocated(t *testing.T, ns string, n int) {
 	t.Helper()
-	err := framework.Poll(context.Background(), 200*time.Millisecond, time.Minute, "filler pods running", func(ctx context.Context) (bool, error) {
+	err := localcluster.Poll(context.Background(), 200*time.Millisecond, time.Minute, "filler pods running", func(ctx context.Context) (bool, error) {
 		pods, err := cluster.Pods(ctx, ns)
 		if err != nil {
 			return false, nil
@@ -196,13 +196,13 @@ func TestCompetingGangsNeverDeadlock(t *testing.T) {
 		createGang(t, ns, b, members, 8, nil)
 
 		var first, second string
-		err := framework.Poll(ctx, 200*time.Millisecond, 2*time.Minute, "one gang bound whole", func(ctx context.Context) (bool, error) {
+		err := localcluster.Poll(ctx, 200*time.Millisecond, 2*time.Minute, "one gang bound whole", func(ctx context.Context) (bool, error) {
 			pa, errA := gangPods(ctx, ns, a)
 			pb, errB := gangPods(ctx, ns, b)
 			if errA != nil || errB != nil {
 				return false, nil
 			}
-			na, nb := len(framework.BoundPods(pa)), len(framework.BoundPods(pb))
+			na, nb := len(localcluster.BoundPods(pa)), len(localcluster.BoundPods(pb))
 			if na > 0 && nb > 0 {
 				return false, fmt.Errorf("round %d: both gangs partly bound (%d and %d): deadlock risk", round, na, nb)
 			}
@@ -218,7 +218,7 @@ func TestCompetingGangsNeverDeadlock(t *testing.T) {
 			t.Fatal(err)
 		}
 		// The other gang must stay entirely unbound while the first runs.
-		if pods, _ := gangPods(ctx, ns, second); len(framework.BoundPods(pods)) != 0 {
+		if pods, _ := gangPods(ctx, ns, second); len(localcluster.BoundPods(pods)) != 0 {
 			t.Fatalf("round %d: gang %s has pods bound while %s holds the cluster", round, second, first)
 		}
 		deleteGang(t, ns, first)
@@ -236,7 +236,7 @@ func deleteGang(t *testing.T, ns, gang string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	err = framework.Poll(ctx, 200*time.Millisecond, time.Minute, "gang "+gang+" gone", func(ctx context.Context) (bool, error) {
+	err = localcluster.Poll(ctx, 200*time.Millisecond, time.Minute, "gang "+gang+" gone", func(ctx context.Context) (bool, error) {
 		pods, err := gangPods(ctx, ns, gang)
 		return err == nil && len(pods) == 0, nil
 	})
@@ -258,7 +258,7 @@ func TestRequiredConstraintUnmetBindsNothing(t *testing.T) {
 	// Coscheduling's sibling count; the ones that reach TopologyPlacement
 	// carry its reason.
 	var message string
-	err := framework.Poll(context.Background(), 250*time.Millisecond, time.Minute, "FailedScheduling naming the constraint", func(ctx context.Context) (bool, error) {
+	err := localcluster.Poll(context.Background(), 250*time.Millisecond, time.Minute, "FailedScheduling naming the constraint", func(ctx context.Context) (bool, error) {
 		for i := range 9 {
 			events, err := cluster.Events(ctx, ns, "Pod", fmt.Sprintf("wide-%d", i))
 			if err != nil {
@@ -307,7 +307,7 @@ func TestSchedulerKilledMidGangEndsWhole(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		t.Logf("round %d: scheduler killed with %d of %d members bound", round, len(framework.BoundPods(pods)), members)
+		t.Logf("round %d: scheduler killed with %d of %d members bound", round, len(localcluster.BoundPods(pods)), members)
 		comp, err := cluster.SchedulerComponent()
 		if err != nil {
 			t.Fatal(err)
@@ -341,7 +341,7 @@ func TestTwoGPUPodOnDGX1GetsNVLinkPair(t *testing.T) {
 	ns := cluster.NewNamespace(t)
 	// A first pod takes a pair, so the second choice is not the trivial one.
 	for i := range 2 {
-		pod := utiltesting.MakePod(fmt.Sprintf("pair-%d", i), ns).GPUs(2).SchedulerName(framework.SchedulerName).Obj()
+		pod := utiltesting.MakePod(fmt.Sprintf("pair-%d", i), ns).GPUs(2).SchedulerName(localcluster.SchedulerName).Obj()
 		pod.Spec.NodeSelector = map[string]string{corev1.LabelHostname: node}
 		cluster.CreatePods(t, pod)
 		waitBound(t, ns, pod.Name)
@@ -386,7 +386,7 @@ func TestMixedSizeGang(t *testing.T) {
 		want[fmt.Sprintf("mixed-worker-%d", i)] = 8
 	}
 	for name, gpus := range want {
-		pod := utiltesting.MakePod(name, ns).SchedulerName(framework.SchedulerName).PodGroup("mixed")
+		pod := utiltesting.MakePod(name, ns).SchedulerName(localcluster.SchedulerName).PodGroup("mixed")
 		if gpus > 0 {
 			pod = pod.GPUs(gpus)
 		}

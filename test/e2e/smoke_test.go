@@ -13,7 +13,7 @@ import (
 	"github.com/lockstep-dev/lockstep/pkg/lockstep"
 	"github.com/lockstep-dev/lockstep/pkg/topology"
 	utiltesting "github.com/lockstep-dev/lockstep/pkg/util/testing"
-	"github.com/lockstep-dev/lockstep/test/e2e/framework"
+	"github.com/lockstep-dev/lockstep/pkg/localcluster"
 )
 
 // TestModelNodesReadyWithGPUs checks every node of the model is Ready with the
@@ -34,7 +34,7 @@ func TestModelNodesReadyWithGPUs(t *testing.T) {
 			t.Errorf("node %s missing", want.Name)
 			continue
 		}
-		if !framework.NodeSchedulable(node) {
+		if !localcluster.NodeSchedulable(node) {
 			t.Errorf("node %s is not Ready: %+v", node.Name, node.Status.Conditions)
 		}
 		profile, _ := topology.LookupProfile(want.Labels[lockstep.LabelProfile])
@@ -55,10 +55,10 @@ func TestModelNodesReadyWithGPUs(t *testing.T) {
 func TestSchedulerBindsGPUPod(t *testing.T) {
 	ctx := context.Background()
 	ns := cluster.NewNamespace(t)
-	pod := utiltesting.MakePod("trainer", ns).GPUs(2).SchedulerName(framework.SchedulerName).Obj()
+	pod := utiltesting.MakePod("trainer", ns).GPUs(2).SchedulerName(localcluster.SchedulerName).Obj()
 	cluster.CreatePods(t, pod)
 
-	err := framework.Poll(ctx, 200*time.Millisecond, time.Minute, "pod running", func(ctx context.Context) (bool, error) {
+	err := localcluster.Poll(ctx, 200*time.Millisecond, time.Minute, "pod running", func(ctx context.Context) (bool, error) {
 		p, err := cluster.Clientset.CoreV1().Pods(ns).Get(ctx, pod.Name, metav1.GetOptions{})
 		return err == nil && p.Spec.NodeName != "" && p.Status.Phase == corev1.PodRunning, nil
 	})
@@ -69,8 +69,8 @@ func TestSchedulerBindsGPUPod(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !framework.HasEvent(events, "Scheduled", framework.SchedulerName) {
-		t.Errorf("no Scheduled event from %s; events: %v", framework.SchedulerName, eventSummaries(events))
+	if !localcluster.HasEvent(events, "Scheduled", localcluster.SchedulerName) {
+		t.Errorf("no Scheduled event from %s; events: %v", localcluster.SchedulerName, eventSummaries(events))
 	}
 }
 
@@ -86,7 +86,7 @@ func TestGangBoundAllOrNothing(t *testing.T) {
 	pods := make([]*corev1.Pod, members)
 	for i := range pods {
 		pods[i] = utiltesting.MakePod(fmt.Sprintf("gang-%d", i), ns).GPUs(8).
-			SchedulerName(framework.SchedulerName).PodGroup("gang").Obj()
+			SchedulerName(localcluster.SchedulerName).PodGroup("gang").Obj()
 	}
 
 	// Three of four: each is attempted and rejected, none bound.
@@ -98,9 +98,9 @@ func TestGangBoundAllOrNothing(t *testing.T) {
 
 	// The fourth completes the gang: all four are bound.
 	cluster.CreatePods(t, pods[members-1])
-	err := framework.Poll(ctx, 200*time.Millisecond, time.Minute, "all gang members bound", func(ctx context.Context) (bool, error) {
+	err := localcluster.Poll(ctx, 200*time.Millisecond, time.Minute, "all gang members bound", func(ctx context.Context) (bool, error) {
 		all, err := cluster.Pods(ctx, ns)
-		return err == nil && len(framework.BoundPods(all)) == members, nil
+		return err == nil && len(localcluster.BoundPods(all)) == members, nil
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -145,7 +145,7 @@ func TestGangThatCannotFitBindsNothing(t *testing.T) {
 	pods := make([]*corev1.Pod, members)
 	for i := range pods {
 		pods[i] = utiltesting.MakePod(fmt.Sprintf("too-big-%02d", i), ns).GPUs(8).
-			SchedulerName(framework.SchedulerName).PodGroup("too-big").Obj()
+			SchedulerName(localcluster.SchedulerName).PodGroup("too-big").Obj()
 	}
 	cluster.CreatePods(t, pods...)
 
@@ -165,9 +165,9 @@ func TestGangThatCannotFitBindsNothing(t *testing.T) {
 
 func waitForEvent(t *testing.T, ns, pod, reason string) {
 	t.Helper()
-	err := framework.Poll(context.Background(), 250*time.Millisecond, time.Minute, reason+" event for "+pod, func(ctx context.Context) (bool, error) {
+	err := localcluster.Poll(context.Background(), 250*time.Millisecond, time.Minute, reason+" event for "+pod, func(ctx context.Context) (bool, error) {
 		events, err := cluster.Events(ctx, ns, "Pod", pod)
-		return err == nil && framework.HasEvent(events, reason, framework.SchedulerName), nil
+		return err == nil && localcluster.HasEvent(events, reason, localcluster.SchedulerName), nil
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -180,7 +180,7 @@ func assertNoneBound(t *testing.T, ns string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if bound := framework.BoundPods(pods); len(bound) > 0 {
+	if bound := localcluster.BoundPods(pods); len(bound) > 0 {
 		t.Fatalf("%d of %d pods bound, want none: first %s on %s", len(bound), len(pods), bound[0].Name, bound[0].Spec.NodeName)
 	}
 }

@@ -3,7 +3,7 @@ package e2e
 import (
 	"testing"
 
-	"github.com/lockstep-dev/lockstep/test/e2e/framework"
+	"github.com/lockstep-dev/lockstep/pkg/localcluster"
 )
 
 // TestListenersOnLoopbackOnly checks every listening socket of every process
@@ -29,7 +29,7 @@ func TestListenersOnLoopbackOnly(t *testing.T) {
 		}
 	}
 	for name, pid := range pids {
-		addrs, err := framework.ListeningAddrs(pid)
+		addrs, err := localcluster.ListeningAddrs(pid)
 		if err != nil {
 			t.Errorf("%s (pid %d): %v", name, pid, err)
 			continue

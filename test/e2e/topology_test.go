@@ -20,7 +20,7 @@ import (
 	"github.com/lockstep-dev/lockstep/pkg/lockstep"
 	"github.com/lockstep-dev/lockstep/pkg/topology"
 	utiltesting "github.com/lockstep-dev/lockstep/pkg/util/testing"
-	"github.com/lockstep-dev/lockstep/test/e2e/framework"
+	"github.com/lockstep-dev/lockstep/pkg/localcluster"
 )
 
 // TestFakeAgentPublishesEveryNode checks the fake agent publishes one
@@ -36,7 +36,7 @@ func TestFakeAgentPublishesEveryNode(t *testing.T) {
 	// Other tests may run first; the creation timestamps below tell when the
 	// objects were published.
 	var list v1alpha1.NodeTopologyList
-	err := framework.Poll(ctx, 100*time.Millisecond, time.Minute, "a NodeTopology per node", func(ctx context.Context) (bool, error) {
+	err := localcluster.Poll(ctx, 100*time.Millisecond, time.Minute, "a NodeTopology per node", func(ctx context.Context) (bool, error) {
 		if err := cluster.Client.List(ctx, &list); err != nil {
 			return false, nil
 		}
@@ -97,11 +97,11 @@ func TestFakeAgentPublishesEveryNode(t *testing.T) {
 func TestAllocationFollowsPods(t *testing.T) {
 	ctx := context.Background()
 	ns := cluster.NewNamespace(t)
-	first := utiltesting.MakePod("first", ns).GPUs(4).SchedulerName(framework.SchedulerName).Obj()
+	first := utiltesting.MakePod("first", ns).GPUs(4).SchedulerName(localcluster.SchedulerName).Obj()
 	cluster.CreatePods(t, first)
 	node := waitBound(t, ns, first.Name)
 
-	second := utiltesting.MakePod("second", ns).GPUs(2).SchedulerName(framework.SchedulerName).Obj()
+	second := utiltesting.MakePod("second", ns).GPUs(2).SchedulerName(localcluster.SchedulerName).Obj()
 	second.Spec.NodeSelector = map[string]string{corev1.LabelHostname: node}
 	cluster.CreatePods(t, second)
 	waitBound(t, ns, second.Name)
@@ -164,7 +164,7 @@ func TestDeletingNodeRemovesNodeTopology(t *testing.T) {
 	if err := cluster.Clientset.CoreV1().Nodes().Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	err := framework.Poll(ctx, 200*time.Millisecond, time.Minute, "NodeTopology "+name+" garbage-collected", func(ctx context.Context) (bool, error) {
+	err := localcluster.Poll(ctx, 200*time.Millisecond, time.Minute, "NodeTopology "+name+" garbage-collected", func(ctx context.Context) (bool, error) {
 		err := cluster.Client.Get(ctx, client.ObjectKey{Name: name}, &v1alpha1.NodeTopology{})
 		return apierrors.IsNotFound(err), nil
 	})
@@ -176,7 +176,7 @@ func TestDeletingNodeRemovesNodeTopology(t *testing.T) {
 func waitBound(t *testing.T, ns, pod string) string {
 	t.Helper()
 	var node string
-	err := framework.Poll(context.Background(), 200*time.Millisecond, time.Minute, "pod "+pod+" bound", func(ctx context.Context) (bool, error) {
+	err := localcluster.Poll(context.Background(), 200*time.Millisecond, time.Minute, "pod "+pod+" bound", func(ctx context.Context) (bool, error) {
 		p, err := cluster.Clientset.CoreV1().Pods(ns).Get(ctx, pod, metav1.GetOptions{})
 		if err != nil {
 			return false, nil
@@ -202,7 +202,7 @@ func podUID(t *testing.T, ns, name string) string {
 func waitNodeTopology(t *testing.T, node, what string, cond func(*v1alpha1.NodeTopology) bool) *v1alpha1.NodeTopology {
 	t.Helper()
 	nt := &v1alpha1.NodeTopology{}
-	err := framework.Poll(context.Background(), 200*time.Millisecond, 30*time.Second, "NodeTopology "+node+": "+what, func(ctx context.Context) (bool, error) {
+	err := localcluster.Poll(context.Background(), 200*time.Millisecond, 30*time.Second, "NodeTopology "+node+": "+what, func(ctx context.Context) (bool, error) {
 		if err := cluster.Client.Get(ctx, client.ObjectKey{Name: node}, nt); err != nil {
 			return false, nil
 		}

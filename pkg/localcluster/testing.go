@@ -1,10 +1,9 @@
-package framework
+package localcluster
 
 import (
 	"context"
 	"fmt"
 	"strings"
-	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -13,10 +12,23 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 )
 
+// TB is what the test helpers below need of a test: *testing.T and
+// *testing.B satisfy it. Named here so the package, which the benchmark
+// and demo commands ship, does not link the testing package.
+type TB interface {
+	Helper()
+	Name() string
+	Cleanup(func())
+	Logf(format string, args ...any)
+	Errorf(format string, args ...any)
+	Fatal(args ...any)
+	Fatalf(format string, args ...any)
+}
+
 // NewNamespace creates a namespace for one test and, when the test ends,
 // deletes it and waits until its pods are gone so the next test starts with
 // every GPU free. It returns once pods can be created there.
-func (c *Cluster) NewNamespace(t testing.TB) string {
+func (c *Cluster) NewNamespace(t TB) string {
 	t.Helper()
 	ctx := context.Background()
 	name := strings.ToLower(strings.NewReplacer("/", "-", "_", "-").Replace(t.Name()))
@@ -42,7 +54,7 @@ func (c *Cluster) NewNamespace(t testing.TB) string {
 	return ns.Name
 }
 
-func (c *Cluster) deleteNamespace(t testing.TB, ns string) {
+func (c *Cluster) deleteNamespace(t TB, ns string) {
 	ctx := context.Background()
 	err := c.Clientset.CoreV1().Namespaces().Delete(ctx, ns, metav1.DeleteOptions{})
 	if err != nil && !apierrors.IsNotFound(err) {
@@ -59,7 +71,7 @@ func (c *Cluster) deleteNamespace(t testing.TB, ns string) {
 }
 
 // CreatePods creates the pods, failing the test on the first error.
-func (c *Cluster) CreatePods(t testing.TB, pods ...*corev1.Pod) {
+func (c *Cluster) CreatePods(t TB, pods ...*corev1.Pod) {
 	t.Helper()
 	for _, p := range pods {
 		if _, err := c.Clientset.CoreV1().Pods(p.Namespace).Create(context.Background(), p, metav1.CreateOptions{}); err != nil {

@@ -3,7 +3,7 @@
 // named by $KUBECONFIG. It creates a cluster model's fake GPU nodes, installs
 // our CRDs, runs our binaries as child processes, keeps their logs when a test
 // fails and always tears down what it started.
-package framework
+package localcluster
 
 import (
 	"context"
