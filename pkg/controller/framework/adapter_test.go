@@ -74,11 +74,6 @@ func TestPodNaming(t *testing.T) {
 	if got := PodAddress(job, v1alpha1.ReplicaMaster, 0); got != "train-master-0.train.ml.svc" {
 		t.Errorf("PodAddress = %q", got)
 	}
-	svc := NewHeadlessService(job)
-	if svc.Name != "train" || svc.Spec.ClusterIP != "None" || !svc.Spec.PublishNotReadyAddresses {
-		t.Errorf("service %s clusterIP %q publishNotReady %v; want a headless train publishing unready pods",
-			svc.Name, svc.Spec.ClusterIP, svc.Spec.PublishNotReadyAddresses)
-	}
 }
 
 func TestPodTemplateErrors(t *testing.T) {

@@ -49,13 +49,19 @@ func JobSearchDomain(job *v1alpha1.TrainingJob, clusterDomain string) string {
 }
 
 // NewHeadlessService returns the Service that gives the job's pods their DNS
-// names. It publishes pods before they are ready: rank 0 must resolve while
-// the others start, or rendezvous never completes.
-func NewHeadlessService(job *v1alpha1.TrainingJob) *corev1.Service {
+// names. selector must match exactly the job's pods (the reconciler's
+// job-name label): without a selector the EndpointSlice controller publishes
+// no endpoints, and no <pod>.<service> name resolves. The Service is the
+// pods' subdomain and each pod's hostname is its name (basePod), so every
+// pod gets the A record <pod>.<job>.<namespace>.svc. It publishes pods
+// before they are ready: rank 0 must resolve while the others start, or
+// rendezvous never completes.
+func NewHeadlessService(job *v1alpha1.TrainingJob, selector map[string]string) *corev1.Service {
 	return &corev1.Service{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "Service"},
 		ObjectMeta: metav1.ObjectMeta{Name: ServiceName(job.Name), Namespace: job.Namespace},
 		Spec: corev1.ServiceSpec{
+			Selector:                 selector,
 			ClusterIP:                corev1.ClusterIPNone,
 			PublishNotReadyAddresses: true,
 		},
