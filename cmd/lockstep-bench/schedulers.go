@@ -7,8 +7,8 @@ import (
 	"time"
 
 	"github.com/lockstep-dev/lockstep/pkg/bench"
-	"github.com/lockstep-dev/lockstep/pkg/lockstep"
 	"github.com/lockstep-dev/lockstep/pkg/localcluster"
+	"github.com/lockstep-dev/lockstep/pkg/lockstep"
 )
 
 // scheduler is one scheduler under test: how to run it on a cluster and the

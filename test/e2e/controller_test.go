@@ -20,8 +20,8 @@ import (
 
 	"github.com/lockstep-dev/lockstep/pkg/apis/lockstep/v1alpha1"
 	"github.com/lockstep-dev/lockstep/pkg/controller"
-	"github.com/lockstep-dev/lockstep/pkg/lockstep"
 	e2eframework "github.com/lockstep-dev/lockstep/pkg/localcluster"
+	"github.com/lockstep-dev/lockstep/pkg/lockstep"
 )
 
 // pytorchJob is a PyTorch job of one Master and workers Workers, each with

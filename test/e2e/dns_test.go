@@ -20,7 +20,7 @@ import (
 
 	"github.com/lockstep-dev/lockstep/pkg/apis/lockstep/v1alpha1"
 	"github.com/lockstep-dev/lockstep/pkg/controller"
-	e2eframework "github.com/lockstep-dev/lockstep/test/e2e/framework"
+	e2eframework "github.com/lockstep-dev/lockstep/pkg/localcluster"
 )
 
 // rankJob is a job of framework with replicas pods per role, one GPU each.

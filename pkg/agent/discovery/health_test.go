@@ -6,9 +6,9 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/lockstep-dev/lockstep/pkg/topology"
 	"github.com/lockstep-dev/lockstep/pkg/agent/discovery"
 	"github.com/lockstep-dev/lockstep/pkg/agent/discovery/discoverytest"
+	"github.com/lockstep-dev/lockstep/pkg/topology"
 )
 
 // unqueriedLink is the link discovery gives a GPU it could not query: the

@@ -4,9 +4,9 @@ import (
 	"fmt"
 	"testing"
 
-	"github.com/lockstep-dev/lockstep/pkg/topology"
 	"github.com/lockstep-dev/lockstep/pkg/agent/discovery"
 	"github.com/lockstep-dev/lockstep/pkg/agent/discovery/discoverytest"
+	"github.com/lockstep-dev/lockstep/pkg/topology"
 )
 
 // profileHardware is what NVML says about each built-in profile's machine

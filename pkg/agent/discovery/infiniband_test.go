@@ -8,9 +8,9 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/lockstep-dev/lockstep/pkg/topology"
 	"github.com/lockstep-dev/lockstep/pkg/agent/discovery"
 	"github.com/lockstep-dev/lockstep/pkg/agent/discovery/discoverytest"
+	"github.com/lockstep-dev/lockstep/pkg/topology"
 )
 
 // hcaLayout is an L40S server's first socket (GPUs 0 and 1 behind one

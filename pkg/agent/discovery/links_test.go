@@ -7,9 +7,9 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/lockstep-dev/lockstep/pkg/topology"
 	"github.com/lockstep-dev/lockstep/pkg/agent/discovery"
 	"github.com/lockstep-dev/lockstep/pkg/agent/discovery/discoverytest"
+	"github.com/lockstep-dev/lockstep/pkg/topology"
 )
 
 // pcieOnly returns node with every GPU pair on the PCIe path its NUMA nodes
