@@ -189,7 +189,7 @@ func (r *TrainingJobReconciler) resetPodGroupStatus(ctx context.Context, job *v1
 // where the job's name is unique, and the reconciler sets the label on every
 // pod it creates, overriding the template's.
 func desiredService(job *v1alpha1.TrainingJob) *corev1.Service {
-	return framework.NewHeadlessService(job, map[string]string{JobNameLabel: job.Name})
+	return framework.NewHeadlessService(job, map[string]string{lockstep.LabelJobName: job.Name})
 }
 
 // ensureService creates the job's headless Service or brings the fields the

@@ -17,12 +17,13 @@ import (
 
 	"github.com/lockstep-dev/lockstep/pkg/apis/lockstep/v1alpha1"
 	"github.com/lockstep-dev/lockstep/pkg/controller/framework"
+	"github.com/lockstep-dev/lockstep/pkg/lockstep"
 )
 
 func serviceTestJob() *v1alpha1.TrainingJob {
 	one, three := int32(1), int32(3)
 	tpl := corev1.PodTemplateSpec{
-		ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{JobNameLabel: "someone-else"}},
+		ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{lockstep.LabelJobName: "someone-else"}},
 		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "pytorch", Image: "train:v1"}}},
 	}
 	job := &v1alpha1.TrainingJob{
@@ -67,13 +68,13 @@ func ownedBy(job *v1alpha1.TrainingJob) []metav1.OwnerReference {
 func TestEnsureService(t *testing.T) {
 	job := serviceTestJob()
 	wantSpec := corev1.ServiceSpec{
-		Selector:                 map[string]string{JobNameLabel: "train"},
+		Selector:                 map[string]string{lockstep.LabelJobName: "train"},
 		ClusterIP:                corev1.ClusterIPNone,
 		PublishNotReadyAddresses: true,
 	}
 	// oldService is the Service of a controller that set no selector.
 	oldService := &corev1.Service{
-		ObjectMeta: metav1.ObjectMeta{Name: "train", Namespace: "ml", Labels: map[string]string{JobNameLabel: "train"},
+		ObjectMeta: metav1.ObjectMeta{Name: "train", Namespace: "ml", Labels: map[string]string{lockstep.LabelJobName: "train"},
 			OwnerReferences: ownedBy(job)},
 		Spec: corev1.ServiceSpec{ClusterIP: corev1.ClusterIPNone, PublishNotReadyAddresses: true, Type: corev1.ServiceTypeClusterIP},
 	}
