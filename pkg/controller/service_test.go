@@ -53,7 +53,7 @@ func serviceTestReconciler(t *testing.T, objs ...client.Object) (*TrainingJobRec
 		Client:        c,
 		Recorder:      record.NewFakeRecorder(10),
 		Registry:      framework.NewBuiltinRegistry(nil),
-		SchedulerName: DefaultSchedulerName,
+		SchedulerName: lockstep.SchedulerName,
 		ClusterDomain: DefaultClusterDomain,
 	}, c
 }

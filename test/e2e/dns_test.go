@@ -19,8 +19,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/lockstep-dev/lockstep/pkg/apis/lockstep/v1alpha1"
-	"github.com/lockstep-dev/lockstep/pkg/controller"
 	e2eframework "github.com/lockstep-dev/lockstep/pkg/localcluster"
+	"github.com/lockstep-dev/lockstep/pkg/lockstep"
 )
 
 // rankJob is a job of framework with replicas pods per role, one GPU each.
@@ -84,7 +84,7 @@ func TestRankNamesHaveEndpoints(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if want := map[string]string{controller.JobNameLabel: job.Name}; !maps.Equal(svc.Spec.Selector, want) ||
+			if want := map[string]string{lockstep.LabelJobName: job.Name}; !maps.Equal(svc.Spec.Selector, want) ||
 				svc.Spec.ClusterIP != corev1.ClusterIPNone || !svc.Spec.PublishNotReadyAddresses {
 				t.Fatalf("Service %s: selector %v clusterIP %q publishNotReadyAddresses %v; want selector %v, headless, publishing unready pods",
 					svc.Name, svc.Spec.Selector, svc.Spec.ClusterIP, svc.Spec.PublishNotReadyAddresses, want)
@@ -130,7 +130,7 @@ func TestRankNamesHaveEndpoints(t *testing.T) {
 			touchJob(t, ns, job.Name)
 			err = e2eframework.Poll(ctx, 100*time.Millisecond, 30*time.Second, "the Service's selector restored", func(ctx context.Context) (bool, error) {
 				s, err := cluster.Clientset.CoreV1().Services(ns).Get(ctx, job.Name, metav1.GetOptions{})
-				return err == nil && s.Spec.Selector[controller.JobNameLabel] == job.Name, nil
+				return err == nil && s.Spec.Selector[lockstep.LabelJobName] == job.Name, nil
 			})
 			if err != nil {
 				t.Fatal(err)
