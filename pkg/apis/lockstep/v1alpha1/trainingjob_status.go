@@ -1,0 +1,132 @@
+package v1alpha1
+
+import (
+	"strconv"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// TrainingJobStatus is the observed state of a job.
+type TrainingJobStatus struct {
+	// Conditions are Created, Running, Restarting, Succeeded, Failed and
+	// Suspended.
+	// +listType=map
+	// +listMapKey=type
+	// +optional
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+
+	// State is the latest condition in one word, for `kubectl get`.
+	// +optional
+	State JobState `json:"state,omitempty"`
+
+	// ReplicaStatuses counts the pods of each role by phase.
+	// +optional
+	ReplicaStatuses map[ReplicaType]ReplicaStatus `json:"replicaStatuses,omitempty"`
+
+	// TotalReplicas is the number of pods of the job over all roles.
+	// +optional
+	TotalReplicas int32 `json:"totalReplicas,omitempty"`
+
+	// RestartCount is how often the job (Gang) or one of its pods (Pod) was
+	// restarted; runPolicy.backoffLimit bounds it.
+	// +optional
+	RestartCount int32 `json:"restartCount,omitempty"`
+
+	// StartTime is when the controller first started the job's pods; it is
+	// reset when the job is suspended.
+	// +optional
+	StartTime *metav1.Time `json:"startTime,omitempty"`
+
+	// CompletionTime is when the job succeeded or failed.
+	// +optional
+	CompletionTime *metav1.Time `json:"completionTime,omitempty"`
+
+	// Placement is where the gang runs and how good that is.
+	// +optional
+	Placement *Placement `json:"placement,omitempty"`
+
+	// ObservedGeneration is the spec generation the status describes.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+}
+
+// JobState is a one-word summary of a job.
+//
+// +kubebuilder:validation:Enum=Created;Running;Restarting;Succeeded;Failed;Suspended
+type JobState string
+
+// Condition types of a TrainingJob, also its states.
+const (
+	JobCreated    JobState = "Created"
+	JobRunning    JobState = "Running"
+	JobRestarting JobState = "Restarting"
+	JobSucceeded  JobState = "Succeeded"
+	JobFailed     JobState = "Failed"
+	JobSuspended  JobState = "Suspended"
+)
+
+// ReplicaStatus counts the pods of one role by phase.
+type ReplicaStatus struct {
+	// Active pods are pending or running.
+	// +optional
+	Active int32 `json:"active,omitempty"`
+	// +optional
+	Succeeded int32 `json:"succeeded,omitempty"`
+	// +optional
+	Failed int32 `json:"failed,omitempty"`
+}
+
+// Placement is the modelled quality of the gang's placement, as the
+// scheduler's topology plugin computed it.
+type Placement struct {
+	// Domain is the narrowest topology domain holding every pod, e.g.
+	// "block=b1/spine=s2/leaf=l7", or the node name on one node.
+	// +kubebuilder:validation:MaxLength=1024
+	// +optional
+	Domain string `json:"domain,omitempty"`
+
+	// LevelName is that domain's level: host, clique, leaf, spine, block or
+	// cluster.
+	// +kubebuilder:validation:MaxLength=63
+	// +optional
+	LevelName string `json:"levelName,omitempty"`
+
+	// LevelsSpanned is that level's index: 0 on one host, higher the wider
+	// the gang spreads.
+	// +kubebuilder:validation:Minimum=0
+	// +optional
+	LevelsSpanned int32 `json:"levelsSpanned,omitempty"`
+
+	// Nodes are the nodes the gang runs on.
+	// +listType=set
+	// +kubebuilder:validation:MaxItems=10000
+	// +kubebuilder:validation:items:MaxLength=253
+	// +optional
+	Nodes []string `json:"nodes,omitempty"`
+
+	// BusBandwidthMBps is the modelled per-GPU all-reduce bus bandwidth, the
+	// bottleneck of the placement, in MB/s.
+	// +kubebuilder:validation:Minimum=0
+	// +optional
+	BusBandwidthMBps int64 `json:"busBandwidthMBps,omitempty"`
+
+	// Efficiency is the modelled all-reduce time of the best placement on an
+	// empty cluster divided by that of this one, in (0, 1], as a decimal
+	// string with two digits ("0.97"; see FormatEfficiency). A string
+	// because CRDs do not allow floats.
+	// +kubebuilder:validation:Pattern=`^(0\.[0-9]{1,3}|1\.0{1,3})$`
+	// +optional
+	Efficiency string `json:"efficiency,omitempty"`
+}
+
+// FormatEfficiency writes a placement efficiency in (0, 1] as Placement
+// stores it. Values are clamped so that rounding never leaves the range.
+func FormatEfficiency(e float64) string {
+	switch {
+	case e >= 1:
+		return "1.00"
+	case e < 0.01:
+		return "0.01"
+	}
+	return strconv.FormatFloat(e, 'f', 2, 64)
+}
