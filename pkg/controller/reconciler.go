@@ -192,7 +192,7 @@ func (r *TrainingJobReconciler) ensureRunning(ctx context.Context, job *v1alpha1
 		setCondition(&job.Status, job.Generation, v1alpha1.JobSuspended, metav1.ConditionFalse, ReasonResumed, "the job was resumed")
 		r.Recorder.Event(job, corev1.EventTypeNormal, ReasonResumed, "Resumed: recreating the pods")
 	}
-	obs := observe(job, pods)
+	obs := observe(job, pods, framework.EffectiveRestartScope(a, job))
 	r.recordReplicas(job, obs)
 	if !r.expectations.Satisfied(job.UID, pods) {
 		// The cache has not caught up with our writes: decide on the next
@@ -203,8 +203,10 @@ func (r *TrainingJobReconciler) ensureRunning(ctx context.Context, job *v1alpha1
 	switch {
 	case d.outcome.Result != framework.Running:
 		return r.ensureFinishedNow(ctx, job, d.outcome, pods)
-	case len(d.restart) > 0:
-		return ctrl.Result{}, r.ensureRestart(ctx, job, a, d.restart)
+	case d.waitStale:
+		return ctrl.Result{}, r.ensureStaleDeleted(ctx, job, d.removeStale)
+	case d.incident != "":
+		return ctrl.Result{}, r.ensureRestart(ctx, job, d)
 	}
 	if err := r.ensurePods(ctx, job, a, obs); err != nil {
 		return ctrl.Result{}, err
@@ -251,19 +253,16 @@ const placementRetry = 10 * time.Second
 
 // ensureRestart records a restart, then deletes the pods it covers; they
 // are recreated once gone. The status goes first, under optimistic
-// concurrency, so a restart is counted once even if the deletes fail.
-func (r *TrainingJobReconciler) ensureRestart(ctx context.Context, job *v1alpha1.TrainingJob, a framework.Adapter, restart []jobPod) error {
-	scope := framework.EffectiveRestartScope(a, job)
-	job.Status.RestartCount++
-	msg := fmt.Sprintf("restart %d (%s scope): %s %d failed", job.Status.RestartCount, scope, restart[0].role, restart[0].index)
-	if scope == v1alpha1.RestartScopeGang {
-		for _, p := range restart {
-			if p.Status.Phase == corev1.PodFailed {
-				msg = fmt.Sprintf("restart %d (%s scope): %s %d failed", job.Status.RestartCount, scope, p.role, p.index)
-				break
-			}
-		}
+// concurrency, so a restart is counted once even if the deletes fail: the
+// pods of a restarted gang carry the earlier count, and a later pass
+// deletes them as stale (ensureStaleDeleted) without counting again.
+func (r *TrainingJobReconciler) ensureRestart(ctx context.Context, job *v1alpha1.TrainingJob, d decision) error {
+	scope := v1alpha1.RestartScopePod
+	if d.gangRestart {
+		scope = v1alpha1.RestartScopeGang
 	}
+	job.Status.RestartCount++
+	msg := fmt.Sprintf("restart %d (%s scope): %s", job.Status.RestartCount, scope, d.incident)
 	setCondition(&job.Status, job.Generation, v1alpha1.JobRestarting, metav1.ConditionTrue, ReasonRestarting, msg)
 	if meta.IsStatusConditionTrue(job.Status.Conditions, string(v1alpha1.JobRunning)) {
 		setCondition(&job.Status, job.Generation, v1alpha1.JobRunning, metav1.ConditionFalse, ReasonRestarting, msg)
@@ -276,18 +275,37 @@ func (r *TrainingJobReconciler) ensureRestart(ctx context.Context, job *v1alpha1
 		return fmt.Errorf("recording restart of %s: %w", klog.KObj(job), err)
 	}
 	r.Recorder.Event(job, corev1.EventTypeWarning, ReasonRestarting, "Restarting: "+msg)
-	ctrl.LoggerFrom(ctx).V(2).Info("Restarting", "scope", scope, "pods", len(restart), "restartCount", job.Status.RestartCount)
-	pods := make([]*corev1.Pod, len(restart))
-	for i, p := range restart {
-		pods[i] = p.Pod
-	}
-	if err := r.deletePods(ctx, job, pods); err != nil {
+	ctrl.LoggerFrom(ctx).V(2).Info("Restarting", "scope", scope, "pods", len(d.restart), "restartCount", job.Status.RestartCount, "incident", d.incident)
+	if err := r.deletePods(ctx, job, podsOf(d.restart)); err != nil {
 		return err
 	}
-	if scope == v1alpha1.RestartScopeGang {
+	if d.gangRestart {
 		return r.resetPodGroupStatus(ctx, job)
 	}
 	return nil
+}
+
+// ensureStaleDeleted deletes the pods left of an earlier incarnation: a gang
+// restart whose deletes were cut short (a crash, an API error) resumes here,
+// and the new gang is created once they are gone. The PodGroup is re-armed
+// again, which costs nothing when it already is.
+func (r *TrainingJobReconciler) ensureStaleDeleted(ctx context.Context, job *v1alpha1.TrainingJob, stale []jobPod) error {
+	if len(stale) == 0 {
+		return nil
+	}
+	ctrl.LoggerFrom(ctx).V(2).Info("Deleting pods of an earlier incarnation", "pods", len(stale), "restartCount", job.Status.RestartCount)
+	if err := r.deletePods(ctx, job, podsOf(stale)); err != nil {
+		return err
+	}
+	return r.resetPodGroupStatus(ctx, job)
+}
+
+func podsOf(jps []jobPod) []*corev1.Pod {
+	pods := make([]*corev1.Pod, len(jps))
+	for i, p := range jps {
+		pods[i] = p.Pod
+	}
+	return pods
 }
 
 // ensureFinishedNow finishes a job: the condition, then the pods.
@@ -352,7 +370,7 @@ func (r *TrainingJobReconciler) ensureSuspended(ctx context.Context, job *v1alph
 	}
 	job.Status.StartTime = nil
 	job.Status.Placement = nil
-	r.recordReplicas(job, observe(job, pods))
+	r.recordReplicas(job, observe(job, pods, v1alpha1.RestartScopePod))
 	var live []*corev1.Pod
 	for _, p := range pods {
 		if p.DeletionTimestamp == nil {

@@ -330,6 +330,7 @@ func (r *TrainingJobReconciler) desiredPod(job *v1alpha1.TrainingJob, a framewor
 	pod.Labels[lockstep.LabelJobName] = job.Name
 	pod.Labels[lockstep.LabelReplicaType] = string(role)
 	pod.Labels[lockstep.LabelReplicaIndex] = strconv.Itoa(int(index))
+	pod.Labels[lockstep.LabelIncarnation] = strconv.Itoa(int(job.Status.RestartCount))
 	pod.Labels[schedv1alpha1.PodGroupLabel] = job.Name
 	pod.Spec.SchedulerName = r.SchedulerName
 	pod.Spec.RestartPolicy = corev1.RestartPolicyNever

@@ -2,6 +2,8 @@ package controller
 
 import (
 	"fmt"
+	"slices"
+	"strings"
 	"strconv"
 	"time"
 
@@ -13,9 +15,6 @@ import (
 	"github.com/lockstep-dev/lockstep/pkg/controller/framework"
 	"github.com/lockstep-dev/lockstep/pkg/lockstep"
 )
-
-// Labels the controller puts on everything it creates for a job.
-const ()
 
 // Condition reasons the controller sets besides the adapters' outcomes.
 const (
@@ -31,19 +30,37 @@ const (
 	ReasonFinished             = "Finished"
 )
 
-// jobPod is one of a job's pods with the role and index its labels give.
+// jobPod is one of a job's pods with the role, index and incarnation its
+// labels give.
 type jobPod struct {
 	*corev1.Pod
 	role  v1alpha1.ReplicaType
 	index int32
+	// incarnation is the job's restartCount when the pod was created (the
+	// lockstep.LabelIncarnation label; the current count for a pod made
+	// before the label existed).
+	incarnation int32
 }
 
 // observation is a job's pods sorted out for the decisions.
 type observation struct {
 	// live are the pods not being deleted, by name.
 	live map[string]jobPod
-	// terminating counts pods being deleted.
+	// terminating counts pods of this incarnation being deleted.
 	terminating int
+	// stale are the live pods of an earlier incarnation under a gang
+	// restart scope: a gang restart is under way, and they go before the
+	// new gang is created. staleTerminating counts those being deleted.
+	stale            []jobPod
+	staleTerminating int
+	// lost names the members of this incarnation that are missing or being
+	// deleted by someone else (evicted, preempted, their node gone) after
+	// the gang started; nil before it started.
+	lost []string
+	// started says a pod of this incarnation was bound to a node. Gang
+	// scheduling binds no member before every member exists, so a member
+	// missing after that was lost, not yet to be created.
+	started bool
 	// excess are live pods whose role or index the spec no longer has.
 	excess []jobPod
 	// retry are failed pods that the restart policy of their role retries.
@@ -56,8 +73,9 @@ type observation struct {
 	replicas map[v1alpha1.ReplicaType]v1alpha1.ReplicaStatus
 }
 
-// observe sorts a defaulted job's pods.
-func observe(job *v1alpha1.TrainingJob, pods []*corev1.Pod) observation {
+// observe sorts a defaulted job's pods. Under a gang restart scope, pods of
+// an earlier incarnation are set apart as stale.
+func observe(job *v1alpha1.TrainingJob, pods []*corev1.Pod, scope v1alpha1.RestartScope) observation {
 	obs := observation{
 		live:     map[string]jobPod{},
 		phases:   framework.Observed{},
@@ -71,12 +89,27 @@ func observe(job *v1alpha1.TrainingJob, pods []*corev1.Pod) observation {
 		obs.phases[role] = phases
 		obs.replicas[role] = v1alpha1.ReplicaStatus{}
 	}
+	var terminating []string
 	for _, p := range pods {
-		if p.DeletionTimestamp != nil {
-			obs.terminating++
+		jp, known := podRole(job, p)
+		if scope == v1alpha1.RestartScopeGang && jp.incarnation < job.Status.RestartCount {
+			if p.DeletionTimestamp != nil {
+				obs.staleTerminating++
+			} else {
+				obs.stale = append(obs.stale, jp)
+			}
 			continue
 		}
-		jp, known := podRole(job, p)
+		if p.Spec.NodeName != "" {
+			obs.started = true
+		}
+		if p.DeletionTimestamp != nil {
+			obs.terminating++
+			if known {
+				terminating = append(terminating, p.Name)
+			}
+			continue
+		}
 		if !known {
 			obs.excess = append(obs.excess, jp)
 			continue
@@ -102,13 +135,28 @@ func observe(job *v1alpha1.TrainingJob, pods []*corev1.Pod) observation {
 		obs.replicas[jp.role] = rs
 		obs.phases[jp.role][jp.index] = phase
 	}
+	if obs.started {
+		obs.lost = terminating
+		for role, spec := range job.Spec.ReplicaSpecs {
+			for i := range spec.DesiredReplicas() {
+				name := framework.PodName(job.Name, role, i)
+				if _, ok := obs.live[name]; !ok && !slices.Contains(terminating, name) {
+					obs.lost = append(obs.lost, name)
+				}
+			}
+		}
+		slices.Sort(obs.lost)
+	}
 	return obs
 }
 
 // podRole reads a pod's role and index; false when the job's spec has no
 // such pod (a role removed or scaled down while suspended).
 func podRole(job *v1alpha1.TrainingJob, p *corev1.Pod) (jobPod, bool) {
-	jp := jobPod{Pod: p, role: v1alpha1.ReplicaType(p.Labels[lockstep.LabelReplicaType])}
+	jp := jobPod{Pod: p, role: v1alpha1.ReplicaType(p.Labels[lockstep.LabelReplicaType]), incarnation: job.Status.RestartCount}
+	if n, err := strconv.ParseInt(p.Labels[lockstep.LabelIncarnation], 10, 32); err == nil && n >= 0 {
+		jp.incarnation = int32(n)
+	}
 	i, err := strconv.ParseInt(p.Labels[lockstep.LabelReplicaIndex], 10, 32)
 	spec, ok := job.Spec.ReplicaSpecs[jp.role]
 	if err != nil || !ok || i < 0 || int32(i) >= spec.DesiredReplicas() || p.Name != framework.PodName(job.Name, jp.role, int32(i)) {
@@ -148,15 +196,35 @@ type decision struct {
 	// outcome is Succeeded or Failed to finish the job, Running otherwise.
 	outcome framework.Outcome
 	// restart are the pods to delete for a retry; they are recreated once
-	// gone. Empty when nothing restarts.
-	restart []jobPod
+	// gone. Empty when nothing restarts. incident says why, for the
+	// condition and the event.
+	restart  []jobPod
+	incident string
+	// gangRestart marks a restart of the whole gang: the restart count
+	// rises and every pod of the incarnation goes, lost members included.
+	gangRestart bool
+	// removeStale are pods of an earlier incarnation still to delete, and
+	// waitStale says the new gang waits for them to be gone: a gang
+	// restart is under way.
+	removeStale []jobPod
+	waitStale   bool
 	// requeueAfter is when the deadline falls, 0 without one.
 	requeueAfter time.Duration
 }
 
 // decide applies the adapter's success rule, the deadline and the failure
 // policy to what observe saw.
+//
+// Under a gang scope a member that fails (as its restart policy retries) or
+// is lost once the gang started is one incident: the restart count rises
+// once and the whole incarnation goes. The count is recorded before any
+// pod is deleted, and pods carry the count they were created under, so a
+// restart that was cut short (a crash, a failed delete, a duplicate event)
+// resumes by deleting the earlier incarnation's pods without counting again.
 func decide(job *v1alpha1.TrainingJob, a framework.Adapter, obs observation, now time.Time) decision {
+	if len(obs.stale) > 0 || obs.staleTerminating > 0 {
+		return decision{outcome: framework.Outcome{Result: framework.Running}, removeStale: obs.stale, waitStale: true}
+	}
 	out := a.Outcome(job, obs.phases)
 	if out.Result != framework.Running {
 		return decision{outcome: out}
@@ -171,17 +239,29 @@ func decide(job *v1alpha1.TrainingJob, a framework.Adapter, obs observation, now
 		}
 		d.requeueAfter = left
 	}
-	if len(obs.retry) == 0 {
+	gang := framework.EffectiveRestartScope(a, job) == v1alpha1.RestartScopeGang
+	lost := gang && len(obs.lost) > 0 && (job.Spec.ElasticPolicy == nil || int32(len(obs.live)) < minMember(job))
+	switch {
+	case len(obs.retry) > 0:
+		d.incident = fmt.Sprintf("%s %d failed", obs.retry[0].role, obs.retry[0].index)
+	case lost:
+		d.incident = fmt.Sprintf("pod %s was lost (deleted, evicted, preempted or its node gone)", obs.lost[0])
+		if len(obs.lost) > 1 {
+			d.incident = fmt.Sprintf("pods %s were lost (deleted, evicted, preempted or their node gone)", strings.Join(obs.lost, ", "))
+		}
+	default:
 		return d
 	}
 	if bl := job.Spec.RunPolicy.BackoffLimit; bl != nil && job.Status.RestartCount >= *bl {
 		return decision{outcome: framework.Outcome{Result: framework.Failed, Reason: ReasonBackoffLimitExceeded,
-			Message: fmt.Sprintf("%s %d failed after %d restarts (backoffLimit %d)", obs.retry[0].role, obs.retry[0].index, job.Status.RestartCount, *bl)}}
+			Message: fmt.Sprintf("%s after %d restarts (backoffLimit %d)", d.incident, job.Status.RestartCount, *bl)}}
 	}
-	if framework.EffectiveRestartScope(a, job) == v1alpha1.RestartScopeGang {
+	if gang {
+		d.gangRestart = true
 		for _, p := range obs.live {
 			d.restart = append(d.restart, p)
 		}
+		slices.SortFunc(d.restart, func(a, b jobPod) int { return strings.Compare(a.Name, b.Name) })
 	} else {
 		d.restart = obs.retry
 	}

@@ -46,6 +46,9 @@ func testPod(role v1alpha1.ReplicaType, index int32, phase corev1.PodPhase, exit
 		},
 		Status: corev1.PodStatus{Phase: phase},
 	}
+	if phase != corev1.PodPending {
+		p.Spec.NodeName = "node-" + p.Name
+	}
 	if exitCode != 0 {
 		p.Status.ContainerStatuses = []corev1.ContainerStatus{{State: corev1.ContainerState{
 			Terminated: &corev1.ContainerStateTerminated{ExitCode: exitCode}}}}
@@ -68,10 +71,28 @@ func TestDecide(t *testing.T) {
 		pods[2] = testPod(v1alpha1.ReplicaWorker, 1, bad, code)
 		return pods
 	}
+	gone := func(pods []*corev1.Pod, i int) []*corev1.Pod { return append(pods[:i:i], pods[i+1:]...) }
+	deleting := func(pods []*corev1.Pod, i int) []*corev1.Pod {
+		pods[i].DeletionTimestamp = &metav1.Time{Time: t0}
+		return pods
+	}
+	incarnation := func(n string, pods []*corev1.Pod) []*corev1.Pod {
+		for _, p := range pods {
+			p.Labels[lockstep.LabelIncarnation] = n
+		}
+		return pods
+	}
+	restarted := func(count int32) func(*v1alpha1.TrainingJob) {
+		return func(j *v1alpha1.TrainingJob) { j.Status.RestartCount = count }
+	}
 	type want struct {
 		Result       framework.Result
 		Reason       string
 		Restart      []string
+		Incident     string
+		Gang         bool
+		Stale        []string
+		WaitStale    bool
 		RequeueAfter time.Duration
 	}
 	cases := []struct {
@@ -94,14 +115,14 @@ func TestDecide(t *testing.T) {
 		name: "retryable exit code restarts the gang",
 		job:  testJob(v1alpha1.RestartExitCode),
 		pods: failedWith(137),
-		want: want{Result: framework.Running, Reason: "Running", Restart: []string{"j-master-0", "j-worker-0", "j-worker-1"}},
+		want: want{Result: framework.Running, Reason: "Running", Restart: []string{"j-master-0", "j-worker-0", "j-worker-1"}, Incident: "Worker 1 failed", Gang: true},
 	}, {
 		name: "pod scope restarts the failed pod",
 		job: testJob(v1alpha1.RestartExitCode, func(j *v1alpha1.TrainingJob) {
 			j.Spec.FailurePolicy = &v1alpha1.FailurePolicy{Restart: v1alpha1.RestartScopePod}
 		}),
 		pods: failedWith(137),
-		want: want{Result: framework.Running, Reason: "Running", Restart: []string{"j-worker-1"}},
+		want: want{Result: framework.Running, Reason: "Running", Restart: []string{"j-worker-1"}, Incident: "Worker 1 failed"},
 	}, {
 		name: "non-retryable exit code fails",
 		job:  testJob(v1alpha1.RestartExitCode),
@@ -116,7 +137,72 @@ func TestDecide(t *testing.T) {
 		name: "OnFailure retries any exit code",
 		job:  testJob(v1alpha1.RestartOnFailure),
 		pods: failedWith(1),
-		want: want{Result: framework.Running, Reason: "Running", Restart: []string{"j-master-0", "j-worker-0", "j-worker-1"}},
+		want: want{Result: framework.Running, Reason: "Running", Restart: []string{"j-master-0", "j-worker-0", "j-worker-1"}, Incident: "Worker 1 failed", Gang: true},
+	}, {
+		name: "a member deleted after the gang started restarts the gang",
+		job:  testJob(""),
+		pods: gone(testGang(run, run, run), 2),
+		want: want{Result: framework.Running, Reason: "Running", Restart: []string{"j-master-0", "j-worker-0"}, Gang: true,
+			Incident: "pod j-worker-1 was lost (deleted, evicted, preempted or its node gone)"},
+	}, {
+		name: "a member being deleted by someone else is lost too",
+		job:  testJob(""),
+		pods: deleting(testGang(run, run, run), 1),
+		want: want{Result: framework.Running, Reason: "Running", Restart: []string{"j-master-0", "j-worker-1"}, Gang: true,
+			Incident: "pod j-worker-0 was lost (deleted, evicted, preempted or its node gone)"},
+	}, {
+		name: "two members lost at once are one incident",
+		job:  testJob(""),
+		pods: gone(gone(testGang(run, run, run), 2), 1),
+		want: want{Result: framework.Running, Reason: "Running", Restart: []string{"j-master-0"}, Gang: true,
+			Incident: "pods j-worker-0, j-worker-1 were lost (deleted, evicted, preempted or their node gone)"},
+	}, {
+		name: "a member missing before any is bound is created, not a loss",
+		job:  testJob(""),
+		pods: gone(testGang(corev1.PodPending, corev1.PodPending, corev1.PodPending), 2),
+		want: want{Result: framework.Running, Reason: "Running"},
+	}, {
+		name: "pod scope recreates a lost member without a restart",
+		job: testJob("", func(j *v1alpha1.TrainingJob) {
+			j.Spec.FailurePolicy = &v1alpha1.FailurePolicy{Restart: v1alpha1.RestartScopePod}
+		}),
+		pods: gone(testGang(run, run, run), 2),
+		want: want{Result: framework.Running, Reason: "Running"},
+	}, {
+		name: "losses count against the backoff limit",
+		job: testJob("", func(j *v1alpha1.TrainingJob) {
+			j.Spec.RunPolicy = &v1alpha1.RunPolicy{BackoffLimit: ptr.To[int32](2)}
+		}, restarted(2)),
+		pods: incarnation("2", gone(testGang(run, run, run), 2)),
+		want: want{Result: framework.Failed, Reason: ReasonBackoffLimitExceeded},
+	}, {
+		name: "a restart under way deletes the earlier incarnation without counting again",
+		job:  testJob("", restarted(1)),
+		pods: incarnation("0", gone(testGang(run, run, run), 2)),
+		want: want{Result: framework.Running, Stale: []string{"j-master-0", "j-worker-0"}, WaitStale: true},
+	}, {
+		name: "the new gang waits while the earlier incarnation terminates",
+		job:  testJob("", restarted(1)),
+		pods: incarnation("0", deleting(gone(testGang(run, run, run), 2), 0)[:1]),
+		want: want{Result: framework.Running, WaitStale: true},
+	}, {
+		name: "the restarted gang runs",
+		job:  testJob("", restarted(1)),
+		pods: incarnation("1", testGang(run, run, run)),
+		want: want{Result: framework.Running, Reason: "Running"},
+	}, {
+		name: "pods from before the incarnation label count as current",
+		job:  testJob("", restarted(3)),
+		pods: testGang(run, run, run),
+		want: want{Result: framework.Running, Reason: "Running"},
+	}, {
+		name: "an elastic gang above its minimum rides out a loss",
+		job: testJob("", func(j *v1alpha1.TrainingJob) {
+			j.Spec.ElasticPolicy = &v1alpha1.ElasticPolicy{MinReplicas: ptr.To[int32](1), MaxReplicas: ptr.To[int32](2)}
+			j.Spec.RunPolicy = &v1alpha1.RunPolicy{SchedulingPolicy: &v1alpha1.SchedulingPolicy{MinAvailable: ptr.To[int32](2)}}
+		}),
+		pods: gone(testGang(run, run, run), 2),
+		want: want{Result: framework.Running, Reason: "Running"},
 	}, {
 		name: "backoff limit exceeded",
 		job: testJob(v1alpha1.RestartExitCode, func(j *v1alpha1.TrainingJob) {
@@ -148,10 +234,15 @@ func TestDecide(t *testing.T) {
 			if now.IsZero() {
 				now = t0
 			}
-			d := decide(tc.job, mustAdapter(t, tc.job), observe(tc.job, tc.pods), now)
-			got := want{Result: d.outcome.Result, Reason: d.outcome.Reason, RequeueAfter: d.requeueAfter}
+			a := mustAdapter(t, tc.job)
+			d := decide(tc.job, a, observe(tc.job, tc.pods, framework.EffectiveRestartScope(a, tc.job)), now)
+			got := want{Result: d.outcome.Result, Reason: d.outcome.Reason, RequeueAfter: d.requeueAfter,
+				Incident: d.incident, Gang: d.gangRestart, WaitStale: d.waitStale}
 			for _, p := range d.restart {
 				got.Restart = append(got.Restart, p.Name)
+			}
+			for _, p := range d.removeStale {
+				got.Stale = append(got.Stale, p.Name)
 			}
 			if diff := cmp.Diff(tc.want, got, cmpSortStrings); diff != "" {
 				t.Errorf("decision (-want,+got):\n%s", diff)

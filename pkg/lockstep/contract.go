@@ -28,6 +28,10 @@ const (
 	LabelJobName      = "lockstep.dev/job-name"
 	LabelReplicaType  = "lockstep.dev/replica-type"
 	LabelReplicaIndex = "lockstep.dev/replica-index"
+	// LabelIncarnation is the job's restart count when the pod was created:
+	// after a gang restart, pods of an earlier incarnation are removed
+	// before the new gang is created, whoever's event comes first.
+	LabelIncarnation = "lockstep.dev/incarnation"
 
 	// LabelProfile names a simulated node's hardware profile; LabelPool the
 	// cluster-model pool it came from.

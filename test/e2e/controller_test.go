@@ -20,7 +20,7 @@ import (
 
 	"github.com/lockstep-dev/lockstep/pkg/apis/lockstep/v1alpha1"
 	"github.com/lockstep-dev/lockstep/pkg/controller"
-	e2eframework "github.com/lockstep-dev/lockstep/pkg/localcluster"
+	"github.com/lockstep-dev/lockstep/pkg/localcluster"
 	"github.com/lockstep-dev/lockstep/pkg/lockstep"
 )
 
@@ -77,7 +77,7 @@ func jobPodsOf(ctx context.Context, ns, job string) (map[string]corev1.Pod, erro
 func waitJob(t *testing.T, ns, name string, timeout time.Duration, what string, done func(*v1alpha1.TrainingJob) bool) *v1alpha1.TrainingJob {
 	t.Helper()
 	job := &v1alpha1.TrainingJob{}
-	err := e2eframework.Poll(context.Background(), 100*time.Millisecond, timeout, what, func(ctx context.Context) (bool, error) {
+	err := localcluster.Poll(context.Background(), 100*time.Millisecond, timeout, what, func(ctx context.Context) (bool, error) {
 		if err := cluster.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, job); err != nil {
 			return false, nil
 		}
@@ -101,7 +101,7 @@ func hasCondition(t v1alpha1.JobState, reason string) func(*v1alpha1.TrainingJob
 func waitPods(t *testing.T, ns, job string, n int, timeout time.Duration) map[string]corev1.Pod {
 	t.Helper()
 	var pods map[string]corev1.Pod
-	err := e2eframework.Poll(context.Background(), 100*time.Millisecond, timeout, fmt.Sprintf("%d pods of %s running", n, job), func(ctx context.Context) (bool, error) {
+	err := localcluster.Poll(context.Background(), 100*time.Millisecond, timeout, fmt.Sprintf("%d pods of %s running", n, job), func(ctx context.Context) (bool, error) {
 		var err error
 		if pods, err = jobPodsOf(ctx, ns, job); err != nil || len(pods) != n {
 			return false, nil
@@ -182,7 +182,7 @@ func TestControllerPyTorchJob(t *testing.T) {
 				t.Errorf("pod %s: %s=%q, want %q", name, k, env[k], v)
 			}
 		}
-		if p.Spec.SchedulerName != e2eframework.SchedulerName || p.Labels[schedv1alpha1.PodGroupLabel] != job.Name {
+		if p.Spec.SchedulerName != localcluster.SchedulerName || p.Labels[schedv1alpha1.PodGroupLabel] != job.Name {
 			t.Errorf("pod %s: scheduler %q, pod group %q", name, p.Spec.SchedulerName, p.Labels[schedv1alpha1.PodGroupLabel])
 		}
 		if p.Spec.Hostname != name || p.Spec.Subdomain != job.Name {
@@ -195,8 +195,8 @@ func TestControllerPyTorchJob(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if !e2eframework.HasEvent(events, "Scheduled", e2eframework.SchedulerName) {
-			t.Errorf("pod %s was not bound by %s", name, e2eframework.SchedulerName)
+		if !localcluster.HasEvent(events, "Scheduled", localcluster.SchedulerName) {
+			t.Errorf("pod %s was not bound by %s", name, localcluster.SchedulerName)
 		}
 	}
 	var pg schedv1alpha1.PodGroup
@@ -225,14 +225,14 @@ func TestControllerPyTorchJob(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if e2eframework.HasEvent(jobEvents, "UpdatedPodGroup", "") {
+	if localcluster.HasEvent(jobEvents, "UpdatedPodGroup", "") {
 		t.Errorf("the PodGroup was written again although the job did not change: %v", eventSummaries(jobEvents))
 	}
 	t.Logf("placement: %+v", *running.Status.Placement)
 
 	finishPod(t, ns, "mnist-master-0", 0)
 	waitJob(t, ns, job.Name, 20*time.Second, "job Succeeded", hasCondition(v1alpha1.JobSucceeded, ""))
-	err = e2eframework.Poll(ctx, 100*time.Millisecond, 20*time.Second, "workers cleaned up", func(ctx context.Context) (bool, error) {
+	err = localcluster.Poll(ctx, 100*time.Millisecond, 20*time.Second, "workers cleaned up", func(ctx context.Context) (bool, error) {
 		pods, err := jobPodsOf(ctx, ns, job.Name)
 		return err == nil && len(pods) == 1, nil
 	})
@@ -260,7 +260,7 @@ func TestControllerGangRestart(t *testing.T) {
 	finishPod(t, ns, "restart-worker-1", 137)
 	waitJob(t, ns, job.Name, 20*time.Second, "restartCount 1", func(j *v1alpha1.TrainingJob) bool { return j.Status.RestartCount == 1 })
 	var second map[string]corev1.Pod
-	err := e2eframework.Poll(context.Background(), 100*time.Millisecond, 30*time.Second, "gang recreated", func(ctx context.Context) (bool, error) {
+	err := localcluster.Poll(context.Background(), 100*time.Millisecond, 30*time.Second, "gang recreated", func(ctx context.Context) (bool, error) {
 		second = waitPodsNow(ctx, ns, job.Name)
 		if len(second) != 4 {
 			return false, nil
@@ -278,7 +278,7 @@ func TestControllerGangRestart(t *testing.T) {
 	waitJob(t, ns, job.Name, 20*time.Second, "job Running again", func(j *v1alpha1.TrainingJob) bool {
 		return hasCondition(v1alpha1.JobRunning, "")(j) && !hasCondition(v1alpha1.JobRestarting, "")(j)
 	})
-	err = e2eframework.Poll(context.Background(), 100*time.Millisecond, 20*time.Second, "PodGroup Running again", func(ctx context.Context) (bool, error) {
+	err = localcluster.Poll(context.Background(), 100*time.Millisecond, 20*time.Second, "PodGroup Running again", func(ctx context.Context) (bool, error) {
 		var pg schedv1alpha1.PodGroup
 		err := cluster.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: job.Name}, &pg)
 		return err == nil && pg.Status.Phase == schedv1alpha1.PodGroupRunning, nil
@@ -316,7 +316,7 @@ func TestControllerActiveDeadline(t *testing.T) {
 	if took > 10*time.Second {
 		t.Errorf("job failed %s after creation, want within 10s", took)
 	}
-	err := e2eframework.Poll(context.Background(), 100*time.Millisecond, 20*time.Second, "pods stopped", func(ctx context.Context) (bool, error) {
+	err := localcluster.Poll(context.Background(), 100*time.Millisecond, 20*time.Second, "pods stopped", func(ctx context.Context) (bool, error) {
 		pods, err := jobPodsOf(ctx, ns, job.Name)
 		return err == nil && len(pods) == 0, nil
 	})
@@ -343,7 +343,7 @@ func TestControllerSuspendResume(t *testing.T) {
 	}
 	setSuspend(true)
 	waitJob(t, ns, job.Name, 20*time.Second, "job Suspended", hasCondition(v1alpha1.JobSuspended, ""))
-	err := e2eframework.Poll(ctx, 100*time.Millisecond, 20*time.Second, "pods gone", func(ctx context.Context) (bool, error) {
+	err := localcluster.Poll(ctx, 100*time.Millisecond, 20*time.Second, "pods gone", func(ctx context.Context) (bool, error) {
 		list, err := cluster.Clientset.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
 		return err == nil && len(list.Items) == 0, nil
 	})
@@ -364,7 +364,7 @@ func TestControllerRestartMidJob(t *testing.T) {
 	ns := cluster.NewNamespace(t)
 	job := pytorchJob(ns, "crash", 15)
 	createJob(t, job)
-	_ = e2eframework.Poll(ctx, 10*time.Millisecond, 10*time.Second, "first pods", func(ctx context.Context) (bool, error) {
+	_ = localcluster.Poll(ctx, 10*time.Millisecond, 10*time.Second, "first pods", func(ctx context.Context) (bool, error) {
 		pods, err := jobPodsOf(ctx, ns, job.Name)
 		return err == nil && len(pods) > 0, nil
 	})
@@ -402,7 +402,7 @@ func TestControllerLargeJobCreation(t *testing.T) {
 	job := pytorchJob(ns, "large", 255)
 	start := time.Now()
 	createJob(t, job)
-	err := e2eframework.Poll(context.Background(), 50*time.Millisecond, time.Minute, "256 pods created", func(ctx context.Context) (bool, error) {
+	err := localcluster.Poll(context.Background(), 50*time.Millisecond, time.Minute, "256 pods created", func(ctx context.Context) (bool, error) {
 		pods, err := jobPodsOf(ctx, ns, job.Name)
 		return err == nil && len(pods) == 256, nil
 	})

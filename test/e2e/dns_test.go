@@ -19,7 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/lockstep-dev/lockstep/pkg/apis/lockstep/v1alpha1"
-	e2eframework "github.com/lockstep-dev/lockstep/pkg/localcluster"
+	"github.com/lockstep-dev/lockstep/pkg/localcluster"
 	"github.com/lockstep-dev/lockstep/pkg/lockstep"
 )
 
@@ -128,7 +128,7 @@ func TestRankNamesHaveEndpoints(t *testing.T) {
 				t.Fatalf("removing the selector: %v", err)
 			}
 			touchJob(t, ns, job.Name)
-			err = e2eframework.Poll(ctx, 100*time.Millisecond, 30*time.Second, "the Service's selector restored", func(ctx context.Context) (bool, error) {
+			err = localcluster.Poll(ctx, 100*time.Millisecond, 30*time.Second, "the Service's selector restored", func(ctx context.Context) (bool, error) {
 				s, err := cluster.Clientset.CoreV1().Services(ns).Get(ctx, job.Name, metav1.GetOptions{})
 				return err == nil && s.Spec.Selector[lockstep.LabelJobName] == job.Name, nil
 			})
@@ -157,7 +157,7 @@ func waitRankEndpoints(t *testing.T, ns, service string, pods map[string]corev1.
 	t.Helper()
 	var missing []string
 	hostnames := map[string]bool{}
-	err := e2eframework.Poll(context.Background(), 100*time.Millisecond, 30*time.Second, "an endpoint per rank of Service "+service, func(ctx context.Context) (bool, error) {
+	err := localcluster.Poll(context.Background(), 100*time.Millisecond, 30*time.Second, "an endpoint per rank of Service "+service, func(ctx context.Context) (bool, error) {
 		list, err := cluster.Clientset.DiscoveryV1().EndpointSlices(ns).List(ctx, metav1.ListOptions{LabelSelector: discoveryv1.LabelServiceName + "=" + service})
 		if err != nil {
 			return false, nil

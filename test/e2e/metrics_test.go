@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/lockstep-dev/lockstep/pkg/apis/lockstep/v1alpha1"
-	e2eframework "github.com/lockstep-dev/lockstep/pkg/localcluster"
+	"github.com/lockstep-dev/lockstep/pkg/localcluster"
 )
 
 // components are the names the suite starts our binaries under.
@@ -25,7 +25,7 @@ func TestComponentHealth(t *testing.T) {
 		}
 		for _, url := range []string{ep.Healthz, ep.Readyz} {
 			// Readiness may lag a restarted component by a moment.
-			err := e2eframework.Poll(ctx, 200*time.Millisecond, 30*time.Second, url+" answering 200", func(ctx context.Context) (bool, error) {
+			err := localcluster.Poll(ctx, 200*time.Millisecond, 30*time.Second, url+" answering 200", func(ctx context.Context) (bool, error) {
 				status, _, err := cluster.Get(ctx, url)
 				return err == nil && status == http.StatusOK, nil
 			})
@@ -120,7 +120,7 @@ func TestMetrics(t *testing.T) {
 	})
 }
 
-func scrape(t *testing.T, component string) e2eframework.Samples {
+func scrape(t *testing.T, component string) localcluster.Samples {
 	t.Helper()
 	s, err := cluster.Scrape(context.Background(), component)
 	if err != nil {
