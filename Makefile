@@ -50,9 +50,27 @@ lint: ## gofmt and go vet.
 	  if [ -n "$$out" ]; then echo "gofmt needed on:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 
+# Unit tests run under the race detector: the scheduler plugin's books, the
+# controller's expectations and the agent's workers are shared between
+# goroutines.
+UNIT_FLAGS ?= -race
+
 .PHONY: unit
-unit: tools ## Unit tests (everything but test/e2e; the deploy/ render test needs bin/kubectl).
-	$(GO) test $$($(GO) list ./... | grep -v '/test/e2e$$')
+unit: tools ## Unit tests under -race (everything but test/e2e; the deploy/ render test needs bin/kubectl, the envtest ones etcd and kube-apiserver).
+	$(GO) test $(UNIT_FLAGS) $$($(GO) list ./... | grep -v '/test/e2e$$')
+
+# How long each fuzz target runs under make fuzz.
+FUZZ_TIME ?= 30s
+
+.PHONY: fuzz
+fuzz: ## Run every fuzz target for FUZZ_TIME each (beyond its seeds, which make unit runs).
+	@set -e; for pkg in $$($(GO) list ./...); do \
+	  dir=$$($(GO) list -f '{{.Dir}}' $$pkg); \
+	  for target in $$(grep -ho '^func Fuzz[A-Za-z0-9_]*' $$dir/*_test.go 2>/dev/null | sed 's/^func //'); do \
+	    echo "fuzz: $$pkg $$target ($(FUZZ_TIME))"; \
+	    $(GO) test -run '^$$' -fuzz "^$$target$$" -fuzztime $(FUZZ_TIME) $$pkg; \
+	  done; \
+	done
 
 .PHONY: e2e
 e2e: tools build ## End-to-end tests on a local KWOK cluster (or $KUBECONFIG's cluster when set).

@@ -214,6 +214,7 @@ func (r *TrainingJobReconciler) ensureRunning(ctx context.Context, job *v1alpha1
 	if err := r.ensureExcessDeleted(ctx, job, obs.excess); err != nil {
 		return ctrl.Result{}, err
 	}
+	r.ensureScheduledCondition(ctx, job, obs)
 	requeue := d.requeueAfter
 	if retry := r.ensureRunningConditions(ctx, job, obs); retry > 0 && (requeue == 0 || retry < requeue) {
 		requeue = retry

@@ -9,7 +9,10 @@ import (
 // TrainingJobStatus is the observed state of a job.
 type TrainingJobStatus struct {
 	// Conditions are Created, Running, Restarting, Succeeded, Failed and
-	// Suspended.
+	// Suspended (also the job's states), and Scheduled: False with the
+	// scheduler's reason while the gang cannot be placed (an unknown
+	// topology level, a gang larger than the cluster, a template no node
+	// fits, a PodGroup the scheduler rejected).
 	// +listType=map
 	// +listMapKey=type
 	// +optional
@@ -64,6 +67,10 @@ const (
 	JobFailed     JobState = "Failed"
 	JobSuspended  JobState = "Suspended"
 )
+
+// ConditionScheduled is True once every pod of the gang is bound, and False
+// with the reason while the scheduler cannot place it. It is not a state.
+const ConditionScheduled = "Scheduled"
 
 // ReplicaStatus counts the pods of one role by phase.
 type ReplicaStatus struct {

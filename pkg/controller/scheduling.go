@@ -1,0 +1,158 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
+
+	"github.com/lockstep-dev/lockstep/pkg/apis/lockstep/v1alpha1"
+	"github.com/lockstep-dev/lockstep/pkg/lockstep"
+)
+
+// Reasons of the Scheduled condition.
+const (
+	ReasonGangScheduled         = "GangScheduled"
+	ReasonUnknownTopologyLevel  = "UnknownTopologyLevel"
+	ReasonGangLargerThanCluster = "GangLargerThanCluster"
+	ReasonUnschedulable         = "Unschedulable"
+)
+
+// schedulingProblem is why a gang cannot be placed now.
+type schedulingProblem struct {
+	reason, message string
+}
+
+// topologyLevelProblem checks the job's topology level against the cluster's
+// topology configuration, the one the scheduler plans with: a level it does
+// not have can never be met.
+func topologyLevelProblem(job *v1alpha1.TrainingJob, cfg lockstep.TopologyConfig) *schedulingProblem {
+	if job.Spec.Topology == nil {
+		return nil
+	}
+	names := cfg.LevelNames()
+	if slices.Contains(names, job.Spec.Topology.Level) {
+		return nil
+	}
+	return &schedulingProblem{ReasonUnknownTopologyLevel, fmt.Sprintf(
+		"spec.topology.level %q is not a level of the cluster's topology; use one of %s",
+		job.Spec.Topology.Level, strings.Join(names, ", "))}
+}
+
+// capacityProblem compares the GPUs the gang needs with those of every node
+// of the cluster together.
+func capacityProblem(job *v1alpha1.TrainingJob, clusterGPUs int64) *schedulingProblem {
+	need := jobGPUs(job)
+	if need == 0 || need <= clusterGPUs {
+		return nil
+	}
+	return &schedulingProblem{ReasonGangLargerThanCluster, fmt.Sprintf(
+		"the gang needs %d %s but all of the cluster's nodes together have %d: lower the replicas or the GPUs per pod, or add nodes",
+		need, lockstep.GPUResource, clusterGPUs)}
+}
+
+// jobGPUs is the GPUs every pod of the job requests together.
+func jobGPUs(job *v1alpha1.TrainingJob) int64 {
+	var n int64
+	for _, spec := range job.Spec.ReplicaSpecs {
+		n += int64(spec.DesiredReplicas()) * podGPUs(&spec.Template.Spec)
+	}
+	return n
+}
+
+// podGPUs is what a pod requests of the GPU resource: an extended resource's
+// request equals its limit, and either may be given.
+func podGPUs(spec *corev1.PodSpec) int64 {
+	var n int64
+	for _, c := range spec.Containers {
+		q, ok := c.Resources.Limits[lockstep.GPUResource]
+		if !ok {
+			q = c.Resources.Requests[lockstep.GPUResource]
+		}
+		n += q.Value()
+	}
+	return n
+}
+
+// unschedulablePod is the scheduler's word on the first pod it could not
+// place: its PodScheduled condition.
+func unschedulablePod(obs observation) *schedulingProblem {
+	names := make([]string, 0, len(obs.live))
+	for name := range obs.live {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	for _, name := range names {
+		p := obs.live[name]
+		if p.Spec.NodeName != "" {
+			continue
+		}
+		for _, c := range p.Status.Conditions {
+			if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse && c.Reason == corev1.PodReasonUnschedulable {
+				return &schedulingProblem{ReasonUnschedulable, fmt.Sprintf("pod %s: %s", name, c.Message)}
+			}
+		}
+	}
+	return nil
+}
+
+// ensureScheduledCondition says on the job whether its gang is placed and,
+// when it cannot be, why: first what the controller can tell itself (a
+// topology level the cluster lacks, more GPUs than the cluster has), then
+// what the scheduler wrote on the pods. A change of reason or message is
+// also an event, so `kubectl describe` shows it.
+func (r *TrainingJobReconciler) ensureScheduledCondition(ctx context.Context, job *v1alpha1.TrainingJob, obs observation) {
+	problem := topologyLevelProblem(job, r.Topology)
+	if problem == nil {
+		gpus, err := r.clusterGPUs(ctx)
+		if err != nil {
+			ctrl.LoggerFrom(ctx).V(2).Info("Cluster capacity not checked", "err", err)
+		} else {
+			problem = capacityProblem(job, gpus)
+		}
+	}
+	if problem == nil {
+		problem = unschedulablePod(obs)
+	}
+	old := meta.FindStatusCondition(job.Status.Conditions, v1alpha1.ConditionScheduled)
+	if problem == nil {
+		bound := int32(0)
+		for _, p := range obs.live {
+			if p.Spec.NodeName != "" {
+				bound++
+			}
+		}
+		if bound < minMember(job) || old != nil && old.Status == metav1.ConditionTrue {
+			return
+		}
+		meta.SetStatusCondition(&job.Status.Conditions, metav1.Condition{Type: v1alpha1.ConditionScheduled, Status: metav1.ConditionTrue,
+			Reason: ReasonGangScheduled, Message: fmt.Sprintf("%d pods are bound", bound), ObservedGeneration: job.Generation})
+		return
+	}
+	msg := truncateMessage(problem.message)
+	if old != nil && old.Status == metav1.ConditionFalse && old.Reason == problem.reason && old.Message == msg {
+		return
+	}
+	meta.SetStatusCondition(&job.Status.Conditions, metav1.Condition{Type: v1alpha1.ConditionScheduled, Status: metav1.ConditionFalse,
+		Reason: problem.reason, Message: msg, ObservedGeneration: job.Generation})
+	r.Recorder.Event(job, corev1.EventTypeWarning, problem.reason, msg)
+}
+
+// clusterGPUs adds up the GPUs every node of the cluster can allocate.
+func (r *TrainingJobReconciler) clusterGPUs(ctx context.Context) (int64, error) {
+	var nodes corev1.NodeList
+	if err := r.Client.List(ctx, &nodes); err != nil {
+		return 0, err
+	}
+	var n int64
+	for _, node := range nodes.Items {
+		q := node.Status.Allocatable[lockstep.GPUResource]
+		n += q.Value()
+	}
+	return n, nil
+}
