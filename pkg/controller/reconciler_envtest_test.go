@@ -691,3 +691,84 @@ func TestEnvtestFinishedJobCleanup(t *testing.T) {
 		})
 	}
 }
+
+// bindPod binds a pod to a node, as the scheduler does. Nodes need not
+// exist for the binding; a bound pod's deletion waits for its kubelet.
+func bindPod(t *testing.T, p *corev1.Pod, node string) {
+	t.Helper()
+	b := &corev1.Binding{
+		ObjectMeta: metav1.ObjectMeta{Name: p.Name, Namespace: p.Namespace},
+		Target:     corev1.ObjectReference{Kind: "Node", Name: node},
+	}
+	if err := harness.api.SubResource("binding").Create(context.Background(), p, b); err != nil {
+		t.Fatalf("binding pod %s to %s: %v", p.Name, node, err)
+	}
+}
+
+// A gang restart of bound pods goes as on a cluster: the running pods
+// terminate until their kubelets say they have stopped, the restart is
+// counted once however their phases change meanwhile, and the gang comes
+// back once the old pods are gone.
+func TestEnvtestGangRestartWaitsForTerminatingPods(t *testing.T) {
+	ns := envtestNamespace(t)
+	job := createJob(t, pyTorchJob(ns, "graceful", withBackoffLimit(3), func(j *v1alpha1.TrainingJob) {
+		for role, s := range j.Spec.ReplicaSpecs {
+			s.Template.Spec.TerminationGracePeriodSeconds = ptr.To[int64](30)
+			j.Spec.ReplicaSpecs[role] = s
+		}
+	}))
+	names := gangNames(job.Name, map[v1alpha1.ReplicaType]int32{v1alpha1.ReplicaMaster: 1, v1alpha1.ReplicaWorker: 3})
+	pods := waitForPods(t, job, names, nil)
+	for i := range pods {
+		bindPod(t, &pods[i], fmt.Sprintf("node-%d", i))
+	}
+	runGang(t, job, pods)
+	before := podUIDs(pods)
+
+	failed := job.Name + "-worker-1"
+	setPodPhase(t, ns, failed, corev1.PodFailed, 1)
+
+	// The failed pod goes at once; the others terminate, waiting for
+	// their kubelets.
+	var terminating []corev1.Pod
+	eventually(t, "the old gang terminating", func(ctx context.Context) (bool, string, error) {
+		var list corev1.PodList
+		if err := harness.api.List(ctx, &list, client.InNamespace(ns), client.MatchingLabels{JobNameLabel: job.Name}); err != nil {
+			return false, "", err
+		}
+		terminating = nil
+		for _, p := range list.Items {
+			if p.UID == before[p.Name] && p.DeletionTimestamp != nil {
+				terminating = append(terminating, p)
+			}
+		}
+		return len(terminating) == len(names)-1, fmt.Sprintf("%d of %d old pods terminating", len(terminating), len(names)-1), nil
+	})
+	j := waitForJob(t, job, "restart", conditionIs(v1alpha1.JobRestarting, metav1.ConditionTrue))
+	if j.Status.RestartCount != 1 {
+		t.Errorf("restartCount %d after one failure; want 1", j.Status.RestartCount)
+	}
+
+	// Each kubelet kills its containers (SIGTERM: exit 143), reports the
+	// pod Failed, then removes it.
+	for _, p := range terminating {
+		setPodPhase(t, ns, p.Name, corev1.PodFailed, 143)
+		if err := harness.api.Delete(context.Background(), &p, client.GracePeriodSeconds(0),
+			client.Preconditions{UID: &p.UID}); err != nil {
+			t.Fatalf("removing terminated pod %s: %v", p.Name, err)
+		}
+	}
+	pods = waitForPods(t, job, names, before, names...)
+	runGang(t, job, pods)
+	j = waitForJob(t, job, "end of the restart", conditionIs(v1alpha1.JobRestarting, metav1.ConditionFalse))
+	if j.Status.RestartCount != 1 {
+		t.Errorf("after the restart: %s; want restartCount 1: the old pods' failures while terminating are not new failures", describeJob(j))
+	}
+	now, err := jobPods(context.Background(), job)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(podUIDs(pods), podUIDs(now)); diff != "" {
+		t.Errorf("the restarted gang changed (-restarted +now):\n%s", diff)
+	}
+}
