@@ -202,7 +202,7 @@ func (r *TrainingJobReconciler) ensureRunning(ctx context.Context, job *v1alpha1
 	d := decide(job, a, obs, r.Clock.Now())
 	switch {
 	case d.outcome.Result != framework.Running:
-		return r.ensureFinishedNow(ctx, job, d.outcome, pods)
+		return r.ensureFinishedNow(ctx, job, d.outcome)
 	case d.waitStale:
 		return ctrl.Result{}, r.ensureStaleDeleted(ctx, job, d.removeStale)
 	case d.incident != "":
@@ -309,8 +309,13 @@ func podsOf(jps []jobPod) []*corev1.Pod {
 	return pods
 }
 
-// ensureFinishedNow finishes a job: the condition, then the pods.
-func (r *TrainingJobReconciler) ensureFinishedNow(ctx context.Context, job *v1alpha1.TrainingJob, out framework.Outcome, pods []*corev1.Pod) (ctrl.Result, error) {
+// ensureFinishedNow finishes a job: the condition only. The pods are
+// cleaned up (cleanPodPolicy, ttlSecondsAfterFinished) on a later pass, once
+// the cache shows the job finished: deleting them first would erase the
+// pods the outcome was read from, and a status write that conflicted, or a
+// pass on a job the cache still showed running, would then start the job
+// over with new pods.
+func (r *TrainingJobReconciler) ensureFinishedNow(ctx context.Context, job *v1alpha1.TrainingJob, out framework.Outcome) (ctrl.Result, error) {
 	finish(&job.Status, job.Generation, out, metav1.NewTime(r.Clock.Now()))
 	eventType := corev1.EventTypeNormal
 	if out.Result == framework.Failed {
@@ -318,7 +323,7 @@ func (r *TrainingJobReconciler) ensureFinishedNow(ctx context.Context, job *v1al
 	}
 	r.Recorder.Eventf(job, eventType, out.Reason, "%s: %s", out.Result, out.Message)
 	ctrl.LoggerFrom(ctx).V(2).Info("Job finished", "result", out.Result, "reason", out.Reason)
-	return r.ensureFinished(ctx, job, pods)
+	return ctrl.Result{}, nil
 }
 
 // ensureFinished applies cleanPodPolicy and ttlSecondsAfterFinished to a

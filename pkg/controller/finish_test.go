@@ -1,0 +1,121 @@
+package controller
+
+import (
+	"context"
+	"crypto/rand"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	schedv1alpha1 "sigs.k8s.io/scheduler-plugins/apis/scheduling/v1alpha1"
+
+	"github.com/lockstep-dev/lockstep/pkg/apis/lockstep/v1alpha1"
+	"github.com/lockstep-dev/lockstep/pkg/controller/framework"
+	"github.com/lockstep-dev/lockstep/pkg/lockstep"
+)
+
+// staleJobClient serves one stale copy of the job, as a cache that has not
+// caught up with the job's last write would.
+type staleJobClient struct {
+	client.Client
+	stale *v1alpha1.TrainingJob
+}
+
+func (c *staleJobClient) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+	if j, ok := obj.(*v1alpha1.TrainingJob); ok && c.stale != nil {
+		c.stale.DeepCopyInto(j)
+		c.stale = nil
+		return nil
+	}
+	return c.Client.Get(ctx, key, obj, opts...)
+}
+
+// A job that finishes with cleanPodPolicy All must not lose its outcome
+// when the status write that records it fails (here: the job in the cache
+// is stale, so the write conflicts). Deleting the pods first would erase
+// the succeeded Master, and the next pass would start the job over.
+func TestFinishRecordedBeforePodsCleaned(t *testing.T) {
+	scheme := runtime.NewScheme()
+	for _, add := range []func(*runtime.Scheme) error{clientgoscheme.AddToScheme, v1alpha1.AddToScheme, schedv1alpha1.AddToScheme} {
+		if err := add(scheme); err != nil {
+			t.Fatal(err)
+		}
+	}
+	job := pyTorchJob("ns", "j", func(j *v1alpha1.TrainingJob) {
+		j.UID = "job-uid"
+		runPolicy(j).CleanPodPolicy = ptr.To(v1alpha1.CleanPodPolicyAll)
+	})
+	job.Default()
+	c := fake.NewClientBuilder().WithScheme(scheme).WithStatusSubresource(&v1alpha1.TrainingJob{}).WithObjects(job).Build()
+	r := &TrainingJobReconciler{
+		Client: c, Recorder: record.NewFakeRecorder(100), Registry: framework.NewBuiltinRegistry(rand.Reader),
+		Clock: &fakeClock{now: t0}, SchedulerName: lockstep.SchedulerName, ClusterDomain: DefaultClusterDomain,
+		CreateParallelism: 4, Topology: lockstep.DefaultTopologyConfig(),
+	}
+	r.expectations = newExpectations(r.Clock)
+	ctx := context.Background()
+	req := ctrl.Request{NamespacedName: types.NamespacedName{Namespace: "ns", Name: "j"}}
+	if _, err := r.Reconcile(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	var pods corev1.PodList
+	if err := c.List(ctx, &pods); err != nil || len(pods.Items) != 4 {
+		t.Fatalf("%d pods created (%v); want 4", len(pods.Items), err)
+	}
+	for _, p := range pods.Items {
+		p.Status.Phase = corev1.PodRunning
+		if p.Name == "j-master-0" {
+			p.Status.Phase = corev1.PodSucceeded
+		}
+		if err := c.Status().Update(ctx, &p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The cache holds the job as it was; the job then changes (its owner
+	// labels it), so the controller's status write conflicts.
+	var stale v1alpha1.TrainingJob
+	if err := c.Get(ctx, req.NamespacedName, &stale); err != nil {
+		t.Fatal(err)
+	}
+	fresh := stale.DeepCopy()
+	fresh.Labels = map[string]string{"team": "a"}
+	if err := c.Update(ctx, fresh); err != nil {
+		t.Fatal(err)
+	}
+	r.Client = &staleJobClient{Client: c, stale: &stale}
+	if _, err := r.Reconcile(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	r.Client = c
+	for range 3 {
+		if _, err := r.Reconcile(ctx, req); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	var got v1alpha1.TrainingJob
+	if err := c.Get(ctx, req.NamespacedName, &got); err != nil {
+		t.Fatal(err)
+	}
+	if !meta.IsStatusConditionTrue(got.Status.Conditions, string(v1alpha1.JobSucceeded)) {
+		t.Errorf("job: %s; want Succeeded", describeJob(&got))
+	}
+	if err := c.List(ctx, &pods); err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, p := range pods.Items {
+		names = append(names, p.Name+"("+string(p.Status.Phase)+")")
+	}
+	if len(names) > 0 {
+		t.Errorf("pods %v left; want none (cleanPodPolicy All)", names)
+	}
+}
