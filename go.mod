@@ -4,6 +4,7 @@ go 1.24.0
 
 require (
 	github.com/NVIDIA/go-nvml v0.12.9-0
+	github.com/cockroachdb/datadriven v1.0.3
 	github.com/google/go-cmp v0.7.0
 	github.com/prometheus/client_golang v1.22.0
 	github.com/spf13/cobra v1.9.1

@@ -21,7 +21,7 @@ import (
 // PreBindPreFlight says whether PreBind may have work: only for gang
 // members, of which the first past Permit records the placement.
 func (p *TopologyPlacement) PreBindPreFlight(ctx context.Context, state fwk.CycleState, pod *v1.Pod, nodeName string) *fwk.Status {
-	if a, ok := p.books.assignmentOf(pod.UID); !ok || a.gang == "" {
+	if a, ok := p.books.assignmentOf(pod.UID); !ok || a.Gang == "" {
 		return fwk.NewStatus(fwk.Skip)
 	}
 	return nil
@@ -30,15 +30,15 @@ func (p *TopologyPlacement) PreBindPreFlight(ctx context.Context, state fwk.Cycl
 // PreBind records the achieved placement on the PodGroup, once per gang.
 func (p *TopologyPlacement) PreBind(ctx context.Context, state fwk.CycleState, pod *v1.Pod, nodeName string) *fwk.Status {
 	a, ok := p.books.assignmentOf(pod.UID)
-	if !ok || a.gang == "" {
+	if !ok || a.Gang == "" {
 		return nil
 	}
-	if g, first := p.books.markPublished(a.gang); first {
+	if g, first := p.books.markPublished(a.Gang); first {
 		// The first member past Permit: the whole gang is reserved.
-		p.observePlaced(a.gang, g)
+		p.observePlaced(a.Gang, g)
 		if err := p.publishPlacement(ctx, pod, g); err != nil {
 			// The placement record is informational; binding goes on.
-			klog.FromContext(ctx).Error(err, "Recording the placement on the PodGroup failed", "plugin", Name, "podGroup", a.gang)
+			klog.FromContext(ctx).Error(err, "Recording the placement on the PodGroup failed", "plugin", Name, "podGroup", a.Gang)
 		}
 	}
 	return nil
@@ -54,9 +54,9 @@ func (p *TopologyPlacement) Bind(ctx context.Context, state fwk.CycleState, pod 
 	if !ok {
 		return fwk.NewStatus(fwk.Skip)
 	}
-	annotations := map[string]string{lockstep.AnnotationGPUs: a.gpus.List()}
-	if g, planned := p.books.get(a.gang); planned && a.gang != "" {
-		annotations[lockstep.AnnotationDomain] = domainName(g.plan)
+	annotations := map[string]string{lockstep.AnnotationGPUs: a.GPUs.List()}
+	if g, planned := p.books.get(a.Gang); planned && a.Gang != "" {
+		annotations[lockstep.AnnotationDomain] = domainName(g.Plan())
 	}
 	binding := &v1.Binding{
 		ObjectMeta: metav1.ObjectMeta{Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID, Annotations: annotations},
@@ -89,7 +89,7 @@ func (p *TopologyPlacement) observePlaced(key string, g *gangPlan) {
 	now := p.clock.Now()
 	p.metrics.gangWait.Observe(now.Sub(p.firstSeen.firstSeen(key, now)).Seconds())
 	p.firstSeen.forget(key)
-	p.metrics.placementEfficiency.WithLabelValues(g.plan.LevelName).Observe(g.plan.Efficiency)
+	p.metrics.placementEfficiency.WithLabelValues(g.Plan().LevelName).Observe(g.Plan().Efficiency)
 }
 
 // publishPlacement records where the gang landed on its PodGroup.
@@ -97,9 +97,9 @@ func (p *TopologyPlacement) publishPlacement(ctx context.Context, pod *v1.Pod, g
 	pg := &schedv1alpha1.PodGroup{}
 	pg.Namespace, pg.Name = pod.Namespace, pod.Labels[schedv1alpha1.PodGroupLabel]
 	patch := map[string]any{"metadata": map[string]any{"annotations": map[string]string{
-		lockstep.AnnotationPlacementDomain:     domainName(g.plan),
-		lockstep.AnnotationPlacementLevel:      g.plan.LevelName,
-		lockstep.AnnotationPlacementEfficiency: strconv.FormatFloat(g.plan.Efficiency, 'f', 3, 64),
+		lockstep.AnnotationPlacementDomain:     domainName(g.Plan()),
+		lockstep.AnnotationPlacementLevel:      g.Plan().LevelName,
+		lockstep.AnnotationPlacementEfficiency: strconv.FormatFloat(g.Plan().Efficiency, 'f', 3, 64),
 	}}}
 	data, err := json.Marshal(patch)
 	if err != nil {
@@ -109,9 +109,4 @@ func (p *TopologyPlacement) publishPlacement(ctx context.Context, pod *v1.Pod, g
 }
 
 // domainName names a plan's domain as level=value, e.g. leaf=leaf-3.
-func domainName(plan *placement.Plan) string {
-	if plan.Domain == nil || plan.LevelName == lockstep.LevelCluster {
-		return lockstep.LevelCluster
-	}
-	return plan.LevelName + "=" + plan.Domain.Value
-}
+func domainName(plan *placement.Plan) string { return placement.DomainName(plan) }

@@ -20,9 +20,9 @@ func (p *TopologyPlacement) Filter(ctx context.Context, state fwk.CycleState, po
 	}
 	node := nodeInfo.Node()
 	if s.plan != nil {
-		if len(s.plan.openSlotsOn(node.Name)) == 0 {
+		if len(s.plan.OpenSlotsOn(node.Name)) == 0 {
 			return fwk.NewStatus(fwk.UnschedulableAndUnresolvable,
-				fmt.Sprintf("node is not in PodGroup %s's plan (domain %s)", s.gang, s.plan.plan.Domain.ID))
+				fmt.Sprintf("node is not in PodGroup %s's plan (domain %s)", s.gang, s.plan.Plan().Domain.ID))
 		}
 		return nil
 	}

@@ -231,7 +231,7 @@ func TestGangMetricsFollowTheGang(t *testing.T) {
 	}
 	p.sweep(ctx)
 	g, _ := p.books.get("ns/g#8")
-	level := g.plan.LevelName
+	level := g.Plan().LevelName
 	if diff := cmp.Diff(map[string]float64{
 		"lockstep_scheduler_plan_duration_seconds_count{outcome=planned}":    1,
 		"lockstep_scheduler_plan_duration_seconds_sum{outcome=planned}":      0,
@@ -240,12 +240,12 @@ func TestGangMetricsFollowTheGang(t *testing.T) {
 		"lockstep_scheduler_gang_wait_seconds_count{}":                       1,
 		"lockstep_scheduler_gang_wait_seconds_sum{}":                         42,
 		"lockstep_scheduler_placement_efficiency_count{level=" + level + "}": 1,
-		"lockstep_scheduler_placement_efficiency_sum{level=" + level + "}":   g.plan.Efficiency,
+		"lockstep_scheduler_placement_efficiency_sum{level=" + level + "}":   g.Plan().Efficiency,
 	}, observed(t, p.reg, series...)); diff != "" {
 		t.Errorf("after binding (-want,+got):\n%s", diff)
 	}
-	if g.plan.Efficiency <= 0 || g.plan.Efficiency > 1 {
-		t.Errorf("efficiency %v outside (0,1]", g.plan.Efficiency)
+	if g.Plan().Efficiency <= 0 || g.Plan().Efficiency > 1 {
+		t.Errorf("efficiency %v outside (0,1]", g.Plan().Efficiency)
 	}
 }
 

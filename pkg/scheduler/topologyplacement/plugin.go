@@ -1,8 +1,9 @@
 // Package topologyplacement is the TopologyPlacement scheduler plugin: it
 // places a whole gang (a scheduler-plugins PodGroup) into the tightest
 // topology domain that fits it before any member is reserved, and picks
-// NVLink-connected GPU sets inside nodes. The placement math lives in
-// pkg/topology/placement; this package is the glue to the framework.
+// NVLink-connected GPU sets inside nodes. The placement math and the books
+// of held capacity live in pkg/topology/placement (Place, Books); this
+// package is the glue to the framework.
 //
 // Extension points, one concern each:
 //   - PreFilter plans the gang (or reuses its plan) and narrows the nodes to

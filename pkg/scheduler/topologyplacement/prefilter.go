@@ -70,12 +70,7 @@ func (p *TopologyPlacement) PreFilter(ctx context.Context, state fwk.CycleState,
 		}
 	}
 	s.plan = g
-	open := sets.New[string]()
-	for i, m := range g.plan.Members {
-		if g.slots[i] == "" {
-			open.Insert(m.Node)
-		}
-	}
+	open := sets.New(g.OpenNodes()...)
 	if open.Len() == 0 {
 		// More pods of this size than the plan holds (minMember below the
 		// replica count, as in elastic jobs): the extra ones are scheduled as
@@ -95,23 +90,14 @@ func (p *TopologyPlacement) planStillValid(g *gangPlan, nodes []fwk.NodeInfo) bo
 			byName[ni.Node().Name] = ni
 		}
 	}
-	need := map[string]int{}
-	for i, m := range g.plan.Members {
-		if g.slots[i] == "" {
-			need[m.Node] += m.GPUs.Len()
-		}
-	}
-	for name, gpus := range need {
+	return g.Fits(func(name string) (int, bool) {
 		ni, ok := byName[name]
 		if !ok || ni.Node().Spec.Unschedulable {
-			return false
+			return 0, false
 		}
 		free := ni.GetAllocatable().GetScalarResources()[lockstep.GPUResource] - ni.GetRequested().GetScalarResources()[lockstep.GPUResource]
-		if int(free) < gpus {
-			return false
-		}
-	}
-	return true
+		return int(free), true
+	})
 }
 
 // planGang computes and records a plan for the pod's gang, timing it by

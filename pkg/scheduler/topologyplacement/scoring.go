@@ -37,7 +37,7 @@ func (p *TopologyPlacement) Score(ctx context.Context, state fwk.CycleState, pod
 	}
 	node := nodeInfo.Node()
 	if s.plan != nil {
-		if len(s.plan.openSlotsOn(node.Name)) > 0 {
+		if len(s.plan.OpenSlotsOn(node.Name)) > 0 {
 			return p.args.GangScoreWeight, nil
 		}
 		return 0, nil

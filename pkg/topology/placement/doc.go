@@ -59,4 +59,26 @@
 // missing in the cluster, or the level the constraint stops at, the room of
 // its best domain and what limits it, the levels a Preferred gang skipped,
 // and the narrowest wider level that would fit (Unschedulable.WiderLevel).
+//
+// # Books
+//
+// Books hold every gang's plan between planning and binding: the GPUs a
+// plan holds for open member slots, the slots pods reserved, and the GPUs
+// given to reserved pods until the node reports them. Before planning gang
+// k, take Books.HeldOn(node, k) out of each node's free GPUs so no two
+// gangs plan into the same capacity. Books are a pure state machine: the
+// caller passes the time (Add, Expired), drops what Expired or Held.Fits
+// condemns, and locks around them if it shares them; the scheduler plugin
+// does all three.
+//
+// # Data-driven tests
+//
+// TestDataDriven runs the scripts in testdata/*.txt (cockroachdb/datadriven
+// format): each case builds a topology, holds plans, places a gang and
+// states the plan or the Unschedulable reason expected. Add a case by
+// appending a subtest with an empty expectation and running
+//
+//	go test ./pkg/topology/placement/ -run TestDataDriven -rewrite
+//
+// then check the diff by hand; the directives are listed on TestDataDriven.
 package placement

@@ -1,0 +1,412 @@
+package placement
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/lockstep-dev/lockstep/pkg/lockstep"
+	"github.com/lockstep-dev/lockstep/pkg/topology"
+)
+
+// Books are the books of held capacity: every gang's plan, which member
+// slots pods have taken, the GPUs plans hold for open slots, and the GPUs
+// given to reserved pods. Capacity a plan holds is invisible to a
+// scheduler's own resource accounting until members are reserved, so the
+// books are what keeps concurrent gangs (and single pods) from planning into
+// it: net HeldOn out of a node's free GPUs before calling Place.
+//
+// Books are a plain state machine in the style of etcd's raft: events go in
+// (Add, Reserve, Assign, ForgetPod, Drop, an explicit now), decisions come
+// out (HeldOn, Expired, Fits); they do no I/O, keep no clock and start no
+// goroutine. Gangs are keyed by any string (the plugin uses
+// "namespace/podgroup#gpus") and pods by their UID as a string. Books are not
+// safe for concurrent use: the scheduler plugin wraps them in a mutex.
+type Books struct {
+	gangs map[string]*Held
+	// held[node] are the GPUs plans hold there for open slots.
+	held map[string]topology.GPUSet
+	// pods are the GPUs of pods reserved through a plan or assigned outside
+	// gangs, until the pod is forgotten: the node's reported topology may
+	// not show them yet. podsOn is their union per node, so lookups stay
+	// O(1) however many pods run.
+	pods   map[string]Reservation
+	podsOn map[string]topology.GPUSet
+}
+
+// Held is one gang's plan in the books and which member slots pods have
+// taken. Read it through its methods; only Books change it.
+type Held struct {
+	key     string
+	plan    *Plan
+	created time.Time
+	// slots[i] is the pod that reserved member i, or "" while open.
+	slots []string
+	// published is set once the placement was recorded (MarkPublished).
+	published bool
+}
+
+// Reservation is the GPUs a pod was given: a slot of gang Gang's plan, or
+// GPUs chosen outside gangs (Gang "").
+type Reservation struct {
+	Gang string
+	Node string
+	GPUs topology.GPUSet
+}
+
+// NewBooks returns empty books.
+func NewBooks() *Books {
+	return &Books{
+		gangs:  map[string]*Held{},
+		held:   map[string]topology.GPUSet{},
+		pods:   map[string]Reservation{},
+		podsOn: map[string]topology.GPUSet{},
+	}
+}
+
+// Key returns the gang's key.
+func (h *Held) Key() string { return h.key }
+
+// Plan returns the gang's plan. It must not be changed.
+func (h *Held) Plan() *Plan { return h.plan }
+
+// Created returns when the plan was added.
+func (h *Held) Created() time.Time { return h.created }
+
+// Slot returns the pod holding member i, or "" while it is open.
+func (h *Held) Slot(i int) string { return h.slots[i] }
+
+// OpenSlotsOn returns the indices of open slots on node, ascending.
+func (h *Held) OpenSlotsOn(node string) []int {
+	var out []int
+	for i, m := range h.plan.Members {
+		if m.Node == node && h.slots[i] == "" {
+			out = append(out, i)
+		}
+	}
+	return out
+}
+
+// OpenNodes returns the nodes with open slots, in plan order, each once.
+func (h *Held) OpenNodes() []string {
+	var out []string
+	for i, m := range h.plan.Members {
+		if h.slots[i] == "" && !slices.Contains(out, m.Node) {
+			out = append(out, m.Node)
+		}
+	}
+	return out
+}
+
+// Complete reports whether every slot is taken.
+func (h *Held) Complete() bool {
+	return !slices.Contains(h.slots, "")
+}
+
+// Fits reports whether every open slot's node still exists and still has
+// the slot's GPUs free by count. free returns a node's free GPU count and
+// false when the node is gone or no longer takes pods. A plan that no
+// longer fits is to be dropped and the gang planned afresh.
+func (h *Held) Fits(free func(node string) (gpus int, ok bool)) bool {
+	need := map[string]int{}
+	for i, m := range h.plan.Members {
+		if h.slots[i] == "" {
+			need[m.Node] += m.GPUs.Len()
+		}
+	}
+	for node, gpus := range need {
+		have, ok := free(node)
+		if !ok || have < gpus {
+			return false
+		}
+	}
+	return true
+}
+
+// Get returns a gang's plan.
+func (b *Books) Get(key string) (*Held, bool) {
+	h, ok := b.gangs[key]
+	return h, ok
+}
+
+// Add records a new plan for a gang, replacing any it had, and holds the
+// plan's capacity.
+func (b *Books) Add(key string, plan *Plan, now time.Time) *Held {
+	b.Drop(key)
+	h := &Held{key: key, plan: plan, created: now, slots: make([]string, len(plan.Members))}
+	b.gangs[key] = h
+	for _, m := range plan.Members {
+		b.held[m.Node] |= m.GPUs
+	}
+	return h
+}
+
+// Drop forgets a gang's plan and releases what it holds, including the
+// slots of members already reserved (they are being rejected). It reports
+// whether there was a plan.
+func (b *Books) Drop(key string) bool {
+	h, ok := b.gangs[key]
+	if !ok {
+		return false
+	}
+	for i, m := range h.plan.Members {
+		if h.slots[i] == "" {
+			b.release(m.Node, m.GPUs)
+		} else {
+			b.unassign(h.slots[i])
+		}
+	}
+	delete(b.gangs, key)
+	return true
+}
+
+func (b *Books) release(node string, gpus topology.GPUSet) {
+	if rest := b.held[node] &^ gpus; rest != 0 {
+		b.held[node] = rest
+	} else {
+		delete(b.held, node)
+	}
+}
+
+// Reserve gives pod an open slot of its gang's plan on node, the lowest
+// open member there. It returns the member's GPUs, or false when the plan
+// has no open slot there. A pod reserving again gets its slot back, and
+// false when that slot is on another node.
+func (b *Books) Reserve(key, pod, node string) (topology.GPUSet, bool) {
+	h, ok := b.gangs[key]
+	if !ok {
+		return 0, false
+	}
+	if i := slices.Index(h.slots, pod); i >= 0 {
+		m := h.plan.Members[i]
+		return m.GPUs, m.Node == node
+	}
+	open := h.OpenSlotsOn(node)
+	if len(open) == 0 {
+		return 0, false
+	}
+	i := open[0]
+	h.slots[i] = pod
+	m := h.plan.Members[i]
+	b.release(node, m.GPUs)
+	b.assign(pod, Reservation{Gang: key, Node: node, GPUs: m.GPUs})
+	return m.GPUs, true
+}
+
+// Assign records the GPUs chosen for a pod outside gangs.
+func (b *Books) Assign(pod, node string, gpus topology.GPUSet) {
+	b.assign(pod, Reservation{Node: node, GPUs: gpus})
+}
+
+func (b *Books) assign(pod string, r Reservation) {
+	b.unassign(pod)
+	b.pods[pod] = r
+	b.podsOn[r.Node] |= r.GPUs
+}
+
+// unassign forgets a pod's GPUs and recomputes its node's union from the
+// pods still there.
+func (b *Books) unassign(pod string) {
+	r, ok := b.pods[pod]
+	if !ok {
+		return
+	}
+	delete(b.pods, pod)
+	var rest topology.GPUSet
+	for _, other := range b.pods {
+		if other.Node == r.Node {
+			rest |= other.GPUs
+		}
+	}
+	if rest == 0 {
+		delete(b.podsOn, r.Node)
+	} else {
+		b.podsOn[r.Node] = rest
+	}
+}
+
+// Reservation returns the GPUs a reserved or assigned pod was given.
+func (b *Books) Reservation(pod string) (Reservation, bool) {
+	r, ok := b.pods[pod]
+	return r, ok
+}
+
+// ForgetPod drops a pod's reservation once the pod is gone or its GPUs show
+// in its node's reported topology. A complete plan whose pods are all
+// forgotten is dropped too.
+func (b *Books) ForgetPod(pod string) {
+	r, ok := b.pods[pod]
+	if !ok {
+		return
+	}
+	b.unassign(pod)
+	h, ok := b.gangs[r.Gang]
+	if !ok || !h.Complete() {
+		return
+	}
+	for _, s := range h.slots {
+		if _, still := b.pods[s]; still {
+			return
+		}
+	}
+	delete(b.gangs, r.Gang)
+}
+
+// HeldOn returns the GPUs on node held by plans other than except's, plus
+// GPUs given to reserved pods that the node's topology may not show yet:
+// what to take out of the node's free GPUs before planning gang except.
+func (b *Books) HeldOn(node, except string) topology.GPUSet {
+	held := b.held[node]
+	if h, ok := b.gangs[except]; ok {
+		for i, m := range h.plan.Members {
+			if m.Node == node && h.slots[i] == "" {
+				held &^= m.GPUs
+			}
+		}
+	}
+	return held | b.podsOn[node]
+}
+
+// HeldOpen counts the GPUs on node held for plans' open slots: capacity a
+// scheduler's own accounting does not see yet. Reserved pods are left out;
+// the scheduler already counts them.
+func (b *Books) HeldOpen(node string) int {
+	return b.held[node].Len()
+}
+
+// Holding counts the incomplete plans and the GPUs they hold for open slots.
+func (b *Books) Holding() (plans, gpus int) {
+	for _, h := range b.gangs {
+		if !h.Complete() {
+			plans++
+		}
+	}
+	for _, held := range b.held {
+		gpus += held.Len()
+	}
+	return plans, gpus
+}
+
+// Expired returns the keys of incomplete plans older than ttl at now,
+// sorted. The caller drops them (and rejects their waiting members).
+func (b *Books) Expired(now time.Time, ttl time.Duration) []string {
+	var out []string
+	for key, h := range b.gangs {
+		if !h.Complete() && now.Sub(h.created) > ttl {
+			out = append(out, key)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// OnNode returns the keys of plans with an open slot on node, sorted: the
+// plans to check with Fits when the node changes or goes.
+func (b *Books) OnNode(node string) []string {
+	var out []string
+	for key, h := range b.gangs {
+		if len(h.OpenSlotsOn(node)) > 0 {
+			out = append(out, key)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// MarkPublished reports whether the gang's placement still has to be
+// recorded, and marks it recorded.
+func (b *Books) MarkPublished(key string) (*Held, bool) {
+	h, ok := b.gangs[key]
+	if !ok || h.published {
+		return nil, false
+	}
+	h.published = true
+	return h, true
+}
+
+// Empty reports whether the books hold nothing: no plan, no held GPU and
+// no reserved pod.
+func (b *Books) Empty() bool {
+	return len(b.gangs) == 0 && len(b.held) == 0 && len(b.pods) == 0 && len(b.podsOn) == 0
+}
+
+// String dumps the books deterministically, for tests and debugging: the
+// plans by key with their slots, then the held GPUs and the reserved pods'
+// GPUs by node.
+func (b *Books) String() string {
+	if b.Empty() {
+		return "books: empty\n"
+	}
+	var s strings.Builder
+	for _, key := range sortedKeys(b.gangs) {
+		h := b.gangs[key]
+		state := "open"
+		if h.Complete() {
+			state = "complete"
+		}
+		fmt.Fprintf(&s, "plan %s: %s, created %s, %s\n", key, DomainName(h.plan), h.created.UTC().Format(time.TimeOnly), state)
+		for i, m := range h.plan.Members {
+			slot := "open"
+			if h.slots[i] != "" {
+				slot = "pod " + h.slots[i]
+			}
+			fmt.Fprintf(&s, "  member %d: %s gpus %s (%s)\n", i, m.Node, gpuList(m.GPUs), slot)
+		}
+	}
+	for _, node := range sortedKeys(b.held) {
+		fmt.Fprintf(&s, "held %s: %s\n", node, gpuList(b.held[node]))
+	}
+	for _, pod := range sortedKeys(b.pods) {
+		r := b.pods[pod]
+		gang := r.Gang
+		if gang == "" {
+			gang = "no gang"
+		}
+		fmt.Fprintf(&s, "pod %s: %s gpus %s (%s)\n", pod, r.Node, gpuList(r.GPUs), gang)
+	}
+	plans, gpus := b.Holding()
+	fmt.Fprintf(&s, "holding: %s, %s\n", plural(plans, "open plan"), plural(gpus, "GPU"))
+	return s.String()
+}
+
+// DomainName names a plan's domain as level=value, e.g. leaf=leaf-3, or
+// "cluster": the form of the placement annotations.
+func DomainName(plan *Plan) string {
+	if plan.Domain == nil || plan.LevelName == lockstep.LevelCluster {
+		return lockstep.LevelCluster
+	}
+	return plan.LevelName + "=" + plan.Domain.Value
+}
+
+// gpuList writes a GPU set compactly, ranges joined: "0-3,6"; "none" when
+// empty.
+func gpuList(set topology.GPUSet) string {
+	idx := set.Indices()
+	if len(idx) == 0 {
+		return "none"
+	}
+	var parts []string
+	for i := 0; i < len(idx); {
+		j := i
+		for j+1 < len(idx) && idx[j+1] == idx[j]+1 {
+			j++
+		}
+		if j > i {
+			parts = append(parts, fmt.Sprintf("%d-%d", idx[i], idx[j]))
+		} else {
+			parts = append(parts, fmt.Sprint(idx[i]))
+		}
+		i = j + 1
+	}
+	return strings.Join(parts, ",")
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
+}

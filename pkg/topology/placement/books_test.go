@@ -1,0 +1,64 @@
+package placement
+
+import (
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/lockstep-dev/lockstep/pkg/topology"
+)
+
+func booksPlan() *Plan {
+	return &Plan{Members: []Assignment{
+		assign("a", 0, 1, 2, 3),
+		assign("a", 4, 5, 6, 7),
+		assign("b", 0, 1, 2, 3),
+	}}
+}
+
+// TestBooksSlotsAndValidity covers what the data-driven scripts do not
+// print: open nodes, Fits, OnNode and MarkPublished.
+func TestBooksSlotsAndValidity(t *testing.T) {
+	b := NewBooks()
+	h := b.Add("ns/g", booksPlan(), time.Unix(0, 0))
+	if got := h.OpenNodes(); !slices.Equal(got, []string{"a", "b"}) {
+		t.Errorf("open nodes = %v, want [a b]", got)
+	}
+	if got := b.OnNode("a"); !slices.Equal(got, []string{"ns/g"}) {
+		t.Errorf("plans on a = %v", got)
+	}
+	free := map[string]int{"a": 8, "b": 4}
+	fits := func(node string) (int, bool) { n, ok := free[node]; return n, ok }
+	if !h.Fits(fits) {
+		t.Error("plan does not fit the capacity it was made for")
+	}
+	b.Reserve("ns/g", "p1", "a")
+	b.Reserve("ns/g", "p2", "a")
+	free["a"] = 0 // the reserved pods use a's GPUs now
+	if !h.Fits(fits) {
+		t.Error("reserved slots count against a plan's validity")
+	}
+	if got := h.OpenNodes(); !slices.Equal(got, []string{"b"}) {
+		t.Errorf("open nodes after reserving a = %v, want [b]", got)
+	}
+	if len(b.OnNode("a")) != 0 {
+		t.Error("a plan without open slots on a is listed for a")
+	}
+	delete(free, "b")
+	if h.Fits(fits) {
+		t.Error("plan fits with an open slot's node gone")
+	}
+	if _, first := b.MarkPublished("ns/g"); !first {
+		t.Error("first MarkPublished = false")
+	}
+	if _, again := b.MarkPublished("ns/g"); again {
+		t.Error("second MarkPublished = true")
+	}
+	if r, ok := b.Reservation("p2"); !ok || r != (Reservation{Gang: "ns/g", Node: "a", GPUs: topology.NewGPUSet(4, 5, 6, 7)}) {
+		t.Errorf("reservation of p2 = %+v, %v", r, ok)
+	}
+	b.Drop("ns/g")
+	if !b.Empty() {
+		t.Errorf("books after drop:\n%s", b)
+	}
+}

@@ -1,0 +1,604 @@
+package placement
+
+import (
+	"errors"
+	"fmt"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cockroachdb/datadriven"
+
+	"github.com/lockstep-dev/lockstep/pkg/lockstep"
+	"github.com/lockstep-dev/lockstep/pkg/topology"
+)
+
+// TestDataDriven runs the scripts of testdata/*.txt: the gang core (Place
+// and Books) driven the way the scheduler plugin drives it, one event at a
+// time. Each script is a list of directives in the cockroachdb/datadriven
+// format, a directive followed by its input, "----" and the expected output;
+// every case is a "subtest" that starts with a topology. Rewrite the
+// expected output after a deliberate change with
+//
+//	go test ./pkg/topology/placement/ -run TestDataDriven -rewrite
+//
+// and review the diff. The directives:
+//
+//	topology [levels=(clique,leaf,spine,block)]
+//	  one line per group of nodes:
+//	  nodes=n1..n4 | nodes=n1            names: a numbered range or one node
+//	  profile=hgx-h100                   a built-in profile; none (the
+//	                                     default) is a node without topology
+//	                                     with gpus=N GPUs (default 8)
+//	  free=8,8,4,0 | free=4              free GPUs per node (lowest indices),
+//	                                     or one count for all; default all
+//	  freegpus=0,1,4-5                   the free GPU indices of every node
+//	  clique=1 leaf=l1 spine=s1 block=b1 level labels (clique: a GB200
+//	                                     NVLink clique number)
+//	  cpu=4000 mem=64 pods=2             free millicores, GiB and pod slots
+//	  starts afresh: new nodes and empty books.
+//	place gang=ns/b members=4 gpus=8 [cpu=m] [mem=GiB] [level=leaf]
+//	      [mode=Required|Preferred] [widen=N] [now=30s]
+//	  plans the gang on the free GPUs net of what the books hold for other
+//	  gangs (Books.HeldOn, as the plugin's snapshot does) and, if it fits,
+//	  adds the plan to the books; prints the plan or why it does not fit.
+//	hold gang=ns/a [now=0s]
+//	  adds an explicit plan, one member per input line "n1 0-3".
+//	reserve gang=ns/b [pod=p node=n]
+//	  gives pod a slot on node; without pod and node every open slot is
+//	  reserved, for pods named after the gang and the member index.
+//	unreserve gang=ns/b     drops the plan (a member failed at Permit)
+//	forget pod=(p1,p2)      the pods are gone: their GPUs are free again
+//	report pod=(p1,p2)      the node's topology shows the pods' GPUs
+//	                        allocated, so the books forget them
+//	single pod=p node=n gpus=k
+//	                        a GPU pod outside gangs takes the best k GPUs
+//	set-free node=n free=k  other pods took GPUs: k stay free
+//	node-gone node=n        the node is deleted
+//	validate                drops the plans that no longer fit (Held.Fits)
+//	expire now=10m ttl=5m   drops the incomplete plans older than ttl
+//	books                   dumps the books (Books.String)
+func TestDataDriven(t *testing.T) {
+	files, err := filepath.Glob("testdata/*.txt")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no scripts in testdata: %v", err)
+	}
+	for _, file := range files {
+		t.Run(strings.TrimSuffix(filepath.Base(file), ".txt"), func(t *testing.T) {
+			s := &script{selectors: map[string]*topology.Selector{}}
+			datadriven.RunTest(t, file, func(t *testing.T, d *datadriven.TestData) string {
+				out, err := s.run(t, d)
+				if err != nil {
+					d.Fatalf(t, "%v", err)
+				}
+				if out != "" && !strings.HasSuffix(out, "\n") {
+					out += "\n"
+				}
+				return out
+			})
+		})
+	}
+}
+
+// script is the world a data-driven script changes: nodes with the GPUs
+// their agents report free, and the books.
+type script struct {
+	levels    []topology.Level
+	nodes     []*scriptNode
+	books     *Books
+	selectors map[string]*topology.Selector
+}
+
+type scriptNode struct {
+	node    Node // FreeGPUs: what the agent reports free
+	labels  map[string]string
+	profile string
+}
+
+func (s *script) node(name string) (*scriptNode, bool) {
+	for _, n := range s.nodes {
+		if n.node.Name == name {
+			return n, true
+		}
+	}
+	return nil, false
+}
+
+func (s *script) run(t *testing.T, d *datadriven.TestData) (string, error) {
+	if d.Cmd != "topology" && s.books == nil {
+		return "", errors.New("a script starts with topology")
+	}
+	switch d.Cmd {
+	case "topology":
+		return s.topology(d)
+	case "place":
+		return s.place(t, d)
+	case "hold":
+		return s.hold(t, d)
+	case "reserve":
+		return s.reserve(t, d)
+	case "unreserve":
+		key := arg(t, d, "gang", "")
+		if !s.books.Drop(key) {
+			return "no plan for " + key, nil
+		}
+		return "dropped " + key, nil
+	case "forget", "report":
+		var pods []string
+		d.ScanArgs(t, "pod", &pods)
+		var b strings.Builder
+		for _, pod := range pods {
+			r, ok := s.books.Reservation(pod)
+			if !ok {
+				fmt.Fprintf(&b, "pod %s: not in the books\n", pod)
+				continue
+			}
+			if d.Cmd == "report" {
+				n, _ := s.node(r.Node)
+				n.node.FreeGPUs &^= r.GPUs
+			}
+			s.books.ForgetPod(pod)
+			fmt.Fprintf(&b, "pod %s: forgot %s gpus %s\n", pod, r.Node, gpuList(r.GPUs))
+		}
+		return b.String(), nil
+	case "single":
+		return s.single(t, d)
+	case "set-free":
+		n, ok := s.node(arg(t, d, "node", ""))
+		if !ok {
+			return "", errors.New("no such node")
+		}
+		var free int
+		d.ScanArgs(t, "free", &free)
+		n.node.FreeGPUs = lowest(n.node.FreeGPUs, free)
+		return fmt.Sprintf("%s: free %s", n.node.Name, gpuList(n.node.FreeGPUs)), nil
+	case "node-gone":
+		name := arg(t, d, "node", "")
+		i := slices.IndexFunc(s.nodes, func(n *scriptNode) bool { return n.node.Name == name })
+		if i < 0 {
+			return "", errors.New("no such node")
+		}
+		s.nodes = slices.Delete(s.nodes, i, i+1)
+		return s.validate(s.books.OnNode(name)), nil
+	case "validate":
+		return s.validate(sortedKeys(s.books.gangs)), nil
+	case "expire":
+		now := timeArg(t, d)
+		var ttl time.Duration
+		d.ScanArgs(t, "ttl", &ttl)
+		expired := s.books.Expired(now, ttl)
+		if len(expired) == 0 {
+			return "nothing expired", nil
+		}
+		var b strings.Builder
+		for _, key := range expired {
+			s.books.Drop(key)
+			fmt.Fprintf(&b, "expired %s\n", key)
+		}
+		return b.String(), nil
+	case "books":
+		return s.books.String(), nil
+	}
+	return "", fmt.Errorf("unknown directive %q", d.Cmd)
+}
+
+// topology builds the nodes from the input lines and empties the books.
+func (s *script) topology(d *datadriven.TestData) (string, error) {
+	s.levels = lockstep.DefaultLevels()
+	if arg, ok := d.Arg("levels"); ok {
+		s.levels = nil
+		for _, name := range arg.Vals {
+			s.levels = append(s.levels, topology.Level{Name: name, LabelKey: "test/" + name})
+			for _, l := range lockstep.DefaultLevels() {
+				if l.Name == name {
+					s.levels[len(s.levels)-1] = l
+				}
+			}
+		}
+	}
+	s.nodes, s.books = nil, NewBooks()
+	var b strings.Builder
+	for _, line := range strings.Split(d.Input, "\n") {
+		if line = strings.TrimSpace(line); line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		nodes, err := s.nodeLine(line)
+		if err != nil {
+			return "", fmt.Errorf("line %q: %w", line, err)
+		}
+		for _, n := range nodes {
+			what := n.profile
+			if what == "" {
+				what = "no topology"
+			}
+			fmt.Fprintf(&b, "%s: %s, %s, free %s\n", n.node.Name, what, s.where(n), gpuList(n.node.FreeGPUs))
+		}
+		s.nodes = append(s.nodes, nodes...)
+	}
+	if _, err := s.snapshot(""); err != nil {
+		return "", err
+	}
+	return b.String(), nil
+}
+
+// where lists a node's level labels, widest first: "spine=s1 leaf=l1".
+func (s *script) where(n *scriptNode) string {
+	var parts []string
+	for i := len(s.levels) - 1; i >= 0; i-- {
+		l := s.levels[i]
+		if v := n.labels[l.LabelKey]; v != "" {
+			if l.Name == lockstep.LevelClique {
+				v = strings.TrimPrefix(v, "rack.")
+			}
+			parts = append(parts, l.Name+"="+v)
+		}
+	}
+	if len(parts) == 0 {
+		return "no labels"
+	}
+	return strings.Join(parts, " ")
+}
+
+func (s *script) nodeLine(line string) ([]*scriptNode, error) {
+	fields := map[string]string{}
+	for _, f := range strings.Fields(line) {
+		k, v, ok := strings.Cut(f, "=")
+		if !ok {
+			return nil, fmt.Errorf("%q is not key=value", f)
+		}
+		fields[k] = v
+	}
+	names, err := expandNames(fields["nodes"])
+	if err != nil {
+		return nil, err
+	}
+	labels := map[string]string{}
+	for _, l := range s.levels {
+		if v, ok := fields[l.Name]; ok {
+			labels[l.LabelKey] = v
+		}
+	}
+	var out []*scriptNode
+	for i, name := range names {
+		n := &scriptNode{
+			node:    Node{Name: name, FreeMilliCPU: 64_000, FreeMemory: 512 << 30, FreePods: 110},
+			labels:  map[string]string{},
+			profile: fields["profile"],
+		}
+		for k, v := range labels {
+			n.labels[k] = v
+		}
+		gpus := 8
+		if n.profile != "" {
+			p, ok := topology.LookupProfile(n.profile)
+			if !ok {
+				return nil, fmt.Errorf("no profile %q (%v)", n.profile, topology.ProfileNames())
+			}
+			node, err := p.Node()
+			if err != nil {
+				return nil, err
+			}
+			sel, ok := s.selectors[p.Name]
+			if !ok {
+				if sel, err = topology.NewSelector(node); err != nil {
+					return nil, err
+				}
+				s.selectors[p.Name] = sel
+			}
+			n.node.Topology, n.node.Selector, gpus = node, sel, p.GPUCount
+			if nv := node.NVLinkDomain; nv != nil && fields["clique"] != "" {
+				id, err := strconv.ParseUint(fields["clique"], 10, 32)
+				if err != nil {
+					return nil, fmt.Errorf("clique %q is not a number", fields["clique"])
+				}
+				nv.ClusterUUID, nv.CliqueID = "rack", uint32(id)
+				n.labels[lockstep.LabelGPUClique] = nv.Label()
+			}
+		} else if v, ok := fields["gpus"]; ok {
+			if gpus, err = strconv.Atoi(v); err != nil {
+				return nil, err
+			}
+		}
+		n.node.FreeGPUs = topology.AllGPUs(gpus)
+		if v, ok := fields["free"]; ok {
+			counts := strings.Split(v, ",")
+			if len(counts) != 1 && len(counts) != len(names) {
+				return nil, fmt.Errorf("free has %d counts for %d nodes", len(counts), len(names))
+			}
+			c, err := strconv.Atoi(counts[min(i, len(counts)-1)])
+			if err != nil {
+				return nil, err
+			}
+			n.node.FreeGPUs = lowest(n.node.FreeGPUs, c)
+		}
+		if v, ok := fields["freegpus"]; ok {
+			set, err := parseGPUs(v)
+			if err != nil {
+				return nil, err
+			}
+			n.node.FreeGPUs = set
+		}
+		for key, dst := range map[string]*int64{"cpu": &n.node.FreeMilliCPU, "mem": &n.node.FreeMemory} {
+			if v, ok := fields[key]; ok {
+				x, err := strconv.ParseInt(v, 10, 64)
+				if err != nil {
+					return nil, err
+				}
+				if key == "mem" {
+					x <<= 30
+				}
+				*dst = x
+			}
+		}
+		if v, ok := fields["pods"]; ok {
+			if n.node.FreePods, err = strconv.Atoi(v); err != nil {
+				return nil, err
+			}
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}
+
+// snapshot is the planner's view for gang except: every node, its free
+// GPUs net of what the books hold for other gangs and give reserved pods.
+func (s *script) snapshot(except string) (*Snapshot, error) {
+	labels := make([]topology.NodeLabels, len(s.nodes))
+	snap := &Snapshot{Levels: s.levels, Nodes: make([]*Node, len(s.nodes))}
+	for i, n := range s.nodes {
+		labels[i] = topology.NodeLabels{Name: n.node.Name, Labels: n.labels}
+		node := n.node
+		node.FreeGPUs &^= s.books.HeldOn(node.Name, except)
+		snap.Nodes[i] = &node
+	}
+	tree, err := topology.NewTree(s.levels, labels)
+	if err != nil {
+		return nil, err
+	}
+	snap.Tree = tree
+	return snap, nil
+}
+
+func (s *script) place(t *testing.T, d *datadriven.TestData) (string, error) {
+	key := arg(t, d, "gang", "")
+	g := Gang{Level: arg(t, d, "level", ""), Mode: lockstep.ConstraintMode(arg(t, d, "mode", ""))}
+	d.ScanArgs(t, "members", &g.Members)
+	d.MaybeScanArgs(t, "gpus", &g.GPUsPerMember)
+	d.MaybeScanArgs(t, "cpu", &g.MilliCPUPerMember)
+	if d.MaybeScanArgs(t, "mem", &g.MemoryPerMember) {
+		g.MemoryPerMember <<= 30
+	}
+	d.MaybeScanArgs(t, "widen", &g.Widen)
+	snap, err := s.snapshot(key)
+	if err != nil {
+		return "", err
+	}
+	plan, err := Place(snap, g, Options{})
+	var u *Unschedulable
+	switch {
+	case errors.As(err, &u):
+		out := "unschedulable: " + u.Reason
+		if u.WiderLevel != "" {
+			out += "\nwould fit at: " + u.WiderLevel
+		}
+		return out, nil
+	case err != nil:
+		return "error: " + err.Error(), nil
+	}
+	checkPlan(t, snap, g, plan)
+	s.books.Add(key, plan, timeArg(t, d))
+	return describePlan(key, plan), nil
+}
+
+func describePlan(key string, plan *Plan) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "plan %s: %s\n", key, DomainName(plan))
+	for i, m := range plan.Members {
+		fmt.Fprintf(&b, "  member %d: %s gpus %s\n", i, m.Node, gpuList(m.GPUs))
+	}
+	return b.String()
+}
+
+// checkPlan checks what every plan must satisfy, whatever the case expects:
+// one member per entry, each member's GPUs free and disjoint, the domain
+// holding every member.
+func checkPlan(t *testing.T, s *Snapshot, g Gang, plan *Plan) {
+	t.Helper()
+	if len(plan.Members) != g.Members {
+		t.Errorf("plan has %d members, want %d", len(plan.Members), g.Members)
+	}
+	used := map[string]topology.GPUSet{}
+	for i, m := range plan.Members {
+		n := s.Nodes[slices.IndexFunc(s.Nodes, func(n *Node) bool { return n.Name == m.Node })]
+		if m.GPUs.Len() != g.GPUsPerMember || m.GPUs&^n.FreeGPUs != 0 || m.GPUs&used[m.Node] != 0 {
+			t.Errorf("member %d: gpus %v on %s are not %d free GPUs of its own (free %v)", i, m.GPUs, m.Node, g.GPUsPerMember, n.FreeGPUs)
+		}
+		used[m.Node] |= m.GPUs
+		if !slices.Contains(plan.Domain.Nodes, m.Node) {
+			t.Errorf("member %d on %s is outside domain %s", i, m.Node, plan.Domain.ID)
+		}
+	}
+}
+
+func (s *script) hold(t *testing.T, d *datadriven.TestData) (string, error) {
+	key := arg(t, d, "gang", "")
+	plan := &Plan{}
+	var nodes []string
+	for _, line := range strings.Split(strings.TrimSpace(d.Input), "\n") {
+		name, list, _ := strings.Cut(strings.TrimSpace(line), " ")
+		set, err := parseGPUs(strings.TrimSpace(list))
+		if err != nil {
+			return "", fmt.Errorf("line %q: %w", line, err)
+		}
+		plan.Members = append(plan.Members, Assignment{Node: name, GPUs: set})
+		nodes = append(nodes, name)
+	}
+	snap, err := s.snapshot(key)
+	if err != nil {
+		return "", err
+	}
+	if plan.Domain, err = snap.Tree.LowestCommonDomain(nodes); err != nil {
+		return "", err
+	}
+	plan.LevelName = plan.Domain.LevelName
+	s.books.Add(key, plan, timeArg(t, d))
+	return describePlan(key, plan), nil
+}
+
+func (s *script) reserve(t *testing.T, d *datadriven.TestData) (string, error) {
+	key := arg(t, d, "gang", "")
+	h, ok := s.books.Get(key)
+	if !ok {
+		return "no plan for " + key, nil
+	}
+	type want struct{ pod, node string }
+	var wants []want
+	if d.HasArg("pod") {
+		wants = append(wants, want{arg(t, d, "pod", ""), arg(t, d, "node", "")})
+	} else {
+		_, name, _ := strings.Cut(key, "/")
+		for i, m := range h.Plan().Members {
+			if h.Slot(i) == "" {
+				wants = append(wants, want{fmt.Sprintf("%s-%d", name, i), m.Node})
+			}
+		}
+	}
+	var b strings.Builder
+	for _, w := range wants {
+		gpus, ok := s.books.Reserve(key, w.pod, w.node)
+		if !ok {
+			fmt.Fprintf(&b, "pod %s: no open slot on %s\n", w.pod, w.node)
+			continue
+		}
+		fmt.Fprintf(&b, "pod %s: %s gpus %s\n", w.pod, w.node, gpuList(gpus))
+	}
+	if h.Complete() {
+		b.WriteString("gang complete\n")
+	}
+	return b.String(), nil
+}
+
+// single is the plugin's reserveBestSet: a GPU pod outside gangs takes the
+// node's best set of what neither agents nor the books account for.
+func (s *script) single(t *testing.T, d *datadriven.TestData) (string, error) {
+	pod, name := arg(t, d, "pod", ""), arg(t, d, "node", "")
+	var k int
+	d.ScanArgs(t, "gpus", &k)
+	n, ok := s.node(name)
+	if !ok {
+		return "", errors.New("no such node")
+	}
+	free := n.node.FreeGPUs &^ s.books.HeldOn(name, "")
+	set, _, ok := pickGPUs(&n.node, free, k)
+	if !ok {
+		return fmt.Sprintf("pod %s: %d GPUs do not fit in %s", pod, k, gpuList(free)), nil
+	}
+	s.books.Assign(pod, name, set)
+	return fmt.Sprintf("pod %s: %s gpus %s", pod, name, gpuList(set)), nil
+}
+
+// validate drops the plans among keys whose open slots no longer fit: a
+// node is gone, or has fewer free GPUs than its open slots need.
+func (s *script) validate(keys []string) string {
+	var b strings.Builder
+	for _, key := range keys {
+		h, _ := s.books.Get(key)
+		fits := h.Fits(func(name string) (int, bool) {
+			n, ok := s.node(name)
+			if !ok {
+				return 0, false
+			}
+			return (n.node.FreeGPUs &^ s.books.HeldOn(name, key)).Len(), true
+		})
+		if !fits {
+			s.books.Drop(key)
+			fmt.Fprintf(&b, "invalidated %s\n", key)
+		}
+	}
+	if b.Len() == 0 {
+		return "every plan still fits"
+	}
+	return b.String()
+}
+
+func arg(t *testing.T, d *datadriven.TestData, key, def string) string {
+	if !d.HasArg(key) {
+		return def
+	}
+	var v string
+	d.ScanArgs(t, key, &v)
+	return v
+}
+
+// timeArg reads now=<duration since the epoch>; 0 when absent.
+func timeArg(t *testing.T, d *datadriven.TestData) time.Time {
+	var since time.Duration
+	d.MaybeScanArgs(t, "now", &since)
+	return time.Unix(0, 0).Add(since)
+}
+
+// lowest keeps the lowest k GPUs of set.
+func lowest(set topology.GPUSet, k int) topology.GPUSet {
+	var out topology.GPUSet
+	for rest := set; rest != 0 && out.Len() < k; rest &= rest - 1 {
+		out |= rest & -rest
+	}
+	return out
+}
+
+// parseGPUs reads a list written by gpuList: "0-3,6"; "none" is empty.
+func parseGPUs(list string) (topology.GPUSet, error) {
+	var set topology.GPUSet
+	if list == "none" {
+		return 0, nil
+	}
+	for _, part := range strings.Split(list, ",") {
+		lo, hi, isRange := strings.Cut(part, "-")
+		a, err := strconv.Atoi(lo)
+		if err != nil {
+			return 0, fmt.Errorf("GPU list %q: %q is not an index", list, part)
+		}
+		b := a
+		if isRange {
+			if b, err = strconv.Atoi(hi); err != nil || b < a {
+				return 0, fmt.Errorf("GPU list %q: %q is not a range", list, part)
+			}
+		}
+		for i := a; i <= b; i++ {
+			set |= topology.NewGPUSet(i)
+		}
+	}
+	return set, nil
+}
+
+// expandNames reads "n1..n4" (n1, n2, n3, n4), "n1..4" or a single name.
+func expandNames(spec string) ([]string, error) {
+	if spec == "" {
+		return nil, errors.New("nodes= is missing")
+	}
+	first, last, isRange := strings.Cut(spec, "..")
+	if !isRange {
+		return []string{spec}, nil
+	}
+	digits := len(first)
+	for digits > 0 && first[digits-1] >= '0' && first[digits-1] <= '9' {
+		digits--
+	}
+	prefix := first[:digits]
+	lo, err := strconv.Atoi(first[digits:])
+	if err != nil {
+		return nil, fmt.Errorf("range %q: %q does not end in a number", spec, first)
+	}
+	hi, err := strconv.Atoi(strings.TrimPrefix(last, prefix))
+	if err != nil || hi < lo {
+		return nil, fmt.Errorf("range %q is not ascending", spec)
+	}
+	var out []string
+	for i := lo; i <= hi; i++ {
+		out = append(out, prefix+strconv.Itoa(i))
+	}
+	return out, nil
+}
