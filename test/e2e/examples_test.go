@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
@@ -17,6 +16,7 @@ import (
 	"github.com/lockstep-dev/lockstep/pkg/apis/lockstep/v1alpha1"
 	"github.com/lockstep-dev/lockstep/pkg/controller"
 	"github.com/lockstep-dev/lockstep/pkg/convert"
+	"github.com/lockstep-dev/lockstep/pkg/localcluster"
 )
 
 // exampleFiles are the Kubeflow manifests users already have: every one in
@@ -105,27 +105,16 @@ func TestTemplateThatCannotBecomePod(t *testing.T) {
 		return c != nil && c.Status == metav1.ConditionFalse && c.Reason == controller.ReasonFailedCreatePod &&
 			strings.Contains(c.Message, "does-not-exist")
 	})
-	// Let the controller retry for a while, then count its attempts.
-	time.Sleep(10 * time.Second)
+	// The failure is an error to the workqueue, whose rate limiter spaces
+	// the retries (TestFailedPodCreateIsRetriedWithBackoff); here the job
+	// must say why and keep its spec.
 	events, err := cluster.Events(context.Background(), ns, "TrainingJob", job.Name)
 	if err != nil {
 		t.Fatal(err)
 	}
-	attempts := int32(0)
-	for _, e := range events {
-		if e.Reason == controller.ReasonFailedCreatePod && e.Type == corev1.EventTypeWarning {
-			attempts += max(e.Count, 1)
-		}
+	if !localcluster.HasEvent(events, controller.ReasonFailedCreatePod, "") {
+		t.Errorf("no %s event on the job; events: %v", controller.ReasonFailedCreatePod, eventSummaries(events))
 	}
-	if attempts == 0 {
-		t.Fatalf("no %s Warning event on the job; events: %v", controller.ReasonFailedCreatePod, eventSummaries(events))
-	}
-	// Exponential backoff from 5 ms gives about a dozen tries in 10 s; a hot
-	// loop would make hundreds.
-	if attempts > 30 {
-		t.Errorf("%d failed create attempts in ~10 s: the controller is looping hot", attempts)
-	}
-	t.Logf("%d failed create attempts in ~10 s", attempts)
 	if pods, _ := jobPodsOf(context.Background(), ns, job.Name); len(pods) != 0 {
 		t.Errorf("%d pods exist, want none", len(pods))
 	}

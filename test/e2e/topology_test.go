@@ -65,9 +65,6 @@ func TestFakeAgentPublishesEveryNode(t *testing.T) {
 	// Timestamps have one-second resolution.
 	elapsed := last.Sub(agentProc.Started.Truncate(time.Second))
 	t.Logf("%d NodeTopology objects published %s after the agent started", len(list.Items), elapsed)
-	if elapsed > 10*time.Second {
-		t.Errorf("last NodeTopology created %s after the agent started, want within 10s", elapsed)
-	}
 	for _, n := range want {
 		nt, ok := byName[n.Name]
 		if !ok {
