@@ -9,6 +9,8 @@
 // YAML decoder and Kubernetes name rules, is in pkg/lockstep/topologyconfig.
 package lockstep
 
+import "strconv"
+
 // GPUResource is the extended resource the NVIDIA device plugin advertises.
 // Untyped, so it converts to corev1.ResourceName where that is wanted.
 const GPUResource = "nvidia.com/gpu"
@@ -110,3 +112,20 @@ const (
 
 // ConstraintModes lists the valid modes.
 func ConstraintModes() []ConstraintMode { return []ConstraintMode{Required, Preferred} }
+
+// FormatEfficiency writes a placement efficiency (topology.Rating) the one
+// way the PodGroup annotation AnnotationPlacementEfficiency, TrainingJob
+// status.placement.efficiency and the kubectl plugin show it: three
+// decimals, "0.973". Values are clamped to [0.001, 1] so that rounding
+// never leaves (0, 1]; an efficiency of 0 or less (not modelled) is "".
+func FormatEfficiency(e float64) string {
+	switch {
+	case e <= 0 || e != e:
+		return ""
+	case e >= 1:
+		return "1.000"
+	case e < 0.001:
+		return "0.001"
+	}
+	return strconv.FormatFloat(e, 'f', 3, 64)
+}
