@@ -78,15 +78,18 @@ const (
 
 	// AnnotationGPUs on a bound pod lists the GPU indices the scheduler
 	// chose on its node ("0,1,5"); AnnotationDomain names the domain its
-	// gang landed in.
+	// gang landed in (topology.Domain.DisplayID).
 	AnnotationGPUs   = "lockstep.dev/gpus"
 	AnnotationDomain = "lockstep.dev/domain"
 
-	// On a PodGroup once its gang is placed: the domain, its level and the
-	// placement's efficiency (Rate) as "0.973".
+	// On a PodGroup once its gang is placed: the domain (its
+	// topology.Domain.DisplayID, "spine=s1/leaf=l2"), its level, and the
+	// placement's topology.Rating: the efficiency (FormatEfficiency, "0.973")
+	// and the reason for it.
 	AnnotationPlacementDomain     = "lockstep.dev/placement-domain"
 	AnnotationPlacementLevel      = "lockstep.dev/placement-level"
 	AnnotationPlacementEfficiency = "lockstep.dev/placement-efficiency"
+	AnnotationPlacementReason     = "lockstep.dev/placement-reason"
 
 	// AnnotationSpecHash on an object the controller emits is the hash of
 	// the spec it was written from, so the controller updates it only when
