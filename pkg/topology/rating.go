@@ -207,6 +207,20 @@ func (r *Rater) Rate(members []Member) (Rating, error) {
 	return rt, nil
 }
 
+// LevelsSpanned returns how many levels a gang on nodes crosses, as
+// Rating.LevelsSpanned counts them, for placements that cannot be rated.
+func (t *Tree) LevelsSpanned(nodes []string) (int, error) {
+	d, err := t.LowestCommonDomain(nodes)
+	if err != nil {
+		return 0, err
+	}
+	members := make([]Member, len(nodes))
+	for i, n := range nodes {
+		members[i].Path = t.Path(n)
+	}
+	return levelsSpanned(members, d.Level), nil
+}
+
 // levelsSpanned counts the tree levels 1 to top at which some member has a
 // labelled (not synthetic) domain.
 func levelsSpanned(members []Member, top int) int {
