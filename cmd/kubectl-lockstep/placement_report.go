@@ -32,9 +32,9 @@ type placementReport struct {
 	// function the controller and scheduler use) on the pods' nodes and
 	// GPUs and the topology configuration given: what status.placement and
 	// the PodGroup should say.
-	Rating *placementRating `json:"rating,omitempty"`
-	PodGroup  *podGroupSummary    `json:"podGroup,omitempty"`
-	Ranks     []rankRow           `json:"ranks"`
+	Rating   *placementRating `json:"rating,omitempty"`
+	PodGroup *podGroupSummary `json:"podGroup,omitempty"`
+	Ranks    []rankRow        `json:"ranks"`
 }
 
 // podGroupSummary is the topology constraint the controller wrote on the
