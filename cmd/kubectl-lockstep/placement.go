@@ -45,8 +45,10 @@ NodeTopology says the pod holds.
 The summary is the job's status.placement, recorded by the controller: the
 narrowest domain holding every pod, how many levels the job spans, the
 modelled all-reduce bus bandwidth and the efficiency against the best
-placement on an empty cluster; then the topology constraint and placement
-annotations of the job's PodGroup.`,
+placement on an empty cluster, and why; then the same rating computed here
+from the pods' nodes and GPUs and the topology configuration, with the
+function the controller and scheduler use, to verify them; then the
+topology constraint and placement annotations of the job's PodGroup.`,
 		Example: placementExample,
 		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -116,6 +118,7 @@ func fetchPlacement(ctx context.Context, c *cluster, name string, cfg lockstep.T
 		return placementReport{}, err
 	}
 	report := buildPlacementReport(job, pods.Items, tree, topos)
+	report.Rating = ratePlacement(cfg, nodes.Items, topos, report.Ranks)
 
 	// The controller names the PodGroup after the job.
 	pg, err := c.dynamic.Resource(podGroupsResource()).Namespace(c.namespace).Get(ctx, name, metav1.GetOptions{})

@@ -28,8 +28,13 @@ type placementReport struct {
 	Levels []string `json:"levels"`
 	// Placement is the job's status.placement, as the controller recorded it.
 	Placement *v1alpha1.Placement `json:"placement,omitempty"`
-	PodGroup  *podGroupSummary    `json:"podGroup,omitempty"`
-	Ranks     []rankRow           `json:"ranks"`
+	// Rating is the placement rated here, with topology.Rater.Rate (the
+	// function the controller and scheduler use) on the pods' nodes and
+	// GPUs and the topology configuration given: what status.placement and
+	// the PodGroup should say.
+	Rating   *placementRating `json:"rating,omitempty"`
+	PodGroup *podGroupSummary `json:"podGroup,omitempty"`
+	Ranks    []rankRow        `json:"ranks"`
 }
 
 // podGroupSummary is the topology constraint the controller wrote on the
@@ -73,6 +78,90 @@ type rankRow struct {
 	GPUSource string `json:"gpuSource,omitempty"`
 	// Domains are the node's domains, narrowest first, one per level.
 	Domains []domainRef `json:"domains,omitempty"`
+}
+
+// placementRating is a topology.Rating as the report shows it.
+type placementRating struct {
+	Domain           string `json:"domain,omitempty"`
+	LevelName        string `json:"levelName,omitempty"`
+	LevelsSpanned    int    `json:"levelsSpanned"`
+	BusBandwidthMBps int64  `json:"busBandwidthMBps,omitempty"`
+	Efficiency       string `json:"efficiency,omitempty"`
+	Reason           string `json:"reason,omitempty"`
+	// Unrated says why the placement could not be rated here.
+	Unrated string `json:"unrated,omitempty"`
+}
+
+// ratePlacement rates the report's placement with topology.Rater.Rate on
+// the domain tree of nodes under cfg, as the controller does: node profiles
+// from their labels (else their NodeTopology's), each node's GPUs the union
+// of its pods'.
+func ratePlacement(cfg lockstep.TopologyConfig, nodes []corev1.Node, topos map[string]*v1alpha1.NodeTopology, ranks []rankRow) *placementRating {
+	gpus := map[string]topology.GPUSet{}
+	var names []string
+	for _, r := range ranks {
+		if r.Node == "" {
+			return &placementRating{Unrated: "pod " + r.Pod + " is not bound yet"}
+		}
+		set, err := topology.ParseGPUList(r.GPUs)
+		if err != nil || set == 0 {
+			return &placementRating{Unrated: "pod " + r.Pod + " has no known GPU set"}
+		}
+		if _, seen := gpus[r.Node]; !seen {
+			names = append(names, r.Node)
+		}
+		gpus[r.Node] |= set
+	}
+	if len(names) == 0 {
+		return nil
+	}
+	slices.Sort(names)
+	labelled := make([]topology.NodeLabels, len(nodes))
+	profiles := make(map[string]string, len(nodes))
+	for i, n := range nodes {
+		labelled[i] = topology.NodeLabels{Name: n.Name, Labels: n.Labels}
+		if p, ok := topology.ProfileFromLabels(n.Labels); ok {
+			profiles[n.Name] = p.Name
+		} else if nt := topos[n.Name]; nt != nil {
+			profiles[n.Name] = nt.Spec.Profile
+		}
+	}
+	tree, err := topology.NewTree(cfg.Levels, labelled)
+	if err != nil {
+		return &placementRating{Unrated: "building the domain tree: " + err.Error()}
+	}
+	rater, err := topology.NewRater(cfg, tree, func(n string) string { return profiles[n] }, topology.DefaultMessageBytes)
+	if err != nil {
+		return &placementRating{Unrated: err.Error()}
+	}
+	members := make([]topology.Member, len(names))
+	for i, n := range names {
+		path := tree.Path(n)
+		if path == nil {
+			return &placementRating{Unrated: "node " + n + " is not in the cluster"}
+		}
+		nt := topos[n]
+		if nt == nil {
+			return &placementRating{Unrated: "node " + n + " has no NodeTopology"}
+		}
+		hw, err := nt.Spec.ToTopology()
+		if err != nil {
+			return &placementRating{Unrated: "NodeTopology " + n + ": " + err.Error()}
+		}
+		members[i] = topology.Member{Node: hw, GPUs: gpus[n], Path: path}
+	}
+	rating, err := rater.Rate(members)
+	if err != nil {
+		return &placementRating{Unrated: err.Error()}
+	}
+	return &placementRating{
+		Domain:           rating.Domain.DisplayID(),
+		LevelName:        rating.LevelName,
+		LevelsSpanned:    rating.LevelsSpanned,
+		BusBandwidthMBps: int64(rating.Actual.BottleneckGBps * 1000),
+		Efficiency:       lockstep.FormatEfficiency(rating.Efficiency),
+		Reason:           rating.Reason,
+	}
 }
 
 type domainRef struct {
@@ -197,8 +286,23 @@ func printPlacementReport(out io.Writer, r placementReport) error {
 		}
 		fmt.Fprintf(w, "Bus bandwidth:\t%s\n", bw)
 		fmt.Fprintf(w, "Efficiency:\t%s\n", orNone(p.Efficiency))
+		if p.Reason != "" {
+			fmt.Fprintf(w, "  Why:\t%s\n", p.Reason)
+		}
 	} else {
 		fmt.Fprintf(w, "Placement:\t%s (not recorded yet)\n", none)
+	}
+	if rt := r.Rating; rt != nil {
+		if rt.Unrated != "" {
+			fmt.Fprintf(w, "Rated here:\t%s (%s)\n", none, rt.Unrated)
+		} else {
+			agree := "status agrees"
+			if p := r.Placement; p == nil || p.Efficiency != rt.Efficiency || p.Domain != rt.Domain {
+				agree = "status differs"
+			}
+			fmt.Fprintf(w, "Rated here:\t%s in %s, %d levels spanned (%s)\n", orNone(rt.Efficiency), rt.Domain, rt.LevelsSpanned, agree)
+			fmt.Fprintf(w, "  Why:\t%s\n", rt.Reason)
+		}
 	}
 	if pg := r.PodGroup; pg != nil {
 		constraint := none

@@ -15,6 +15,7 @@ import (
 
 	"github.com/lockstep-dev/lockstep/pkg/apis/lockstep/v1alpha1"
 	"github.com/lockstep-dev/lockstep/pkg/lockstep"
+	"github.com/lockstep-dev/lockstep/pkg/topology"
 	"github.com/lockstep-dev/lockstep/pkg/topology/capacity"
 )
 
@@ -59,6 +60,7 @@ Placement:        spine=s1/leaf=leaf-a (level leaf, 2 nodes)
 Levels spanned:   2
 Bus bandwidth:    48.2 GB/s (modelled all-reduce bus bandwidth)
 Efficiency:       0.95
+Rated here:       <none> (pod llama-worker-2 is not bound yet)
 PodGroup:         llama
   Constraint:     spine (Required)
   Placed in:      spine=s1/leaf=leaf-a (level leaf, efficiency 0.95)
@@ -71,6 +73,48 @@ RANK   POD              ROLE     STATUS    NODE     GPUS      LEAF     SPINE
 `
 	if diff := cmp.Diff(want, stdout); diff != "" {
 		t.Errorf("stdout (-want,+got):\n%s", diff)
+	}
+}
+
+// TestPlacementRatedHere: the plugin rates a bound job with the function
+// the controller uses and says whether status.placement agrees.
+func TestPlacementRatedHere(t *testing.T) {
+	p, _ := topology.LookupProfile("hgx-h100")
+	hw, err := p.Node()
+	if err != nil {
+		t.Fatal(err)
+	}
+	withSpec := func(node string) *v1alpha1.NodeTopology {
+		nt := nodeTopology(node, nil, nil)
+		nt.Spec = v1alpha1.SpecFromTopology(hw, "hgx-h100")
+		return nt
+	}
+	for _, tc := range []struct {
+		name, statusEfficiency, want string
+	}{
+		{"status agrees", "1.000", "Rated here:       1.000 in spine=s1/leaf=leaf-a, 1 levels spanned (status agrees)\n" +
+			"  Why:            on 2 nodes in leaf leaf-a; as fast as the best placement (bus bandwidth 50.0 GB/s)\n"},
+		{"status differs", "0.95", "Rated here:       1.000 in spine=s1/leaf=leaf-a, 1 levels spanned (status differs)\n"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			status := v1alpha1.TrainingJobStatus{State: v1alpha1.JobRunning, Placement: &v1alpha1.Placement{
+				Domain: "spine=s1/leaf=leaf-a", LevelName: "leaf", LevelsSpanned: 1, Nodes: []string{"n1", "n2"}, Efficiency: tc.statusEfficiency,
+			}}
+			c := fakeCluster(t,
+				hgxNode("n1", "leaf-a"), hgxNode("n2", "leaf-a"), hgxNode("n3", "leaf-b"),
+				pytorchJob("llama", 1, status),
+				jobPod("llama", v1alpha1.ReplicaMaster, 0, "n1", 8, "0,1,2,3,4,5,6,7"),
+				jobPod("llama", v1alpha1.ReplicaWorker, 0, "n2", 8, "0,1,2,3,4,5,6,7"),
+				withSpec("n1"), withSpec("n2"), withSpec("n3"),
+			)
+			stdout, stderr, err := runWith(t, c, "placement", "llama", "-n", "ml")
+			if err != nil {
+				t.Fatalf("placement: %v\n%s", err, stderr)
+			}
+			if !strings.Contains(stdout, tc.want) {
+				t.Errorf("stdout lacks %q:\n%s", tc.want, stdout)
+			}
+		})
 	}
 }
 

@@ -5,8 +5,8 @@ import (
 	"fmt"
 	"slices"
 
+	"github.com/lockstep-dev/lockstep/pkg/lockstep"
 	"github.com/lockstep-dev/lockstep/pkg/topology"
-	"github.com/lockstep-dev/lockstep/pkg/topology/placement"
 )
 
 // ErrUnmodelled is wrapped by PlacementEfficiency's error when a pod's GPU
@@ -15,14 +15,10 @@ import (
 var ErrUnmodelled = errors.New("GPU set unknown")
 
 // PlacementEfficiency returns the modelled all-reduce efficiency of the pods'
-// placement: t(best placement of as many GPUs on an empty cluster of the
-// profile holding most of them) / t(actual), in (0, 1], with the alpha-beta
-// model of pkg/topology, messages of placement.DefaultMessageBytes and the
-// cluster's fabric, so crossing an oversubscribed tier costs bandwidth. The
-// reference placement fills whole nodes inside one domain of the narrowest
-// network level that has enough nodes of the profile. A placement of one GPU
-// is 1. Pods must be bound; a pod with an unknown GPU set gives an error
-// wrapping ErrUnmodelled.
+// placement: topology.Rater.Rate, the rating the scheduler and controller
+// report, on the cluster model (its levels, oversubscription and nodes).
+// Pods must be bound; a pod with an unknown GPU set gives an error wrapping
+// ErrUnmodelled.
 func PlacementEfficiency(c Cluster, pods []PodRun) (float64, error) {
 	m, err := newClusterModel(c)
 	if err != nil {
@@ -40,18 +36,13 @@ type clusterModel struct {
 	// cluster.Levels); 0 when the model has no such level.
 	leafLevel, nvlinkLevel int
 	totalGPUs              int
-	// references caches reference estimates by profile and GPU count.
-	references map[referenceKey]topology.Estimate
+	// rater rates placements on the model; it caches the references.
+	rater *topology.Rater
 }
 
 type modelNode struct {
 	profile topology.Profile
 	hw      *topology.NodeTopology
-}
-
-type referenceKey struct {
-	profile string
-	gpus    int
 }
 
 func newClusterModel(c Cluster) (*clusterModel, error) {
@@ -67,10 +58,9 @@ func newClusterModel(c Cluster) (*clusterModel, error) {
 		return nil, fmt.Errorf("cluster %q: building the domain tree: %w", c.Name, err)
 	}
 	m := &clusterModel{
-		cluster:    c,
-		tree:       tree,
-		nodes:      make(map[string]modelNode, len(c.Nodes)),
-		references: map[referenceKey]topology.Estimate{},
+		cluster: c,
+		tree:    tree,
+		nodes:   make(map[string]modelNode, len(c.Nodes)),
 	}
 	for i, l := range c.Levels {
 		switch {
@@ -111,6 +101,11 @@ func newClusterModel(c Cluster) (*clusterModel, error) {
 		m.nodes[n.Name] = modelNode{profile: profile, hw: hw}
 		m.totalGPUs += profile.GPUCount
 	}
+	cfg := lockstep.TopologyConfig{Levels: c.Levels, Oversubscription: c.Fabric.Oversubscription}
+	m.rater, err = topology.NewRater(cfg, tree, func(n string) string { return m.nodes[n].profile.Name }, topology.DefaultMessageBytes)
+	if err != nil {
+		return nil, fmt.Errorf("cluster %q: %w", c.Name, err)
+	}
 	return m, nil
 }
 
@@ -146,90 +141,12 @@ func (m *clusterModel) efficiency(pods []PodRun) (float64, error) {
 	slices.Sort(names)
 
 	members := make([]topology.Member, len(names))
-	byProfile := map[string]int{}
 	for i, n := range names {
-		node := m.nodes[n]
-		members[i] = topology.Member{Node: node.hw, GPUs: sets[n], Path: m.tree.Path(n)}
-		byProfile[node.profile.Name] += sets[n].Len()
+		members[i] = topology.Member{Node: m.nodes[n].hw, GPUs: sets[n], Path: m.tree.Path(n)}
 	}
-	actual, err := topology.EstimateAllReduce(members, placement.DefaultMessageBytes, m.cluster.Fabric)
+	rating, err := m.rater.Rate(members)
 	if err != nil {
-		return 0, fmt.Errorf("estimating the placement's all-reduce: %w", err)
+		return 0, fmt.Errorf("rating the placement: %w", err)
 	}
-	if actual.GPUs < 2 {
-		return 1, nil
-	}
-	// The profile holding most GPUs is the reference, as in the controller's
-	// placement summary; ties go to the first name.
-	dominant := ""
-	for name, n := range byProfile {
-		if dominant == "" || n > byProfile[dominant] || n == byProfile[dominant] && name < dominant {
-			dominant = name
-		}
-	}
-	profile, _ := topology.LookupProfile(dominant)
-	best, err := m.reference(profile, actual.GPUs)
-	if err != nil {
-		return 0, err
-	}
-	return topology.Efficiency(best, actual), nil
-}
-
-// reference estimates the best placement of gpus GPUs of profile p on this
-// cluster when empty. topology.BestAllReduce puts them under one domain of
-// the narrowest network level; a gang needing more nodes than any such
-// domain has cannot be placed there, so the reference is taken at the
-// narrowest network level that has a domain with enough nodes of the
-// profile, by leaving the narrower network levels out of the levels it sees.
-// Otherwise the best placement of a gang bigger than a leaf would rate below
-// 1 under an oversubscribed spine.
-func (m *clusterModel) reference(p topology.Profile, gpus int) (topology.Estimate, error) {
-	key := referenceKey{p.Name, gpus}
-	if est, ok := m.references[key]; ok {
-		return est, nil
-	}
-	levels := m.cluster.Levels
-	need := (gpus + p.GPUCount - 1) / p.GPUCount
-	if need > 1 {
-		levels = m.referenceLevels(p.Name, need)
-	}
-	est, err := topology.BestAllReduce(p, gpus, placement.DefaultMessageBytes, levels, m.cluster.Fabric)
-	if err != nil {
-		return topology.Estimate{}, fmt.Errorf("estimating the best placement of %d GPUs of %s: %w", gpus, p.Name, err)
-	}
-	m.references[key] = est
-	return est, nil
-}
-
-// referenceLevels returns the cluster's levels without the network levels
-// narrower than the first one with a domain holding need nodes of profile.
-func (m *clusterModel) referenceLevels(profile string, need int) []topology.Level {
-	kept := make([]topology.Level, 0, len(m.cluster.Levels))
-	found := false
-	for i, l := range m.cluster.Levels {
-		if !l.NVLink && !found {
-			if m.mostNodesInOneDomain(i+1, profile) < need {
-				continue
-			}
-			found = true
-		}
-		kept = append(kept, l)
-	}
-	return kept
-}
-
-// mostNodesInOneDomain returns the largest number of nodes of profile in one
-// domain of a tree level.
-func (m *clusterModel) mostNodesInOneDomain(level int, profile string) int {
-	most := 0
-	for _, d := range m.tree.Domains(level) {
-		n := 0
-		for _, name := range d.Nodes {
-			if m.nodes[name].profile.Name == profile {
-				n++
-			}
-		}
-		most = max(most, n)
-	}
-	return most
+	return rating.Efficiency, nil
 }

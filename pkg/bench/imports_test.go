@@ -10,11 +10,12 @@ import (
 )
 
 // TestImports keeps the package pure: the standard library, our topology
-// packages and gonum's plot, never a Kubernetes client.
+// packages, the contract (pkg/lockstep, standard library only) and gonum's
+// plot, never a Kubernetes client.
 func TestImports(t *testing.T) {
 	files, err := filepath.Glob("*.go")
 	mustNoError(t, err)
-	allowed := []string{"github.com/lockstep-dev/lockstep/pkg/topology", "gonum.org/v1/plot"}
+	allowed := []string{"github.com/lockstep-dev/lockstep/pkg/topology", "github.com/lockstep-dev/lockstep/pkg/lockstep", "gonum.org/v1/plot"}
 	for _, name := range files {
 		if strings.HasSuffix(name, "_test.go") {
 			continue

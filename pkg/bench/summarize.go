@@ -249,7 +249,7 @@ func (m *clusterModel) rateJob(res *Result, out *JobResult, placed []PodRun) err
 	if err != nil {
 		return fmt.Errorf("locating the job's nodes: %w", err)
 	}
-	out.Domain = dom.ID
+	out.Domain = dom.DisplayID()
 	if len(placed) >= 2 {
 		res.MultiNodeJobs++
 		if m.leafLevel > 0 && dom.Level <= m.leafLevel {

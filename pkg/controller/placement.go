@@ -2,12 +2,16 @@ package controller
 
 import (
 	"fmt"
+	"hash/fnv"
 	"slices"
 	"strings"
+	"sync"
+
+	corev1 "k8s.io/api/core/v1"
 
 	"github.com/lockstep-dev/lockstep/pkg/apis/lockstep/v1alpha1"
+	"github.com/lockstep-dev/lockstep/pkg/lockstep"
 	"github.com/lockstep-dev/lockstep/pkg/topology"
-	"github.com/lockstep-dev/lockstep/pkg/topology/placement"
 )
 
 // placedPod is what the placement summary needs of a bound pod: its node
@@ -18,20 +22,90 @@ type placedPod struct {
 	GPUs string
 }
 
-// placementNode is what the placement summary needs of a node: its labels,
-// for the domain tree, and its NodeTopology spec, nil when it has none.
+// placementNode is what the placement summary needs of a node of the gang:
+// its NodeTopology spec, nil when it has none.
 type placementNode struct {
-	Labels   map[string]string
 	Topology *v1alpha1.NodeTopologySpec
 }
 
+// placementCluster is the cluster as the placement summary sees it: the
+// domain tree of every node and the topology.Rater on it, which places the
+// reference where the cluster has room, as the scheduler's does.
+type placementCluster struct {
+	tree  *topology.Tree
+	rater *topology.Rater
+}
+
+// newPlacementCluster builds the tree of nodes with cfg's levels and its
+// Rater, naming node profiles from their labels.
+func newPlacementCluster(cfg lockstep.TopologyConfig, nodes []topology.NodeLabels) (*placementCluster, error) {
+	tree, err := topology.NewTree(cfg.Levels, nodes)
+	if err != nil {
+		return nil, fmt.Errorf("building the domain tree: %w", err)
+	}
+	profiles := make(map[string]string, len(nodes))
+	for _, n := range nodes {
+		if p, ok := topology.ProfileFromLabels(n.Labels); ok {
+			profiles[n.Name] = p.Name
+		}
+	}
+	rater, err := topology.NewRater(cfg, tree, func(n string) string { return profiles[n] }, topology.DefaultMessageBytes)
+	if err != nil {
+		return nil, err
+	}
+	return &placementCluster{tree: tree, rater: rater}, nil
+}
+
+// placementCache keeps the placementCluster between reconciles, rebuilt
+// when node names or their level or profile labels change.
+type placementCache struct {
+	mu          sync.Mutex
+	fingerprint uint64
+	cluster     *placementCluster
+}
+
+func (c *placementCache) get(cfg lockstep.TopologyConfig, nodes []corev1.Node) (*placementCluster, error) {
+	h := fnv.New64a()
+	keys := []string{lockstep.LabelProfile, lockstep.LabelGPUProduct, lockstep.LabelNVIDIAGPUProduct}
+	for _, l := range cfg.Levels {
+		keys = append(keys, l.LabelKey)
+	}
+	for i := range nodes {
+		h.Write([]byte(nodes[i].Name))
+		h.Write([]byte{0})
+		for _, k := range keys {
+			h.Write([]byte(nodes[i].Labels[k]))
+			h.Write([]byte{0})
+		}
+	}
+	fp := h.Sum64()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.cluster != nil && c.fingerprint == fp {
+		return c.cluster, nil
+	}
+	labelled := make([]topology.NodeLabels, len(nodes))
+	for i := range nodes {
+		labelled[i] = topology.NodeLabels{Name: nodes[i].Name, Labels: nodes[i].Labels}
+	}
+	cluster, err := newPlacementCluster(cfg, labelled)
+	if err != nil {
+		return nil, err
+	}
+	c.fingerprint, c.cluster = fp, cluster
+	return cluster, nil
+}
+
+// maxReason is the CRD's bound on status.placement.reason.
+const maxReason = 1024
+
 // summarizePlacement describes where a gang runs: the lowest common domain
-// of its nodes in the tree of levels, and, when every pod has a GPU set and
-// every node a topology, the modelled all-reduce bus bandwidth and its
-// efficiency against the best placement of as many GPUs on an empty cluster
-// of the profile holding most of them (as the scheduler rates its plans).
-// Bandwidth and efficiency are left zero when they cannot be modelled.
-func summarizePlacement(pods []placedPod, nodes map[string]placementNode, levels []topology.Level) (*v1alpha1.Placement, error) {
+// of its nodes in the cluster's tree, the levels it spans, and, when every
+// pod has a GPU set and every node a topology, the placement's
+// topology.Rating: the modelled all-reduce bus bandwidth, the efficiency
+// and its reason, as the scheduler rates its plans. Bandwidth, efficiency
+// and reason are left empty when they cannot be modelled.
+func summarizePlacement(pods []placedPod, nodes map[string]placementNode, cluster *placementCluster) (*v1alpha1.Placement, error) {
 	if len(pods) == 0 {
 		return nil, nil
 	}
@@ -53,28 +127,20 @@ func summarizePlacement(pods []placedPod, nodes map[string]placementNode, levels
 	}
 	slices.Sort(names)
 
-	labelled := make([]topology.NodeLabels, len(names))
-	for i, n := range names {
-		labelled[i] = topology.NodeLabels{Name: n, Labels: nodes[n].Labels}
-	}
-	tree, err := topology.NewTree(levels, labelled)
-	if err != nil {
-		return nil, fmt.Errorf("building the domain tree: %w", err)
-	}
-	dom, err := tree.LowestCommonDomain(names)
+	dom, err := cluster.tree.LowestCommonDomain(names)
 	if err != nil {
 		return nil, err
 	}
-	out := &v1alpha1.Placement{Domain: domainID(dom), LevelName: dom.LevelName, LevelsSpanned: int32(dom.Level), Nodes: names}
-	if dom.Level == 0 {
-		out.Domain = names[0]
+	spanned, err := cluster.tree.LevelsSpanned(names)
+	if err != nil {
+		return nil, err
 	}
+	out := &v1alpha1.Placement{Domain: dom.DisplayID(), LevelName: dom.LevelName, LevelsSpanned: int32(spanned), Nodes: names}
 	if !modelled {
 		return out, nil
 	}
 
 	members := make([]topology.Member, len(names))
-	byProfile := map[string]int{}
 	for i, n := range names {
 		spec := nodes[n].Topology
 		if spec == nil {
@@ -84,46 +150,19 @@ func summarizePlacement(pods []placedPod, nodes map[string]placementNode, levels
 		if err != nil {
 			return out, fmt.Errorf("NodeTopology %s: %w", n, err)
 		}
-		members[i] = topology.Member{Node: hw, GPUs: gpus[n], Path: tree.Path(n)}
-		if spec.Profile != "" {
-			byProfile[spec.Profile] += gpus[n].Len()
-		}
+		members[i] = topology.Member{Node: hw, GPUs: gpus[n], Path: cluster.tree.Path(n)}
 	}
-	est, err := topology.EstimateAllReduce(members, placement.DefaultMessageBytes, topology.Fabric{})
+	rating, err := cluster.rater.Rate(members)
 	if err != nil {
-		return out, fmt.Errorf("estimating the all-reduce: %w", err)
+		return out, fmt.Errorf("rating the placement: %w", err)
 	}
-	out.BusBandwidthMBps = int64(est.BottleneckGBps * 1000)
-
-	dominant := ""
-	for name, n := range byProfile {
-		if n > byProfile[dominant] || n == byProfile[dominant] && name < dominant {
-			dominant = name
-		}
+	out.BusBandwidthMBps = int64(rating.Actual.BottleneckGBps * 1000)
+	out.Efficiency = lockstep.FormatEfficiency(rating.Efficiency)
+	out.Reason = rating.Reason
+	if len(out.Reason) > maxReason {
+		out.Reason = strings.ToValidUTF8(out.Reason[:maxReason-len("…")], "") + "…"
 	}
-	profile, ok := topology.LookupProfile(dominant)
-	if !ok {
-		return out, nil
-	}
-	best, err := topology.BestAllReduce(profile, est.GPUs, placement.DefaultMessageBytes, levels, topology.Fabric{})
-	if err != nil {
-		return out, fmt.Errorf("estimating the best all-reduce: %w", err)
-	}
-	out.Efficiency = v1alpha1.FormatEfficiency(topology.Efficiency(best, est))
 	return out, nil
-}
-
-// domainID is a domain's ID without the "level=()" segments of levels no
-// node is labelled for: "block=()/spine=s1" reads "spine=s1".
-func domainID(d *topology.Domain) string {
-	parts := strings.Split(d.ID, "/")
-	kept := parts[:0]
-	for _, p := range parts {
-		if !strings.HasSuffix(p, "=()") {
-			kept = append(kept, p)
-		}
-	}
-	return strings.Join(kept, "/")
 }
 
 // parseGPUSet reads the scheduler's lockstep.dev/gpus annotation, "0,1,5";

@@ -10,7 +10,7 @@ import (
 	"github.com/lockstep-dev/lockstep/pkg/topology"
 )
 
-func hgxNode(t *testing.T, leaf, spine string) placementNode {
+func hgxSpec(t *testing.T) *v1alpha1.NodeTopologySpec {
 	t.Helper()
 	p, ok := topology.LookupProfile("hgx-h100")
 	if !ok {
@@ -21,21 +21,34 @@ func hgxNode(t *testing.T, leaf, spine string) placementNode {
 		t.Fatal(err)
 	}
 	spec := v1alpha1.SpecFromTopology(hw, "hgx-h100")
-	return placementNode{
-		Labels:   map[string]string{lockstep.LabelFabricTier0: leaf, lockstep.LabelFabricTier1: spine},
-		Topology: &spec,
+	return &spec
+}
+
+// hgxLabels are the labels of an hgx-h100 node under leaf and spine.
+func hgxLabels(leaf, spine string) map[string]string {
+	return map[string]string{
+		lockstep.LabelFabricTier0:      leaf,
+		lockstep.LabelFabricTier1:      spine,
+		lockstep.LabelNVIDIAGPUProduct: "NVIDIA-H100-80GB-HBM3",
 	}
 }
 
 func TestSummarizePlacement(t *testing.T) {
-	nodes := map[string]placementNode{
-		"n1":   hgxNode(t, "leaf-1", "spine-1"),
-		"n2":   hgxNode(t, "leaf-1", "spine-1"),
-		"n3":   hgxNode(t, "leaf-2", "spine-1"),
-		"bare": {Labels: map[string]string{lockstep.LabelFabricTier0: "leaf-1", lockstep.LabelFabricTier1: "spine-1"}},
+	labels := []topology.NodeLabels{
+		{Name: "n1", Labels: hgxLabels("leaf-1", "spine-1")},
+		{Name: "n2", Labels: hgxLabels("leaf-1", "spine-1")},
+		{Name: "n3", Labels: hgxLabels("leaf-2", "spine-1")},
+		{Name: "bare", Labels: hgxLabels("leaf-1", "spine-1")},
 	}
+	spec := hgxSpec(t)
+	nodes := map[string]placementNode{"n1": {spec}, "n2": {spec}, "n3": {spec}, "bare": {}}
+	nonBlocking := lockstep.DefaultTopologyConfig()
+	blocking := lockstep.DefaultTopologyConfig()
+	blocking.Oversubscription = map[string]float64{lockstep.LevelSpine: 2}
+	full := "0,1,2,3,4,5,6,7"
 	cases := []struct {
 		name    string
+		cfg     lockstep.TopologyConfig
 		pods    []placedPod
 		want    *v1alpha1.Placement
 		wantErr bool
@@ -44,31 +57,52 @@ func TestSummarizePlacement(t *testing.T) {
 	}, {
 		name: "one full node",
 		pods: []placedPod{{Node: "n1", GPUs: "0,1,2,3"}, {Node: "n1", GPUs: "4,5,6,7"}},
-		want: &v1alpha1.Placement{Domain: "n1", LevelName: "host", Nodes: []string{"n1"}, BusBandwidthMBps: 450000, Efficiency: "1.00"},
+		want: &v1alpha1.Placement{Domain: "spine=spine-1/leaf=leaf-1/host=n1", LevelName: "host", Nodes: []string{"n1"}, BusBandwidthMBps: 450000, Efficiency: "1.000",
+			Reason: "on one node n1; as fast as the best placement (bus bandwidth 450.0 GB/s)"},
 	}, {
-		name: "two nodes under one leaf",
-		pods: []placedPod{{Node: "n1", GPUs: "0,1,2,3,4,5,6,7"}, {Node: "n2", GPUs: "0,1,2,3,4,5,6,7"}},
-		want: &v1alpha1.Placement{Domain: "spine=spine-1/leaf=leaf-1", LevelName: "leaf", LevelsSpanned: 2, Nodes: []string{"n1", "n2"}, BusBandwidthMBps: 50000, Efficiency: "1.00"},
+		name: "two nodes under one leaf: the absent clique level is not spanned",
+		pods: []placedPod{{Node: "n1", GPUs: full}, {Node: "n2", GPUs: full}},
+		want: &v1alpha1.Placement{Domain: "spine=spine-1/leaf=leaf-1", LevelName: "leaf", LevelsSpanned: 1, Nodes: []string{"n1", "n2"}, BusBandwidthMBps: 50000, Efficiency: "1.000",
+			Reason: "on 2 nodes in leaf leaf-1; as fast as the best placement (bus bandwidth 50.0 GB/s)"},
 	}, {
 		name: "two nodes across leaves",
-		pods: []placedPod{{Node: "n1", GPUs: "0,1,2,3,4,5,6,7"}, {Node: "n3", GPUs: "0,1,2,3,4,5,6,7"}},
-		want: &v1alpha1.Placement{Domain: "spine=spine-1", LevelName: "spine", LevelsSpanned: 3, Nodes: []string{"n1", "n3"}, BusBandwidthMBps: 50000, Efficiency: "1.00"},
+		pods: []placedPod{{Node: "n1", GPUs: full}, {Node: "n3", GPUs: full}},
+		want: &v1alpha1.Placement{Domain: "spine=spine-1", LevelName: "spine", LevelsSpanned: 2, Nodes: []string{"n1", "n3"}, BusBandwidthMBps: 50000, Efficiency: "0.999",
+			Reason: "spans 2 leaves (leaf-1, leaf-2) under spine spine-1; same bus bandwidth (50.0 GB/s) but more hops: latency 180µs against 150µs for the best placement"},
+	}, {
+		name: "two nodes across leaves under a 2:1 oversubscribed spine: the configuration's oversubscription counts",
+		cfg:  blocking,
+		pods: []placedPod{{Node: "n1", GPUs: full}, {Node: "n3", GPUs: full}},
+		want: &v1alpha1.Placement{Domain: "spine=spine-1", LevelName: "spine", LevelsSpanned: 2, Nodes: []string{"n1", "n3"}, BusBandwidthMBps: 25000, Efficiency: "0.501",
+			Reason: "spans 2 leaves (leaf-1, leaf-2) under spine spine-1; crossing the 2:1 oversubscribed spine cuts bus bandwidth from 50.0 to 25.0 GB/s"},
 	}, {
 		name: "pods without GPU sets: domain only",
 		pods: []placedPod{{Node: "n1"}, {Node: "n2"}},
-		want: &v1alpha1.Placement{Domain: "spine=spine-1/leaf=leaf-1", LevelName: "leaf", LevelsSpanned: 2, Nodes: []string{"n1", "n2"}},
+		want: &v1alpha1.Placement{Domain: "spine=spine-1/leaf=leaf-1", LevelName: "leaf", LevelsSpanned: 1, Nodes: []string{"n1", "n2"}},
 	}, {
 		name: "node without NodeTopology: domain only",
 		pods: []placedPod{{Node: "n1", GPUs: "0"}, {Node: "bare", GPUs: "0"}},
-		want: &v1alpha1.Placement{Domain: "spine=spine-1/leaf=leaf-1", LevelName: "leaf", LevelsSpanned: 2, Nodes: []string{"bare", "n1"}},
+		want: &v1alpha1.Placement{Domain: "spine=spine-1/leaf=leaf-1", LevelName: "leaf", LevelsSpanned: 1, Nodes: []string{"bare", "n1"}},
 	}, {
 		name:    "malformed GPU annotation",
 		pods:    []placedPod{{Node: "n1", GPUs: "0,x"}},
 		wantErr: true,
+	}, {
+		name:    "node outside the cluster",
+		pods:    []placedPod{{Node: "gone", GPUs: "0"}},
+		wantErr: true,
 	}}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			got, err := summarizePlacement(tc.pods, nodes, lockstep.DefaultLevels())
+			cfg := tc.cfg
+			if cfg.Levels == nil {
+				cfg = nonBlocking
+			}
+			cluster, err := newPlacementCluster(cfg, labels)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := summarizePlacement(tc.pods, nodes, cluster)
 			if (err != nil) != tc.wantErr {
 				t.Fatalf("err = %v, want error %t", err, tc.wantErr)
 			}

@@ -79,6 +79,8 @@ type TrainingJobReconciler struct {
 	Topology lockstep.TopologyConfig
 
 	expectations *expectations
+	// placements caches the cluster's domain tree and placement Rater.
+	placements placementCache
 }
 
 // SetupWithManager registers the reconciler, watching jobs, their pods and

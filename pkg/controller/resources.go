@@ -508,13 +508,9 @@ func (r *TrainingJobReconciler) ensurePlacement(ctx context.Context, job *v1alph
 		if _, ok := nodes[p.Spec.NodeName]; ok {
 			continue
 		}
-		var node corev1.Node
-		if err := r.Client.Get(ctx, client.ObjectKey{Name: p.Spec.NodeName}, &node); err != nil {
-			return false, fmt.Errorf("getting node %s: %w", p.Spec.NodeName, err)
-		}
-		info := placementNode{Labels: node.Labels}
+		var info placementNode
 		var nt v1alpha1.NodeTopology
-		switch err := r.Client.Get(ctx, client.ObjectKey{Name: node.Name}, &nt); {
+		switch err := r.Client.Get(ctx, client.ObjectKey{Name: p.Spec.NodeName}, &nt); {
 		case err == nil:
 			info.Topology = &nt.Spec
 		case apierrors.IsNotFound(err):
@@ -522,13 +518,23 @@ func (r *TrainingJobReconciler) ensurePlacement(ctx context.Context, job *v1alph
 			// come back for the efficiency.
 			complete = false
 		default:
-			return false, fmt.Errorf("getting NodeTopology %s: %w", node.Name, err)
+			return false, fmt.Errorf("getting NodeTopology %s: %w", p.Spec.NodeName, err)
 		}
-		nodes[node.Name] = info
+		nodes[p.Spec.NodeName] = info
 	}
-	// Recomputed on every pass (it is cheap and pure); the status is only
-	// written when the summary changes.
-	pl, err := summarizePlacement(placed, nodes, r.Topology.Levels)
+	// Every node, from the cache: the reference placement of the rating is
+	// the best the empty cluster allows.
+	var all corev1.NodeList
+	if err := r.Client.List(ctx, &all); err != nil {
+		return false, fmt.Errorf("listing nodes: %w", err)
+	}
+	cluster, err := r.placements.get(r.Topology, all.Items)
+	if err != nil {
+		return false, err
+	}
+	// Recomputed on every pass (the cluster's tree and references are
+	// cached); the status is only written when the summary changes.
+	pl, err := summarizePlacement(placed, nodes, cluster)
 	if pl != nil {
 		job.Status.Placement = pl
 	}

@@ -9,6 +9,8 @@
 // YAML decoder and Kubernetes name rules, is in pkg/lockstep/topologyconfig.
 package lockstep
 
+import "strconv"
+
 // GPUResource is the extended resource the NVIDIA device plugin advertises.
 // Untyped, so it converts to corev1.ResourceName where that is wanted.
 const GPUResource = "nvidia.com/gpu"
@@ -80,15 +82,18 @@ const (
 
 	// AnnotationGPUs on a bound pod lists the GPU indices the scheduler
 	// chose on its node ("0,1,5"); AnnotationDomain names the domain its
-	// gang landed in.
+	// gang landed in (topology.Domain.DisplayID).
 	AnnotationGPUs   = "lockstep.dev/gpus"
 	AnnotationDomain = "lockstep.dev/domain"
 
-	// On a PodGroup once its gang is placed: the domain, its level and the
-	// placement's efficiency (Rate) as "0.973".
+	// On a PodGroup once its gang is placed: the domain (its
+	// topology.Domain.DisplayID, "spine=s1/leaf=l2"), its level, and the
+	// placement's topology.Rating: the efficiency (FormatEfficiency, "0.973")
+	// and the reason for it.
 	AnnotationPlacementDomain     = "lockstep.dev/placement-domain"
 	AnnotationPlacementLevel      = "lockstep.dev/placement-level"
 	AnnotationPlacementEfficiency = "lockstep.dev/placement-efficiency"
+	AnnotationPlacementReason     = "lockstep.dev/placement-reason"
 
 	// AnnotationSpecHash on an object the controller emits is the hash of
 	// the spec it was written from, so the controller updates it only when
@@ -114,3 +119,20 @@ const (
 
 // ConstraintModes lists the valid modes.
 func ConstraintModes() []ConstraintMode { return []ConstraintMode{Required, Preferred} }
+
+// FormatEfficiency writes a placement efficiency (topology.Rating) the one
+// way the PodGroup annotation AnnotationPlacementEfficiency, TrainingJob
+// status.placement.efficiency and the kubectl plugin show it: three
+// decimals, "0.973". Values are clamped to [0.001, 1] so that rounding
+// never leaves (0, 1]; an efficiency of 0 or less (not modelled) is "".
+func FormatEfficiency(e float64) string {
+	switch {
+	case e <= 0 || e != e:
+		return ""
+	case e >= 1:
+		return "1.000"
+	case e < 0.001:
+		return "0.001"
+	}
+	return strconv.FormatFloat(e, 'f', 3, 64)
+}

@@ -113,7 +113,9 @@ func EstimateAllReduce(members []Member, messageBytes int64, fabric Fabric) (Est
 // on an empty cluster, for Efficiency: full nodes, the remainder on one more
 // node in its best GPU set, all under one leaf (the narrowest network level)
 // or, for NVLink-domain profiles needing at most NVLinkDomainNodes nodes, in
-// one NVLink domain. It assumes a leaf can hold them all.
+// one NVLink domain. It assumes a leaf can hold them all; Rater.Rate, the
+// placement efficiency every component reports, places the same reference
+// where the cluster has room for it instead.
 //
 // Packing is the best placement on NVSwitch machines. On PCIe machines the
 // model can rate a spread placement higher (two half nodes, one per socket,
@@ -125,24 +127,11 @@ func BestAllReduce(p Profile, gpus int, messageBytes int64, levels []Level, fabr
 	if err := lockstep.ValidateLevels(levels); err != nil {
 		return Estimate{}, fmt.Errorf("invalid levels: %w", err)
 	}
-	node, err := p.Node()
+	costs, shared, err := bestCosts(p, gpus)
 	if err != nil {
 		return Estimate{}, err
 	}
-	sel, err := NewSelector(node)
-	if err != nil {
-		return Estimate{}, fmt.Errorf("profile %q: %w", p.Name, err)
-	}
-	perNode := node.NumGPUs()
-	nodes := (gpus + perNode - 1) / perNode
-	last, _, _ := sel.Best(node.AllGPUs(), gpus-perNode*(nodes-1))
-	costs := make([]memberCost, nodes)
-	for i := range costs {
-		costs[i] = newMemberCost(node, node.AllGPUs())
-	}
-	costs[nodes-1] = newMemberCost(node, last)
-	shared := node.NVLinkDomain != nil && nodes <= p.NVLinkDomainNodes
-	return ringEstimate(costs, bestSpan(levels, nodes, shared), shared, messageBytes, fabric)
+	return ringEstimate(costs, bestSpan(levels, len(costs), shared), shared, messageBytes, fabric)
 }
 
 // Efficiency returns t_best / t_actual in (0, 1]: 1 when the placement is as

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"strconv"
 
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -15,7 +14,6 @@ import (
 	schedv1alpha1 "sigs.k8s.io/scheduler-plugins/apis/scheduling/v1alpha1"
 
 	"github.com/lockstep-dev/lockstep/pkg/lockstep"
-	"github.com/lockstep-dev/lockstep/pkg/topology/placement"
 )
 
 // PreBindPreFlight says whether PreBind may have work: only for gang
@@ -56,7 +54,7 @@ func (p *TopologyPlacement) Bind(ctx context.Context, state fwk.CycleState, pod 
 	}
 	annotations := map[string]string{lockstep.AnnotationGPUs: a.GPUs.List()}
 	if g, planned := p.books.get(a.Gang); planned && a.Gang != "" {
-		annotations[lockstep.AnnotationDomain] = domainName(g.Plan())
+		annotations[lockstep.AnnotationDomain] = g.Plan().Domain.DisplayID()
 	}
 	binding := &v1.Binding{
 		ObjectMeta: metav1.ObjectMeta{Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID, Annotations: annotations},
@@ -96,10 +94,16 @@ func (p *TopologyPlacement) observePlaced(key string, g *gangPlan) {
 func (p *TopologyPlacement) publishPlacement(ctx context.Context, pod *v1.Pod, g *gangPlan) error {
 	pg := &schedv1alpha1.PodGroup{}
 	pg.Namespace, pg.Name = pod.Namespace, pod.Labels[schedv1alpha1.PodGroupLabel]
-	patch := map[string]any{"metadata": map[string]any{"annotations": map[string]string{
-		lockstep.AnnotationPlacementDomain:     domainName(g.Plan()),
+	// A plan that could not be rated clears an earlier efficiency.
+	var efficiency any
+	if e := lockstep.FormatEfficiency(g.Plan().Efficiency); e != "" {
+		efficiency = e
+	}
+	patch := map[string]any{"metadata": map[string]any{"annotations": map[string]any{
+		lockstep.AnnotationPlacementDomain:     g.Plan().Domain.DisplayID(),
 		lockstep.AnnotationPlacementLevel:      g.Plan().LevelName,
-		lockstep.AnnotationPlacementEfficiency: strconv.FormatFloat(g.Plan().Efficiency, 'f', 3, 64),
+		lockstep.AnnotationPlacementEfficiency: efficiency,
+		lockstep.AnnotationPlacementReason:     g.Plan().Explanation,
 	}}}
 	data, err := json.Marshal(patch)
 	if err != nil {
@@ -107,6 +111,3 @@ func (p *TopologyPlacement) publishPlacement(ctx context.Context, pod *v1.Pod, g
 	}
 	return p.client.Patch(ctx, pg, client.RawPatch(types.MergePatchType, data))
 }
-
-// domainName names a plan's domain as level=value, e.g. leaf=leaf-3.
-func domainName(plan *placement.Plan) string { return placement.DomainName(plan) }

@@ -81,7 +81,7 @@ func TestBindCarriesTheGPUs(t *testing.T) {
 			g, _ := p.books.get("ns/g#8")
 			if diff := cmp.Diff(map[string]string{
 				lockstep.AnnotationGPUs:   "0,1,2,3,4,5,6,7",
-				lockstep.AnnotationDomain: domainName(g.Plan()),
+				lockstep.AnnotationDomain: g.Plan().Domain.DisplayID(),
 			}, b.Annotations); diff != "" {
 				t.Errorf("Binding annotations (-want,+got):\n%s", diff)
 			}

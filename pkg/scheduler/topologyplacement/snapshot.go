@@ -107,6 +107,10 @@ func (p *TopologyPlacement) snapshot(pod *v1.Pod, gang string, nodeInfos []fwk.N
 		return nil, err
 	}
 	snap.Tree = tree
+	cfg := lockstep.TopologyConfig{Levels: p.args.Levels, Oversubscription: p.args.Oversubscription}
+	if snap.Rater, err = p.trees.rater(tree, nodeInfos, cfg); err != nil {
+		return nil, err
+	}
 	return snap, nil
 }
 
@@ -117,6 +121,36 @@ type treeCache struct {
 	mu          sync.Mutex
 	fingerprint uint64
 	tree        *topology.Tree
+	// rating is the Rater of ratedTree, which rates every plan on it: it
+	// counts each level's nodes per profile once per tree and caches the
+	// reference estimates.
+	rating    *topology.Rater
+	ratedTree *topology.Tree
+}
+
+// rater returns the Rater of tree, built from nodeInfos' profile labels
+// (topology.ProfileFromLabels) when tree is new. The tree fingerprint covers
+// those labels, so a changed profile makes a new tree.
+func (c *treeCache) rater(tree *topology.Tree, nodeInfos []fwk.NodeInfo, cfg lockstep.TopologyConfig) (*topology.Rater, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.rating != nil && c.ratedTree == tree {
+		return c.rating, nil
+	}
+	profiles := make(map[string]string, len(nodeInfos))
+	for _, ni := range nodeInfos {
+		if node := ni.Node(); node != nil {
+			if p, ok := topology.ProfileFromLabels(node.Labels); ok {
+				profiles[node.Name] = p.Name
+			}
+		}
+	}
+	r, err := topology.NewRater(cfg, tree, func(n string) string { return profiles[n] }, placement.DefaultMessageBytes)
+	if err != nil {
+		return nil, fmt.Errorf("building the placement rater: %w", err)
+	}
+	c.rating, c.ratedTree = r, tree
+	return r, nil
 }
 
 func (c *treeCache) get(nodeInfos []fwk.NodeInfo, levels []topology.Level) (*topology.Tree, error) {
@@ -140,7 +174,7 @@ func (c *treeCache) get(nodeInfos []fwk.NodeInfo, levels []topology.Level) (*top
 	return tree, nil
 }
 
-// treeFingerprint hashes node names and their level label values with
+// treeFingerprint hashes node names, their level and profile label values with
 // FNV-1a, without allocating.
 func treeFingerprint(nodeInfos []fwk.NodeInfo, levels []topology.Level) uint64 {
 	const offset, prime = 14695981039346656037, 1099511628211
@@ -162,6 +196,10 @@ func treeFingerprint(nodeInfos []fwk.NodeInfo, levels []topology.Level) uint64 {
 		for _, l := range levels {
 			add(node.Labels[l.LabelKey])
 		}
+		// The profile labels, for the Rater built on the tree.
+		add(node.Labels[lockstep.LabelProfile])
+		add(node.Labels[lockstep.LabelGPUProduct])
+		add(node.Labels[lockstep.LabelNVIDIAGPUProduct])
 	}
 	return h
 }

@@ -345,7 +345,7 @@ func (b *Books) String() string {
 		if h.Complete() {
 			state = "complete"
 		}
-		fmt.Fprintf(&s, "plan %s: %s, created %s, %s\n", key, DomainName(h.plan), h.created.UTC().Format(time.TimeOnly), state)
+		fmt.Fprintf(&s, "plan %s: %s, created %s, %s\n", key, domainName(h.plan), h.created.UTC().Format(time.TimeOnly), state)
 		for i, m := range h.plan.Members {
 			slot := "open"
 			if h.slots[i] != "" {
@@ -370,13 +370,13 @@ func (b *Books) String() string {
 	return s.String()
 }
 
-// DomainName names a plan's domain as level=value, e.g. leaf=leaf-3, or
-// "cluster": the form of the placement annotations.
-func DomainName(plan *Plan) string {
-	if plan.Domain == nil || plan.LevelName == lockstep.LevelCluster {
+// domainName names a plan's domain as every report does
+// (topology.Domain.DisplayID).
+func domainName(plan *Plan) string {
+	if plan.Domain == nil {
 		return lockstep.LevelCluster
 	}
-	return plan.LevelName + "=" + plan.Domain.Value
+	return plan.Domain.DisplayID()
 }
 
 // gpuList writes a GPU set compactly, ranges joined: "0-3,6"; "none" when

@@ -395,7 +395,7 @@ func (s *script) place(t *testing.T, d *datadriven.TestData) (string, error) {
 
 func describePlan(key string, plan *Plan) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "plan %s: %s\n", key, DomainName(plan))
+	fmt.Fprintf(&b, "plan %s: %s\n", key, domainName(plan))
 	for i, m := range plan.Members {
 		fmt.Fprintf(&b, "  member %d: %s gpus %s\n", i, m.Node, gpuList(m.GPUs))
 	}

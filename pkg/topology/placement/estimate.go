@@ -2,8 +2,8 @@ package placement
 
 import (
 	"fmt"
-	"strings"
 
+	"github.com/lockstep-dev/lockstep/pkg/lockstep"
 	"github.com/lockstep-dev/lockstep/pkg/topology"
 )
 
@@ -19,12 +19,45 @@ func (p *planner) plan() (*Plan, error) {
 	}
 	plan := &Plan{Members: p.out, Domain: dom, LevelName: dom.LevelName}
 	if members, ok := p.ringMembers(); ok {
-		if est, err := topology.EstimateAllReduce(members, p.req.messageBytes, p.s.Fabric); err == nil {
-			plan.Estimate = est
-			plan.Efficiency = p.efficiency(members, est)
+		if rating, err := p.rate(members); err == nil {
+			plan.Estimate = rating.Actual
+			plan.Efficiency = rating.Efficiency
+			plan.Explanation = rating.Reason
 		}
 	}
 	return plan, nil
+}
+
+// rate rates the plan with the snapshot's Rater, or with one built from the
+// snapshot when it has none (or one for another message size).
+func (p *planner) rate(members []topology.Member) (topology.Rating, error) {
+	r := p.s.Rater
+	if r == nil || r.MessageBytes() != p.req.messageBytes {
+		var err error
+		r, err = NewRater(p.s, p.req.messageBytes)
+		if err != nil {
+			return topology.Rating{}, err
+		}
+	}
+	return r.Rate(members)
+}
+
+// NewRater returns the Rater of a snapshot: its tree, levels and fabric, and
+// the profiles of the nodes that have a topology. Callers that plan often
+// build it once per tree and set Snapshot.Rater.
+func NewRater(s *Snapshot, messageBytes int64) (*topology.Rater, error) {
+	levels, _, err := configuredLevels(s.Levels, s.Tree.LevelNames())
+	if err != nil {
+		return nil, err
+	}
+	profiles := make(map[string]string, len(s.Nodes))
+	for _, n := range s.Nodes {
+		if p, ok := topology.NodeProfile(n.Topology); ok {
+			profiles[n.Name] = p.Name
+		}
+	}
+	cfg := lockstep.TopologyConfig{Levels: levels, Oversubscription: s.Fabric.Oversubscription}
+	return topology.NewRater(cfg, s.Tree, func(node string) string { return profiles[node] }, messageBytes)
 }
 
 // ringMembers returns the plan as cost-model members, one per node; false
@@ -48,44 +81,4 @@ func (p *planner) ringMembers() ([]topology.Member, bool) {
 		members[i] = topology.Member{Node: node.Topology, GPUs: set, Path: p.s.Tree.Path(node.Name)}
 	}
 	return members, true
-}
-
-// efficiency rates est against the best placement of as many GPUs on an
-// empty cluster of the profile holding most of the plan's GPUs (ties: the
-// first by name); 0 when no node matches a built-in profile.
-func (p *planner) efficiency(members []topology.Member, est topology.Estimate) float64 {
-	profiles := topology.Profiles()
-	gpus := make([]int, len(profiles))
-	for _, m := range members {
-		if len(m.Node.GPUs) == 0 {
-			continue
-		}
-		product := productLabel(m.Node.GPUs[0].Product)
-		for j, prof := range profiles {
-			if prof.GPUProduct == product {
-				gpus[j] += m.GPUs.Len()
-			}
-		}
-	}
-	dominant := 0
-	for j := range gpus {
-		if gpus[j] > gpus[dominant] {
-			dominant = j
-		}
-	}
-	if gpus[dominant] == 0 {
-		return 0
-	}
-	best, err := topology.BestAllReduce(profiles[dominant], est.GPUs, p.req.messageBytes, p.req.levels, p.s.Fabric)
-	if err != nil {
-		return 0
-	}
-	return topology.Efficiency(best, est)
-}
-
-// productLabel writes an NVML product name the way GPU feature discovery's
-// nvidia.com/gpu.product label and the profiles do: "NVIDIA H100 80GB HBM3"
-// becomes "NVIDIA-H100-80GB-HBM3".
-func productLabel(name string) string {
-	return strings.Join(strings.Fields(name), "-")
 }

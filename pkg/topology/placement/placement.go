@@ -10,8 +10,8 @@ import (
 )
 
 // DefaultMessageBytes is the all-reduce size a plan's estimate models when
-// Options.MessageBytes is zero: 1 GiB, a typical gradient bucket sweep.
-const DefaultMessageBytes = 1 << 30
+// Options.MessageBytes is zero: topology.DefaultMessageBytes, 1 GiB.
+const DefaultMessageBytes = topology.DefaultMessageBytes
 
 // maxMembers bounds a gang so that GPU arithmetic cannot overflow; it is far
 // above any cluster Kubernetes supports (5,000 nodes × 110 pods).
@@ -50,9 +50,12 @@ type Snapshot struct {
 	// NVLink levels for the efficiency reference. When nil, a level named
 	// like one of lockstep.DefaultLevels takes that level's label and flag.
 	Levels []topology.Level
+	// Rater rates plans (Plan.Efficiency, Plan.Explanation). Optional: when
+	// nil, or built for another message size, Place builds one with
+	// NewRater, which knows the profiles of Nodes only. The scheduler keeps
+	// one per domain tree, built from every node of the cluster.
+	Rater *topology.Rater
 }
-
-const ()
 
 // Gang is what must be placed: Members identical members.
 type Gang struct {
@@ -100,11 +103,12 @@ type Plan struct {
 	// the plan's GPUs. It is zero when the placement cannot be modelled:
 	// CPU-only members, a node without topology, or nodes without NICs.
 	Estimate topology.Estimate
-	// Efficiency is topology.Efficiency of Estimate against
-	// topology.BestAllReduce for the same GPU count on the profile holding
-	// most of the plan's GPUs, in (0, 1]; 0 when not modelled (as Estimate,
-	// or no node of the plan matches a built-in profile).
-	Efficiency float64
+	// Efficiency and Explanation are the plan's topology.Rating (Rater.Rate):
+	// the efficiency against the best placement of as many GPUs on an empty
+	// cluster, in (0, 1], and why. Efficiency is 0 when not modelled (as
+	// Estimate, or no node of the plan matches a built-in profile).
+	Efficiency  float64
+	Explanation string
 }
 
 // Unschedulable explains why no plan exists now; the plugin turns it into a

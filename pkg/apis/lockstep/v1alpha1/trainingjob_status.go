@@ -1,8 +1,6 @@
 package v1alpha1
 
 import (
-	"strconv"
-
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
@@ -86,8 +84,10 @@ type ReplicaStatus struct {
 // Placement is the modelled quality of the gang's placement, as the
 // scheduler's topology plugin computed it.
 type Placement struct {
-	// Domain is the narrowest topology domain holding every pod, e.g.
-	// "block=b1/spine=s2/leaf=l7", or the node name on one node.
+	// Domain is the narrowest topology domain holding every pod as
+	// topology.Domain.DisplayID writes it (as the PodGroup annotation does),
+	// e.g. "block=b1/spine=s2/leaf=l7", "spine=s2/leaf=l7/host=node-3" on one
+	// node.
 	// +kubebuilder:validation:MaxLength=1024
 	// +optional
 	Domain string `json:"domain,omitempty"`
@@ -98,8 +98,9 @@ type Placement struct {
 	// +optional
 	LevelName string `json:"levelName,omitempty"`
 
-	// LevelsSpanned is that level's index: 0 on one host, higher the wider
-	// the gang spreads.
+	// LevelsSpanned is how many levels the gang crosses up to that domain: 0
+	// on one host, one per level with a labelled domain (levels no node is
+	// labelled for are not counted).
 	// +kubebuilder:validation:Minimum=0
 	// +optional
 	LevelsSpanned int32 `json:"levelsSpanned,omitempty"`
@@ -118,22 +119,19 @@ type Placement struct {
 	BusBandwidthMBps int64 `json:"busBandwidthMBps,omitempty"`
 
 	// Efficiency is the modelled all-reduce time of the best placement on an
-	// empty cluster divided by that of this one, in (0, 1], as a decimal
-	// string with two digits ("0.97"; see FormatEfficiency). A string
-	// because CRDs do not allow floats.
+	// empty cluster divided by that of this one, in (0, 1]: the placement's
+	// topology.Rating, which the scheduler's PodGroup annotation also
+	// reports, as a decimal string with three digits ("0.973";
+	// lockstep.FormatEfficiency). A string because CRDs do not allow floats.
 	// +kubebuilder:validation:Pattern=`^(0\.[0-9]{1,3}|1\.0{1,3})$`
 	// +optional
 	Efficiency string `json:"efficiency,omitempty"`
-}
 
-// FormatEfficiency writes a placement efficiency in (0, 1] as Placement
-// stores it. Values are clamped so that rounding never leaves the range.
-func FormatEfficiency(e float64) string {
-	switch {
-	case e >= 1:
-		return "1.00"
-	case e < 0.01:
-		return "0.01"
-	}
-	return strconv.FormatFloat(e, 'f', 2, 64)
+	// Reason explains Efficiency: where the gang is and what it loses
+	// against the best placement, e.g. "spans 2 leaves (l1, l2) under spine
+	// s1; crossing the 2:1 oversubscribed spine cuts bus bandwidth from 50.0
+	// to 25.0 GB/s".
+	// +kubebuilder:validation:MaxLength=1024
+	// +optional
+	Reason string `json:"reason,omitempty"`
 }

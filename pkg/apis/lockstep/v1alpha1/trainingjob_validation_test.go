@@ -401,14 +401,6 @@ func TestDefaultRestartPolicy(t *testing.T) {
 	}
 }
 
-func TestFormatEfficiency(t *testing.T) {
-	for in, want := range map[float64]string{1: "1.00", 1.2: "1.00", 0.974: "0.97", 0.975: "0.97", 0.5: "0.50", 0.001: "0.01", 0: "0.01"} {
-		if got := FormatEfficiency(in); got != want {
-			t.Errorf("FormatEfficiency(%v) = %q, want %q", in, got, want)
-		}
-	}
-}
-
 func TestIsRetryableExitCode(t *testing.T) {
 	cases := []struct {
 		name   string
