@@ -38,7 +38,9 @@ func TestValidateTemplates(t *testing.T) {
 			want: "spec.replicaSpecs[Worker].template.spec.schedulerName: Forbidden: must be lockstep-scheduler or unset",
 		},
 		{
-			name: "another gang", job: worker(func(p *corev1.PodTemplateSpec) { p.Labels = map[string]string{"scheduling.x-k8s.io/pod-group": "other"} }),
+			name: "another gang", job: worker(func(p *corev1.PodTemplateSpec) {
+				p.Labels = map[string]string{"scheduling.x-k8s.io/pod-group": "other"}
+			}),
 			want: "spec.replicaSpecs[Worker].template.metadata.labels[scheduling.x-k8s.io/pod-group]: Forbidden: must be unset or the job's name (train)",
 		},
 		{
