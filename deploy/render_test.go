@@ -16,8 +16,10 @@ import (
 	"strings"
 	"testing"
 
+	admissionv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -27,13 +29,17 @@ import (
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	psaapi "k8s.io/pod-security-admission/api"
 	psapolicy "k8s.io/pod-security-admission/policy"
+
+	"github.com/lockstep-dev/lockstep/pkg/apis/lockstep/v1alpha1"
+	"github.com/lockstep-dev/lockstep/pkg/lockstep"
 )
 
 // overlays are the kustomizations users apply.
 var overlays = []string{"default", "kind"}
 
 // secretsException is the one role allowed to touch Secrets, and whom it
-// may be bound to: the controller creates MPI jobs' SSH key Secrets.
+// may be bound to: the controller creates MPI jobs' SSH key Secrets, and
+// may do nothing else with Secrets (no get, list or watch).
 const (
 	secretsException        = "lockstep-controller-mpi-ssh-keys"
 	secretsExceptionSubject = "lockstep-system/lockstep-controller"
@@ -90,6 +96,10 @@ func TestOverlays(t *testing.T) {
 				{"service accounts exist", checkServiceAccounts},
 				{"no secrets or wildcards", checkRoles},
 				{"restricted pods", checkRestricted},
+				{"admission policies bound", checkPolicies},
+				{"agent label allow-list is the contract's", checkAgentLabels},
+				{"template policy names the template rules", checkTemplatePolicy},
+				{"metrics authenticated and fenced", checkMetrics},
 			} {
 				t.Run(check.name, func(t *testing.T) {
 					for _, err := range check.fn(r) {
@@ -244,7 +254,7 @@ func checkRoles(r *rendered) []error {
 				errs = append(errs, fmt.Errorf("%s rule %d grants Secrets: %+v", what, i, rule))
 			default:
 				for _, v := range rule.Verbs {
-					if !slices.Contains([]string{"get", "list", "watch", "create"}, v) {
+					if v != "create" {
 						errs = append(errs, fmt.Errorf("%s may %s Secrets; it only creates MPI keys", what, v))
 					}
 				}
@@ -292,6 +302,192 @@ func checkRestricted(r *rendered) []error {
 	for _, w := range restrictedWorkloads {
 		if !seen[w] {
 			errs = append(errs, fmt.Errorf("no workload %s rendered", w))
+		}
+	}
+	return errs
+}
+
+// policies are the ValidatingAdmissionPolicies every overlay must install
+// and bind with Deny, and the ServiceAccount each is held to ("" when it
+// applies to every caller).
+var policies = map[string]string{
+	"lockstep-topology-agent-own-node":  "lockstep-agent:lockstep-topology-agent",
+	"lockstep-controller-owned-objects": "lockstep-system:lockstep-controller",
+	"lockstep-trainingjob-templates":    "",
+}
+
+func (r *rendered) policy(name string) *admissionv1.ValidatingAdmissionPolicy {
+	for _, o := range r.objects {
+		if p, ok := o.(*admissionv1.ValidatingAdmissionPolicy); ok && p.Name == name {
+			return p
+		}
+	}
+	return nil
+}
+
+// checkPolicies: each policy is present, fails closed, is bound with Deny,
+// and matches the ServiceAccount that overlay's workload runs as.
+func checkPolicies(r *rendered) []error {
+	var errs []error
+	bound := map[string]bool{}
+	for _, o := range r.objects {
+		if b, ok := o.(*admissionv1.ValidatingAdmissionPolicyBinding); ok && slices.Contains(b.Spec.ValidationActions, admissionv1.Deny) {
+			bound[b.Spec.PolicyName] = true
+		}
+	}
+	for name, sa := range policies {
+		p := r.policy(name)
+		if p == nil {
+			errs = append(errs, fmt.Errorf("no ValidatingAdmissionPolicy %s", name))
+			continue
+		}
+		if p.Spec.FailurePolicy == nil || *p.Spec.FailurePolicy != admissionv1.Fail {
+			errs = append(errs, fmt.Errorf("policy %s does not fail closed", name))
+		}
+		if !bound[name] {
+			errs = append(errs, fmt.Errorf("policy %s has no binding with validationActions Deny", name))
+		}
+		if sa == "" {
+			if len(p.Spec.MatchConditions) > 0 {
+				errs = append(errs, fmt.Errorf("policy %s applies to every caller, but has match conditions", name))
+			}
+			continue
+		}
+		want := "'system:serviceaccount:" + sa + "'"
+		if !slices.ContainsFunc(p.Spec.MatchConditions, func(c admissionv1.MatchCondition) bool {
+			return strings.Contains(c.Expression, want)
+		}) {
+			errs = append(errs, fmt.Errorf("policy %s does not match %s", name, want))
+		}
+	}
+	return errs
+}
+
+// quoted returns the single-quoted strings of a CEL expression.
+func quoted(expr string) []string {
+	var out []string
+	for i, part := range strings.Split(expr, "'") {
+		if i%2 == 1 {
+			out = append(out, part)
+		}
+	}
+	return out
+}
+
+// checkAgentLabels: the node label keys the agent's policy allows are
+// exactly lockstep.AgentNodeLabels().
+func checkAgentLabels(r *rendered) []error {
+	p := r.policy("lockstep-topology-agent-own-node")
+	if p == nil {
+		return nil // checkPolicies reports it
+	}
+	for _, v := range p.Spec.Variables {
+		if v.Name != "agentLabels" {
+			continue
+		}
+		got, want := slices.Sorted(slices.Values(quoted(v.Expression))), slices.Sorted(slices.Values(lockstep.AgentNodeLabels()))
+		if !slices.Equal(got, want) {
+			return []error{fmt.Errorf("agent policy allows node labels %q, the contract (lockstep.AgentNodeLabels) %q", got, want)}
+		}
+		if !slices.ContainsFunc(p.Spec.Validations, func(v admissionv1.Validation) bool {
+			return strings.Contains(v.Expression, "variables.agentLabels")
+		}) {
+			return []error{errors.New("agent policy declares agentLabels but no validation uses it")}
+		}
+		return nil
+	}
+	return []error{errors.New("agent policy has no agentLabels variable")}
+}
+
+// checkTemplatePolicy: the template policy checks every field of the Go
+// template rules (v1alpha1.RefusedTemplateFields, PrivilegedTemplateFields)
+// and reads the contract's namespace label.
+func checkTemplatePolicy(r *rendered) []error {
+	p := r.policy("lockstep-trainingjob-templates")
+	if p == nil {
+		return nil
+	}
+	var text strings.Builder
+	for _, v := range p.Spec.Variables {
+		text.WriteString(v.Expression + "\n")
+	}
+	for _, v := range p.Spec.Validations {
+		text.WriteString(v.Expression + "\n" + v.MessageExpression + "\n")
+	}
+	var errs []error
+	for _, f := range append(v1alpha1.RefusedTemplateFields(), v1alpha1.PrivilegedTemplateFields()...) {
+		// The policy names a label by its key and a field by its last
+		// element.
+		leaf := f
+		if _, key, ok := strings.Cut(f, "labels["); ok {
+			leaf = "'" + strings.TrimSuffix(key, "]") + "'"
+		} else {
+			leaf = f[strings.LastIndex(f, ".")+1:]
+		}
+		if !strings.Contains(text.String(), leaf) {
+			errs = append(errs, fmt.Errorf("template policy does not check %s (%s)", f, leaf))
+		}
+	}
+	if !strings.Contains(text.String(), "'"+lockstep.LabelAllowPrivilegedTemplates+"'") {
+		errs = append(errs, fmt.Errorf("template policy does not read the namespace label %s", lockstep.LabelAllowPrivilegedTemplates))
+	}
+	return errs
+}
+
+// checkMetrics: the controller's and agent's ServiceAccounts may review
+// tokens and access (their /metrics is authenticated), a reader role for
+// scrapers exists, and NetworkPolicies fence the metrics ports to
+// namespaces labelled lockstep.LabelMetricsScraper.
+func checkMetrics(r *rendered) []error {
+	var errs []error
+	roles := map[string][]rbacv1.PolicyRule{}
+	for _, o := range r.objects {
+		if cr, ok := o.(*rbacv1.ClusterRole); ok {
+			roles[cr.Name] = cr.Rules
+		}
+	}
+	grants := func(role, group, resource, verb string) bool {
+		return slices.ContainsFunc(roles[role], func(rule rbacv1.PolicyRule) bool {
+			return slices.Contains(rule.APIGroups, group) && slices.Contains(rule.Resources, resource) && slices.Contains(rule.Verbs, verb)
+		})
+	}
+	for _, role := range []string{"lockstep-controller", "lockstep-topology-agent", "lockstep-scheduler"} {
+		if !grants(role, "authentication.k8s.io", "tokenreviews", "create") || !grants(role, "authorization.k8s.io", "subjectaccessreviews", "create") {
+			errs = append(errs, fmt.Errorf("ClusterRole %s cannot create tokenreviews and subjectaccessreviews: its /metrics cannot authenticate", role))
+		}
+	}
+	if !slices.ContainsFunc(roles["lockstep-metrics-reader"], func(rule rbacv1.PolicyRule) bool {
+		return slices.Equal(rule.NonResourceURLs, []string{"/metrics"}) && slices.Equal(rule.Verbs, []string{"get"})
+	}) {
+		errs = append(errs, errors.New("no ClusterRole lockstep-metrics-reader granting get on /metrics"))
+	}
+	fenced := map[string]bool{}
+	for _, o := range r.objects {
+		np, ok := o.(*networkingv1.NetworkPolicy)
+		if !ok {
+			continue
+		}
+		for _, rule := range np.Spec.Ingress {
+			metricsPort := slices.ContainsFunc(rule.Ports, func(p networkingv1.NetworkPolicyPort) bool {
+				return p.Port != nil && p.Port.StrVal == "metrics"
+			})
+			onlyScrapers := len(rule.From) > 0 && !slices.ContainsFunc(rule.From, func(p networkingv1.NetworkPolicyPeer) bool {
+				return p.NamespaceSelector == nil || p.NamespaceSelector.MatchLabels[lockstep.LabelMetricsScraper] != "true"
+			})
+			if metricsPort && onlyScrapers {
+				fenced[np.Namespace+"/"+np.Spec.PodSelector.MatchLabels["app.kubernetes.io/name"]] = true
+			}
+		}
+	}
+	for name, tmpl := range r.podTemplates() {
+		if !slices.ContainsFunc(tmpl.Spec.Containers, func(c corev1.Container) bool {
+			return slices.ContainsFunc(c.Ports, func(p corev1.ContainerPort) bool { return p.Name == "metrics" })
+		}) {
+			continue
+		}
+		ns := strings.SplitN(strings.Fields(name)[1], "/", 2)[0]
+		if !fenced[ns+"/"+tmpl.Labels["app.kubernetes.io/name"]] {
+			errs = append(errs, fmt.Errorf("%s serves a metrics port that no NetworkPolicy limits to namespaces labelled %s=true", name, lockstep.LabelMetricsScraper))
 		}
 	}
 	return errs

@@ -24,7 +24,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	schedv1alpha1 "sigs.k8s.io/scheduler-plugins/apis/scheduling/v1alpha1"
 	podgroupcontroller "sigs.k8s.io/scheduler-plugins/pkg/controllers"
 
@@ -34,11 +33,12 @@ import (
 	"github.com/lockstep-dev/lockstep/pkg/lockstep"
 	"github.com/lockstep-dev/lockstep/pkg/lockstep/topologyconfig"
 	"github.com/lockstep-dev/lockstep/pkg/util/healthcheck"
+	"github.com/lockstep-dev/lockstep/pkg/util/securemetrics"
 )
 
 type options struct {
 	kubeconfig              string
-	metricsAddr             string
+	metrics                 securemetrics.Flags
 	healthAddr              string
 	leaderElect             bool
 	leaderElectionNamespace string
@@ -55,7 +55,7 @@ func main() {
 	var opts options
 	fs := flag.NewFlagSet("controller", flag.ExitOnError)
 	fs.StringVar(&opts.kubeconfig, "kubeconfig", "", "kubeconfig file; in-cluster configuration when empty")
-	fs.StringVar(&opts.metricsAddr, "metrics-bind-address", ":8080", "address of the Prometheus metrics endpoint; 0 disables it")
+	opts.metrics.AddFlags(fs, ":8080")
 	fs.StringVar(&opts.healthAddr, "health-probe-bind-address", ":8081", "address of /healthz and /readyz")
 	fs.BoolVar(&opts.leaderElect, "leader-elect", true, "run one active replica, elected through a Lease")
 	fs.StringVar(&opts.leaderElectionNamespace, "leader-election-namespace", "", "namespace of the leader election Lease; the pod's own when empty")
@@ -96,8 +96,12 @@ func run(ctx context.Context, opts options) error {
 	cfg.QPS, cfg.Burst = float32(opts.qps), opts.burst
 
 	// Only gang pods are cached (the PodGroup controller counts every
-	// gang's pods, ours or not), and only the Services, ConfigMaps and
-	// Secrets the controller made: a cluster's own are none of its business.
+	// gang's pods, ours or not), and only the Services and ConfigMaps the
+	// controller made: a cluster's own are none of its business. Secrets are
+	// never cached nor read: the MPI SSH key is create-only, and RBAC grants
+	// the controller nothing but create on Secrets (a Secret informer would
+	// need list and watch on every Secret in the cluster, as RBAC cannot
+	// select by label).
 	gangPods, err := labels.NewRequirement(schedv1alpha1.PodGroupLabel, selection.Exists, nil)
 	if err != nil {
 		return err
@@ -108,7 +112,7 @@ func run(ctx context.Context, opts options) error {
 	}
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                  scheme,
-		Metrics:                 metricsserver.Options{BindAddress: opts.metricsAddr},
+		Metrics:                 opts.metrics.Options(),
 		HealthProbeBindAddress:  opts.healthAddr,
 		LeaderElection:          opts.leaderElect,
 		LeaderElectionID:        "lockstep-controller.lockstep.dev",
@@ -117,8 +121,10 @@ func run(ctx context.Context, opts options) error {
 			&corev1.Pod{}:       {Label: labels.NewSelector().Add(*gangPods)},
 			&corev1.Service{}:   {Label: labels.NewSelector().Add(*ours)},
 			&corev1.ConfigMap{}: {Label: labels.NewSelector().Add(*ours)},
-			&corev1.Secret{}:    {Label: labels.NewSelector().Add(*ours)},
 		}},
+		// A read of a Secret goes to the apiserver, where RBAC refuses it,
+		// instead of silently starting a cluster-wide Secret informer.
+		Client: client.Options{Cache: &client.CacheOptions{DisableFor: []client.Object{&corev1.Secret{}}}},
 	})
 	if err != nil {
 		return fmt.Errorf("creating manager: %w", err)

@@ -28,13 +28,13 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/lockstep-dev/lockstep/pkg/agent"
 	"github.com/lockstep-dev/lockstep/pkg/apis/lockstep/v1alpha1"
 	"github.com/lockstep-dev/lockstep/pkg/lockstep"
 	"github.com/lockstep-dev/lockstep/pkg/lockstep/topologyconfig"
 	"github.com/lockstep-dev/lockstep/pkg/util/healthcheck"
+	"github.com/lockstep-dev/lockstep/pkg/util/securemetrics"
 )
 
 type options struct {
@@ -45,7 +45,7 @@ type options struct {
 	topologyConfig     string
 	heartbeat          time.Duration
 	workers            int
-	metricsAddr        string
+	metrics            securemetrics.Flags
 	healthAddr         string
 	podResourcesSocket string
 	sysfsRoot          string
@@ -65,7 +65,7 @@ func main() {
 	fs.StringVar(&opts.topologyConfig, "topology-config", "", "fake mode: the cluster's topology configuration (the scheduler's KubeSchedulerConfiguration or a TopologyConfig file), whose NVLink level's label places simulated nodes in NVLink domains; default levels when empty")
 	fs.DurationVar(&opts.heartbeat, "heartbeat-interval", time.Minute, "how often an unchanged NodeTopology is confirmed")
 	fs.IntVar(&opts.workers, "workers", 4, "fake mode: nodes reconciled in parallel")
-	fs.StringVar(&opts.metricsAddr, "metrics-bind-address", ":8080", "address of the Prometheus metrics endpoint; 0 disables it")
+	opts.metrics.AddFlags(fs, ":8080")
 	fs.StringVar(&opts.healthAddr, "health-probe-bind-address", ":8081", "address of /healthz and /readyz")
 	fs.StringVar(&opts.podResourcesSocket, "pod-resources-socket", "/var/lib/kubelet/pod-resources/kubelet.sock", "real mode: the kubelet's pod-resources API socket")
 	fs.StringVar(&opts.sysfsRoot, "sysfs-root", "/sys", "real mode: where sysfs is mounted")
@@ -119,7 +119,7 @@ func runFake(ctx context.Context, cfg *rest.Config, scheme *runtime.Scheme, opts
 	}
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                 scheme,
-		Metrics:                metricsserver.Options{BindAddress: opts.metricsAddr},
+		Metrics:                opts.metrics.Options(),
 		HealthProbeBindAddress: opts.healthAddr,
 		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{
 			// Only the served nodes are cached, which matters on a shared

@@ -13,7 +13,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/lockstep-dev/lockstep/pkg/agent"
 	"github.com/lockstep-dev/lockstep/pkg/agent/discovery"
@@ -37,7 +36,7 @@ func runReal(ctx context.Context, cfg *rest.Config, scheme *runtime.Scheme, opts
 	}
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                 scheme,
-		Metrics:                metricsserver.Options{BindAddress: opts.metricsAddr},
+		Metrics:                opts.metrics.Options(),
 		HealthProbeBindAddress: opts.healthAddr,
 	})
 	if err != nil {

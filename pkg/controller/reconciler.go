@@ -3,6 +3,7 @@ package controller
 import (
 	"context"
 	"fmt"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -81,6 +82,8 @@ type TrainingJobReconciler struct {
 	expectations *expectations
 	// placements caches the cluster's domain tree and placement Rater.
 	placements placementCache
+	// created holds the createdKeys of create-only objects made.
+	created sync.Map
 }
 
 // SetupWithManager registers the reconciler, watching jobs, their pods and
@@ -123,6 +126,7 @@ func (r *TrainingJobReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 	}
 	if job.DeletionTimestamp != nil {
 		r.expectations.Forget(job.UID)
+		r.forgetCreated(job.UID)
 		return ctrl.Result{}, nil
 	}
 	ctx = ctrl.LoggerInto(ctx, ctrl.LoggerFrom(ctx).WithValues("job", klog.KObj(job)))

@@ -239,19 +239,18 @@ func (r *TrainingJobReconciler) ensureAuxObjects(ctx context.Context, job *v1alp
 
 // ensureObject creates obj, owned by the job and labelled with it, or
 // updates it when its content hash changed, unless it is create-only.
+//
+// A create-only object (the MPI SSH key Secret) is never read: it is
+// created, and an existing one is left as it is, so the controller needs
+// no read access to its kind (RBAC grants it only create on Secrets). Which
+// were created is remembered per job, so that not every reconcile tries.
 func (r *TrainingJobReconciler) ensureObject(ctx context.Context, job *v1alpha1.TrainingJob, obj client.Object, createOnly bool) error {
 	kind := fmt.Sprintf("%T", obj)
 	hash, err := contentHash(obj)
 	if err != nil {
 		return fmt.Errorf("hashing %s %s: %w", kind, klog.KObj(obj), err)
 	}
-	existing, ok := obj.DeepCopyObject().(client.Object)
-	if !ok {
-		return fmt.Errorf("%s is not a client.Object", kind)
-	}
-	err = r.Client.Get(ctx, client.ObjectKeyFromObject(obj), existing)
-	switch {
-	case apierrors.IsNotFound(err):
+	create := func() error {
 		labels := obj.GetLabels()
 		if labels == nil {
 			labels = map[string]string{}
@@ -271,9 +270,29 @@ func (r *TrainingJobReconciler) ensureObject(ctx context.Context, job *v1alpha1.
 			return fmt.Errorf("creating %s %s: %w", kind, klog.KObj(obj), err)
 		}
 		return nil
+	}
+	if createOnly {
+		key := createdKey{job: job.UID, kind: kind, name: obj.GetName()}
+		if _, done := r.created.Load(key); done {
+			return nil
+		}
+		if err := create(); err != nil {
+			return err
+		}
+		r.created.Store(key, struct{}{})
+		return nil
+	}
+	existing, ok := obj.DeepCopyObject().(client.Object)
+	if !ok {
+		return fmt.Errorf("%s is not a client.Object", kind)
+	}
+	err = r.Client.Get(ctx, client.ObjectKeyFromObject(obj), existing)
+	switch {
+	case apierrors.IsNotFound(err):
+		return create()
 	case err != nil:
 		return fmt.Errorf("getting %s %s: %w", kind, klog.KObj(obj), err)
-	case createOnly || existing.GetAnnotations()[lockstep.AnnotationSpecHash] == hash:
+	case existing.GetAnnotations()[lockstep.AnnotationSpecHash] == hash:
 		return nil
 	}
 	if !metav1.IsControlledBy(existing, job) {
@@ -290,6 +309,22 @@ func (r *TrainingJobReconciler) ensureObject(ctx context.Context, job *v1alpha1.
 		return fmt.Errorf("updating %s %s: %w", kind, klog.KObj(obj), err)
 	}
 	return nil
+}
+
+// createdKey names a create-only object made for a job.
+type createdKey struct {
+	job        types.UID
+	kind, name string
+}
+
+// forgetCreated drops what was remembered of a job's create-only objects.
+func (r *TrainingJobReconciler) forgetCreated(uid types.UID) {
+	r.created.Range(func(k, _ any) bool {
+		if k.(createdKey).job == uid {
+			r.created.Delete(k)
+		}
+		return true
+	})
 }
 
 // contentHash hashes an object as the adapter built it, metadata aside.

@@ -332,6 +332,19 @@ func (c *converter) convert(obj map[string]any) *Converted {
 	for _, e := range checked.Validate() {
 		c.refuse("", "the TrainingJob would be invalid: %s", e.Error())
 	}
+	// The template policy (deploy/default/trainingjob-policy.yaml): some
+	// fields are refused everywhere, the privileged ones unless the target
+	// namespace allows them, which is not known here.
+	refused := map[string]bool{}
+	for _, e := range checked.ValidateTemplates(true) {
+		refused[e.Error()] = true
+		c.refuse("", "the cluster's template policy would refuse the TrainingJob: %s", e.Error())
+	}
+	for _, e := range checked.ValidateTemplates(false) {
+		if !refused[e.Error()] {
+			c.warn("the cluster's template policy refuses this unless the namespace allows it: %s", e.Error())
+		}
+	}
 	if len(c.refusals) > 0 {
 		return nil
 	}

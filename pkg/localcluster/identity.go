@@ -22,6 +22,8 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/lockstep-dev/lockstep/pkg/lockstep"
 )
 
 // Identity is a component's ServiceAccount, as deploy/ defines it.
@@ -51,6 +53,14 @@ func FakeAgentIdentity() Identity {
 // AgentIdentity is the real (DaemonSet) agent's ServiceAccount.
 func AgentIdentity() Identity {
 	return Identity{Namespace: "lockstep-agent", Name: "lockstep-topology-agent"}
+}
+
+// MetricsScraperIdentity is the ServiceAccount the harness scrapes metrics
+// as, a stand-in for a monitoring stack's: InstallIdentities makes it in a
+// namespace labelled lockstep.LabelMetricsScraper and binds it to deploy/'s
+// lockstep-metrics-reader, nothing else.
+func MetricsScraperIdentity() Identity {
+	return Identity{Namespace: "lockstep-monitoring", Name: "metrics-scraper"}
 }
 
 // identityKinds are the objects of the rendered overlay that make up the
@@ -98,6 +108,35 @@ func (c *Cluster) InstallIdentities(ctx context.Context) error {
 		}
 		if err := c.Client.Patch(ctx, o, client.Apply, client.FieldOwner(fieldManager), client.ForceOwnership); err != nil {
 			return fmt.Errorf("applying %s %s from %s: %w", o.GetKind(), client.ObjectKeyFromObject(o), overlay, err)
+		}
+	}
+	return c.installMetricsScraper(ctx)
+}
+
+// installMetricsScraper makes MetricsScraperIdentity as an operator would
+// for Prometheus: its namespace labelled for the metrics NetworkPolicies,
+// and a binding to lockstep-metrics-reader.
+func (c *Cluster) installMetricsScraper(ctx context.Context) error {
+	id := MetricsScraperIdentity()
+	objs := []*unstructured.Unstructured{
+		{Object: map[string]any{
+			"apiVersion": "v1", "kind": "Namespace",
+			"metadata": map[string]any{"name": id.Namespace, "labels": map[string]any{lockstep.LabelMetricsScraper: "true"}},
+		}},
+		{Object: map[string]any{
+			"apiVersion": "v1", "kind": "ServiceAccount",
+			"metadata": map[string]any{"name": id.Name, "namespace": id.Namespace},
+		}},
+		{Object: map[string]any{
+			"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+			"metadata": map[string]any{"name": "lockstep-e2e-metrics-scraper"},
+			"roleRef":  map[string]any{"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "lockstep-metrics-reader"},
+			"subjects": []any{map[string]any{"kind": "ServiceAccount", "name": id.Name, "namespace": id.Namespace}},
+		}},
+	}
+	for _, o := range objs {
+		if err := c.Client.Patch(ctx, o, client.Apply, client.FieldOwner(fieldManager), client.ForceOwnership); err != nil {
+			return fmt.Errorf("applying %s %s: %w", o.GetKind(), client.ObjectKeyFromObject(o), err)
 		}
 	}
 	return nil

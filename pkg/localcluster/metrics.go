@@ -18,17 +18,20 @@ import (
 // health probes.
 type Endpoints struct {
 	Metrics, Healthz, Readyz string
-	// Secure is set for kube-scheduler's secure port: HTTPS with a
-	// self-signed certificate, /metrics behind delegated authentication and
-	// authorization, the health paths open to anyone.
+	// Secure is set where /metrics is HTTPS with a self-signed certificate
+	// behind delegated authentication and authorization (kube-scheduler's
+	// secure port; our binaries unless --metrics-secure=false). The health
+	// paths are open to anyone: on kube-scheduler's secure port, or on our
+	// binaries' plain HTTP health port.
 	Secure bool
 }
 
 // Endpoints reads where the running component name serves metrics and
 // health from its command line: --secure-port and --bind-address for
-// kube-scheduler, --metrics-bind-address and --health-probe-bind-address for
-// our controller-runtime binaries. The flags, not the Component that
-// started it, are the truth for a component restarted on new ports.
+// kube-scheduler, --metrics-bind-address, --metrics-secure and
+// --health-probe-bind-address for our controller-runtime binaries. The
+// flags, not the Component that started it, are the truth for a component
+// restarted on new ports.
 func (c *Cluster) Endpoints(name string) (Endpoints, error) {
 	p, ok := c.Component(name)
 	if !ok {
@@ -48,15 +51,20 @@ func (c *Cluster) Endpoints(name string) (Endpoints, error) {
 	if metricsAddr == "" || healthAddr == "" {
 		return Endpoints{}, fmt.Errorf("component %s: no metrics or health address among its flags %q", name, p.cmd.Args[1:])
 	}
+	secure := flags["metrics-secure"] != "false"
+	scheme := "http://"
+	if secure {
+		scheme = "https://"
+	}
 	return Endpoints{
-		Metrics: "http://" + metricsAddr + "/metrics",
+		Metrics: scheme + metricsAddr + "/metrics",
 		Healthz: "http://" + healthAddr + "/healthz",
 		Readyz:  "http://" + healthAddr + "/readyz",
+		Secure:  secure,
 	}, nil
 }
 
-// Get fetches url as the cluster's admin, the identity kube-scheduler's
-// delegated authorization lets read /metrics. The component's serving
+// Get fetches url as the cluster's admin. The component's serving
 // certificate is self-signed, so it is not verified: the admin's client
 // certificate or token goes only to loopback ports the harness chose.
 func (c *Cluster) Get(ctx context.Context, url string) (status int, body []byte, err error) {
@@ -66,6 +74,17 @@ func (c *Cluster) Get(ctx context.Context, url string) (status int, body []byte,
 		CertFile: cfg.CertFile, KeyFile: cfg.KeyFile,
 		CertData: cfg.CertData, KeyData: cfg.KeyData,
 	}
+	return get(ctx, cfg, url)
+}
+
+// GetWithToken fetches url with only a bearer token (none when empty), as a
+// scraper does; the serving certificate is not verified (loopback ports).
+func (c *Cluster) GetWithToken(ctx context.Context, url, token string) (status int, body []byte, err error) {
+	cfg := &rest.Config{BearerToken: token, TLSClientConfig: rest.TLSClientConfig{Insecure: true}}
+	return get(ctx, cfg, url)
+}
+
+func get(ctx context.Context, cfg *rest.Config, url string) (status int, body []byte, err error) {
 	cfg.Timeout = 10 * time.Second
 	httpClient, err := rest.HTTPClientFor(cfg)
 	if err != nil {
@@ -129,13 +148,19 @@ func (s Samples) Sum() float64 {
 	return total
 }
 
-// Scrape reads a component's /metrics as the cluster's admin.
+// Scrape reads a component's /metrics as a metrics scraper does: with a
+// token of MetricsScraperIdentity, which deploy/'s lockstep-metrics-reader
+// lets get /metrics.
 func (c *Cluster) Scrape(ctx context.Context, component string) (Samples, error) {
 	ep, err := c.Endpoints(component)
 	if err != nil {
 		return nil, err
 	}
-	status, body, err := c.Get(ctx, ep.Metrics)
+	token, err := c.Token(ctx, MetricsScraperIdentity(), nil, 600)
+	if err != nil {
+		return nil, err
+	}
+	status, body, err := c.GetWithToken(ctx, ep.Metrics, token)
 	if err != nil {
 		return nil, err
 	}

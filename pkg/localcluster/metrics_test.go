@@ -17,6 +17,9 @@ func TestEndpointsFromFlags(t *testing.T) {
 			Metrics: "https://127.0.0.1:4443/metrics", Healthz: "https://127.0.0.1:4443/healthz", Readyz: "https://127.0.0.1:4443/readyz", Secure: true,
 		}},
 		{"controller-runtime manager", []string{"--metrics-bind-address=127.0.0.1:1", "--health-probe-bind-address=127.0.0.1:2", "--v=2"}, Endpoints{
+			Metrics: "https://127.0.0.1:1/metrics", Healthz: "http://127.0.0.1:2/healthz", Readyz: "http://127.0.0.1:2/readyz", Secure: true,
+		}},
+		{"controller-runtime manager, insecure metrics", []string{"--metrics-bind-address=127.0.0.1:1", "--metrics-secure=false", "--health-probe-bind-address=127.0.0.1:2"}, Endpoints{
 			Metrics: "http://127.0.0.1:1/metrics", Healthz: "http://127.0.0.1:2/healthz", Readyz: "http://127.0.0.1:2/readyz",
 		}},
 	}

@@ -47,6 +47,24 @@ const (
 	LabelNVLinkDomain = "lockstep.dev/nvlink-domain"
 )
 
+// Namespace labels a cluster-admin sets; deploy/ reads them.
+const (
+	// LabelAllowPrivilegedTemplates "true" on a namespace lets its
+	// TrainingJobs' templates, and the pods the controller makes from them,
+	// be privileged or share the host (privileged containers, hostNetwork,
+	// hostPID, hostIPC, hostPath volumes). deploy/default/tenant-policy.yaml
+	// and controller-policy.yaml refuse them elsewhere.
+	LabelAllowPrivilegedTemplates = "lockstep.dev/allow-privileged-templates"
+	// LabelMetricsScraper "true" on a namespace lets its pods reach the
+	// controller's and agent's metrics ports (deploy/'s NetworkPolicies);
+	// they still need a token allowed get on /metrics.
+	LabelMetricsScraper = "lockstep.dev/metrics-scraper"
+)
+
+// PodGroupLabel is the scheduler-plugins label naming a pod's gang
+// (scheduling.x-k8s.io/pod-group); the controller sets it to the job's name.
+const PodGroupLabel = "scheduling.x-k8s.io/pod-group"
+
 // AgentNodeLabels are the node label keys the topology agent may write.
 func AgentNodeLabels() []string {
 	return []string{LabelGPUProduct, LabelGPUCount, LabelNVLinkDomain}
