@@ -231,11 +231,12 @@ const retryDelay = time.Second
 
 // invalidate drops a gang's plan, rejects its members waiting at Permit and
 // has the unbound members retried shortly. The retry matters because the
-// rejection is often Coscheduling's (a Permit timeout), and Coscheduling
-// requeues only on pod additions and PodGroup changes: without it a gang
-// that failed once would wait for the queue's 5-minute flush. Notably after
-// a scheduler restart Coscheduling counts members bound by the previous
-// instance from informer events that can arrive after the first cycle.
+// rejection is often Coscheduling's (a Permit timeout), and no cluster event
+// of those the plugins register (package requeue) need follow it: without
+// it a gang that failed once would wait for the queue's 5-minute flush.
+// Notably after a scheduler restart Coscheduling counts members bound by
+// the previous instance from informer events that can arrive after the
+// first cycle.
 func (p *TopologyPlacement) invalidate(key string, reason dropReason) {
 	if !p.books.drop(key) {
 		return
