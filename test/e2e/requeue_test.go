@@ -142,9 +142,9 @@ func deletePodNow(t *testing.T, ns, name string) {
 // was turned away, and the gang as a whole was turned away by Coscheduling's
 // minResources check ("resource gap"), so the gang is parked among the
 // unschedulable pods when capacity frees. Members tried before their last
-// sibling existed keep Coscheduling's sibling-count message: no event
-// retries them until the gang can move (kube-scheduler does not requeue on
-// an unscheduled pod's creation), and the capacity event must retry them
+// sibling existed may keep Coscheduling's sibling-count message: the
+// scheduler shows an unscheduled pod's creation only to pods in a
+// scheduling cycle at that moment, so the capacity event must retry them
 // too.
 func waitRejectedForResources(t *testing.T, ns, gang string) {
 	t.Helper()

@@ -190,7 +190,11 @@ func PodGroupChanged(_ klog.Logger, pod *v1.Pod, oldObj, newObj any) (fwk.Queuei
 
 // SiblingChanged queues when a pod of the same PodGroup was added or lost
 // its scheduling gates: Coscheduling turns a gang away while it has fewer
-// than minMember pods, or gated ones.
+// than minMember pods, or gated ones. kube-scheduler 1.34 shows the creation
+// of an unscheduled pod only to pods in a scheduling cycle at that moment
+// (the creation of a bound pod to all): members parked before their last
+// sibling arrived are retried by Coscheduling's Permit activating siblings,
+// or with the rest of the gang by the capacity events.
 func SiblingChanged(_ klog.Logger, pod *v1.Pod, _, newObj any) (fwk.QueueingHint, error) {
 	other, err := as[v1.Pod](newObj)
 	if err != nil {
