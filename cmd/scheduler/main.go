@@ -17,12 +17,17 @@ import (
 	_ "sigs.k8s.io/scheduler-plugins/apis/config/scheme"
 	"sigs.k8s.io/scheduler-plugins/pkg/coscheduling"
 
+	lockstepcoscheduling "github.com/lockstep-dev/lockstep/pkg/scheduler/coscheduling"
 	"github.com/lockstep-dev/lockstep/pkg/scheduler/topologyplacement"
 )
 
 func main() {
 	command := app.NewSchedulerCommand(
+		// Stock Coscheduling, for the benchmark's baseline profile.
 		app.WithPlugin(coscheduling.Name, coscheduling.New),
+		// Coscheduling with QueueingHints on the events that free capacity,
+		// as deploy/scheduler/config.yaml uses it.
+		app.WithPlugin(lockstepcoscheduling.Name, lockstepcoscheduling.New),
 		app.WithPlugin(topologyplacement.Name, topologyplacement.New),
 	)
 	os.Exit(cli.Run(command))

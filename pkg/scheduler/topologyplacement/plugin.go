@@ -42,6 +42,7 @@ import (
 
 	"github.com/lockstep-dev/lockstep/pkg/apis/lockstep/v1alpha1"
 	"github.com/lockstep-dev/lockstep/pkg/lockstep"
+	"github.com/lockstep-dev/lockstep/pkg/scheduler/requeue"
 )
 
 // Name is the plugin's name in the scheduler configuration.
@@ -165,15 +166,19 @@ func New(ctx context.Context, obj runtime.Object, handle framework.Handle) (fram
 // Name returns the plugin name.
 func (p *TopologyPlacement) Name() string { return Name }
 
-// EventsToRegister lists what can make a rejected gang fit: nodes added or
-// changed, pods leaving, topology or PodGroups changing.
+// EventsToRegister lists what can make a gang this plugin rejected fit, each
+// with a QueueingHint (package requeue): bound pods leaving or scaling
+// down, nodes added or grown, the gang's PodGroup created or changed, and a
+// node's NodeTopology reporting more free GPUs. The queue retries a pod only
+// on events of the plugins that rejected it; a gang Coscheduling rejected at
+// PreFilter is retried by LockstepCoscheduling's hints on the same events.
 func (p *TopologyPlacement) EventsToRegister(context.Context) ([]fwk.ClusterEventWithHint, error) {
-	return []fwk.ClusterEventWithHint{
-		{Event: fwk.ClusterEvent{Resource: fwk.Node, ActionType: fwk.Add | fwk.UpdateNodeAllocatable | fwk.UpdateNodeLabel | fwk.UpdateNodeTaint}},
-		{Event: fwk.ClusterEvent{Resource: fwk.Pod, ActionType: fwk.Delete}},
-		{Event: fwk.ClusterEvent{Resource: fwk.EventResource("nodetopologies.v1alpha1.lockstep.dev"), ActionType: fwk.Add | fwk.Update}},
-		{Event: fwk.ClusterEvent{Resource: fwk.EventResource("podgroups.v1alpha1.scheduling.x-k8s.io"), ActionType: fwk.Add | fwk.Update}},
-	}, nil
+	return append(requeue.CapacityEvents(),
+		fwk.ClusterEventWithHint{
+			Event:          fwk.ClusterEvent{Resource: requeue.NodeTopologyResource, ActionType: fwk.Add | fwk.Update},
+			QueueingHintFn: requeue.NodeTopologyChanged,
+		},
+	), nil
 }
 
 // expirePlans runs sweep every few seconds until ctx ends.
@@ -227,11 +232,12 @@ const retryDelay = time.Second
 
 // invalidate drops a gang's plan, rejects its members waiting at Permit and
 // has the unbound members retried shortly. The retry matters because the
-// rejection is often Coscheduling's (a Permit timeout), and Coscheduling
-// requeues only on pod additions and PodGroup changes: without it a gang
-// that failed once would wait for the queue's 5-minute flush. Notably after
-// a scheduler restart Coscheduling counts members bound by the previous
-// instance from informer events that can arrive after the first cycle.
+// rejection is often Coscheduling's (a Permit timeout), and no cluster event
+// of those the plugins register (package requeue) need follow it: without
+// it a gang that failed once would wait for the queue's 5-minute flush.
+// Notably after a scheduler restart Coscheduling counts members bound by
+// the previous instance from informer events that can arrive after the
+// first cycle.
 func (p *TopologyPlacement) invalidate(key string, reason dropReason) {
 	if !p.books.drop(key) {
 		return
