@@ -23,6 +23,7 @@ package topologyplacement
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -66,7 +67,11 @@ type TopologyPlacement struct {
 	// firstSeen is when each gang was first attempted, for Preferred
 	// constraints that widen with time and for the gang wait metric.
 	firstSeen *timeBook
-	metrics   *pluginMetrics
+	// turnedAway are the gangs PreFilter last rejected for want of room:
+	// capacity a dropped plan releases is in no cluster event, so they are
+	// retried when a plan is dropped.
+	turnedAway *keySet
+	metrics    *pluginMetrics
 }
 
 var (
@@ -126,17 +131,18 @@ func New(ctx context.Context, obj runtime.Object, handle framework.Handle) (fram
 		return nil, err
 	}
 	p := &TopologyPlacement{
-		logger:    logger,
-		args:      args,
-		handle:    handle,
-		clock:     clock.RealClock{},
-		reader:    objCache,
-		client:    c,
-		books:     newBooks(),
-		gpus:      gpus,
-		trees:     &treeCache{},
-		firstSeen: newTimeBook(),
-		metrics:   m,
+		logger:     logger,
+		args:       args,
+		handle:     handle,
+		clock:      clock.RealClock{},
+		reader:     objCache,
+		client:     c,
+		books:      newBooks(),
+		gpus:       gpus,
+		trees:      &treeCache{},
+		firstSeen:  newTimeBook(),
+		turnedAway: newKeySet(),
+		metrics:    m,
 	}
 	// Forget a pod's GPUs once it is gone or finished: from then on the
 	// scheduler's own accounting and the NodeTopology agree without us.
@@ -248,7 +254,17 @@ func (p *TopologyPlacement) invalidate(key string, reason dropReason) {
 			wp.Reject(Name, reason.message())
 		}
 	})
-	time.AfterFunc(retryDelay, func() { p.activateUnbound(key) })
+	// The plan's capacity is free again in the books: gangs turned away
+	// for want of it may fit now.
+	others := p.turnedAway.take()
+	time.AfterFunc(retryDelay, func() {
+		p.activateUnbound(key)
+		for _, k := range others {
+			if k != key {
+				p.activateUnbound(k)
+			}
+		}
+	})
 }
 
 // activateUnbound moves the gang's pods that are still unbound to the active
@@ -272,6 +288,39 @@ func (p *TopologyPlacement) activateUnbound(key string) {
 	if len(unbound) > 0 {
 		p.handle.Activate(p.logger, unbound)
 	}
+}
+
+// keySet is a set of gang keys safe for concurrent use.
+type keySet struct {
+	mu   sync.Mutex
+	keys map[string]struct{}
+}
+
+func newKeySet() *keySet { return &keySet{keys: map[string]struct{}{}} }
+
+func (s *keySet) add(key string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.keys[key] = struct{}{}
+}
+
+func (s *keySet) remove(key string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.keys, key)
+}
+
+// take empties the set and returns what it held, sorted.
+func (s *keySet) take() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]string, 0, len(s.keys))
+	for k := range s.keys {
+		out = append(out, k)
+	}
+	clear(s.keys)
+	slices.Sort(out)
+	return out
 }
 
 // timeBook remembers when each gang was first attempted.

@@ -66,8 +66,10 @@ func (p *TopologyPlacement) PreFilter(ctx context.Context, state fwk.CycleState,
 	if !ok {
 		var status *fwk.Status
 		if g, status = p.planGang(ctx, pod, s, nodes); !status.IsSuccess() {
+			p.turnedAway.add(s.gang)
 			return nil, status
 		}
+		p.turnedAway.remove(s.gang)
 	}
 	s.plan = g
 	open := sets.New(g.OpenNodes()...)

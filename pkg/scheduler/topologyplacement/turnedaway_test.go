@@ -1,0 +1,72 @@
+package topologyplacement
+
+import (
+	"context"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/klog/v2"
+
+	"github.com/lockstep-dev/lockstep/pkg/topology/placement"
+	utiltesting "github.com/lockstep-dev/lockstep/pkg/util/testing"
+)
+
+// activations records the pods handed to Activate.
+type activations struct {
+	*fakeHandle
+	ch chan []string
+}
+
+func (h *activations) Activate(_ klog.Logger, pods map[string]*v1.Pod) {
+	var names []string
+	for name := range pods {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	h.ch <- names
+}
+
+// A gang PreFilter turned away while another gang's plan held the room is
+// retried when that plan is dropped: the released capacity is in the books
+// only, and no cluster event would requeue it.
+func TestDroppedPlanRetriesGangsTurnedAway(t *testing.T) {
+	mp := newMetricsPlugin(t, 2, true, nil)
+	p := mp.TopologyPlacement
+	waiting := utiltesting.MakePod("w-0", "ns").GPUs(8).PodGroup("waiting").Obj()
+	fh := p.handle.(*fakeHandle)
+	if err := fh.informers.Core().V1().Pods().Informer().GetIndexer().Add(waiting); err != nil {
+		t.Fatal(err)
+	}
+	rec := &activations{fakeHandle: fh, ch: make(chan []string, 4)}
+	p.handle = rec
+
+	key := planKey(mp.pods[0])
+	p.books.add(key, &placement.Plan{Members: []placement.Assignment{{Node: "a"}, {Node: "b"}}}, p.clock.Now())
+	p.turnedAway.add(planKey(waiting))
+	p.turnedAway.add(key)
+	p.invalidate(key, dropExpired)
+
+	var got [][]string
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for len(got) < 2 {
+		select {
+		case names := <-rec.ch:
+			got = append(got, names)
+		case <-ctx.Done():
+			t.Fatalf("activated %v; want the dropped gang and the one turned away", got)
+		}
+	}
+	slices.SortFunc(got, func(a, b []string) int { return strings.Compare(a[0], b[0]) })
+	want := [][]string{{"ns/m-0", "ns/m-1"}, {"ns/w-0"}}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("activated (-want,+got):\n%s", diff)
+	}
+	if left := p.turnedAway.take(); len(left) != 0 {
+		t.Errorf("gangs still remembered as turned away: %v", left)
+	}
+}
