@@ -11,17 +11,12 @@ import (
 	"os"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/selection"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/cache"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 	schedv1alpha1 "sigs.k8s.io/scheduler-plugins/apis/scheduling/v1alpha1"
@@ -95,21 +90,7 @@ func run(ctx context.Context, opts options) error {
 	}
 	cfg.QPS, cfg.Burst = float32(opts.qps), opts.burst
 
-	// Only gang pods are cached (the PodGroup controller counts every
-	// gang's pods, ours or not), and only the Services and ConfigMaps the
-	// controller made: a cluster's own are none of its business. Secrets are
-	// never cached nor read: the MPI SSH key is create-only, and RBAC grants
-	// the controller nothing but create on Secrets (a Secret informer would
-	// need list and watch on every Secret in the cluster, as RBAC cannot
-	// select by label).
-	gangPods, err := labels.NewRequirement(schedv1alpha1.PodGroupLabel, selection.Exists, nil)
-	if err != nil {
-		return err
-	}
-	ours, err := labels.NewRequirement(lockstep.LabelJobName, selection.Exists, nil)
-	if err != nil {
-		return err
-	}
+	cacheOpts, clientOpts := controller.ManagerCache()
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                  scheme,
 		Metrics:                 opts.metrics.Options(),
@@ -117,14 +98,8 @@ func run(ctx context.Context, opts options) error {
 		LeaderElection:          opts.leaderElect,
 		LeaderElectionID:        "lockstep-controller.lockstep.dev",
 		LeaderElectionNamespace: opts.leaderElectionNamespace,
-		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{
-			&corev1.Pod{}:       {Label: labels.NewSelector().Add(*gangPods)},
-			&corev1.Service{}:   {Label: labels.NewSelector().Add(*ours)},
-			&corev1.ConfigMap{}: {Label: labels.NewSelector().Add(*ours)},
-		}},
-		// A read of a Secret goes to the apiserver, where RBAC refuses it,
-		// instead of silently starting a cluster-wide Secret informer.
-		Client: client.Options{Cache: &client.CacheOptions{DisableFor: []client.Object{&corev1.Secret{}}}},
+		Cache:                   cacheOpts,
+		Client:                  clientOpts,
 	})
 	if err != nil {
 		return fmt.Errorf("creating manager: %w", err)

@@ -20,15 +20,12 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/selection"
 	"k8s.io/apimachinery/pkg/util/wait"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
@@ -138,26 +135,13 @@ func doStartEnvtest() error {
 		return err
 	}
 
-	// The cache restrictions of cmd/controller: only gang pods, and only
-	// the Services, ConfigMaps and Secrets the controller labelled.
-	gangPods, err := labels.NewRequirement(schedv1alpha1.PodGroupLabel, selection.Exists, nil)
-	if err != nil {
-		return err
-	}
-	ours, err := labels.NewRequirement(lockstep.LabelJobName, selection.Exists, nil)
-	if err != nil {
-		return err
-	}
+	cacheOpts, clientOpts := ManagerCache()
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                 scheme,
 		Metrics:                metricsserver.Options{BindAddress: "0"},
 		HealthProbeBindAddress: "0",
-		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{
-			&corev1.Pod{}:       {Label: labels.NewSelector().Add(*gangPods)},
-			&corev1.Service{}:   {Label: labels.NewSelector().Add(*ours)},
-			&corev1.ConfigMap{}: {Label: labels.NewSelector().Add(*ours)},
-			&corev1.Secret{}:    {Label: labels.NewSelector().Add(*ours)},
-		}},
+		Cache:                  cacheOpts,
+		Client:                 clientOpts,
 	})
 	if err != nil {
 		return fmt.Errorf("creating the manager: %w", err)
