@@ -18,7 +18,7 @@ MODEL ?= test/e2e/models/hgx-32.yaml
 CLUSTER_DIR ?= $(ROOT)/.cluster
 # Go test flags for the e2e suite; E2E_RUN selects tests by regexp.
 E2E_RUN ?= .
-E2E_TIMEOUT ?= 30m
+E2E_TIMEOUT ?= 45m
 
 .PHONY: all
 all: build
