@@ -66,6 +66,9 @@ type TopologyPlacement struct {
 	// constraints that widen with time and for the gang wait metric.
 	firstSeen *timeBook
 	metrics   *pluginMetrics
+	// health says which nodes' NodeTopology is stale or invalid; nil
+	// (tests) judges none.
+	health *topologyHealth
 }
 
 var (
@@ -124,7 +127,12 @@ func New(ctx context.Context, obj runtime.Object, handle framework.Handle) (fram
 	if err != nil {
 		return nil, err
 	}
+	health := newTopologyHealth(args.maxAge(), clock.RealClock{}, handle.EventRecorder(), m.nodesExcluded, logger)
+	if _, err := ntInformer.AddEventHandler(health.handler()); err != nil {
+		return nil, err
+	}
 	p := &TopologyPlacement{
+		health:    health,
 		logger:    logger,
 		args:      args,
 		handle:    handle,
@@ -200,6 +208,7 @@ func (p *TopologyPlacement) sweep(ctx context.Context) {
 		p.invalidate(key, dropExpired)
 	}
 	p.forgetDeletedGangs(ctx)
+	p.health.refresh()
 	plans, gpus := p.books.holding()
 	p.metrics.plansHeld.Set(float64(plans))
 	p.metrics.heldGPUs.Set(float64(gpus))
