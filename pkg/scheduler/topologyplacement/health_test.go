@@ -28,10 +28,11 @@ func topologyAt(t testing.TB, name string, beat time.Time) *v1alpha1.NodeTopolog
 	return nt
 }
 
-// malformed breaks a NodeTopology the way the apiserver's schema lets
-// through: a GPU linked to itself.
+// malformed breaks a NodeTopology the way the CRD's CEL rules let through
+// (they check NVLink counts only on NVLink classes): a PCIe link that
+// claims NVLinks.
 func malformed(nt *v1alpha1.NodeTopology) *v1alpha1.NodeTopology {
-	nt.Spec.Links = append(nt.Spec.Links, v1alpha1.GPULink{A: 0, B: 0, Class: "PIX", BandwidthMBps: 1000})
+	nt.Spec.Links[0].Class, nt.Spec.Links[0].NVLinks = "PIX", 4
 	return nt
 }
 
