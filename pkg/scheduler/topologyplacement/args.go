@@ -43,6 +43,25 @@ type Args struct {
 	// gangs. Defaults 100 and 100.
 	GangScoreWeight   int64 `json:"gangScoreWeight,omitempty"`
 	NVLinkScoreWeight int64 `json:"nvlinkScoreWeight,omitempty"`
+	// TopologyMaxAge is how old a NodeTopology's status.heartbeatTime may
+	// be before its node is left out of gang planning (the agents heartbeat
+	// every minute by default, --heartbeat-interval). Nodes whose
+	// NodeTopology fails validation are left out regardless. Default 5m;
+	// 0 turns the staleness check off.
+	TopologyMaxAge *metav1.Duration `json:"topologyMaxAge,omitempty"`
+}
+
+// DefaultTopologyMaxAge is TopologyMaxAge when unset: five of the agent's
+// default heartbeat intervals, so a few lost heartbeats never exclude a
+// node.
+const DefaultTopologyMaxAge = 5 * time.Minute
+
+// maxAge is TopologyMaxAge after defaulting; 0 disables the check.
+func (a *Args) maxAge() time.Duration {
+	if a.TopologyMaxAge == nil {
+		return DefaultTopologyMaxAge
+	}
+	return a.TopologyMaxAge.Duration
 }
 
 // decodeArgs turns the configured args (runtime.Unknown when the type is not
@@ -93,6 +112,9 @@ func (a *Args) setDefaults() {
 	if a.NVLinkScoreWeight == 0 {
 		a.NVLinkScoreWeight = 100
 	}
+	if a.TopologyMaxAge == nil {
+		a.TopologyMaxAge = &metav1.Duration{Duration: DefaultTopologyMaxAge}
+	}
 }
 
 func (a *Args) validate(path *field.Path) field.ErrorList {
@@ -103,7 +125,7 @@ func (a *Args) validate(path *field.Path) field.ErrorList {
 	for _, d := range []struct {
 		name string
 		v    time.Duration
-	}{{"preferredWait", a.PreferredWait.Duration}, {"planTTL", a.PlanTTL.Duration}} {
+	}{{"preferredWait", a.PreferredWait.Duration}, {"planTTL", a.PlanTTL.Duration}, {"topologyMaxAge", a.maxAge()}} {
 		if d.v < 0 {
 			errs = append(errs, field.Invalid(path.Child(d.name), d.v.String(), "must not be negative"))
 		}

@@ -46,6 +46,22 @@ func TestDecodeArgs(t *testing.T) {
 		{name: "oversubscription below 1", raw: `{"oversubscription":{"leaf":0.5}}`, wantErr: "must be at least 1"},
 		{name: "negative wait", raw: `{"preferredWait":"-1s"}`, wantErr: "args.preferredWait"},
 		{name: "unknown field", raw: `{"levelz":[]}`, wantErr: "levelz"},
+		{name: "negative topologyMaxAge", raw: `{"topologyMaxAge":"-1m"}`, wantErr: "args.topologyMaxAge"},
+		{
+			name: "topologyMaxAge default, set, and 0 to disable",
+			raw:  `{"planTTL":"90s"}`,
+			check: func(t *testing.T, a *Args) {
+				if a.maxAge() != DefaultTopologyMaxAge {
+					t.Errorf("topologyMaxAge = %v, want the default %v", a.maxAge(), DefaultTopologyMaxAge)
+				}
+				for raw, want := range map[string]time.Duration{`{"topologyMaxAge":"90s"}`: 90 * time.Second, `{"topologyMaxAge":"0s"}`: 0} {
+					got, err := decodeArgs(&runtime.Unknown{Raw: []byte(raw), ContentType: runtime.ContentTypeJSON})
+					if err != nil || got.maxAge() != want {
+						t.Errorf("%s: maxAge %v, %v; want %v", raw, got.maxAge(), err, want)
+					}
+				}
+			},
+		},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -50,6 +50,12 @@ func (p *TopologyPlacement) PreBind(ctx context.Context, state fwk.CycleState, p
 func (p *TopologyPlacement) Bind(ctx context.Context, state fwk.CycleState, pod *v1.Pod, nodeName string) *fwk.Status {
 	a, ok := p.books.assignmentOf(pod.UID)
 	if !ok {
+		if s, err := stateOf(state); err == nil && s.plan != nil {
+			// Reserved through a plan that was dropped since (another
+			// member's bind failed): binding it now, by DefaultBinder,
+			// would give it no GPUs. Fail, so it is retried with a new plan.
+			return fwk.NewStatus(fwk.Error, fmt.Sprintf("PodGroup %s's plan was dropped before %s/%s was bound; retrying it", s.gang, pod.Namespace, pod.Name))
+		}
 		return fwk.NewStatus(fwk.Skip)
 	}
 	annotations := map[string]string{lockstep.AnnotationGPUs: a.GPUs.List()}

@@ -125,3 +125,26 @@ func TestBindSkipsPodsWithoutGPUChoice(t *testing.T) {
 		t.Errorf("%d API calls, want none", n)
 	}
 }
+
+// TestBindFailsMemberWhosePlanWasDropped: a gang member reserved through a
+// plan that was dropped before its bind (another member's bind failed) must
+// not fall through to DefaultBinder, which would bind it without GPUs.
+func TestBindFailsMemberWhosePlanWasDropped(t *testing.T) {
+	ctx := context.Background()
+	p := newMetricsPlugin(t, 2, true, nil)
+	state := framework.NewCycleState()
+	if _, status := p.PreFilter(ctx, state, p.pods[0], p.nodes); !status.IsSuccess() {
+		t.Fatal(status)
+	}
+	if status := p.Reserve(ctx, state, p.pods[0], "a"); !status.IsSuccess() {
+		t.Fatal(status)
+	}
+	p.invalidate("ns/g#8", dropUnreserved)
+	status := p.Bind(ctx, state, p.pods[0], "a")
+	if status.Code() != fwk.Error || !strings.Contains(status.Message(), "plan was dropped") {
+		t.Errorf("Bind = %v, want an error saying the plan was dropped", status)
+	}
+	if n := len(p.handle.ClientSet().(*clientsetfake.Clientset).Actions()); n != 0 {
+		t.Errorf("%d API calls, want none", n)
+	}
+}

@@ -54,6 +54,7 @@ type pluginMetrics struct {
 	plansInvalidated    *metrics.CounterVec
 	plansHeld           *metrics.Gauge
 	heldGPUs            *metrics.Gauge
+	nodesExcluded       *metrics.GaugeVec
 }
 
 func newPluginMetrics() *pluginMetrics {
@@ -105,6 +106,13 @@ func newPluginMetrics() *pluginMetrics {
 			Help:           "GPUs held for plans' open slots, invisible to the scheduler's own accounting until members are reserved; sampled every few seconds.",
 			StabilityLevel: metrics.ALPHA,
 		}),
+		nodesExcluded: metrics.NewGaugeVec(&metrics.GaugeOpts{
+			Namespace:      metricsNamespace,
+			Subsystem:      metricsSubsystem,
+			Name:           "nodes_excluded",
+			Help:           "Nodes left out of gang planning because their NodeTopology is stale (heartbeat older than topologyMaxAge) or invalid (fails validation), by reason; updated at each plan and every few seconds.",
+			StabilityLevel: metrics.ALPHA,
+		}, []string{"reason"}),
 	}
 }
 
@@ -136,6 +144,7 @@ func registerMetrics(register func(metrics.Registerable) error) (*pluginMetrics,
 	add(m.plansInvalidated, adoptAs(&m.plansInvalidated))
 	add(m.plansHeld, adoptAs(&m.plansHeld))
 	add(m.heldGPUs, adoptAs(&m.heldGPUs))
+	add(m.nodesExcluded, adoptAs(&m.nodesExcluded))
 	if err := errors.Join(errs...); err != nil {
 		return nil, fmt.Errorf("%s: registering metrics: %w", Name, err)
 	}
@@ -143,6 +152,9 @@ func registerMetrics(register func(metrics.Registerable) error) (*pluginMetrics,
 	// before the first invalidation.
 	for _, r := range []dropReason{dropExpired, dropNodeUnavailable, dropUnreserved} {
 		m.plansInvalidated.WithLabelValues(string(r))
+	}
+	for _, r := range []string{excludedStale, excludedInvalid} {
+		m.nodesExcluded.WithLabelValues(r)
 	}
 	return m, nil
 }

@@ -72,6 +72,9 @@ type TopologyPlacement struct {
 	// retried when a plan is dropped.
 	turnedAway *keySet
 	metrics    *pluginMetrics
+	// health says which nodes' NodeTopology is stale or invalid; nil
+	// (tests) judges none.
+	health *topologyHealth
 }
 
 var (
@@ -130,7 +133,12 @@ func New(ctx context.Context, obj runtime.Object, handle framework.Handle) (fram
 	if err != nil {
 		return nil, err
 	}
+	health := newTopologyHealth(args.maxAge(), clock.RealClock{}, handle.EventRecorder(), m.nodesExcluded, logger)
+	if _, err := ntInformer.AddEventHandler(health.handler()); err != nil {
+		return nil, err
+	}
 	p := &TopologyPlacement{
+		health:     health,
 		logger:     logger,
 		args:       args,
 		handle:     handle,
@@ -211,6 +219,7 @@ func (p *TopologyPlacement) sweep(ctx context.Context) {
 		p.invalidate(key, dropExpired)
 	}
 	p.forgetDeletedGangs(ctx)
+	p.health.refresh()
 	plans, gpus := p.books.holding()
 	p.metrics.plansHeld.Set(float64(plans))
 	p.metrics.heldGPUs.Set(float64(gpus))

@@ -83,9 +83,11 @@ func (p *TopologyPlacement) PreFilter(ctx context.Context, state fwk.CycleState,
 	return &framework.PreFilterResult{NodeNames: open}, nil
 }
 
-// planStillValid reports whether every open slot's node still exists and
-// still has the slot's GPUs free by count.
+// planStillValid reports whether every open slot's node still exists, is
+// not left out for stale or invalid topology, and still has the slot's GPUs
+// free by count.
 func (p *TopologyPlacement) planStillValid(g *gangPlan, nodes []fwk.NodeInfo) bool {
+	excluded := p.health.refresh()
 	byName := make(map[string]fwk.NodeInfo, len(nodes))
 	for _, ni := range nodes {
 		if ni.Node() != nil {
@@ -94,7 +96,7 @@ func (p *TopologyPlacement) planStillValid(g *gangPlan, nodes []fwk.NodeInfo) bo
 	}
 	return g.Fits(func(name string) (int, bool) {
 		ni, ok := byName[name]
-		if !ok || ni.Node().Spec.Unschedulable {
+		if _, out := excluded[name]; !ok || out || ni.Node().Spec.Unschedulable {
 			return 0, false
 		}
 		free := ni.GetAllocatable().GetScalarResources()[lockstep.GPUResource] - ni.GetRequested().GetScalarResources()[lockstep.GPUResource]

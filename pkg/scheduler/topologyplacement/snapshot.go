@@ -83,6 +83,9 @@ func (p *TopologyPlacement) gangSpec(ctx context.Context, pod *v1.Pod) (*schedv1
 // reserved through plans, and of capacity other plans hold.
 func (p *TopologyPlacement) snapshot(pod *v1.Pod, gang string, nodeInfos []fwk.NodeInfo) (*placement.Snapshot, error) {
 	affinity := nodeaffinity.GetRequiredNodeAffinity(pod)
+	// Nodes whose NodeTopology is stale or invalid are not planned onto:
+	// judged once per plan, not per node per pod.
+	excluded := p.health.refresh()
 	snap := &placement.Snapshot{
 		Fabric: topology.Fabric{Oversubscription: p.args.Oversubscription},
 		Levels: p.args.Levels,
@@ -98,6 +101,9 @@ func (p *TopologyPlacement) snapshot(pod *v1.Pod, gang string, nodeInfos []fwk.N
 			continue
 		}
 		if ok, _ := affinity.Match(node); !ok {
+			continue
+		}
+		if _, out := excluded[node.Name]; out {
 			continue
 		}
 		snap.Nodes = append(snap.Nodes, p.plannerNode(ni, gang))

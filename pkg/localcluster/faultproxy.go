@@ -1,0 +1,371 @@
+package localcluster
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	crand "crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"fmt"
+	"math/big"
+	"math/rand"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+)
+
+// FaultRules say what a FaultProxy injects. Fractions are of the requests
+// the rule applies to, drawn from one random source seeded with Seed, so a
+// run with the same request order injects the same faults.
+type FaultRules struct {
+	Seed int64
+	// WatchMaxAge closes every watch stream after a random time between
+	// half of it and all of it, by aborting the connection as a lost
+	// apiserver or load balancer would (0: watches are left alone).
+	WatchMaxAge time.Duration
+	// StatusConflict answers this fraction of PUT and PATCH requests to a
+	// status subresource with 409 Conflict, without forwarding them.
+	StatusConflict float64
+	// ServerError answers this fraction of bindings (POST pods/binding) and
+	// status writes with 500 or 503 (503 with Retry-After). Half of them
+	// are forwarded first, so the write happened and only its answer is
+	// lost; the other half never reach the apiserver.
+	ServerError float64
+	// Latency is added to this fraction (LatencyFraction) of bindings and
+	// status writes.
+	Latency         time.Duration
+	LatencyFraction float64
+}
+
+// Fault kinds, the keys of FaultProxy.Counts.
+const (
+	FaultWatchDropped = "watch_dropped"
+	FaultConflict     = "conflict"
+	FaultServerError  = "server_error"
+	// FaultLostResponse is a ServerError whose write was forwarded and done.
+	FaultLostResponse = "lost_response"
+	FaultLatency      = "latency"
+)
+
+// FaultProxy is a reverse proxy in front of the apiserver that injects
+// faults by FaultRules. It listens on loopback over TLS with a self-signed
+// certificate of its own (client-go sends tokens only over TLS) and
+// forwards over TLS with the cluster's CA; clients' credentials (their
+// bearer tokens) pass through unchanged, so each component keeps its
+// identity.
+type FaultProxy struct {
+	// URL is where clients reach the proxy; CAData is the PEM certificate
+	// they must trust for it.
+	URL    string
+	CAData []byte
+
+	rules    FaultRules
+	listener net.Listener
+	server   *http.Server
+	proxy    *httputil.ReverseProxy
+
+	mu     sync.Mutex
+	random *rand.Rand
+	// enabled turns injection on and off; the proxy forwards faithfully
+	// while it is off.
+	enabled atomic.Bool
+	counts  sync.Map // kind -> *atomic.Int64
+}
+
+var (
+	bindingPath = regexp.MustCompile(`^/api/v1/namespaces/[^/]+/pods/[^/]+/binding$`)
+)
+
+// StartFaultProxy starts a proxy to the apiserver of upstream (whose server
+// and CA are used; its credentials are not) with injection on.
+func StartFaultProxy(upstream *rest.Config, rules FaultRules) (*FaultProxy, error) {
+	target, err := url.Parse(upstream.Host)
+	if err != nil {
+		return nil, fmt.Errorf("fault proxy: apiserver URL %q: %w", upstream.Host, err)
+	}
+	transport, err := rest.TransportFor(rest.AnonymousClientConfig(upstream))
+	if err != nil {
+		return nil, fmt.Errorf("fault proxy: transport: %w", err)
+	}
+	certPEM, cert, err := selfSignedLoopbackCert()
+	if err != nil {
+		return nil, fmt.Errorf("fault proxy: %w", err)
+	}
+	l, err := tls.Listen("tcp", "127.0.0.1:0", &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12})
+	if err != nil {
+		return nil, err
+	}
+	p := &FaultProxy{
+		URL:      "https://" + l.Addr().String(),
+		CAData:   certPEM,
+		rules:    rules,
+		listener: l,
+		random:   rand.New(rand.NewSource(rules.Seed)), //nolint:gosec // fault injection, not security
+	}
+	p.enabled.Store(true)
+	p.proxy = &httputil.ReverseProxy{
+		Rewrite: func(r *httputil.ProxyRequest) {
+			r.SetURL(target)
+			r.Out.Host = target.Host
+		},
+		Transport: transport,
+		// Watches stream: pass every chunk on at once.
+		FlushInterval: -1,
+		ModifyResponse: func(resp *http.Response) error {
+			if resp.StatusCode >= 400 && os.Getenv("FAULTPROXY_DEBUG") != "" {
+				fmt.Fprintf(os.Stderr, "fault proxy: %s %s %s: %d %v\n", resp.Request.Method, resp.Request.URL, resp.Request.Header, resp.StatusCode, resp.Header)
+			}
+			return nil
+		},
+		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			if r.Context().Err() == nil {
+				fmt.Fprintf(os.Stderr, "fault proxy: %s %s: %v\n", r.Method, r.URL.Path, err)
+			}
+			w.WriteHeader(http.StatusBadGateway)
+		},
+	}
+	p.server = &http.Server{Handler: http.HandlerFunc(p.serve), ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = p.server.Serve(l) }()
+	return p, nil
+}
+
+// selfSignedLoopbackCert makes a certificate for 127.0.0.1 that is its
+// own CA.
+func selfSignedLoopbackCert() ([]byte, tls.Certificate, error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), crand.Reader)
+	if err != nil {
+		return nil, tls.Certificate{}, err
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber:          big.NewInt(1),
+		Subject:               pkix.Name{CommonName: "lockstep-fault-proxy"},
+		NotBefore:             time.Now().Add(-time.Hour),
+		NotAfter:              time.Now().Add(30 * 24 * time.Hour),
+		IPAddresses:           []net.IP{net.IPv4(127, 0, 0, 1)},
+		KeyUsage:              x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign,
+		ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		BasicConstraintsValid: true,
+		IsCA:                  true,
+	}
+	der, err := x509.CreateCertificate(crand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		return nil, tls.Certificate{}, err
+	}
+	keyDER, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		return nil, tls.Certificate{}, err
+	}
+	certPEM := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
+	cert, err := tls.X509KeyPair(certPEM, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}))
+	return certPEM, cert, err
+}
+
+// SetEnabled turns injection on or off.
+func (p *FaultProxy) SetEnabled(on bool) { p.enabled.Store(on) }
+
+// Counts returns how many faults of each kind were injected.
+func (p *FaultProxy) Counts() map[string]int64 {
+	out := map[string]int64{}
+	for _, k := range []string{FaultWatchDropped, FaultConflict, FaultServerError, FaultLostResponse, FaultLatency} {
+		out[k] = 0
+	}
+	p.counts.Range(func(k, v any) bool {
+		out[k.(string)] = v.(*atomic.Int64).Load()
+		return true
+	})
+	return out
+}
+
+// Close stops the proxy and cuts the connections through it.
+func (p *FaultProxy) Close() error {
+	return p.server.Close()
+}
+
+func (p *FaultProxy) count(kind string) {
+	v, _ := p.counts.LoadOrStore(kind, &atomic.Int64{})
+	v.(*atomic.Int64).Add(1)
+}
+
+// chance draws one number in [0,1) from the seeded source.
+func (p *FaultProxy) chance() float64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.random.Float64()
+}
+
+func (p *FaultProxy) serve(w http.ResponseWriter, r *http.Request) {
+	if !p.enabled.Load() {
+		p.proxy.ServeHTTP(w, r)
+		return
+	}
+	isWatch := r.Method == http.MethodGet && (r.URL.Query().Get("watch") == "true" || r.URL.Query().Get("watch") == "1")
+	isStatus := (r.Method == http.MethodPut || r.Method == http.MethodPatch) && strings.HasSuffix(r.URL.Path, "/status")
+	isBinding := r.Method == http.MethodPost && bindingPath.MatchString(r.URL.Path)
+	switch {
+	case isWatch && p.rules.WatchMaxAge > 0:
+		p.serveWatch(w, r)
+		return
+	case isStatus || isBinding:
+		if p.rules.LatencyFraction > 0 && p.chance() < p.rules.LatencyFraction {
+			p.count(FaultLatency)
+			select {
+			case <-time.After(p.rules.Latency):
+			case <-r.Context().Done():
+				return
+			}
+		}
+		if isStatus && p.chance() < p.rules.StatusConflict {
+			p.count(FaultConflict)
+			writeStatus(w, http.StatusConflict, "Conflict", "injected conflict: the object has been modified; please apply your changes to the latest version and try again")
+			return
+		}
+		if p.chance() < p.rules.ServerError {
+			lost := p.chance() < 0.5
+			code, reason := http.StatusInternalServerError, "InternalError"
+			if p.chance() < 0.5 {
+				code, reason = http.StatusServiceUnavailable, "ServiceUnavailable"
+				w.Header().Set("Retry-After", "1")
+			}
+			if lost {
+				// Do the write, then lose its answer.
+				p.count(FaultLostResponse)
+				p.proxy.ServeHTTP(discardResponse{header: http.Header{}}, r)
+			} else {
+				p.count(FaultServerError)
+			}
+			writeStatus(w, code, reason, "injected server error")
+			return
+		}
+	}
+	p.proxy.ServeHTTP(w, r)
+}
+
+// serveWatch forwards a watch and aborts it after a random part of
+// WatchMaxAge.
+func (p *FaultProxy) serveWatch(w http.ResponseWriter, r *http.Request) {
+	after := p.rules.WatchMaxAge/2 + time.Duration(p.chance()*float64(p.rules.WatchMaxAge/2))
+	ctx, cancel := context.WithCancel(r.Context())
+	defer cancel()
+	timer := time.AfterFunc(after, func() {
+		p.count(FaultWatchDropped)
+		cancel()
+	})
+	defer timer.Stop()
+	// Cancelling the upstream request ends the copy with an error, on which
+	// ReverseProxy aborts the client connection (http.ErrAbortHandler): the
+	// client sees its stream cut, not a clean end.
+	p.proxy.ServeHTTP(w, r.WithContext(ctx))
+}
+
+// writeStatus answers with a metav1.Status the way the apiserver does.
+func writeStatus(w http.ResponseWriter, code int, reason, message string) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	fmt.Fprintf(w, `{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":%q,"reason":%q,"code":%d}`, message, reason, code)
+}
+
+// discardResponse swallows a forwarded answer.
+type discardResponse struct{ header http.Header }
+
+func (d discardResponse) Header() http.Header         { return d.header }
+func (d discardResponse) Write(b []byte) (int, error) { return len(b), nil }
+func (d discardResponse) WriteHeader(int)             {}
+
+// ProxiedKubeconfig writes a kubeconfig of the identity (its token) whose
+// server is the proxy, for a component to run behind a FaultProxy, and
+// returns its path.
+func (c *Cluster) ProxiedKubeconfig(id Identity, proxy *FaultProxy) (string, error) {
+	src, err := c.identityKubeconfig(id)
+	if err != nil {
+		return "", err
+	}
+	cfg, err := clientcmd.LoadFromFile(src)
+	if err != nil {
+		return "", err
+	}
+	for _, cl := range cfg.Clusters {
+		cl.Server = proxy.URL
+		cl.CertificateAuthority, cl.CertificateAuthorityData = "", proxy.CAData
+		cl.InsecureSkipTLSVerify = false
+	}
+	path := filepath.Join(c.Dir, "identities", id.Namespace+"."+id.Name+".proxied.kubeconfig")
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return "", err
+	}
+	return path, clientcmd.WriteToFile(*cfg, path)
+}
+
+// ProxiedSchedulerComponent describes lockstep-scheduler as
+// SchedulerComponent does, reaching the apiserver through proxy (its health and metrics endpoints still authenticate directly).
+func (c *Cluster) ProxiedSchedulerComponent(name string, proxy *FaultProxy) (Component, error) {
+	cfg, err := DeployedSchedulerConfig(c.RepoRoot)
+	if err != nil {
+		return Component{}, err
+	}
+	direct, err := c.identityKubeconfig(SchedulerIdentity())
+	if err != nil {
+		return Component{}, err
+	}
+	proxied, err := c.ProxiedKubeconfig(SchedulerIdentity(), proxy)
+	if err != nil {
+		return Component{}, err
+	}
+	if c.Model != nil {
+		cfg = withTopology(cfg, c.Model.TopologyConfig())
+	}
+	cfgPath, err := c.renderSchedulerConfig(name, proxied, cfg)
+	if err != nil {
+		return Component{}, err
+	}
+	ports, err := freePorts(1)
+	if err != nil {
+		return Component{}, err
+	}
+	port := fmt.Sprint(ports[0])
+	return Component{
+		Name:   name,
+		Binary: SchedulerName,
+		Args: []string{
+			"--config=" + cfgPath,
+			"--bind-address=127.0.0.1",
+			"--secure-port=" + port,
+			"--authentication-kubeconfig=" + direct,
+			"--authorization-kubeconfig=" + direct,
+			"--v=2",
+		},
+		HealthURL: "https://127.0.0.1:" + port + "/healthz",
+	}, nil
+}
+
+// ProxiedControllerComponent describes the TrainingJob controller as
+// ControllerComponent does, reaching the apiserver through proxy.
+func (c *Cluster) ProxiedControllerComponent(proxy *FaultProxy) (Component, error) {
+	comp, err := c.ControllerComponent()
+	if err != nil {
+		return Component{}, err
+	}
+	proxied, err := c.ProxiedKubeconfig(ControllerIdentity(), proxy)
+	if err != nil {
+		return Component{}, err
+	}
+	for i, a := range comp.Args {
+		if strings.HasPrefix(a, "--kubeconfig=") {
+			comp.Args[i] = "--kubeconfig=" + proxied
+		}
+	}
+	return comp, nil
+}

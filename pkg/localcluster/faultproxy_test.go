@@ -1,0 +1,94 @@
+package localcluster
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/pem"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"k8s.io/client-go/rest"
+)
+
+// TestFaultProxy forwards to a TLS upstream with the caller's token, and
+// injects each kind of fault where its rule says.
+func TestFaultProxy(t *testing.T) {
+	upstream := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Query().Get("watch") == "true" {
+			w.(http.Flusher).Flush()
+			<-r.Context().Done()
+			return
+		}
+		io.WriteString(w, r.Method+" "+r.URL.Path+" "+r.Header.Get("Authorization"))
+	}))
+	defer upstream.Close()
+	ca := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: upstream.Certificate().Raw})
+	cfg := &rest.Config{Host: upstream.URL, BearerToken: "admin", TLSClientConfig: rest.TLSClientConfig{CAData: ca}}
+
+	do := func(p *FaultProxy, method, path string) (int, string) {
+		t.Helper()
+		req, _ := http.NewRequest(method, p.URL+path, strings.NewReader("{}"))
+		req.Header.Set("Authorization", "Bearer component")
+		pool := x509.NewCertPool()
+		pool.AppendCertsFromPEM(p.CAData)
+		httpClient := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
+		resp, err := httpClient.Do(req)
+		if err != nil {
+			return 0, err.Error()
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(body)
+	}
+
+	quiet, err := StartFaultProxy(cfg, FaultRules{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer quiet.Close()
+	if code, body := do(quiet, http.MethodGet, "/api"); code != 200 || body != "GET /api Bearer component" {
+		t.Errorf("forwarded GET /api = %d %q, want 200 with the caller's token", code, body)
+	}
+
+	faulty, err := StartFaultProxy(cfg, FaultRules{Seed: 1, WatchMaxAge: 100 * time.Millisecond, StatusConflict: 0.5, ServerError: 0.5, Latency: time.Millisecond, LatencyFraction: 0.5})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer faulty.Close()
+	codes := map[int]int{}
+	for range 40 {
+		code, _ := do(faulty, http.MethodPut, "/api/v1/namespaces/ns/pods/p/status")
+		codes[code]++
+		code, _ = do(faulty, http.MethodPost, "/api/v1/namespaces/ns/pods/p/binding")
+		codes[code]++
+	}
+	if code, _ := do(faulty, http.MethodGet, "/api/v1/pods"); code != 200 {
+		t.Errorf("plain GET through the faulty proxy = %d, want 200", code)
+	}
+	start := time.Now()
+	if code, _ := do(faulty, http.MethodGet, "/api/v1/pods?watch=true"); code != 200 && code != 0 {
+		t.Errorf("watch = %d", code)
+	}
+	if took := time.Since(start); took > 5*time.Second {
+		t.Errorf("watch was not cut: it took %v", took)
+	}
+	counts := faulty.Counts()
+	for kind, n := range counts {
+		if n == 0 {
+			t.Errorf("no %s fault injected: %v", kind, counts)
+		}
+	}
+	if codes[200] == 0 || codes[409] == 0 || codes[500]+codes[503] == 0 {
+		t.Errorf("answers %v, want some 200, 409 and 5xx", codes)
+	}
+	faulty.SetEnabled(false)
+	for range 10 {
+		if code, _ := do(faulty, http.MethodPut, "/api/v1/namespaces/ns/pods/p/status"); code != 200 {
+			t.Errorf("with faults off: %d", code)
+		}
+	}
+}

@@ -1,0 +1,356 @@
+package topologyplacement
+
+import (
+	"context"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/component-base/metrics"
+	"k8s.io/component-base/metrics/testutil"
+	"k8s.io/klog/v2"
+	fwk "k8s.io/kube-scheduler/framework"
+	"k8s.io/kubernetes/pkg/scheduler/framework"
+	clocktesting "k8s.io/utils/clock/testing"
+
+	"github.com/lockstep-dev/lockstep/pkg/apis/lockstep/v1alpha1"
+)
+
+// topologyAt is an HGX NodeTopology whose agent last heartbeated at beat.
+func topologyAt(t testing.TB, name string, beat time.Time) *v1alpha1.NodeTopology {
+	nt := hgxNodeTopology(t, name)
+	nt.Status.HeartbeatTime = metav1.NewTime(beat)
+	return nt
+}
+
+// malformed breaks a NodeTopology the way the CRD's CEL rules let through
+// (they check NVLink counts only on NVLink classes): a PCIe link that
+// claims NVLinks.
+func malformed(nt *v1alpha1.NodeTopology) *v1alpha1.NodeTopology {
+	nt.Spec.Links[0].Class, nt.Spec.Links[0].NVLinks = "PIX", 4
+	return nt
+}
+
+// drain returns the events recorded so far, as "Type Reason note".
+func drain(r *events.FakeRecorder) []string {
+	var out []string
+	for {
+		select {
+		case e := <-r.Events:
+			out = append(out, e)
+		default:
+			return out
+		}
+	}
+}
+
+// TestTopologyHealthTransitions walks nodes through stale, invalid and back,
+// checking which are left out, the events (one per transition, none while
+// nothing changes) and the nodes_excluded gauge.
+func TestTopologyHealthTransitions(t *testing.T) {
+	start := time.Unix(10_000, 0)
+	type step struct {
+		name string
+		// advance moves the clock; update, when set, is an informer update.
+		advance time.Duration
+		update  func(t *testing.T, h *topologyHealth, now time.Time)
+		// want are the excluded nodes and their reasons; wantEvents the
+		// reasons of the events of this step, by node.
+		want       map[string]string
+		wantEvents []string
+		wantGauge  map[string]float64
+	}
+	steps := []step{
+		{
+			name: "all fresh",
+			want: map[string]string{}, wantGauge: map[string]float64{"stale": 0, "invalid": 0},
+		},
+		{
+			name: "a's agent silent past the limit", advance: 5*time.Minute + time.Second,
+			update: func(t *testing.T, h *topologyHealth, now time.Time) {
+				h.set(topologyAt(t, "b", now)) // b keeps heartbeating
+			},
+			want:       map[string]string{"a": "stale"},
+			wantEvents: []string{"a Warning TopologyStale"},
+			wantGauge:  map[string]float64{"stale": 1, "invalid": 0},
+		},
+		{
+			name: "still stale: no new event", advance: 10 * time.Second,
+			update: func(t *testing.T, h *topologyHealth, now time.Time) {
+				h.set(topologyAt(t, "b", now))
+			},
+			want:      map[string]string{"a": "stale"},
+			wantGauge: map[string]float64{"stale": 1, "invalid": 0},
+		},
+		{
+			name: "b's spec corrupted", advance: time.Second,
+			update: func(t *testing.T, h *topologyHealth, now time.Time) {
+				h.set(malformed(topologyAt(t, "b", now)))
+			},
+			want:       map[string]string{"a": "stale", "b": "invalid"},
+			wantEvents: []string{"b Warning TopologyInvalid"},
+			wantGauge:  map[string]float64{"stale": 1, "invalid": 1},
+		},
+		{
+			name: "a heartbeats again, b fixed", advance: time.Second,
+			update: func(t *testing.T, h *topologyHealth, now time.Time) {
+				h.set(topologyAt(t, "a", now))
+				h.set(topologyAt(t, "b", now))
+			},
+			want:       map[string]string{},
+			wantEvents: []string{"a Normal TopologyRecovered", "b Normal TopologyRecovered"},
+			wantGauge:  map[string]float64{"stale": 0, "invalid": 0},
+		},
+		{
+			name: "an object without a heartbeat never ages", advance: time.Hour,
+			update: func(t *testing.T, h *topologyHealth, now time.Time) {
+				h.set(topologyAt(t, "a", now))
+				h.set(topologyAt(t, "b", now))
+				h.set(hgxNodeTopology(t, "c"))
+			},
+			want:      map[string]string{},
+			wantGauge: map[string]float64{"stale": 0, "invalid": 0},
+		},
+		{
+			name: "a stale node deleted: gone, without a recovery event", advance: 6 * time.Minute,
+			update: func(t *testing.T, h *topologyHealth, now time.Time) {
+				h.set(topologyAt(t, "b", now))
+			},
+			want:       map[string]string{"a": "stale"},
+			wantEvents: []string{"a Warning TopologyStale"},
+			wantGauge:  map[string]float64{"stale": 1, "invalid": 0},
+		},
+		{
+			name: "deleted", advance: time.Second,
+			update: func(t *testing.T, h *topologyHealth, now time.Time) {
+				h.remove("a")
+			},
+			want:      map[string]string{},
+			wantGauge: map[string]float64{"stale": 0, "invalid": 0},
+		},
+	}
+	clock := clocktesting.NewFakeClock(start)
+	m, err := registerMetrics(metrics.NewKubeRegistry().Register)
+	if err != nil {
+		t.Fatal(err)
+	}
+	recorder := events.NewFakeRecorder(100)
+	h := newTopologyHealth(DefaultTopologyMaxAge, clock, recorder, m.nodesExcluded, klog.Background())
+	h.set(topologyAt(t, "a", start))
+	h.set(topologyAt(t, "b", start))
+	for _, s := range steps {
+		clock.Step(s.advance)
+		if s.update != nil {
+			s.update(t, h, clock.Now())
+		}
+		got := map[string]string{}
+		for name, ex := range h.refresh() {
+			got[name] = ex.reason
+		}
+		if diff := cmp.Diff(s.want, got); diff != "" {
+			t.Errorf("%s: excluded (-want,+got):\n%s", s.name, diff)
+		}
+		// Asked again at once: the same answer, no events.
+		again := map[string]string{}
+		for name, ex := range h.refresh() {
+			again[name] = ex.reason
+		}
+		if diff := cmp.Diff(got, again); diff != "" {
+			t.Errorf("%s: second refresh differs (-first,+second):\n%s", s.name, diff)
+		}
+		var gotEvents []string
+		for _, e := range drain(recorder) {
+			gotEvents = append(gotEvents, eventSummary(e))
+		}
+		wantEvents := s.wantEvents
+		sort.Strings(gotEvents)
+		sort.Strings(wantEvents)
+		if diff := cmp.Diff(wantEvents, gotEvents, cmpEmpty); diff != "" {
+			t.Errorf("%s: events (-want,+got):\n%s", s.name, diff)
+		}
+		gotGauge := map[string]float64{}
+		for _, reason := range []string{excludedStale, excludedInvalid} {
+			v, err := testutil.GetGaugeMetricValue(m.nodesExcluded.WithLabelValues(reason))
+			if err != nil {
+				t.Fatal(err)
+			}
+			gotGauge[reason] = v
+		}
+		if diff := cmp.Diff(s.wantGauge, gotGauge); diff != "" {
+			t.Errorf("%s: nodes_excluded (-want,+got):\n%s", s.name, diff)
+		}
+	}
+}
+
+// eventSummary turns a FakeRecorder event ("Type Reason Node x ...") into
+// "x Type Reason".
+func eventSummary(e string) string {
+	fields := strings.Fields(e)
+	if len(fields) < 4 || fields[2] != "Node" {
+		return e
+	}
+	return fields[3] + " " + fields[0] + " " + fields[1]
+}
+
+// cmpEmpty treats nil and empty slices alike.
+var cmpEmpty = cmp.Transformer("empty", func(s []string) []string {
+	if len(s) == 0 {
+		return nil
+	}
+	return s
+})
+
+// TestTopologyHealthMessages checks what the events say: the age and the
+// limit for a stale node, the validation error for an invalid one.
+func TestTopologyHealthMessages(t *testing.T) {
+	start := time.Unix(10_000, 0)
+	clock := clocktesting.NewFakeClock(start)
+	recorder := events.NewFakeRecorder(10)
+	h := newTopologyHealth(2*time.Minute, clock, recorder, newPluginMetrics().nodesExcluded, klog.Background())
+	h.set(topologyAt(t, "a", start))
+	h.set(malformed(topologyAt(t, "b", start.Add(3*time.Minute))))
+	clock.Step(3 * time.Minute)
+	h.refresh()
+	got := drain(recorder)
+	sort.Strings(got)
+	want := []string{
+		"Warning TopologyInvalid Node b left out of gang planning: NodeTopology fails validation: links[",
+		"Warning TopologyStale Node a left out of gang planning: last heartbeat 3m0s ago (at 1970-01-01T02:46:40Z), more than topologyMaxAge 2m0s",
+	}
+	if len(got) != len(want) {
+		t.Fatalf("events %q, want %d", got, len(want))
+	}
+	for i := range want {
+		if !strings.HasPrefix(got[i], want[i]) {
+			t.Errorf("event %q, want it to start with %q", got[i], want[i])
+		}
+	}
+}
+
+// TestTopologyMaxAgeZeroDisablesStaleness: with topologyMaxAge 0 only
+// invalid topology is left out.
+func TestTopologyMaxAgeZeroDisablesStaleness(t *testing.T) {
+	clock := clocktesting.NewFakeClock(time.Unix(10_000, 0))
+	h := newTopologyHealth(0, clock, nil, newPluginMetrics().nodesExcluded, klog.Background())
+	h.set(topologyAt(t, "old", time.Unix(0, 0)))
+	h.set(malformed(topologyAt(t, "bad", clock.Now())))
+	got := map[string]string{}
+	for name, ex := range h.refresh() {
+		got[name] = ex.reason
+	}
+	if diff := cmp.Diff(map[string]string{"bad": "invalid"}, got); diff != "" {
+		t.Errorf("excluded (-want,+got):\n%s", diff)
+	}
+}
+
+// TestPreFilterLeavesOutStaleAndInvalidNodes plans a gang of two 8-GPU
+// members on three empty nodes, a, b and c, some of whose NodeTopology is
+// stale or invalid. Only the others are planned onto; a node that heartbeats
+// again is planned onto again.
+func TestPreFilterLeavesOutStaleAndInvalidNodes(t *testing.T) {
+	tests := []struct {
+		name string
+		// stale and invalid name nodes; fresh are re-heartbeated after the
+		// first PreFilter, before a second one.
+		stale, invalid []string
+		fresh          []string
+		// want and wantAfter are the planned nodes; nil is Unschedulable.
+		want, wantAfter []string
+	}{
+		{name: "all fresh", want: []string{"a", "b"}},
+		{name: "a stale", stale: []string{"a"}, want: []string{"b", "c"}},
+		{name: "b invalid", invalid: []string{"b"}, want: []string{"a", "c"}},
+		{name: "a stale and b invalid: one node left", stale: []string{"a"}, invalid: []string{"b"}, want: nil},
+		{
+			name: "a stale and c invalid, then a heartbeats again", stale: []string{"a"}, invalid: []string{"c"},
+			fresh: []string{"a"}, want: nil, wantAfter: []string{"a", "b"},
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			p := newMetricsPlugin(t, 2, true, nil)
+			recorder := events.NewFakeRecorder(100)
+			p.health = newTopologyHealth(p.args.maxAge(), p.TopologyPlacement.clock, recorder, p.metrics.nodesExcluded, klog.Background())
+			now := p.TopologyPlacement.clock.Now()
+			stale, invalid := sets.New(tc.stale...), sets.New(tc.invalid...)
+			var nodes []fwk.NodeInfo
+			for _, name := range []string{"a", "b", "c"} {
+				beat := now
+				if stale.Has(name) {
+					beat = now.Add(-time.Hour)
+				}
+				nt := topologyAt(t, name, beat)
+				if invalid.Has(name) {
+					nt = malformed(nt)
+				}
+				p.gpus.set(nt)
+				p.health.set(nt)
+				nodes = append(nodes, nodeInfo(gpuNode(name, 8)))
+			}
+			check := func(when string, want []string) {
+				t.Helper()
+				result, status := p.PreFilter(context.Background(), framework.NewCycleState(), p.pods[0], nodes)
+				if want == nil {
+					if status.Code() != fwk.UnschedulableAndUnresolvable {
+						t.Errorf("%s: PreFilter = %v, %v; want unschedulable", when, result, status)
+					}
+					return
+				}
+				if !status.IsSuccess() {
+					t.Fatalf("%s: PreFilter: %v; want a plan on %v", when, status, want)
+				}
+				if diff := cmp.Diff(want, sets.List(result.NodeNames)); diff != "" {
+					t.Errorf("%s: planned nodes (-want,+got):\n%s", when, diff)
+				}
+			}
+			check("first", tc.want)
+			if tc.fresh == nil {
+				return
+			}
+			p.clock.Step(time.Second)
+			for _, name := range tc.fresh {
+				nt := topologyAt(t, name, p.TopologyPlacement.clock.Now())
+				p.gpus.set(nt)
+				p.health.set(nt)
+			}
+			check("after a fresh heartbeat", tc.wantAfter)
+			var reasons []string
+			for _, e := range drain(recorder) {
+				reasons = append(reasons, strings.SplitN(e, " ", 3)[1])
+			}
+			sort.Strings(reasons)
+			if diff := cmp.Diff([]string{EventTopologyInvalid, EventTopologyRecovered, EventTopologyStale}, reasons); diff != "" {
+				t.Errorf("events (-want,+got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// TestPlanDroppedWhenPlannedNodeGoesStale: a plan whose open slot is on a
+// node that went stale is no longer valid.
+func TestPlanDroppedWhenPlannedNodeGoesStale(t *testing.T) {
+	p := newMetricsPlugin(t, 2, true, nil)
+	p.health = newTopologyHealth(time.Minute, p.TopologyPlacement.clock, nil, p.metrics.nodesExcluded, klog.Background())
+	now := p.TopologyPlacement.clock.Now()
+	for _, name := range []string{"a", "b"} {
+		p.health.set(topologyAt(t, name, now))
+	}
+	result, status := p.PreFilter(context.Background(), framework.NewCycleState(), p.pods[0], p.nodes)
+	if !status.IsSuccess() || result.NodeNames.Len() != 2 {
+		t.Fatalf("PreFilter = %v, %v; want a plan on a and b", result, status)
+	}
+	g, _ := p.books.get("ns/g#8")
+	if !p.planStillValid(g, p.nodes) {
+		t.Fatal("fresh plan invalid")
+	}
+	p.clock.Step(2 * time.Minute)
+	p.health.set(topologyAt(t, "b", p.TopologyPlacement.clock.Now()))
+	if p.planStillValid(g, p.nodes) {
+		t.Error("plan with an open slot on stale node a still valid")
+	}
+}
