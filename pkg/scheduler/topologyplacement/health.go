@@ -64,6 +64,10 @@ type topologyHealth struct {
 	recorder events.EventRecorder // nil: no events
 	gauge    *metrics.GaugeVec
 	logger   klog.Logger
+	// rejoined, when set, is called after a refresh in which some node
+	// became usable again: gangs turned away for want of it may fit now,
+	// and a heartbeat-only update is no event the queue acts on.
+	rejoined func()
 
 	mu       sync.Mutex
 	records  map[string]topologyRecord
@@ -164,6 +168,7 @@ func (h *topologyHealth) refresh() map[string]exclusion {
 		}
 	}
 	sort.Strings(changed)
+	rejoined := false
 	for _, name := range changed {
 		ex, bad := out[name]
 		rec, exists := h.records[name]
@@ -171,6 +176,10 @@ func (h *topologyHealth) refresh() map[string]exclusion {
 			continue // deleted while left out: nothing rejoins
 		}
 		h.say(name, rec.uid, ex, bad)
+		rejoined = rejoined || !bad
+	}
+	if rejoined && h.rejoined != nil {
+		h.rejoined()
 	}
 	h.excluded = out
 	if h.excluded == nil {

@@ -354,3 +354,25 @@ func TestPlanDroppedWhenPlannedNodeGoesStale(t *testing.T) {
 		t.Error("plan with an open slot on stale node a still valid")
 	}
 }
+
+// A node rejoining planning calls rejoined once per refresh, and only then:
+// a heartbeat is no event the scheduling queue acts on, so the plugin
+// retries the gangs it turned away from there.
+func TestTopologyHealthRejoinedCallback(t *testing.T) {
+	clock := clocktesting.NewFakeClock(time.Unix(10_000, 0))
+	h := newTopologyHealth(time.Minute, clock, nil, newPluginMetrics().nodesExcluded, klog.Background())
+	calls := 0
+	h.rejoined = func() { calls++ }
+	h.set(topologyAt(t, "a", clock.Now().Add(-time.Hour)))
+	h.set(topologyAt(t, "b", clock.Now()))
+	h.refresh()
+	if calls != 0 {
+		t.Fatalf("rejoined called %d times while a node only left", calls)
+	}
+	h.set(topologyAt(t, "a", clock.Now()))
+	h.refresh()
+	h.refresh()
+	if calls != 1 {
+		t.Errorf("rejoined called %d times after node a heartbeat again, want 1", calls)
+	}
+}

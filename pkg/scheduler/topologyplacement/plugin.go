@@ -152,6 +152,7 @@ func New(ctx context.Context, obj runtime.Object, handle framework.Handle) (fram
 		turnedAway: newKeySet(),
 		metrics:    m,
 	}
+	health.rejoined = func() { p.retryTurnedAway("") }
 	// Forget a pod's GPUs once it is gone or finished: from then on the
 	// scheduler's own accounting and the NodeTopology agree without us.
 	_, err = handle.SharedInformerFactory().Core().V1().Pods().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
@@ -263,13 +264,24 @@ func (p *TopologyPlacement) invalidate(key string, reason dropReason) {
 			wp.Reject(Name, reason.message())
 		}
 	})
+	time.AfterFunc(retryDelay, func() { p.activateUnbound(key) })
 	// The plan's capacity is free again in the books: gangs turned away
 	// for want of it may fit now.
-	others := p.turnedAway.take()
+	p.retryTurnedAway(key)
+}
+
+// retryTurnedAway puts the unbound members of the gangs PreFilter turned
+// away, but except, back in the active queue shortly: room appeared that no
+// cluster event reports (a plan dropped from the books, a node whose
+// NodeTopology is fresh again).
+func (p *TopologyPlacement) retryTurnedAway(except string) {
+	keys := p.turnedAway.take()
+	if len(keys) == 0 {
+		return
+	}
 	time.AfterFunc(retryDelay, func() {
-		p.activateUnbound(key)
-		for _, k := range others {
-			if k != key {
+		for _, k := range keys {
+			if k != except {
 				p.activateUnbound(k)
 			}
 		}
