@@ -87,6 +87,9 @@ func (p *TopologyPlacement) snapshot(pod *v1.Pod, gang string, nodeInfos []fwk.N
 		Fabric: topology.Fabric{Oversubscription: p.args.Oversubscription},
 		Levels: p.args.Levels,
 	}
+	// One array holds every planner node: two allocations per plan, not one
+	// per node.
+	nodes := make([]placement.Node, 0, len(nodeInfos))
 	for _, ni := range nodeInfos {
 		node := ni.Node()
 		if node == nil || node.Spec.Unschedulable {
@@ -100,7 +103,11 @@ func (p *TopologyPlacement) snapshot(pod *v1.Pod, gang string, nodeInfos []fwk.N
 		if ok, _ := affinity.Match(node); !ok {
 			continue
 		}
-		snap.Nodes = append(snap.Nodes, p.plannerNode(ni, gang))
+		nodes = append(nodes, p.plannerNode(ni, gang))
+	}
+	snap.Nodes = make([]*placement.Node, len(nodes))
+	for i := range nodes {
+		snap.Nodes[i] = &nodes[i]
 	}
 	tree, err := p.trees.get(nodeInfos, p.args.Levels)
 	if err != nil {
@@ -205,12 +212,12 @@ func treeFingerprint(nodeInfos []fwk.NodeInfo, levels []topology.Level) uint64 {
 }
 
 // plannerNode describes one node for the planner.
-func (p *TopologyPlacement) plannerNode(ni fwk.NodeInfo, gang string) *placement.Node {
+func (p *TopologyPlacement) plannerNode(ni fwk.NodeInfo, gang string) placement.Node {
 	node := ni.Node()
 	alloc, used := ni.GetAllocatable(), ni.GetRequested()
 	gpuCount := int(alloc.GetScalarResources()[lockstep.GPUResource])
 	freeCount := gpuCount - int(used.GetScalarResources()[lockstep.GPUResource])
-	pn := &placement.Node{
+	pn := placement.Node{
 		Name:         node.Name,
 		FreeMilliCPU: alloc.GetMilliCPU() - used.GetMilliCPU(),
 		FreeMemory:   alloc.GetMemory() - used.GetMemory(),
