@@ -294,9 +294,13 @@ func TestTreeCacheRebuildsOnlyWhenLabelsChange(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	again, _ := p.trees.get([]fwk.NodeInfo{node("a", "leaf-0"), node("b", "leaf-1")}, levels)
+	same := []fwk.NodeInfo{node("a", "leaf-0"), node("b", "leaf-1")}
+	again, _ := p.trees.get(same, levels)
 	if again != first {
 		t.Error("tree rebuilt for unchanged nodes")
+	}
+	if again, _ := p.trees.get(same, levels); again != first {
+		t.Error("tree rebuilt for the same node objects")
 	}
 	moved, _ := p.trees.get([]fwk.NodeInfo{node("a", "leaf-0"), node("b", "leaf-0")}, levels)
 	if moved == first {
