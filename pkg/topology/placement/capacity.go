@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"sync"
 	"sync/atomic"
 
 	"github.com/lockstep-dev/lockstep/pkg/topology"
@@ -89,6 +90,8 @@ func (d *domain) bandwidth() float64 {
 type planner struct {
 	s   *Snapshot
 	req request
+	// sk is the skeleton of s.Tree, which doms copies.
+	sk *skeleton
 	// doms is the tree in pre-order: doms[0] is the root and every subtree
 	// is contiguous, so "the nodes below d" is a slice.
 	doms []domain
@@ -123,21 +126,52 @@ func newPlanner(s *Snapshot, req request) (*planner, error) {
 	p := &planner{
 		s:    s,
 		req:  req,
-		doms: slices.Clone(sk.doms),
+		sk:   sk,
+		doms: sk.clone(),
 		kids: sk.kids, // read-only
 		base: s.Tree.Root().Level,
 	}
-	// Match snapshot nodes to hosts. Errors (nil, duplicate and unknown
-	// nodes) are reported as checkNodes words them, in node order.
+	// Match snapshot nodes to hosts: by the last plan's order while the
+	// names are the same (the same strings, so a pointer comparison), else
+	// by name. Errors (nil, duplicate and unknown nodes) are reported as
+	// checkNodes words them, in node order.
+	last := sk.order.Load()
+	if last != nil && len(last.names) != len(s.Nodes) {
+		last = nil
+	}
+	var order *nodeOrder
 	for i, n := range s.Nodes {
 		if n == nil {
+			p.release()
 			return nil, checkNodes(s)
 		}
-		h, ok := sk.hosts[n.Name]
-		if !ok || p.doms[h].node >= 0 {
+		var h int32
+		if last != nil && last.names[i] == n.Name {
+			h = last.hosts[i]
+		} else {
+			var ok bool
+			if h, ok = sk.hosts[n.Name]; !ok {
+				p.release()
+				return nil, checkNodes(s)
+			}
+			if order == nil {
+				order = &nodeOrder{names: make([]string, len(s.Nodes)), hosts: make([]int32, len(s.Nodes))}
+				for j := range i {
+					order.names[j], order.hosts[j] = last.names[j], last.hosts[j]
+				}
+			}
+		}
+		if p.doms[h].node >= 0 {
+			p.release()
 			return nil, checkNodes(s)
 		}
 		p.doms[h].node = int32(i)
+		if order != nil {
+			order.names[i], order.hosts[i] = n.Name, h
+		}
+	}
+	if order != nil {
+		sk.order.Store(order)
 	}
 	// Hosts in tree order, then every domain bottom-up: in pre-order a
 	// domain's children come after it.
@@ -188,6 +222,35 @@ type skeleton struct {
 	kids      []int32
 	hosts     map[string]int32
 	hostOrder []int32
+	// order is the host of every snapshot node of the last plan whose
+	// nodes were not all in the order before.
+	order atomic.Pointer[nodeOrder]
+	// pool recycles planners' copies of doms.
+	pool sync.Pool
+}
+
+// nodeOrder is the host index of snapshot nodes by position, keyed by name.
+type nodeOrder struct {
+	names []string
+	hosts []int32
+}
+
+// clone returns a copy of the skeleton's domains for one planner, from the
+// pool when it has one; release gives it back.
+func (sk *skeleton) clone() []domain {
+	if doms, ok := sk.pool.Get().(*[]domain); ok {
+		copy(*doms, sk.doms)
+		return *doms
+	}
+	return slices.Clone(sk.doms)
+}
+
+// release returns the planner's domains to its skeleton's pool. The planner
+// must not be used after.
+func (p *planner) release() {
+	doms := p.doms
+	p.doms = nil
+	p.sk.pool.Put(&doms)
 }
 
 // lastSkeleton caches the skeleton of the last tree planned on: the
