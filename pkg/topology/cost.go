@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"math/bits"
 	"time"
 
 	"github.com/lockstep-dev/lockstep/pkg/lockstep"
@@ -159,15 +160,31 @@ func spanOf(members []Member) (span, error) {
 	if len(first) == 0 {
 		return span{}, errors.New("members[0] has no domain path: a multi-node placement needs Tree.Path for every member")
 	}
-	hosts := make(map[*Domain]int, len(members))
+	// Duplicate hosts: a pairwise scan for gangs of a few hundred nodes,
+	// which allocates nothing, a map beyond.
+	var hosts map[*Domain]int
+	if len(members) > 256 {
+		hosts = make(map[*Domain]int, len(members))
+	}
 	for i, m := range members {
 		if len(m.Path) != len(first) || m.Path[len(m.Path)-1] != first[len(first)-1] {
 			return span{}, fmt.Errorf("members[%d] has no domain path from the same tree as members[0]", i)
 		}
-		if prev, dup := hosts[m.Path[0]]; dup {
+		prev, dup := -1, false
+		if hosts != nil {
+			prev, dup = hosts[m.Path[0]]
+			hosts[m.Path[0]] = i
+		} else {
+			for j := range i {
+				if members[j].Path[0] == m.Path[0] {
+					prev, dup = j, true
+					break
+				}
+			}
+		}
+		if dup {
 			return span{}, fmt.Errorf("members[%d] and members[%d] are the same node %q: merge their GPU sets", prev, i, m.Path[0].Value)
 		}
-		hosts[m.Path[0]] = i
 	}
 	level := 0
 	for ; level < len(first); level++ {
@@ -212,10 +229,10 @@ type memberCost struct {
 
 func newMemberCost(node *NodeTopology, set GPUSet) memberCost {
 	c := memberCost{quality: node.SetQuality(set), step: NVLinkStepLatency}
-	idx := set.Indices()
-	for a, i := range idx {
-		for _, j := range idx[a+1:] {
-			if !node.Links[i][j].Class.IsNVLink() {
+	for rest := uint64(set); rest != 0; rest &= rest - 1 {
+		i := bits.TrailingZeros64(rest)
+		for others := rest & (rest - 1); others != 0; others &= others - 1 {
+			if !node.Links[i][bits.TrailingZeros64(others)].Class.IsNVLink() {
 				c.step = PCIeStepLatency
 			}
 		}

@@ -1,6 +1,9 @@
 package topology
 
-import "sort"
+import (
+	"sort"
+	"sync"
+)
 
 // Profile is a built-in hardware profile: what one node of a given machine
 // type looks like. Fake nodes are built from it; real nodes are matched to it
@@ -35,6 +38,15 @@ type Profile struct {
 // topology of each profile, and the hardware facts it encodes, are in
 // profile_nodes.go.
 func Profiles() []Profile {
+	return append([]Profile(nil), builtinProfiles()...)
+}
+
+// builtinProfiles is the registry that Profiles copies, built once, for
+// lookups that must not allocate (rating a plan matches every member's GPU
+// product). Callers must not change it.
+var builtinProfiles = sync.OnceValue(profiles)
+
+func profiles() []Profile {
 	profiles := []Profile{
 		{
 			Name:         "hgx-h100",
@@ -95,7 +107,7 @@ func Profiles() []Profile {
 
 // LookupProfile returns the built-in profile with the given name.
 func LookupProfile(name string) (Profile, bool) {
-	for _, p := range Profiles() {
+	for _, p := range builtinProfiles() {
 		if p.Name == name {
 			return p, true
 		}

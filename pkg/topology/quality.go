@@ -44,10 +44,60 @@ func (q SetQuality) Better(o SetQuality) bool {
 }
 
 // SetQuality returns the quality of a set of the node's GPUs; GPUs the node
-// does not have are ignored. It allocates a little; the Selector answers the
-// same question without allocating.
+// does not have are ignored. It reads the node directly and does not
+// allocate, so rating a plan costs nothing per member; a Selector answers
+// the same question from its precomputed table.
 func (n *NodeTopology) SetQuality(set GPUSet) SetQuality {
-	return newShape(n).quality(set & n.AllGPUs())
+	set &= n.AllGPUs()
+	if set == 0 {
+		return SetQuality{}
+	}
+	q := SetQuality{GPUs: set.Len()}
+	if q.GPUs >= 2 {
+		q.BottleneckGBps = math.Inf(1)
+		for rest := uint64(set); rest != 0; rest &= rest - 1 {
+			i := bits.TrailingZeros64(rest)
+			for others := rest & (rest - 1); others != 0; others &= others - 1 {
+				q.BottleneckGBps = min(q.BottleneckGBps, n.Links[i][bits.TrailingZeros64(others)].GBps)
+			}
+		}
+	}
+	// As shape.qualityWithBottleneck: distinct NUMA nodes (unknown, -1, is
+	// one of them), the NICs used, and each GPU's share of its NICs when
+	// every GPU of set sends at once.
+	var (
+		nicsOf [MaxGPUs]uint64
+		users  [MaxNICs]int
+		nics   uint64
+	)
+	for rest := uint64(set); rest != 0; rest &= rest - 1 {
+		i := bits.TrailingZeros64(rest)
+		nicsOf[i] = gpuNICs(n, i)
+		nics |= nicsOf[i]
+		for r := nicsOf[i]; r != 0; r &= r - 1 {
+			users[bits.TrailingZeros64(r)]++
+		}
+		seen := false
+		for earlier := uint64(set) & (1<<uint(i) - 1); earlier != 0 && !seen; earlier &= earlier - 1 {
+			seen = n.GPUs[bits.TrailingZeros64(earlier)].NUMANode == n.GPUs[i].NUMANode
+		}
+		if !seen {
+			q.NUMANodes++
+		}
+	}
+	nicBW := math.Inf(1)
+	for rest := uint64(set); rest != 0; rest &= rest - 1 {
+		i := bits.TrailingZeros64(rest)
+		var share float64
+		for r := nicsOf[i]; r != 0; r &= r - 1 {
+			j := bits.TrailingZeros64(r)
+			share += n.NICs[j].GBps() / float64(users[j])
+		}
+		nicBW = min(nicBW, share)
+	}
+	q.NICGBpsPerGPU = nicBW
+	q.NICs = bits.OnesCount64(nics)
+	return q
 }
 
 // shape is a node reduced to what GPU set quality depends on, in flat arrays

@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"unicode"
 
 	"github.com/lockstep-dev/lockstep/pkg/lockstep"
 )
@@ -239,23 +240,37 @@ func levelsSpanned(members []Member, top int) int {
 // dominantProfile is the built-in profile holding most of the members'
 // GPUs, ties to the first by name.
 func dominantProfile(members []Member) (Profile, bool) {
-	gpus := map[string]int{}
-	profiles := map[string]Profile{}
+	// GPUs per built-in profile, in the registry's order (by name); the
+	// profiles are few, so a slice, which stays on the stack, beats a map.
+	type count struct {
+		p    *Profile
+		gpus int
+	}
+	counts := make([]count, 0, 8)
 	for _, m := range members {
-		p, ok := NodeProfile(m.Node)
-		if !ok {
+		p := nodeProfile(m.Node)
+		if p == nil {
 			continue
 		}
-		gpus[p.Name] += m.GPUs.Len()
-		profiles[p.Name] = p
+		i := 0
+		for i < len(counts) && counts[i].p != p {
+			i++
+		}
+		if i == len(counts) {
+			counts = append(counts, count{p: p})
+		}
+		counts[i].gpus += m.GPUs.Len()
 	}
-	best := ""
-	for name, n := range gpus {
-		if best == "" || n > gpus[best] || n == gpus[best] && name < best {
-			best = name
+	var best count
+	for _, c := range counts {
+		if best.p == nil || c.gpus > best.gpus || c.gpus == best.gpus && c.p.Name < best.p.Name {
+			best = c
 		}
 	}
-	return profiles[best], best != ""
+	if best.p == nil {
+		return Profile{}, false
+	}
+	return *best.p, true
 }
 
 // reference estimates the best placement of gpus GPUs of p (see Rate).
@@ -339,26 +354,64 @@ func bestCosts(p Profile, gpus int) ([]memberCost, bool, error) {
 // NodeProfile returns the built-in profile whose GPU product the node's
 // GPUs have.
 func NodeProfile(node *NodeTopology) (Profile, bool) {
-	if node == nil || len(node.GPUs) == 0 {
-		return Profile{}, false
+	if p := nodeProfile(node); p != nil {
+		return *p, true
 	}
-	return ProfileByProduct(node.GPUs[0].Product)
+	return Profile{}, false
+}
+
+// nodeProfile is NodeProfile without copying: the registry's entry, or nil.
+func nodeProfile(node *NodeTopology) *Profile {
+	if node == nil || len(node.GPUs) == 0 {
+		return nil
+	}
+	return profileByProduct(node.GPUs[0].Product)
 }
 
 // ProfileByProduct returns the built-in profile of a GPU product, written
 // either as NVML does ("NVIDIA H100 80GB HBM3") or as GPU feature discovery's
 // nvidia.com/gpu.product label and the profiles do ("NVIDIA-H100-80GB-HBM3").
 func ProfileByProduct(product string) (Profile, bool) {
-	product = ProductLabel(product)
-	if product == "" {
-		return Profile{}, false
-	}
-	for _, p := range Profiles() {
-		if p.GPUProduct == product {
-			return p, true
-		}
+	if p := profileByProduct(product); p != nil {
+		return *p, true
 	}
 	return Profile{}, false
+}
+
+// profileByProduct is ProfileByProduct without allocating: it compares the
+// product's words with the label's "-"-separated segments in place of
+// building ProductLabel(product).
+func profileByProduct(product string) *Profile {
+	profiles := builtinProfiles()
+	for i := range profiles {
+		if profiles[i].GPUProduct != "" && sameProduct(product, profiles[i].GPUProduct) {
+			return &profiles[i]
+		}
+	}
+	return nil
+}
+
+// sameProduct reports whether ProductLabel(name) == label, without
+// allocating.
+func sameProduct(name, label string) bool {
+	if name == label && strings.IndexFunc(name, unicode.IsSpace) < 0 {
+		return true
+	}
+	first := true
+	for field := range strings.FieldsSeq(name) {
+		if !first {
+			if !strings.HasPrefix(label, "-") {
+				return false
+			}
+			label = label[1:]
+		}
+		first = false
+		if !strings.HasPrefix(label, field) {
+			return false
+		}
+		label = label[len(field):]
+	}
+	return !first && label == ""
 }
 
 // ProductLabel writes an NVML product name the way the

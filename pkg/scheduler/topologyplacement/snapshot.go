@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/bits"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -90,6 +91,9 @@ func (p *TopologyPlacement) snapshot(pod *v1.Pod, gang string, nodeInfos []fwk.N
 		Fabric: topology.Fabric{Oversubscription: p.args.Oversubscription},
 		Levels: p.args.Levels,
 	}
+	// One array holds every planner node: two allocations per plan, not one
+	// per node.
+	nodes := make([]placement.Node, 0, len(nodeInfos))
 	for _, ni := range nodeInfos {
 		node := ni.Node()
 		if node == nil || node.Spec.Unschedulable {
@@ -106,7 +110,11 @@ func (p *TopologyPlacement) snapshot(pod *v1.Pod, gang string, nodeInfos []fwk.N
 		if _, out := excluded[node.Name]; out {
 			continue
 		}
-		snap.Nodes = append(snap.Nodes, p.plannerNode(ni, gang))
+		nodes = append(nodes, p.plannerNode(ni, gang))
+	}
+	snap.Nodes = make([]*placement.Node, len(nodes))
+	for i := range nodes {
+		snap.Nodes[i] = &nodes[i]
 	}
 	tree, err := p.trees.get(nodeInfos, p.args.Levels)
 	if err != nil {
@@ -127,6 +135,12 @@ type treeCache struct {
 	mu          sync.Mutex
 	fingerprint uint64
 	tree        *topology.Tree
+	// nodes and levels are what fingerprint was computed from. Informer
+	// objects are never changed in place, so the same node objects in the
+	// same order have the same fingerprint: checking that costs a pointer
+	// comparison per node, not a hash of its name and labels.
+	nodes  []*v1.Node
+	levels []topology.Level
 	// rating is the Rater of ratedTree, which rates every plan on it: it
 	// counts each level's nodes per profile once per tree and caches the
 	// reference estimates.
@@ -160,24 +174,45 @@ func (c *treeCache) rater(tree *topology.Tree, nodeInfos []fwk.NodeInfo, cfg loc
 }
 
 func (c *treeCache) get(nodeInfos []fwk.NodeInfo, levels []topology.Level) (*topology.Tree, error) {
-	fp := treeFingerprint(nodeInfos, levels)
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.tree != nil && c.fingerprint == fp {
+	if c.tree != nil && c.sameNodes(nodeInfos, levels) {
 		return c.tree, nil
 	}
-	labels := make([]topology.NodeLabels, 0, len(nodeInfos))
+	fp := treeFingerprint(nodeInfos, levels)
+	if c.tree == nil || c.fingerprint != fp {
+		labels := make([]topology.NodeLabels, 0, len(nodeInfos))
+		for _, ni := range nodeInfos {
+			if node := ni.Node(); node != nil {
+				labels = append(labels, topology.NodeLabels{Name: node.Name, Labels: node.Labels})
+			}
+		}
+		tree, err := topology.NewTree(levels, labels)
+		if err != nil {
+			return nil, fmt.Errorf("building the domain tree: %w", err)
+		}
+		c.fingerprint, c.tree = fp, tree
+	}
+	c.nodes = c.nodes[:0]
 	for _, ni := range nodeInfos {
-		if node := ni.Node(); node != nil {
-			labels = append(labels, topology.NodeLabels{Name: node.Name, Labels: node.Labels})
+		c.nodes = append(c.nodes, ni.Node())
+	}
+	c.levels = slices.Clone(levels)
+	return c.tree, nil
+}
+
+// sameNodes reports whether nodeInfos hold the node objects, and levels
+// the levels, that c.fingerprint was computed from.
+func (c *treeCache) sameNodes(nodeInfos []fwk.NodeInfo, levels []topology.Level) bool {
+	if len(nodeInfos) != len(c.nodes) || !slices.Equal(levels, c.levels) {
+		return false
+	}
+	for i, ni := range nodeInfos {
+		if ni.Node() != c.nodes[i] {
+			return false
 		}
 	}
-	tree, err := topology.NewTree(levels, labels)
-	if err != nil {
-		return nil, fmt.Errorf("building the domain tree: %w", err)
-	}
-	c.fingerprint, c.tree = fp, tree
-	return tree, nil
+	return true
 }
 
 // treeFingerprint hashes node names, their level and profile label values with
@@ -211,12 +246,12 @@ func treeFingerprint(nodeInfos []fwk.NodeInfo, levels []topology.Level) uint64 {
 }
 
 // plannerNode describes one node for the planner.
-func (p *TopologyPlacement) plannerNode(ni fwk.NodeInfo, gang string) *placement.Node {
+func (p *TopologyPlacement) plannerNode(ni fwk.NodeInfo, gang string) placement.Node {
 	node := ni.Node()
 	alloc, used := ni.GetAllocatable(), ni.GetRequested()
 	gpuCount := int(alloc.GetScalarResources()[lockstep.GPUResource])
 	freeCount := gpuCount - int(used.GetScalarResources()[lockstep.GPUResource])
-	pn := &placement.Node{
+	pn := placement.Node{
 		Name:         node.Name,
 		FreeMilliCPU: alloc.GetMilliCPU() - used.GetMilliCPU(),
 		FreeMemory:   alloc.GetMemory() - used.GetMemory(),

@@ -1,8 +1,12 @@
 package placement
 
 import (
+	"errors"
 	"fmt"
 	"math"
+	"slices"
+	"sync"
+	"sync/atomic"
 
 	"github.com/lockstep-dev/lockstep/pkg/topology"
 )
@@ -86,6 +90,8 @@ func (d *domain) bandwidth() float64 {
 type planner struct {
 	s   *Snapshot
 	req request
+	// sk is the skeleton of s.Tree, which doms copies.
+	sk *skeleton
 	// doms is the tree in pre-order: doms[0] is the root and every subtree
 	// is contiguous, so "the nodes below d" is a slice.
 	doms []domain
@@ -104,44 +110,167 @@ type planner struct {
 }
 
 type usedNode struct {
-	node    int32
-	members int
+	// node indexes Snapshot.Nodes and host planner.doms.
+	node, host int32
+	members    int
 }
 
 // newPlanner copies the tree into flat arrays and aggregates every node's
-// room bottom-up in the same walk: O(domains), at most O(nodes × levels).
-// The walk also finds the base level of a Preferred gang's widening and
-// settles req with it.
+// room bottom-up: O(domains), at most O(nodes × levels). The flat copy of
+// an empty tree (the skeleton) is built once per tree and reused, so a plan
+// costs a copy of it, a lookup per node and the aggregation, with no map
+// built and no per-node allocation. The aggregation also finds the base
+// level of a Preferred gang's widening and settles req with it.
 func newPlanner(s *Snapshot, req request) (*planner, error) {
-	byName := make(map[string]int32, len(s.Nodes))
-	for i, n := range s.Nodes {
-		if n == nil {
-			return nil, fmt.Errorf("nodes[%d] is nil", i)
-		}
-		if _, dup := byName[n.Name]; dup {
-			return nil, fmt.Errorf("nodes[%d]: node %q is listed twice", i, n.Name)
-		}
-		byName[n.Name] = int32(i)
-	}
-	count := countDomains(s.Tree.Root())
+	sk := skeletonOf(s.Tree)
 	p := &planner{
 		s:    s,
 		req:  req,
-		doms: make([]domain, 0, count),
-		kids: make([]int32, 0, count-1),
+		sk:   sk,
+		doms: sk.clone(),
+		kids: sk.kids, // read-only
 		base: s.Tree.Root().Level,
 	}
-	matched := 0
-	p.visit(s.Tree.Root(), byName, &matched)
-	if matched != len(s.Nodes) {
-		for i, n := range s.Nodes {
-			if _, ok := s.Tree.Host(n.Name); !ok {
-				return nil, fmt.Errorf("nodes[%d]: node %q is not in the snapshot's tree", i, n.Name)
+	// Match snapshot nodes to hosts: by the last plan's order while the
+	// names are the same (the same strings, so a pointer comparison), else
+	// by name. Errors (nil, duplicate and unknown nodes) are reported as
+	// checkNodes words them, in node order.
+	last := sk.order.Load()
+	if last != nil && len(last.names) != len(s.Nodes) {
+		last = nil
+	}
+	var order *nodeOrder
+	for i, n := range s.Nodes {
+		if n == nil {
+			p.release()
+			return nil, checkNodes(s)
+		}
+		var h int32
+		if last != nil && last.names[i] == n.Name {
+			h = last.hosts[i]
+		} else {
+			var ok bool
+			if h, ok = sk.hosts[n.Name]; !ok {
+				p.release()
+				return nil, checkNodes(s)
+			}
+			if order == nil {
+				order = &nodeOrder{names: make([]string, len(s.Nodes)), hosts: make([]int32, len(s.Nodes))}
+				for j := range i {
+					order.names[j], order.hosts[j] = last.names[j], last.hosts[j]
+				}
 			}
 		}
+		if p.doms[h].node >= 0 {
+			p.release()
+			return nil, checkNodes(s)
+		}
+		p.doms[h].node = int32(i)
+		if order != nil {
+			order.names[i], order.hosts[i] = n.Name, h
+		}
+	}
+	if order != nil {
+		sk.order.Store(order)
+	}
+	// Hosts in tree order, then every domain bottom-up: in pre-order a
+	// domain's children come after it.
+	for _, h := range sk.hostOrder {
+		if n := p.doms[h].node; n >= 0 {
+			p.initHost(h, n)
+		}
+	}
+	for i := int32(len(p.doms)) - 1; i >= 0; i-- {
+		d := &p.doms[i]
+		for _, c := range p.kids[d.kidLo:d.kidHi] {
+			d.add(&p.doms[c])
+		}
+		p.noteEver(i)
 	}
 	p.req.settle(p.base)
 	return p, nil
+}
+
+// checkNodes returns the error of snapshot nodes that are not one distinct
+// node of the tree each: the first nil or repeated node in order, else the
+// first node the tree lacks.
+func checkNodes(s *Snapshot) error {
+	seen := make(map[string]bool, len(s.Nodes))
+	for i, n := range s.Nodes {
+		if n == nil {
+			return fmt.Errorf("nodes[%d] is nil", i)
+		}
+		if seen[n.Name] {
+			return fmt.Errorf("nodes[%d]: node %q is listed twice", i, n.Name)
+		}
+		seen[n.Name] = true
+	}
+	for i, n := range s.Nodes {
+		if _, ok := s.Tree.Host(n.Name); !ok {
+			return fmt.Errorf("nodes[%d]: node %q is not in the snapshot's tree", i, n.Name)
+		}
+	}
+	return errors.New("snapshot nodes do not match the tree's hosts")
+}
+
+// skeleton is a tree in the planner's flat pre-order form with no capacity:
+// every domain as newPlanner starts it, children indices, and the index of
+// every host. It is immutable once built.
+type skeleton struct {
+	tree      *topology.Tree
+	doms      []domain
+	kids      []int32
+	hosts     map[string]int32
+	hostOrder []int32
+	// order is the host of every snapshot node of the last plan whose
+	// nodes were not all in the order before.
+	order atomic.Pointer[nodeOrder]
+	// pool recycles planners' copies of doms.
+	pool sync.Pool
+}
+
+// nodeOrder is the host index of snapshot nodes by position, keyed by name.
+type nodeOrder struct {
+	names []string
+	hosts []int32
+}
+
+// clone returns a copy of the skeleton's domains for one planner, from the
+// pool when it has one; release gives it back.
+func (sk *skeleton) clone() []domain {
+	if doms, ok := sk.pool.Get().(*[]domain); ok {
+		copy(*doms, sk.doms)
+		return *doms
+	}
+	return slices.Clone(sk.doms)
+}
+
+// release returns the planner's domains to its skeleton's pool. The planner
+// must not be used after.
+func (p *planner) release() {
+	doms := p.doms
+	p.doms = nil
+	p.sk.pool.Put(&doms)
+}
+
+// lastSkeleton caches the skeleton of the last tree planned on: the
+// scheduler plans on one tree until node labels change.
+var lastSkeleton atomic.Pointer[skeleton]
+
+func skeletonOf(t *topology.Tree) *skeleton {
+	if sk := lastSkeleton.Load(); sk != nil && sk.tree == t {
+		return sk
+	}
+	count := countDomains(t.Root())
+	sk := &skeleton{
+		tree:  t,
+		doms:  make([]domain, 0, count),
+		kids:  make([]int32, 0, count-1),
+		hosts: make(map[string]int32),
+	}
+	sk.visit(t.Root())
+	lastSkeleton.Store(sk)
+	return sk
 }
 
 func countDomains(d *topology.Domain) int {
@@ -152,30 +281,24 @@ func countDomains(d *topology.Domain) int {
 	return n
 }
 
-// visit appends d and its subtree to p.doms and returns d's index.
-func (p *planner) visit(d *topology.Domain, byName map[string]int32, matched *int) int32 {
-	i := int32(len(p.doms))
+// visit appends d and its subtree to sk.doms and returns d's index.
+func (sk *skeleton) visit(d *topology.Domain) int32 {
+	i := int32(len(sk.doms))
 	inf := math.Inf(1)
-	p.doms = append(p.doms, domain{d: d, node: -1, intra: inf, nic: inf, fabric: inf, clique: noNodes})
+	sk.doms = append(sk.doms, domain{d: d, node: -1, intra: inf, nic: inf, fabric: inf, clique: noNodes})
 	if d.Level == 0 {
-		if n, ok := byName[d.Value]; ok {
-			*matched++
-			p.initHost(i, n)
-		}
-		p.doms[i].end = i + 1
-		p.noteEver(i)
+		sk.hosts[d.Value] = i
+		sk.hostOrder = append(sk.hostOrder, i)
+		sk.doms[i].end = i + 1
 		return i
 	}
-	lo := int32(len(p.kids))
+	lo := int32(len(sk.kids))
 	hi := lo + int32(len(d.Children))
-	p.kids = p.kids[:hi] // capacity is exact: every domain but the root is a child
+	sk.kids = sk.kids[:hi] // capacity is exact: every domain but the root is a child
 	for j, c := range d.Children {
-		ci := p.visit(c, byName, matched)
-		p.kids[lo+int32(j)] = ci
-		p.doms[i].add(&p.doms[ci])
+		sk.kids[lo+int32(j)] = sk.visit(c)
 	}
-	p.doms[i].kidLo, p.doms[i].kidHi, p.doms[i].end = lo, hi, int32(len(p.doms))
-	p.noteEver(i)
+	sk.doms[i].kidLo, sk.doms[i].kidHi, sk.doms[i].end = lo, hi, int32(len(sk.doms))
 	return i
 }
 

@@ -66,19 +66,27 @@ func (p *planner) ringMembers() ([]topology.Member, bool) {
 	if p.req.gpus == 0 {
 		return nil, false
 	}
-	members := make([]topology.Member, len(p.used))
-	at := 0
-	for i, u := range p.used {
-		node := p.s.Nodes[u.node]
-		if node.Topology == nil {
+	for _, u := range p.used {
+		if p.s.Nodes[u.node].Topology == nil {
 			return nil, false
 		}
+	}
+	members := make([]topology.Member, len(p.used))
+	// Every member's Path (Tree.Path: host up to the root) in one array.
+	levels := len(p.req.levelNames)
+	paths := make([]*topology.Domain, 0, len(p.used)*levels)
+	at := 0
+	for i, u := range p.used {
 		var set topology.GPUSet
 		for _, a := range p.out[at : at+u.members] {
 			set |= a.GPUs
 		}
 		at += u.members
-		members[i] = topology.Member{Node: node.Topology, GPUs: set, Path: p.s.Tree.Path(node.Name)}
+		start := len(paths)
+		for d := p.doms[u.host].d; d != nil; d = d.Parent {
+			paths = append(paths, d)
+		}
+		members[i] = topology.Member{Node: p.s.Nodes[u.node].Topology, GPUs: set, Path: paths[start:len(paths):len(paths)]}
 	}
 	return members, true
 }

@@ -144,6 +144,7 @@ func Place(s *Snapshot, g Gang, opts Options) (*Plan, error) {
 	if err != nil {
 		return nil, err
 	}
+	defer p.release()
 	chosen, ok := p.choose()
 	if !ok {
 		return nil, p.unschedulable()

@@ -140,5 +140,5 @@ func (p *planner) take(i int32, r int) {
 		}
 		p.out = append(p.out, Assignment{Node: node.Name, GPUs: set})
 	}
-	p.used = append(p.used, usedNode{node: d.node, members: r})
+	p.used = append(p.used, usedNode{node: d.node, host: i, members: r})
 }
