@@ -15,8 +15,10 @@ import (
 	// Registers CoschedulingArgs with the scheduler's config scheme so the
 	// plugin's args decode from --config.
 	_ "sigs.k8s.io/scheduler-plugins/apis/config/scheme"
-	"sigs.k8s.io/scheduler-plugins/pkg/coscheduling"
 
+	// Coscheduling as scheduler-plugins builds it, plus the bindings of a
+	// previous leader (see the package).
+	"github.com/lockstep-dev/lockstep/pkg/scheduler/coscheduling"
 	"github.com/lockstep-dev/lockstep/pkg/scheduler/topologyplacement"
 )
 
