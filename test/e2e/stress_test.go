@@ -355,4 +355,3 @@ func cordon(ctx context.Context, node string, unschedulable bool) error {
 	}
 	return nil
 }
-
