@@ -37,6 +37,9 @@ type options struct {
 	healthAddr              string
 	leaderElect             bool
 	leaderElectionNamespace string
+	leaseDuration           time.Duration
+	renewDeadline           time.Duration
+	retryPeriod             time.Duration
 	schedulerName           string
 	topologyConfig          string
 	clusterDomain           string
@@ -54,6 +57,9 @@ func main() {
 	fs.StringVar(&opts.healthAddr, "health-probe-bind-address", ":8081", "address of /healthz and /readyz")
 	fs.BoolVar(&opts.leaderElect, "leader-elect", true, "run one active replica, elected through a Lease")
 	fs.StringVar(&opts.leaderElectionNamespace, "leader-election-namespace", "", "namespace of the leader election Lease; the pod's own when empty")
+	fs.DurationVar(&opts.leaseDuration, "leader-elect-lease-duration", 15*time.Second, "how long standbys wait after the leader's last renewal before taking over")
+	fs.DurationVar(&opts.renewDeadline, "leader-elect-renew-deadline", 10*time.Second, "how long the leader retries renewing before it gives up leading; less than the lease duration")
+	fs.DurationVar(&opts.retryPeriod, "leader-elect-retry-period", 2*time.Second, "how often replicas try to acquire or renew the lease")
 	fs.StringVar(&opts.schedulerName, "scheduler-name", lockstep.SchedulerName, "schedulerName of the jobs' pods")
 	fs.StringVar(&opts.topologyConfig, "topology-config", "", "the topology configuration status.placement is rated against: the scheduler's KubeSchedulerConfiguration or a TopologyConfig file (default levels when empty)")
 	fs.StringVar(&opts.clusterDomain, "cluster-domain", controller.DefaultClusterDomain, "the cluster's DNS domain; pods resolve their peers by bare name under <job>.<namespace>.svc.<cluster-domain>")
@@ -98,6 +104,9 @@ func run(ctx context.Context, opts options) error {
 		LeaderElection:          opts.leaderElect,
 		LeaderElectionID:        "lockstep-controller.lockstep.dev",
 		LeaderElectionNamespace: opts.leaderElectionNamespace,
+		LeaseDuration:           &opts.leaseDuration,
+		RenewDeadline:           &opts.renewDeadline,
+		RetryPeriod:             &opts.retryPeriod,
 		Cache:                   cacheOpts,
 		Client:                  clientOpts,
 	})

@@ -136,6 +136,12 @@ func DeployedSchedulerConfig(repoRoot string) (map[string]any, error) {
 // KubeSchedulerConfiguration cfg, pointed at this cluster as the scheduler's
 // ServiceAccount and serving health on loopback.
 func (c *Cluster) KubeSchedulerComponent(name, binary string, cfg map[string]any) (Component, error) {
+	return c.kubeSchedulerComponent(name, binary, cfg, nil)
+}
+
+// kubeSchedulerComponent is KubeSchedulerComponent with leader election on
+// when le is set (see SchedulerReplicaComponent).
+func (c *Cluster) kubeSchedulerComponent(name, binary string, cfg map[string]any, le *LeaderElection) (Component, error) {
 	kubeconfig, err := c.identityKubeconfig(SchedulerIdentity())
 	if err != nil {
 		return Component{}, err
@@ -143,7 +149,7 @@ func (c *Cluster) KubeSchedulerComponent(name, binary string, cfg map[string]any
 	if c.Model != nil {
 		cfg = withTopology(cfg, c.Model.TopologyConfig())
 	}
-	cfgPath, err := c.renderSchedulerConfig(name, kubeconfig, cfg)
+	cfgPath, err := c.renderSchedulerConfig(name, kubeconfig, cfg, le)
 	if err != nil {
 		return Component{}, err
 	}
@@ -310,13 +316,27 @@ func (c *Cluster) StartComponents(ctx context.Context) error {
 
 // renderSchedulerConfig writes the scheduler configuration cfg with
 // kubeconfig (the scheduler's ServiceAccount). With --config, kube-scheduler
-// ignores --kubeconfig, so the file itself must name it. Leader election is
-// off: one scheduler runs here, and a restarted one must not wait out its
-// predecessor's lease.
-func (c *Cluster) renderSchedulerConfig(name, kubeconfig string, cfg map[string]any) (string, error) {
+// ignores --kubeconfig, so the file itself must name it. Without le,
+// leader election is off: one scheduler runs here, and a restarted one must
+// not wait out its predecessor's lease. With le, it is on, on cfg's Lease
+// (deploy/'s kube-system/lockstep-scheduler), with le's durations.
+func (c *Cluster) renderSchedulerConfig(name, kubeconfig string, cfg map[string]any, le *LeaderElection) (string, error) {
 	rendered := maps.Clone(cfg)
 	rendered["clientConnection"] = map[string]any{"kubeconfig": kubeconfig, "qps": 200, "burst": 400}
-	rendered["leaderElection"] = map[string]any{"leaderElect": false}
+	if le == nil {
+		rendered["leaderElection"] = map[string]any{"leaderElect": false}
+	} else {
+		election, _ := rendered["leaderElection"].(map[string]any)
+		election = maps.Clone(election)
+		if election == nil {
+			election = map[string]any{}
+		}
+		election["leaderElect"] = true
+		election["leaseDuration"] = le.LeaseDuration.String()
+		election["renewDeadline"] = le.RenewDeadline.String()
+		election["retryPeriod"] = le.RetryPeriod.String()
+		rendered["leaderElection"] = election
+	}
 	out, err := yaml.Marshal(rendered)
 	if err != nil {
 		return "", err

@@ -327,7 +327,7 @@ func (c *Cluster) ProxiedSchedulerComponent(name string, proxy *FaultProxy) (Com
 	if c.Model != nil {
 		cfg = withTopology(cfg, c.Model.TopologyConfig())
 	}
-	cfgPath, err := c.renderSchedulerConfig(name, proxied, cfg)
+	cfgPath, err := c.renderSchedulerConfig(name, proxied, cfg, nil)
 	if err != nil {
 		return Component{}, err
 	}

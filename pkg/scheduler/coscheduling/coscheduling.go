@@ -1,6 +1,7 @@
 // Package coscheduling is LockstepCoscheduling: scheduler-plugins'
 // Coscheduling (v0.34.7) unchanged at every extension point, registered
-// under its own name with EventsToRegister that carry QueueingHints.
+// under its own name with EventsToRegister that carry QueueingHints, and
+// counting the gang members a previous leader bound (countLateBindings).
 //
 // Why a wrapper. Coscheduling rejects a gang at PreFilter when its PodGroup's
 // minResources do not fit the cluster's free capacity (TrainingJob PodGroups
@@ -68,7 +69,11 @@ func New(ctx context.Context, obj runtime.Object, h framework.Handle) (framework
 	if err != nil {
 		return nil, err
 	}
-	return &Coscheduling{Coscheduling: p.(*upstream.Coscheduling)}, nil
+	cs := p.(*upstream.Coscheduling)
+	if err := countLateBindings(cs, h); err != nil {
+		return nil, err
+	}
+	return &Coscheduling{Coscheduling: cs}, nil
 }
 
 // Name returns Name: the framework records rejections and looks up hints
