@@ -168,3 +168,48 @@ func TestFailedPodCreateIsRetriedWithBackoff(t *testing.T) {
 		t.Errorf("Created condition %+v, want False/%s naming the cause", cond, ReasonFailedCreatePod)
 	}
 }
+
+// A status write that conflicts is retried soon by the reconciler itself:
+// the event a newer job would bring can be lost (a dropped watch), and a
+// job whose Created condition was never written would otherwise wait for
+// an unrelated event.
+func TestStatusConflictIsRetriedSoon(t *testing.T) {
+	scheme := runtime.NewScheme()
+	for _, add := range []func(*runtime.Scheme) error{clientgoscheme.AddToScheme, v1alpha1.AddToScheme, schedv1alpha1.AddToScheme} {
+		if err := add(scheme); err != nil {
+			t.Fatal(err)
+		}
+	}
+	job := pyTorchJob("ns", "j", func(j *v1alpha1.TrainingJob) { j.UID = "job-uid" })
+	job.Default()
+	conflicts := 1
+	c := fake.NewClientBuilder().WithScheme(scheme).WithStatusSubresource(&v1alpha1.TrainingJob{}).WithObjects(job).
+		WithInterceptorFuncs(interceptor.Funcs{SubResourceUpdate: func(ctx context.Context, c client.Client, sub string, obj client.Object, opts ...client.SubResourceUpdateOption) error {
+			if _, ok := obj.(*v1alpha1.TrainingJob); ok && conflicts > 0 {
+				conflicts--
+				return apierrors.NewConflict(v1alpha1.GroupVersion.WithResource("trainingjobs").GroupResource(), obj.GetName(), errors.New("injected"))
+			}
+			return c.SubResource(sub).Update(ctx, obj, opts...)
+		}}).Build()
+	r := &TrainingJobReconciler{
+		Client: c, Recorder: record.NewFakeRecorder(100), Registry: framework.NewBuiltinRegistry(rand.Reader),
+		Clock: &fakeClock{now: t0}, SchedulerName: lockstep.SchedulerName, ClusterDomain: DefaultClusterDomain,
+		CreateParallelism: 4, Topology: lockstep.DefaultTopologyConfig(),
+	}
+	r.expectations = newExpectations(r.Clock)
+	req := ctrl.Request{NamespacedName: types.NamespacedName{Namespace: "ns", Name: "j"}}
+	res, err := r.Reconcile(context.Background(), req)
+	if err != nil || res.RequeueAfter <= 0 {
+		t.Fatalf("Reconcile after a conflicting status write = %+v, %v; want a prompt requeue and no error", res, err)
+	}
+	if _, err := r.Reconcile(context.Background(), req); err != nil {
+		t.Fatal(err)
+	}
+	got := &v1alpha1.TrainingJob{}
+	if err := c.Get(context.Background(), req.NamespacedName, got); err != nil {
+		t.Fatal(err)
+	}
+	if !meta.IsStatusConditionTrue(got.Status.Conditions, string(v1alpha1.JobCreated)) || got.Status.StartTime == nil {
+		t.Errorf("status %+v after the retry, want Created and a start time", got.Status)
+	}
+}

@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -152,8 +153,26 @@ func (r *TrainingJobReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 	if statusErr := r.updateStatus(ctx, job, original); statusErr != nil && err == nil {
 		err = statusErr
 	}
+	if errors.Is(err, errStaleJob) {
+		// A newer job is usually on its way through the cache, but not
+		// always in time (a watch that dropped, a proxy's 409): look again
+		// soon rather than wait for an event that may not come. Not an
+		// error, which would be logged as one.
+		if res.RequeueAfter == 0 || res.RequeueAfter > staleJobRetry {
+			res.RequeueAfter = staleJobRetry
+		}
+		return res, nil
+	}
 	return res, err
 }
+
+// errStaleJob says a write of the job's status conflicted: it was decided
+// on a stale copy.
+var errStaleJob = errors.New("the TrainingJob changed since it was read")
+
+// staleJobRetry is how soon a job whose status write conflicted is
+// reconciled again.
+const staleJobRetry = time.Second
 
 // validate checks the defaulted job as the API server would have, and finds
 // its adapter.
@@ -277,7 +296,7 @@ func (r *TrainingJobReconciler) ensureRestart(ctx context.Context, job *v1alpha1
 	if err := r.Client.Status().Update(ctx, job); err != nil {
 		if apierrors.IsConflict(err) {
 			// Decided on a stale job: decide again on the fresh one.
-			return nil
+			return errStaleJob
 		}
 		return fmt.Errorf("recording restart of %s: %w", klog.KObj(job), err)
 	}
@@ -408,11 +427,14 @@ func (r *TrainingJobReconciler) updateStatus(ctx context.Context, job *v1alpha1.
 		return nil
 	}
 	if err := r.Client.Status().Update(ctx, job); err != nil {
-		if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
-			// A newer job is on its way through the cache, or the job is
-			// gone; either brings its own event.
+		if apierrors.IsNotFound(err) {
+			// The job is gone; its deletion is an event of its own.
 			ctrl.LoggerFrom(ctx).V(5).Info("Status not written", "err", err)
 			return nil
+		}
+		if apierrors.IsConflict(err) {
+			ctrl.LoggerFrom(ctx).V(5).Info("Status not written", "err", err)
+			return errStaleJob
 		}
 		return fmt.Errorf("updating status of TrainingJob %s: %w", klog.KObj(job), err)
 	}

@@ -413,6 +413,14 @@ func (r *TrainingJobReconciler) ensurePods(ctx context.Context, job *v1alpha1.Tr
 		}
 	}
 	if len(missing) == 0 {
+		// Also when the pass that created them could not record it (its
+		// status write conflicted or failed): without a start time,
+		// activeDeadlineSeconds would never run out.
+		if job.Status.StartTime == nil {
+			now := metav1.NewTime(r.Clock.Now())
+			job.Status.StartTime = &now
+		}
+		markCreated(job)
 		return nil
 	}
 	if job.Status.StartTime == nil {
@@ -444,10 +452,15 @@ func (r *TrainingJobReconciler) ensurePods(ctx context.Context, job *v1alpha1.Tr
 		setCondition(&job.Status, job.Generation, v1alpha1.JobCreated, metav1.ConditionFalse, ReasonFailedCreatePod, truncateMessage(msg))
 		return fmt.Errorf("creating pods of %s: %w", klog.KObj(job), err)
 	}
+	markCreated(job)
+	return nil
+}
+
+// markCreated records that every object of the job exists.
+func markCreated(job *v1alpha1.TrainingJob) {
 	if !meta.IsStatusConditionTrue(job.Status.Conditions, string(v1alpha1.JobCreated)) {
 		setCondition(&job.Status, job.Generation, v1alpha1.JobCreated, metav1.ConditionTrue, ReasonPodsCreated, "the job's PodGroup, Service and pods were created")
 	}
-	return nil
 }
 
 // truncateMessage keeps a condition message within the API's 32 KiB limit.
