@@ -3,7 +3,6 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"os"
 	"sync"
 	"testing"
 	"time"
@@ -65,18 +64,15 @@ func runBehindProxy(t *testing.T, proxy *localcluster.FaultProxy) {
 // given to two pods of a node, no pod is duplicated, and no job counts a
 // restart it never had.
 //
-// Not yet passing, so it runs only with LOCKSTEP_E2E_FAULTS=1. Found so
-// far: a binding that fails (injected 5xx) makes TopologyPlacement's
-// Unreserve drop the gang's plan while other members are already past
-// Permit; those fell through to DefaultBinder without GPUs (fixed: Bind now
-// fails them), and the failed member was seen never to be retried, leaving
-// the rest of its gang waiting at Coscheduling's Permit. With the fix the
-// jobs still do not reach Running within 4 minutes (open; see
-// docs/operations.md, Failures).
+// Found by it and fixed: a member reserved through a plan dropped when
+// another member's bind failed fell through to DefaultBinder without GPUs
+// (Bind now fails it); a binding whose answer was lost left its gang at
+// Coscheduling's Permit, which did not count members that became bound
+// after it first saw them (LockstepCoscheduling counts them); and a job
+// whose status write conflicted waited for an event that never came
+// (the controller requeues itself, and records Created and startTime once
+// the pods exist).
 func TestConvergesUnderAPIFaults(t *testing.T) {
-	if os.Getenv("LOCKSTEP_E2E_FAULTS") == "" {
-		t.Skip("known not to converge yet (a failed bind strands its gang); set LOCKSTEP_E2E_FAULTS=1 to run")
-	}
 	ctx := context.Background()
 	proxy, err := localcluster.StartFaultProxy(cluster.Config, localcluster.FaultRules{
 		Seed:            12,
