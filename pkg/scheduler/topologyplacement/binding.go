@@ -68,9 +68,23 @@ func (p *TopologyPlacement) Bind(ctx context.Context, state fwk.CycleState, pod 
 	}
 	klog.FromContext(ctx).V(3).Info("Binding pod with its GPUs", "plugin", Name, "pod", klog.KObj(pod), "node", nodeName, "gpus", annotations[lockstep.AnnotationGPUs])
 	if err := p.bind(ctx, binding); err != nil {
+		if p.boundTo(ctx, pod, nodeName) {
+			// The apiserver bound it and only the answer was lost (a 5xx
+			// from a proxy, a timeout): failing now would make Unreserve
+			// forget GPUs the pod holds, for another pod to be given.
+			klog.FromContext(ctx).V(2).Info("Binding answered with an error but took effect", "plugin", Name, "pod", klog.KObj(pod), "node", nodeName, "err", err)
+			return nil
+		}
 		return fwk.AsStatus(fmt.Errorf("binding pod %s/%s to %s with GPUs %s: %w", pod.Namespace, pod.Name, nodeName, annotations[lockstep.AnnotationGPUs], err))
 	}
 	return nil
+}
+
+// boundTo reads the pod from the apiserver (not the informer, which may lag)
+// and says whether it is this pod, bound to node.
+func (p *TopologyPlacement) boundTo(ctx context.Context, pod *v1.Pod, node string) bool {
+	got, err := p.handle.ClientSet().CoreV1().Pods(pod.Namespace).Get(ctx, pod.Name, metav1.GetOptions{})
+	return err == nil && got.UID == pod.UID && got.Spec.NodeName == node
 }
 
 // bind sends the Binding the way DefaultBinder does: through the

@@ -27,6 +27,9 @@ func TestBindCarriesTheGPUs(t *testing.T) {
 		name     string
 		cacher   bool
 		bindErr  error
+		// happened: the apiserver bound the pod before the error (an
+		// answer lost on the way back).
+		happened bool
 		wantCode fwk.Code
 		wantMsg  string
 	}{
@@ -34,6 +37,7 @@ func TestBindCarriesTheGPUs(t *testing.T) {
 		{name: "bound through the API cacher", cacher: true, wantCode: fwk.Success},
 		{name: "apiserver refuses", bindErr: errors.New("pod is being deleted"), wantCode: fwk.Error, wantMsg: "binding pod ns/m-0 to a with GPUs 0,1,2,3,4,5,6,7: pod is being deleted"},
 		{name: "API cacher refuses", cacher: true, bindErr: errors.New("pod is being deleted"), wantCode: fwk.Error, wantMsg: "pod is being deleted"},
+		{name: "answer lost after the bind took effect", bindErr: errors.New("503 Service Unavailable"), happened: true, wantCode: fwk.Success},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -45,7 +49,19 @@ func TestBindCarriesTheGPUs(t *testing.T) {
 				if action.GetSubresource() != "binding" {
 					return false, nil, nil
 				}
-				bindings = append(bindings, action.(k8stesting.CreateAction).GetObject().(*v1.Binding))
+				b := action.(k8stesting.CreateAction).GetObject().(*v1.Binding)
+				bindings = append(bindings, b)
+				if tc.happened {
+					obj, err := cs.Tracker().Get(v1.SchemeGroupVersion.WithResource("pods"), b.Namespace, b.Name)
+					if err != nil {
+						t.Fatal(err)
+					}
+					pod := obj.(*v1.Pod).DeepCopy()
+					pod.Spec.NodeName = b.Target.Name
+					if err := cs.Tracker().Update(v1.SchemeGroupVersion.WithResource("pods"), pod, b.Namespace); err != nil {
+						t.Fatal(err)
+					}
+				}
 				return true, nil, tc.bindErr
 			})
 			cacher := &recordingCacher{err: tc.bindErr}

@@ -64,6 +64,21 @@ func (b *books) assign(pod types.UID, node string, gpus topology.GPUSet) {
 	b.core.Assign(string(pod), node, gpus)
 }
 
+// adoptBound records the GPUs of a pod found bound with them (its
+// lockstep.dev/gpus annotation) that the books do not know: bound by a
+// previous leader, or by a Binding whose answer was lost, so that Unreserve
+// forgot it. Until its NodeTopology shows the allocation, these GPUs would
+// otherwise look free. A pod the books know is left as it is.
+func (b *books) adoptBound(pod types.UID, node string, gpus topology.GPUSet) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if _, known := b.core.Reservation(string(pod)); known {
+		return false
+	}
+	b.core.Assign(string(pod), node, gpus)
+	return true
+}
+
 // assignmentOf returns the GPUs a reserved pod was given.
 func (b *books) assignmentOf(pod types.UID) (assignment, bool) {
 	b.mu.Lock()

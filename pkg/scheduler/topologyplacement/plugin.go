@@ -44,6 +44,7 @@ import (
 	"github.com/lockstep-dev/lockstep/pkg/apis/lockstep/v1alpha1"
 	"github.com/lockstep-dev/lockstep/pkg/lockstep"
 	"github.com/lockstep-dev/lockstep/pkg/scheduler/requeue"
+	"github.com/lockstep-dev/lockstep/pkg/topology"
 )
 
 // Name is the plugin's name in the scheduler configuration.
@@ -155,11 +156,24 @@ func New(ctx context.Context, obj runtime.Object, handle framework.Handle) (fram
 	health.rejoined = func() { p.retryTurnedAway("") }
 	// Forget a pod's GPUs once it is gone or finished: from then on the
 	// scheduler's own accounting and the NodeTopology agree without us.
+	// Adopt the GPUs of pods found bound with them that the books do not
+	// know (a previous leader's, or a Binding whose answer was lost).
 	_, err = handle.SharedInformerFactory().Core().V1().Pods().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
-		UpdateFunc: func(_, obj any) {
-			if pod, ok := obj.(*v1.Pod); ok && (pod.Status.Phase == v1.PodSucceeded || pod.Status.Phase == v1.PodFailed) {
-				p.books.forgetPod(pod.UID)
+		AddFunc: func(obj any) {
+			if pod, ok := obj.(*v1.Pod); ok {
+				p.adoptBoundGPUs(pod)
 			}
+		},
+		UpdateFunc: func(_, obj any) {
+			pod, ok := obj.(*v1.Pod)
+			if !ok {
+				return
+			}
+			if pod.Status.Phase == v1.PodSucceeded || pod.Status.Phase == v1.PodFailed {
+				p.books.forgetPod(pod.UID)
+				return
+			}
+			p.adoptBoundGPUs(pod)
 		},
 		DeleteFunc: func(obj any) {
 			if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
@@ -176,6 +190,25 @@ func New(ctx context.Context, obj runtime.Object, handle framework.Handle) (fram
 	go p.expirePlans(ctx)
 	logger.V(2).Info("Plugin ready", "levels", args.Levels, "defaultMode", args.DefaultMode)
 	return p, nil
+}
+
+// adoptBoundGPUs puts a running pod's GPUs in the books when it is bound
+// with a lockstep.dev/gpus annotation the books do not know.
+func (p *TopologyPlacement) adoptBoundGPUs(pod *v1.Pod) {
+	if pod.Spec.NodeName == "" || pod.DeletionTimestamp != nil || pod.Status.Phase == v1.PodSucceeded || pod.Status.Phase == v1.PodFailed {
+		return
+	}
+	list, ok := pod.Annotations[lockstep.AnnotationGPUs]
+	if !ok {
+		return
+	}
+	gpus, err := topology.ParseGPUList(list)
+	if err != nil || gpus == 0 {
+		return
+	}
+	if p.books.adoptBound(pod.UID, pod.Spec.NodeName, gpus) {
+		p.logger.V(3).Info("Adopted the GPUs of a pod bound outside this scheduler's books", "pod", klog.KObj(pod), "node", pod.Spec.NodeName, "gpus", list)
+	}
 }
 
 // Name returns the plugin name.
