@@ -48,24 +48,14 @@ func (c *staleJobClient) Get(ctx context.Context, key client.ObjectKey, obj clie
 // is stale, so the write conflicts). Deleting the pods first would erase
 // the succeeded Master, and the next pass would start the job over.
 func TestFinishRecordedBeforePodsCleaned(t *testing.T) {
-	scheme := runtime.NewScheme()
-	for _, add := range []func(*runtime.Scheme) error{clientgoscheme.AddToScheme, v1alpha1.AddToScheme, schedv1alpha1.AddToScheme} {
-		if err := add(scheme); err != nil {
-			t.Fatal(err)
-		}
-	}
+	scheme := fakeScheme(t)
 	job := pyTorchJob("ns", "j", func(j *v1alpha1.TrainingJob) {
 		j.UID = "job-uid"
 		runPolicy(j).CleanPodPolicy = ptr.To(v1alpha1.CleanPodPolicyAll)
 	})
 	job.Default()
 	c := fake.NewClientBuilder().WithScheme(scheme).WithStatusSubresource(&v1alpha1.TrainingJob{}).WithObjects(job).Build()
-	r := &TrainingJobReconciler{
-		Client: c, Recorder: record.NewFakeRecorder(100), Registry: framework.NewBuiltinRegistry(rand.Reader),
-		Clock: &fakeClock{now: t0}, SchedulerName: lockstep.SchedulerName, ClusterDomain: DefaultClusterDomain,
-		CreateParallelism: 4, Topology: lockstep.DefaultTopologyConfig(),
-	}
-	r.expectations = newExpectations(r.Clock)
+	r := fakeReconciler(c)
 	ctx := context.Background()
 	req := ctrl.Request{NamespacedName: types.NamespacedName{Namespace: "ns", Name: "j"}}
 	if _, err := r.Reconcile(ctx, req); err != nil {
@@ -130,12 +120,7 @@ func TestFinishRecordedBeforePodsCleaned(t *testing.T) {
 // workqueue's rate limiter spaces the retries (a Requeue or a nil error
 // would retry at once or never), and must say why on the job.
 func TestFailedPodCreateIsRetriedWithBackoff(t *testing.T) {
-	scheme := runtime.NewScheme()
-	for _, add := range []func(*runtime.Scheme) error{clientgoscheme.AddToScheme, v1alpha1.AddToScheme, schedv1alpha1.AddToScheme} {
-		if err := add(scheme); err != nil {
-			t.Fatal(err)
-		}
-	}
+	scheme := fakeScheme(t)
 	job := pyTorchJob("ns", "j", func(j *v1alpha1.TrainingJob) { j.UID = "job-uid" })
 	job.Default()
 	refused := apierrors.NewForbidden(corev1.Resource("pods"), "", errors.New(`serviceaccount "does-not-exist" not found`))
@@ -146,12 +131,7 @@ func TestFailedPodCreateIsRetriedWithBackoff(t *testing.T) {
 			}
 			return c.Create(ctx, obj, opts...)
 		}}).Build()
-	r := &TrainingJobReconciler{
-		Client: c, Recorder: record.NewFakeRecorder(100), Registry: framework.NewBuiltinRegistry(rand.Reader),
-		Clock: &fakeClock{now: t0}, SchedulerName: lockstep.SchedulerName, ClusterDomain: DefaultClusterDomain,
-		CreateParallelism: 4, Topology: lockstep.DefaultTopologyConfig(),
-	}
-	r.expectations = newExpectations(r.Clock)
+	r := fakeReconciler(c)
 	req := ctrl.Request{NamespacedName: types.NamespacedName{Namespace: "ns", Name: "j"}}
 	for try := range 3 {
 		res, err := r.Reconcile(context.Background(), req)
@@ -174,12 +154,7 @@ func TestFailedPodCreateIsRetriedWithBackoff(t *testing.T) {
 // job whose Created condition was never written would otherwise wait for
 // an unrelated event.
 func TestStatusConflictIsRetriedSoon(t *testing.T) {
-	scheme := runtime.NewScheme()
-	for _, add := range []func(*runtime.Scheme) error{clientgoscheme.AddToScheme, v1alpha1.AddToScheme, schedv1alpha1.AddToScheme} {
-		if err := add(scheme); err != nil {
-			t.Fatal(err)
-		}
-	}
+	scheme := fakeScheme(t)
 	job := pyTorchJob("ns", "j", func(j *v1alpha1.TrainingJob) { j.UID = "job-uid" })
 	job.Default()
 	conflicts := 1
@@ -191,12 +166,7 @@ func TestStatusConflictIsRetriedSoon(t *testing.T) {
 			}
 			return c.SubResource(sub).Update(ctx, obj, opts...)
 		}}).Build()
-	r := &TrainingJobReconciler{
-		Client: c, Recorder: record.NewFakeRecorder(100), Registry: framework.NewBuiltinRegistry(rand.Reader),
-		Clock: &fakeClock{now: t0}, SchedulerName: lockstep.SchedulerName, ClusterDomain: DefaultClusterDomain,
-		CreateParallelism: 4, Topology: lockstep.DefaultTopologyConfig(),
-	}
-	r.expectations = newExpectations(r.Clock)
+	r := fakeReconciler(c)
 	req := ctrl.Request{NamespacedName: types.NamespacedName{Namespace: "ns", Name: "j"}}
 	res, err := r.Reconcile(context.Background(), req)
 	if err != nil || res.RequeueAfter <= 0 {
@@ -212,4 +182,27 @@ func TestStatusConflictIsRetriedSoon(t *testing.T) {
 	if !meta.IsStatusConditionTrue(got.Status.Conditions, string(v1alpha1.JobCreated)) || got.Status.StartTime == nil {
 		t.Errorf("status %+v after the retry, want Created and a start time", got.Status)
 	}
+}
+
+// fakeScheme knows every type the reconciler reads or writes.
+func fakeScheme(t *testing.T) *runtime.Scheme {
+	t.Helper()
+	scheme := runtime.NewScheme()
+	for _, add := range []func(*runtime.Scheme) error{clientgoscheme.AddToScheme, v1alpha1.AddToScheme, schedv1alpha1.AddToScheme} {
+		if err := add(scheme); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return scheme
+}
+
+// fakeReconciler is a reconciler on c at t0, with the built-in adapters.
+func fakeReconciler(c client.Client) *TrainingJobReconciler {
+	r := &TrainingJobReconciler{
+		Client: c, Recorder: record.NewFakeRecorder(100), Registry: framework.NewBuiltinRegistry(rand.Reader),
+		Clock: &fakeClock{now: t0}, SchedulerName: lockstep.SchedulerName, ClusterDomain: DefaultClusterDomain,
+		CreateParallelism: 4, Topology: lockstep.DefaultTopologyConfig(),
+	}
+	r.expectations = newExpectations(r.Clock)
+	return r
 }
