@@ -24,9 +24,9 @@ import (
 // that a failed Binding is reported with the pod.
 func TestBindCarriesTheGPUs(t *testing.T) {
 	tests := []struct {
-		name     string
-		cacher   bool
-		bindErr  error
+		name    string
+		cacher  bool
+		bindErr error
 		// happened: the apiserver bound the pod before the error (an
 		// answer lost on the way back).
 		happened bool
