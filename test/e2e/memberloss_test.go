@@ -9,6 +9,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
@@ -224,5 +225,66 @@ func TestGangRestartSurvivesControllerCrash(t *testing.T) {
 	}
 	if len(list.Items) != 8 || len(uids) != 8 {
 		t.Errorf("%d pods (%d UIDs) of the job, want 8", len(list.Items), len(uids))
+	}
+}
+
+// TestGangRestartsWhenANodeIsLost deletes the node one rank of a running
+// gang runs on, as a node that died and was removed would be: the
+// apiserver's pod garbage collector deletes the orphaned pod, the
+// controller restarts the whole gang once, and the gang is placed again
+// whole on the nodes that remain.
+func TestGangRestartsWhenANodeIsLost(t *testing.T) {
+	ctx := context.Background()
+	ns := cluster.NewNamespace(t)
+	job := pytorchJob(ns, "nodeloss", 3)
+	for role, spec := range job.Spec.ReplicaSpecs {
+		spec.Template.Spec.Containers[0].Resources.Limits[lockstep.GPUResource] = resource.MustParse("8")
+		job.Spec.ReplicaSpecs[role] = spec
+	}
+	createJob(t, job)
+	first := waitPods(t, ns, job.Name, 4, 60*time.Second)
+	waitJob(t, ns, job.Name, 30*time.Second, "job Running", hasCondition(v1alpha1.JobRunning, ""))
+	lost := first["nodeloss-worker-1"].Spec.NodeName
+	var model *corev1.Node
+	for _, n := range cluster.Model.Nodes() {
+		if n.Name == lost {
+			model = n
+		}
+	}
+	if model == nil {
+		t.Fatalf("node %s is not in the cluster model", lost)
+	}
+	t.Cleanup(func() {
+		if err := cluster.CreateNodes(ctx, []*corev1.Node{model}); err != nil {
+			t.Errorf("bringing node %s back: %v", lost, err)
+			return
+		}
+		if err := cluster.WaitNodesReady(ctx, 2*time.Minute); err != nil {
+			t.Error(err)
+		}
+		err := localcluster.Poll(ctx, 250*time.Millisecond, time.Minute, "NodeTopology of "+lost, func(ctx context.Context) (bool, error) {
+			return cluster.Client.Get(ctx, client.ObjectKey{Name: lost}, &v1alpha1.NodeTopology{}) == nil, nil
+		})
+		if err != nil {
+			t.Error(err)
+		}
+	})
+	if err := cluster.DeleteNodes(ctx, []*corev1.Node{model}); err != nil {
+		t.Fatal(err)
+	}
+	// The pod garbage collector removes pods of a deleted node after its
+	// quarantine (40 s in Kubernetes 1.34).
+	waitJob(t, ns, job.Name, 3*time.Minute, "restartCount 1", func(j *v1alpha1.TrainingJob) bool { return j.Status.RestartCount >= 1 })
+	second := waitGangReplaced(t, ns, job.Name, 4, first, "1")
+	final := waitJob(t, ns, job.Name, 30*time.Second, "job Running again", func(j *v1alpha1.TrainingJob) bool {
+		return hasCondition(v1alpha1.JobRunning, "")(j) && !hasCondition(v1alpha1.JobRestarting, "")(j)
+	})
+	if final.Status.RestartCount != 1 {
+		t.Errorf("restartCount = %d after one lost node, want exactly 1", final.Status.RestartCount)
+	}
+	for _, p := range second {
+		if p.Spec.NodeName == lost {
+			t.Errorf("pod %s was placed on the deleted node %s", p.Name, lost)
+		}
 	}
 }
