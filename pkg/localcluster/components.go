@@ -136,20 +136,28 @@ func DeployedSchedulerConfig(repoRoot string) (map[string]any, error) {
 // KubeSchedulerConfiguration cfg, pointed at this cluster as the scheduler's
 // ServiceAccount and serving health on loopback.
 func (c *Cluster) KubeSchedulerComponent(name, binary string, cfg map[string]any) (Component, error) {
-	return c.kubeSchedulerComponent(name, binary, cfg, nil)
+	return c.kubeSchedulerComponent(name, binary, cfg, nil, nil)
 }
 
 // kubeSchedulerComponent is KubeSchedulerComponent with leader election on
-// when le is set (see SchedulerReplicaComponent).
-func (c *Cluster) kubeSchedulerComponent(name, binary string, cfg map[string]any, le *LeaderElection) (Component, error) {
+// when le is set (see SchedulerReplicaComponent), and reaching the
+// apiserver through proxy when that is set (its health and metrics
+// endpoints still authenticate callers directly).
+func (c *Cluster) kubeSchedulerComponent(name, binary string, cfg map[string]any, le *LeaderElection, proxy *FaultProxy) (Component, error) {
 	kubeconfig, err := c.identityKubeconfig(SchedulerIdentity())
 	if err != nil {
 		return Component{}, err
 	}
+	api := kubeconfig
+	if proxy != nil {
+		if api, err = c.ProxiedKubeconfig(SchedulerIdentity(), proxy); err != nil {
+			return Component{}, err
+		}
+	}
 	if c.Model != nil {
 		cfg = withTopology(cfg, c.Model.TopologyConfig())
 	}
-	cfgPath, err := c.renderSchedulerConfig(name, kubeconfig, cfg, le)
+	cfgPath, err := c.renderSchedulerConfig(name, api, cfg, le)
 	if err != nil {
 		return Component{}, err
 	}

@@ -310,45 +310,13 @@ func (c *Cluster) ProxiedKubeconfig(id Identity, proxy *FaultProxy) (string, err
 }
 
 // ProxiedSchedulerComponent describes lockstep-scheduler as
-// SchedulerComponent does, reaching the apiserver through proxy (its health and metrics endpoints still authenticate directly).
+// SchedulerComponent does, reaching the apiserver through proxy.
 func (c *Cluster) ProxiedSchedulerComponent(name string, proxy *FaultProxy) (Component, error) {
 	cfg, err := DeployedSchedulerConfig(c.RepoRoot)
 	if err != nil {
 		return Component{}, err
 	}
-	direct, err := c.identityKubeconfig(SchedulerIdentity())
-	if err != nil {
-		return Component{}, err
-	}
-	proxied, err := c.ProxiedKubeconfig(SchedulerIdentity(), proxy)
-	if err != nil {
-		return Component{}, err
-	}
-	if c.Model != nil {
-		cfg = withTopology(cfg, c.Model.TopologyConfig())
-	}
-	cfgPath, err := c.renderSchedulerConfig(name, proxied, cfg, nil)
-	if err != nil {
-		return Component{}, err
-	}
-	ports, err := freePorts(1)
-	if err != nil {
-		return Component{}, err
-	}
-	port := fmt.Sprint(ports[0])
-	return Component{
-		Name:   name,
-		Binary: SchedulerName,
-		Args: []string{
-			"--config=" + cfgPath,
-			"--bind-address=127.0.0.1",
-			"--secure-port=" + port,
-			"--authentication-kubeconfig=" + direct,
-			"--authorization-kubeconfig=" + direct,
-			"--v=2",
-		},
-		HealthURL: "https://127.0.0.1:" + port + "/healthz",
-	}, nil
+	return c.kubeSchedulerComponent(name, SchedulerName, cfg, nil, proxy)
 }
 
 // ProxiedControllerComponent describes the TrainingJob controller as

@@ -42,7 +42,7 @@ func (c *Cluster) SchedulerReplicaComponent(name string, le LeaderElection) (Com
 	if err != nil {
 		return Component{}, err
 	}
-	return c.kubeSchedulerComponent(name, SchedulerName, cfg, &le)
+	return c.kubeSchedulerComponent(name, SchedulerName, cfg, &le, nil)
 }
 
 // ControllerReplicaComponent describes one replica of the TrainingJob
