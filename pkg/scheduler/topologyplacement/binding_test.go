@@ -142,9 +142,10 @@ func TestBindSkipsPodsWithoutGPUChoice(t *testing.T) {
 	}
 }
 
-// TestBindFailsMemberWhosePlanWasDropped: a gang member reserved through a
-// plan that was dropped before its bind (another member's bind failed) must
-// not fall through to DefaultBinder, which would bind it without GPUs.
+// TestBindFailsMemberWhosePlanWasDropped: a gang member past Permit whose
+// plan was dropped (another member's bind failed) binds with the GPUs it
+// reserved, which the books keep; one whose GPUs were forgotten must not
+// fall through to DefaultBinder, which would bind it without GPUs.
 func TestBindFailsMemberWhosePlanWasDropped(t *testing.T) {
 	ctx := context.Background()
 	p := newMetricsPlugin(t, 2, true, nil)
@@ -156,6 +157,10 @@ func TestBindFailsMemberWhosePlanWasDropped(t *testing.T) {
 		t.Fatal(status)
 	}
 	p.invalidate("ns/g#8", dropUnreserved)
+	if a, ok := p.books.assignmentOf(p.pods[0].UID); !ok || a.GPUs == 0 {
+		t.Fatalf("member lost its GPUs when the plan was dropped: %+v, %v", a, ok)
+	}
+	p.books.forgetPod(p.pods[0].UID)
 	status := p.Bind(ctx, state, p.pods[0], "a")
 	if status.Code() != fwk.Error || !strings.Contains(status.Message(), "plan was dropped") {
 		t.Errorf("Bind = %v, want an error saying the plan was dropped", status)

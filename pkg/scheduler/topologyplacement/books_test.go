@@ -63,7 +63,7 @@ func TestBooksHoldUntilReservedThenTrackPods(t *testing.T) {
 	}
 }
 
-func TestBooksDropReleasesEverything(t *testing.T) {
+func TestBooksDropReleasesOpenSlots(t *testing.T) {
 	b := newBooks()
 	now := time.Unix(0, 0)
 	b.add("ns/g", twoNodePlan(), now)
@@ -72,12 +72,20 @@ func TestBooksDropReleasesEverything(t *testing.T) {
 		t.Errorf("expired = %v, want the incomplete plan", got)
 	}
 	b.drop("ns/g")
-	for _, node := range []string{"a", "b"} {
-		if got := b.heldOn(node, ""); got != 0 {
-			t.Errorf("held on %s after drop = %v", node, got)
-		}
+	if got := b.heldOn("a", ""); got != 0 {
+		t.Errorf("held on a (an open slot) after drop = %v", got)
 	}
-	if _, ok := b.assignmentOf("p1"); ok {
-		t.Error("a dropped plan's reserved pod kept its assignment")
+	// A reserved member keeps its GPUs (it may be bound) until it is
+	// unreserved or gone.
+	p1, ok := b.assignmentOf("p1")
+	if !ok {
+		t.Fatal("a dropped plan's reserved pod lost its assignment")
+	}
+	if got := b.heldOn("b", ""); got != p1.GPUs {
+		t.Errorf("held on b after drop = %v, want the reserved member's %v", got, p1.GPUs)
+	}
+	b.forgetPod("p1")
+	if got := b.heldOn("b", ""); got != 0 {
+		t.Errorf("held on b after the member was forgotten = %v", got)
 	}
 }

@@ -36,6 +36,9 @@ func (p *TopologyPlacement) Unreserve(ctx context.Context, state fwk.CycleState,
 		p.books.forgetPod(pod.UID)
 		return
 	}
+	// The pod's own GPUs go back; the plan's other members keep theirs
+	// until they are unreserved too or gone (Books.Drop).
+	p.books.forgetPod(pod.UID)
 	if _, ok := p.books.get(key); ok {
 		klog.FromContext(ctx).V(2).Info("Gang member unreserved; dropping the plan", "plugin", Name, "pod", klog.KObj(pod), "podGroup", key)
 		p.invalidate(key, dropUnreserved)

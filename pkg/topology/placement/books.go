@@ -142,9 +142,13 @@ func (b *Books) Add(key string, plan *Plan, now time.Time) *Held {
 	return h
 }
 
-// Drop forgets a gang's plan and releases what it holds, including the
-// slots of members already reserved (they are being rejected). It reports
-// whether there was a plan.
+// Drop forgets a gang's plan and releases the capacity its open slots
+// hold. It reports whether there was a plan.
+//
+// Members that reserved a slot keep their GPUs until ForgetPod: one may be
+// bound already, or binding, and its GPUs must not look free until its
+// NodeTopology shows them or the pod is gone; the ones still waiting are
+// rejected and unreserved by the scheduler, which forgets each.
 func (b *Books) Drop(key string) bool {
 	h, ok := b.gangs[key]
 	if !ok {
@@ -153,8 +157,6 @@ func (b *Books) Drop(key string) bool {
 	for i, m := range h.plan.Members {
 		if h.slots[i] == "" {
 			b.release(m.Node, m.GPUs)
-		} else {
-			b.unassign(h.slots[i])
 		}
 	}
 	delete(b.gangs, key)

@@ -58,7 +58,14 @@ func TestBooksSlotsAndValidity(t *testing.T) {
 		t.Errorf("reservation of p2 = %+v, %v", r, ok)
 	}
 	b.Drop("ns/g")
+	// The reserved members keep their GPUs until they are forgotten: one may
+	// be bound already.
+	if _, ok := b.Reservation("p1"); !ok {
+		t.Error("p1 lost its GPUs when its plan was dropped")
+	}
+	b.ForgetPod("p1")
+	b.ForgetPod("p2")
 	if !b.Empty() {
-		t.Errorf("books after drop:\n%s", b)
+		t.Errorf("books after drop and forgetting the members:\n%s", b)
 	}
 }

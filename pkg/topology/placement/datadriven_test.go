@@ -121,7 +121,14 @@ func (s *script) run(t *testing.T, d *datadriven.TestData) (string, error) {
 	case "reserve":
 		return s.reserve(t, d)
 	case "unreserve":
+		// As the plugin's Unreserve: the pod forgets its GPUs and the plan
+		// is dropped; the other members keep theirs until forgotten.
 		key := arg(t, d, "gang", "")
+		if d.HasArg("pod") {
+			var pod string
+			d.ScanArgs(t, "pod", &pod)
+			s.books.ForgetPod(pod)
+		}
 		if !s.books.Drop(key) {
 			return "no plan for " + key, nil
 		}
