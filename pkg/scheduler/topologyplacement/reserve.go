@@ -36,13 +36,15 @@ func (p *TopologyPlacement) Unreserve(ctx context.Context, state fwk.CycleState,
 		p.books.forgetPod(pod.UID)
 		return
 	}
-	// The pod's own GPUs go back; the plan's other members keep theirs
-	// until they are unreserved too or gone (Books.Drop).
-	p.books.forgetPod(pod.UID)
 	if _, ok := p.books.get(key); ok {
 		klog.FromContext(ctx).V(2).Info("Gang member unreserved; dropping the plan", "plugin", Name, "pod", klog.KObj(pod), "podGroup", key)
 		p.invalidate(key, dropUnreserved)
 	}
+	// Then the pod's own GPUs go back; the plan's other members keep theirs
+	// until they are unreserved too or gone (Books.Drop). Not before the
+	// drop: forgetting the last member of a complete plan forgets the plan,
+	// and the gang would not be retried.
+	p.books.forgetPod(pod.UID)
 }
 
 // reserveBestSet picks the NVLink-best free GPU set of the node for a GPU pod

@@ -10,6 +10,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/klog/v2"
+	"k8s.io/kubernetes/pkg/scheduler/framework"
 
 	"github.com/lockstep-dev/lockstep/pkg/topology/placement"
 	utiltesting "github.com/lockstep-dev/lockstep/pkg/util/testing"
@@ -68,5 +69,36 @@ func TestDroppedPlanRetriesGangsTurnedAway(t *testing.T) {
 	}
 	if left := p.turnedAway.take(); len(left) != 0 {
 		t.Errorf("gangs still remembered as turned away: %v", left)
+	}
+}
+
+// Unreserving the last member of a complete plan (a Permit timeout after a
+// scheduler restart, with the rest of the gang bound by the previous one)
+// still drops the plan and retries the gang: forgetting the member first
+// would forget the plan with it, and nothing would retry the gang.
+func TestUnreserveLastMemberRetriesTheGang(t *testing.T) {
+	ctx := context.Background()
+	mp := newMetricsPlugin(t, 1, true, nil)
+	p := mp.TopologyPlacement
+	rec := &activations{fakeHandle: p.handle.(*fakeHandle), ch: make(chan []string, 4)}
+	p.handle = rec
+	state := framework.NewCycleState()
+	if _, status := p.PreFilter(ctx, state, mp.pods[0], mp.nodes); !status.IsSuccess() {
+		t.Fatal(status)
+	}
+	if status := p.Reserve(ctx, state, mp.pods[0], "a"); !status.IsSuccess() {
+		t.Fatal(status)
+	}
+	p.Unreserve(ctx, state, mp.pods[0], "a")
+	if _, ok := p.books.assignmentOf(mp.pods[0].UID); ok {
+		t.Error("the unreserved member kept its GPUs")
+	}
+	select {
+	case names := <-rec.ch:
+		if diff := cmp.Diff([]string{"ns/m-0"}, names); diff != "" {
+			t.Errorf("activated (-want,+got):\n%s", diff)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the gang was not retried after its only member was unreserved")
 	}
 }
