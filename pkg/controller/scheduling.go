@@ -10,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/lockstep-dev/lockstep/pkg/apis/lockstep/v1alpha1"
 	"github.com/lockstep-dev/lockstep/pkg/lockstep"
@@ -107,8 +108,22 @@ func unschedulablePod(obs observation) *schedulingProblem {
 // what the scheduler wrote on the pods. A change of reason or message is
 // also an event, so `kubectl describe` shows it.
 func (r *TrainingJobReconciler) ensureScheduledCondition(ctx context.Context, job *v1alpha1.TrainingJob, obs observation) {
+	bound := int32(0)
+	for _, p := range obs.live {
+		if p.Spec.NodeName != "" {
+			bound++
+		}
+	}
+	old := meta.FindStatusCondition(job.Status.Conditions, v1alpha1.ConditionScheduled)
+	placed := bound >= minMember(job)
+	if placed && old != nil && old.Status == metav1.ConditionTrue {
+		// A placed gang needs no second look: the checks below list every
+		// node, which is not work to repeat on each reconcile of a running
+		// job.
+		return
+	}
 	problem := topologyLevelProblem(job, r.Topology)
-	if problem == nil {
+	if problem == nil && !placed {
 		gpus, err := r.clusterGPUs(ctx)
 		if err != nil {
 			ctrl.LoggerFrom(ctx).V(2).Info("Cluster capacity not checked", "err", err)
@@ -119,15 +134,8 @@ func (r *TrainingJobReconciler) ensureScheduledCondition(ctx context.Context, jo
 	if problem == nil {
 		problem = unschedulablePod(obs)
 	}
-	old := meta.FindStatusCondition(job.Status.Conditions, v1alpha1.ConditionScheduled)
 	if problem == nil {
-		bound := int32(0)
-		for _, p := range obs.live {
-			if p.Spec.NodeName != "" {
-				bound++
-			}
-		}
-		if bound < minMember(job) || old != nil && old.Status == metav1.ConditionTrue {
+		if !placed {
 			return
 		}
 		meta.SetStatusCondition(&job.Status.Conditions, metav1.Condition{Type: v1alpha1.ConditionScheduled, Status: metav1.ConditionTrue,
@@ -146,7 +154,8 @@ func (r *TrainingJobReconciler) ensureScheduledCondition(ctx context.Context, jo
 // clusterGPUs adds up the GPUs every node of the cluster can allocate.
 func (r *TrainingJobReconciler) clusterGPUs(ctx context.Context) (int64, error) {
 	var nodes corev1.NodeList
-	if err := r.Client.List(ctx, &nodes); err != nil {
+	// Read only: no need for the cache to copy every node.
+	if err := r.Client.List(ctx, &nodes, client.UnsafeDisableDeepCopy); err != nil {
 		return 0, err
 	}
 	var n int64
