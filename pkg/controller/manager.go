@@ -1,6 +1,7 @@
 package controller
 
 import (
+	autoscalingv2 "k8s.io/api/autoscaling/v2"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/selection"
@@ -29,6 +30,8 @@ func ManagerCache() (cache.Options, client.Options) {
 			&corev1.Pod{}:       {Label: gangPods},
 			&corev1.Service{}:   {Label: ours},
 			&corev1.ConfigMap{}: {Label: ours},
+			// The elastic jobs' autoscalers.
+			&autoscalingv2.HorizontalPodAutoscaler{}: {Label: ours},
 		}},
 		client.Options{Cache: &client.CacheOptions{DisableFor: []client.Object{&corev1.Secret{}}}}
 }

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	autoscalingv2 "k8s.io/api/autoscaling/v2"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -109,6 +110,7 @@ func (r *TrainingJobReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	return ctrl.NewControllerManagedBy(mgr).
 		For(&v1alpha1.TrainingJob{}).
 		Owns(&corev1.Pod{}).
+		Owns(&autoscalingv2.HorizontalPodAutoscaler{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		// The PodGroup controller rewrites status as pods change; only a
 		// changed or deleted spec concerns this one.
 		Owns(&schedv1alpha1.PodGroup{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
@@ -211,6 +213,9 @@ func (r *TrainingJobReconciler) ensureRunning(ctx context.Context, job *v1alpha1
 		return ctrl.Result{}, err
 	}
 	if err := r.ensureAuxObjects(ctx, job, a); err != nil {
+		return ctrl.Result{}, err
+	}
+	if err := r.ensureAutoscaler(ctx, job); err != nil {
 		return ctrl.Result{}, err
 	}
 	if meta.IsStatusConditionTrue(job.Status.Conditions, string(v1alpha1.JobSuspended)) {
@@ -355,6 +360,10 @@ func (r *TrainingJobReconciler) ensureFinishedNow(ctx context.Context, job *v1al
 // finished job. A failed job's running pods are stopped whatever the
 // policy: they hold GPUs and, their peers gone, would hang in a collective.
 func (r *TrainingJobReconciler) ensureFinished(ctx context.Context, job *v1alpha1.TrainingJob, pods []*corev1.Pod) (ctrl.Result, error) {
+	// A finished job is not scaled any more.
+	if err := r.deleteAutoscaler(ctx, job); err != nil {
+		return ctrl.Result{}, err
+	}
 	policy := *job.Spec.RunPolicy.CleanPodPolicy
 	failed := meta.IsStatusConditionTrue(job.Status.Conditions, string(v1alpha1.JobFailed))
 	var doomed []*corev1.Pod
@@ -416,6 +425,10 @@ func (r *TrainingJobReconciler) ensureSuspended(ctx context.Context, job *v1alph
 
 // recordReplicas copies the pod counts into the status.
 func (r *TrainingJobReconciler) recordReplicas(job *v1alpha1.TrainingJob, obs observation) {
+	for role, rs := range obs.replicas {
+		rs.Selector = roleSelector(job, role)
+		obs.replicas[role] = rs
+	}
 	job.Status.ReplicaStatuses = obs.replicas
 	job.Status.TotalReplicas = job.Spec.TotalReplicas()
 }

@@ -45,23 +45,42 @@ func (r *TrainingJobReconciler) listPods(ctx context.Context, job *v1alpha1.Trai
 	return pods, nil
 }
 
-// minMember is how many pods the gang needs placed together.
+// minMember is how many pods the gang needs placed together: minAvailable
+// when set; else every pod, but an elastic job only its minReplicas
+// Workers, as Kubeflow sizes an elastic job's PodGroup. The Workers above
+// that join as they are placed, beside the others, and a resize within
+// the bounds is neither a new gang nor a restart.
 func minMember(job *v1alpha1.TrainingJob) int32 {
 	if sp := job.Spec.RunPolicy.SchedulingPolicy; sp != nil && sp.MinAvailable != nil {
 		return *sp.MinAvailable
 	}
-	return job.Spec.TotalReplicas()
+	var n int32
+	for role := range job.Spec.ReplicaSpecs {
+		n += gangReplicas(job, role)
+	}
+	return n
+}
+
+// gangReplicas is how many of a role's pods the gang needs: its replicas,
+// or an elastic job's minReplicas Workers.
+func gangReplicas(job *v1alpha1.TrainingJob, role v1alpha1.ReplicaType) int32 {
+	spec := job.Spec.ReplicaSpecs[role]
+	n := spec.DesiredReplicas()
+	if e := job.Spec.ElasticPolicy; e != nil && role == v1alpha1.ReplicaWorker && e.MinReplicas != nil {
+		n = min(n, *e.MinReplicas)
+	}
+	return n
 }
 
 // desiredPodGroup is the job's PodGroup: the gang's size and resources, its
 // schedule timeout, and the topology constraint as annotations the
-// scheduler's topology plugin reads. minResources counts every pod in full:
-// init containers and overhead as the scheduler counts them.
+// scheduler's topology plugin reads. minResources counts every pod the gang
+// needs (gangReplicas) in full: init containers and overhead as the
+// scheduler counts them.
 func desiredPodGroup(job *v1alpha1.TrainingJob, a framework.Adapter) (*schedv1alpha1.PodGroup, error) {
 	total := corev1.ResourceList{}
 	for _, role := range slices.Sorted(maps.Keys(job.Spec.ReplicaSpecs)) {
-		spec := job.Spec.ReplicaSpecs[role]
-		n := spec.DesiredReplicas()
+		n := gangReplicas(job, role)
 		if n == 0 {
 			continue
 		}

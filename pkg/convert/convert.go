@@ -178,26 +178,34 @@ type kindInfo struct {
 	operator string
 }
 
-func lookupKind(kind string) (kindInfo, bool) {
+// mpiJobV1 is the training-operator's MPIJob version; mpi-operator serves
+// kubeflow.org/v2beta1.
+const mpiJobV1 = "kubeflow.org/v1"
+
+// lookupKind returns the versions of a Kubeflow kind the converter reads.
+func lookupKind(kind string) ([]kindInfo, bool) {
 	const trainingOperator = "kubeflow.org/training-operator"
 	switch kind {
 	case "PyTorchJob":
-		return kindInfo{"kubeflow.org/v1", v1alpha1.FrameworkPyTorch, "pytorchReplicaSpecs", trainingOperator}, true
+		return []kindInfo{{"kubeflow.org/v1", v1alpha1.FrameworkPyTorch, "pytorchReplicaSpecs", trainingOperator}}, true
 	case "TFJob":
-		return kindInfo{"kubeflow.org/v1", v1alpha1.FrameworkTensorFlow, "tfReplicaSpecs", trainingOperator}, true
+		return []kindInfo{{"kubeflow.org/v1", v1alpha1.FrameworkTensorFlow, "tfReplicaSpecs", trainingOperator}}, true
 	case "XGBoostJob":
-		return kindInfo{"kubeflow.org/v1", v1alpha1.FrameworkXGBoost, "xgbReplicaSpecs", trainingOperator}, true
+		return []kindInfo{{"kubeflow.org/v1", v1alpha1.FrameworkXGBoost, "xgbReplicaSpecs", trainingOperator}}, true
 	case "PaddleJob":
-		return kindInfo{"kubeflow.org/v1", v1alpha1.FrameworkPaddle, "paddleReplicaSpecs", trainingOperator}, true
+		return []kindInfo{{"kubeflow.org/v1", v1alpha1.FrameworkPaddle, "paddleReplicaSpecs", trainingOperator}}, true
 	case "JAXJob":
-		return kindInfo{"kubeflow.org/v1", v1alpha1.FrameworkJAX, "jaxReplicaSpecs", trainingOperator}, true
+		return []kindInfo{{"kubeflow.org/v1", v1alpha1.FrameworkJAX, "jaxReplicaSpecs", trainingOperator}}, true
 	case "MPIJob":
-		return kindInfo{"kubeflow.org/v2beta1", v1alpha1.FrameworkMPI, "mpiReplicaSpecs", "kubeflow.org/mpi-operator"}, true
+		return []kindInfo{
+			{"kubeflow.org/v2beta1", v1alpha1.FrameworkMPI, "mpiReplicaSpecs", "kubeflow.org/mpi-operator"},
+			{mpiJobV1, v1alpha1.FrameworkMPI, "mpiReplicaSpecs", trainingOperator},
+		}, true
 	}
-	return kindInfo{}, false
+	return nil, false
 }
 
-const supportedKinds = "PyTorchJob, TFJob, XGBoostJob, PaddleJob, JAXJob (kubeflow.org/v1) and MPIJob (kubeflow.org/v2beta1)"
+const supportedKinds = "PyTorchJob, TFJob, XGBoostJob, PaddleJob, JAXJob (kubeflow.org/v1) and MPIJob (kubeflow.org/v2beta1 and kubeflow.org/v1)"
 
 // converter converts one object, collecting refusals and warnings.
 type converter struct {
@@ -239,15 +247,21 @@ func (c *converter) convert(obj map[string]any) *Converted {
 	if namespace != "" {
 		c.source = kindName + " " + namespace + "/" + name
 	}
-	var ok bool
-	if c.kind, ok = lookupKind(kindName); !ok {
+	versions, ok := lookupKind(kindName)
+	if !ok {
 		c.refuse("kind", "unsupported kind %q (%s); the converter reads %s", kindName, apiVersion, supportedKinds)
 		return nil
 	}
-	if apiVersion != c.kind.apiVersion {
-		c.refuse("apiVersion", "%s %s is not supported; the converter reads %s %s", kindName, apiVersion, kindName, c.kind.apiVersion)
+	i := slices.IndexFunc(versions, func(k kindInfo) bool { return k.apiVersion == apiVersion })
+	if i < 0 {
+		read := make([]string, len(versions))
+		for j, k := range versions {
+			read[j] = k.apiVersion
+		}
+		c.refuse("apiVersion", "%s %s is not supported; the converter reads %s %s", kindName, apiVersion, kindName, strings.Join(read, " and "))
 		return nil
 	}
+	c.kind = versions[i]
 	data, err := utiljson.Marshal(obj)
 	if err != nil {
 		c.refuse("", "%v", err)
@@ -307,6 +321,18 @@ func (c *converter) convert(obj map[string]any) *Converted {
 		c.replicas(src.Spec.JAXReplicaSpecs, &job.Spec)
 		job.Spec.RunPolicy = c.runPolicy(src.Spec.RunPolicy)
 	case "MPIJob":
+		if c.kind.apiVersion == mpiJobV1 {
+			var src kfObject[mpiJobV1Spec]
+			if !c.decode(data, &src) {
+				return nil
+			}
+			meta, status = src.Metadata, src.Status
+			c.mpiV1(&src.Spec, &job.Spec)
+			c.replicas(src.Spec.MPIReplicaSpecs, &job.Spec)
+			job.Spec.RunPolicy = c.runPolicy(src.Spec.RunPolicy)
+			job.Spec.RunPolicy = c.mpiV1CleanPodPolicy(src.Spec.CleanPodPolicy, job.Spec.RunPolicy)
+			break
+		}
 		var src kfObject[mpiJobSpec]
 		if !c.decode(data, &src) {
 			return nil
@@ -517,9 +543,6 @@ func (c *converter) pytorch(src *pytorchJobSpec, out *v1alpha1.TrainingJobSpec) 
 		return
 	}
 	const path = "spec.elasticPolicy"
-	if len(e.Metrics) > 0 {
-		c.refuse(path+".metrics", "no TrainingJob equivalent: Lockstep does not create a HorizontalPodAutoscaler; remove it (the job runs with its Worker replicas, within minReplicas..maxReplicas)")
-	}
 	if n := e.NProcPerNode; n != nil {
 		// The deprecated integer field becomes the spec's string field.
 		legacy := strconv.Itoa(int(*n))
@@ -534,6 +557,9 @@ func (c *converter) pytorch(src *pytorchJobSpec, out *v1alpha1.TrainingJobSpec) 
 		MinReplicas: e.MinReplicas, MaxReplicas: e.MaxReplicas,
 		RDZVPort: e.RDZVPort, RDZVHost: e.RDZVHost, RDZVID: e.RDZVID,
 		Standalone: e.Standalone, MaxRestarts: e.MaxRestarts,
+		// The controller keeps a HorizontalPodAutoscaler on these, as
+		// Kubeflow's operator did, scaling the Workers through /scale.
+		Metrics: e.Metrics,
 	}
 	if b := e.RDZVBackend; b != nil {
 		switch v := v1alpha1.RDZVBackend(*b); v {
@@ -584,6 +610,51 @@ func (c *converter) mpi(src *mpiJobSpec, out *v1alpha1.TrainingJobSpec) {
 		}
 	}
 	out.MPI = policy
+}
+
+// mpiV1 maps what MPIJob kubeflow.org/v1 (training-operator) adds to its
+// replica specs. That operator reached the workers with kubectl exec (its
+// kubexec.sh) and gave a worker without a command "sleep 365d"; Lockstep's
+// MPI jobs reach them over SSH as mpi-operator's v2beta1 does, so the
+// worker image must run sshd. The converter cannot see into images, so it
+// warns.
+func (c *converter) mpiV1(src *mpiJobV1Spec, out *v1alpha1.TrainingJobSpec) {
+	if src.MainContainer != "" {
+		// It only named the container kubexec.sh ran ranks in; over SSH the
+		// ranks run wherever sshd does.
+		c.warn("spec.mainContainer %q dropped: it chose the container kubectl exec reached; over SSH the ranks run in the container that runs sshd", src.MainContainer)
+	}
+	if src.SlotsPerWorker != nil {
+		out.MPI = &v1alpha1.MPIPolicy{SlotsPerWorker: src.SlotsPerWorker}
+	}
+	c.warn("MPIJob kubeflow.org/v1 ran its ranks through kubectl exec (kubexec.sh); Lockstep's MPI jobs use SSH as MPIJob v2beta1 does, so the Worker image must start sshd and the Launcher's mpirun reaches the workers over SSH (mpi.sshAuthMountPath, default /root/.ssh)")
+	if w := src.MPIReplicaSpecs["Worker"]; w != nil && len(w.Template.Spec.Containers) > 0 && len(w.Template.Spec.Containers[0].Command) == 0 {
+		c.warn("the Worker template has no command: Kubeflow's v1 operator ran \"sleep 365d\" there, Lockstep runs the image's entrypoint, which must keep sshd running")
+	}
+}
+
+// mpiV1CleanPodPolicy carries MPIJob v1's deprecated spec.cleanPodPolicy
+// into the run policy, unless runPolicy.cleanPodPolicy says otherwise.
+func (c *converter) mpiV1CleanPodPolicy(p *string, rp *v1alpha1.RunPolicy) *v1alpha1.RunPolicy {
+	if p == nil || *p == "" {
+		return rp
+	}
+	v := v1alpha1.CleanPodPolicy(*p)
+	switch v {
+	case v1alpha1.CleanPodPolicyAll, v1alpha1.CleanPodPolicyRunning, v1alpha1.CleanPodPolicyNone:
+	default:
+		c.refuse("spec.cleanPodPolicy", "unsupported value %q: use All, Running or None", *p)
+		return rp
+	}
+	if rp == nil {
+		rp = &v1alpha1.RunPolicy{}
+	}
+	if rp.CleanPodPolicy != nil && *rp.CleanPodPolicy != v {
+		c.refuse("spec.cleanPodPolicy", "%s conflicts with spec.runPolicy.cleanPodPolicy %s; keep one", v, *rp.CleanPodPolicy)
+		return rp
+	}
+	rp.CleanPodPolicy = &v
+	return rp
 }
 
 // behaviourNotes warns where the TrainingJob behaves differently from the

@@ -91,6 +91,15 @@ func TestWarnings(t *testing.T) {
 			},
 		},
 		{input: "tfjob-ps.yaml", want: nil},
+		{
+			input: "mpijob-v1-horovod.yaml",
+			want: []string{
+				`document 1 (MPIJob ml/tensorflow-benchmarks): spec.mainContainer "mpi" dropped: it chose the container kubectl exec reached; over SSH the ranks run in the container that runs sshd`,
+				"document 1 (MPIJob ml/tensorflow-benchmarks): MPIJob kubeflow.org/v1 ran its ranks through kubectl exec (kubexec.sh); Lockstep's MPI jobs use SSH as MPIJob v2beta1 does, so the Worker image must start sshd and the Launcher's mpirun reaches the workers over SSH (mpi.sshAuthMountPath, default /root/.ssh)",
+				`document 1 (MPIJob ml/tensorflow-benchmarks): the Worker template has no command: Kubeflow's v1 operator ran "sleep 365d" there, Lockstep runs the image's entrypoint, which must keep sshd running`,
+				"document 1 (MPIJob ml/tensorflow-benchmarks): a failed pod restarts the whole gang (failurePolicy.restart defaults to Gang for MPI); Kubeflow restarted the pod alone. Set failurePolicy.restart: Pod to keep that",
+			},
+		},
 	}
 	for _, tc := range cases {
 		t.Run(tc.input, func(t *testing.T) {
@@ -141,17 +150,22 @@ func TestRefusals(t *testing.T) {
 		{
 			name:  "unsupported kind",
 			input: "apiVersion: kubeflow.org/v1\nkind: MXJob\nmetadata:\n  name: mx\nspec: {}\n",
-			want:  []string{`document 1 (MXJob mx): kind: unsupported kind "MXJob" (kubeflow.org/v1); the converter reads PyTorchJob, TFJob, XGBoostJob, PaddleJob, JAXJob (kubeflow.org/v1) and MPIJob (kubeflow.org/v2beta1)`},
+			want:  []string{`document 1 (MXJob mx): kind: unsupported kind "MXJob" (kubeflow.org/v1); the converter reads PyTorchJob, TFJob, XGBoostJob, PaddleJob, JAXJob (kubeflow.org/v1) and MPIJob (kubeflow.org/v2beta1 and kubeflow.org/v1)`},
 		},
 		{
 			name:  "MPIJob of the wrong version",
-			input: "apiVersion: kubeflow.org/v1\nkind: MPIJob\nmetadata:\n  name: mpi\nspec: {}\n",
-			want:  []string{`document 1 (MPIJob mpi): apiVersion: MPIJob kubeflow.org/v1 is not supported; the converter reads MPIJob kubeflow.org/v2beta1`},
+			input: "apiVersion: kubeflow.org/v1alpha2\nkind: MPIJob\nmetadata:\n  name: mpi\nspec: {}\n",
+			want:  []string{`document 1 (MPIJob mpi): apiVersion: MPIJob kubeflow.org/v1alpha2 is not supported; the converter reads MPIJob kubeflow.org/v2beta1 and kubeflow.org/v1`},
 		},
 		{
-			name:  "HPA metrics have no equivalent",
-			input: pytorchHead + "spec:\n  elasticPolicy:\n    minReplicas: 1\n    maxReplicas: 2\n    metrics:\n      - type: Resource\n" + strings.Replace(masterSpec, "Master", "Worker", 1),
-			want:  []string{`document 1 (PyTorchJob ml/train): spec.elasticPolicy.metrics: no TrainingJob equivalent: Lockstep does not create a HorizontalPodAutoscaler; remove it (the job runs with its Worker replicas, within minReplicas..maxReplicas)`},
+			name:  "MPIJob v1 with a conflicting cleanPodPolicy",
+			input: "apiVersion: kubeflow.org/v1\nkind: MPIJob\nmetadata:\n  name: mpi\nspec:\n  cleanPodPolicy: All\n  runPolicy:\n    cleanPodPolicy: None\n  mpiReplicaSpecs:\n    Launcher:\n      template:\n        spec:\n          containers: [{name: m, image: i}]\n    Worker:\n      replicas: 1\n      template:\n        spec:\n          containers: [{name: m, image: i}]\n",
+			want:  []string{`document 1 (MPIJob mpi): spec.cleanPodPolicy: All conflicts with spec.runPolicy.cleanPodPolicy None; keep one`},
+		},
+		{
+			name:  "HPA metrics are read strictly",
+			input: pytorchHead + "spec:\n  elasticPolicy:\n    minReplicas: 1\n    maxReplicas: 2\n    metrics:\n      - type: Resource\n        resourze: {}\n" + strings.Replace(masterSpec, "Master", "Worker", 1),
+			want:  []string{`document 1 (PyTorchJob ml/train): spec.elasticPolicy.metrics[0].resourze: unknown field: not a field of PyTorchJob kubeflow.org/v1 (a typo, or a newer version the converter does not know); nothing was converted`},
 		},
 		{
 			name:  "minResources has no equivalent",
@@ -194,7 +208,7 @@ func TestRefusals(t *testing.T) {
 				"apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: settings\n---\n" +
 				pytorchHead + "spec:\n  bogus: 1\n" + masterSpec,
 			want: []string{
-				`document 2 (ConfigMap settings): kind: unsupported kind "ConfigMap" (v1); the converter reads PyTorchJob, TFJob, XGBoostJob, PaddleJob, JAXJob (kubeflow.org/v1) and MPIJob (kubeflow.org/v2beta1)`,
+				`document 2 (ConfigMap settings): kind: unsupported kind "ConfigMap" (v1); the converter reads PyTorchJob, TFJob, XGBoostJob, PaddleJob, JAXJob (kubeflow.org/v1) and MPIJob (kubeflow.org/v2beta1 and kubeflow.org/v1)`,
 				`document 3 (PyTorchJob ml/train): spec.bogus: unknown field: not a field of PyTorchJob kubeflow.org/v1 (a typo, or a newer version the converter does not know); nothing was converted`,
 			},
 		},

@@ -3,6 +3,8 @@ package convert
 import (
 	"encoding/json"
 
+	autoscalingv2 "k8s.io/api/autoscaling/v2"
+
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
@@ -69,9 +71,9 @@ type kfElasticPolicy struct {
 	Standalone  *bool       `json:"standalone,omitempty"`
 	// NProcPerNode is the deprecated integer predecessor of the spec's
 	// nprocPerNode.
-	NProcPerNode *int32          `json:"nProcPerNode,omitempty"`
-	MaxRestarts  *int32          `json:"maxRestarts,omitempty"`
-	Metrics      json.RawMessage `json:"metrics,omitempty"`
+	NProcPerNode *int32                     `json:"nProcPerNode,omitempty"`
+	MaxRestarts  *int32                     `json:"maxRestarts,omitempty"`
+	Metrics      []autoscalingv2.MetricSpec `json:"metrics,omitempty"`
 }
 
 type kfRDZVKey struct {
@@ -110,4 +112,14 @@ type mpiJobSpec struct {
 	SSHAuthMountPath       *string        `json:"sshAuthMountPath,omitempty"`
 	LauncherCreationPolicy *string        `json:"launcherCreationPolicy,omitempty"`
 	MPIImplementation      *string        `json:"mpiImplementation,omitempty"`
+}
+
+// mpiJobV1Spec is the training-operator's MPIJob (kubeflow.org/v1).
+type mpiJobV1Spec struct {
+	SlotsPerWorker *int32 `json:"slotsPerWorker,omitempty"`
+	// CleanPodPolicy is deprecated there in favour of runPolicy's.
+	CleanPodPolicy  *string        `json:"cleanPodPolicy,omitempty"`
+	MPIReplicaSpecs kfReplicaSpecs `json:"mpiReplicaSpecs"`
+	MainContainer   string         `json:"mainContainer,omitempty"`
+	RunPolicy       *kfRunPolicy   `json:"runPolicy,omitempty"`
 }

@@ -63,6 +63,18 @@ func (p *TopologyPlacement) PreFilter(ctx context.Context, state fwk.CycleState,
 		p.invalidate(s.gang, dropNodeUnavailable)
 		ok = false
 	}
+	slot, holds := -1, false
+	if ok {
+		slot, holds = g.SlotOf(string(pod.UID))
+	}
+	if ok && g.Complete() && !holds {
+		// A member the complete plan has no slot for: an elastic gang grew,
+		// or a member was replaced. The gang is planned again for its
+		// pending members, beside the ones already placed; the complete
+		// plan's members keep their GPUs (Books.Add, Books.ForgetPod).
+		logger.V(2).Info("Planning new members of a placed gang", "podGroup", s.gang)
+		ok = false
+	}
 	if !ok {
 		var status *fwk.Status
 		if g, status = p.planGang(ctx, pod, s, nodes); !status.IsSuccess() {
@@ -72,14 +84,12 @@ func (p *TopologyPlacement) PreFilter(ctx context.Context, state fwk.CycleState,
 		p.turnedAway.remove(s.gang)
 	}
 	s.plan = g
-	open := sets.New(g.OpenNodes()...)
-	if open.Len() == 0 {
-		// More pods of this size than the plan holds (minMember below the
-		// replica count, as in elastic jobs): the extra ones are scheduled as
-		// usual, off the GPUs plans hold.
-		s.plan = nil
-		return nil, nil
+	if holds {
+		// A member scheduled again (its binding failed) keeps its slot:
+		// Reserve gives it back on that node only.
+		return &framework.PreFilterResult{NodeNames: sets.New(g.Plan().Members[slot].Node)}, nil
 	}
+	open := sets.New(g.OpenNodes()...)
 	return &framework.PreFilterResult{NodeNames: open}, nil
 }
 
@@ -127,22 +137,31 @@ func (p *TopologyPlacement) plan(ctx context.Context, pod *v1.Pod, s *cycleState
 		return nil, outcomeError, fwk.AsStatus(err)
 	}
 	gang, err := p.gangRequest(pg, s)
-	if err == nil {
-		// The plan places this pod's size class: the gang's pods that ask for
-		// as many GPUs, at most minMember of them, less those already bound
-		// (by a scheduler instance before a restart).
-		total, bound := p.classMembers(pod, s.req.gpus)
-		gang.Members = max(min(total, int(pg.Spec.MinMember))-bound, 1)
-	}
 	if err != nil {
 		// A bad annotation is the user's to fix; say which and how.
 		return nil, outcomeUnschedulable, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, err.Error())
 	}
+	// The plan places this pod's size class: the gang's pods that ask for
+	// as many GPUs and are not bound yet, beside the members that are
+	// (bound by a scheduler instance before a restart, or the running
+	// members of an elastic gang that grew). All of them when they fit;
+	// else what minMember still needs, since Coscheduling lets the rest
+	// follow later.
+	members := p.classMembers(pod, s.req.gpus)
+	gang.Near = members.boundNodes
+	pending := max(members.total-members.bound, 1)
+	needed := max(min(members.total, int(pg.Spec.MinMember))-members.bound, 1)
 	snap, err := p.snapshot(pod, s.gang, nodes)
 	if err != nil {
 		return nil, outcomeError, fwk.AsStatus(err)
 	}
+	gang.Members = pending
 	plan, err := placement.Place(snap, gang, placement.Options{})
+	if needed < pending && errors.As(err, new(*placement.Unschedulable)) {
+		logger.V(2).Info("Not every pending member fits; planning what minMember needs", "pending", pending, "needed", needed)
+		gang.Members = needed
+		plan, err = placement.Place(snap, gang, placement.Options{})
+	}
 	var unschedulable *placement.Unschedulable
 	if errors.As(err, &unschedulable) {
 		logger.V(2).Info("Gang does not fit; holding nothing", "reason", unschedulable.Reason)
@@ -155,24 +174,51 @@ func (p *TopologyPlacement) plan(ctx context.Context, pod *v1.Pod, s *cycleState
 	return p.books.add(s.gang, plan, p.clock.Now()), outcomePlanned, nil
 }
 
-// classMembers counts the gang's pods that ask for gpus GPUs, and how many
-// of them are bound.
-func (p *TopologyPlacement) classMembers(pod *v1.Pod, gpus int) (total, bound int) {
+// gangMembers is what the books need to know of a gang's pods of one size
+// class, from the scheduler's pod cache and the books.
+type gangMembers struct {
+	// total counts the class's live pods, at least 1; bound those bound or
+	// reserved.
+	total, bound int
+	// boundNodes are the nodes of every bound or reserved live member of
+	// the gang, whatever it asks for: where a new plan should stay close to.
+	boundNodes []string
+}
+
+// classMembers counts the gang's live pods that ask for gpus GPUs, and how
+// many of them are bound or reserved.
+func (p *TopologyPlacement) classMembers(pod *v1.Pod, gpus int) gangMembers {
 	selector := labels.SelectorFromSet(labels.Set{schedv1alpha1.PodGroupLabel: pod.Labels[schedv1alpha1.PodGroupLabel]})
 	pods, err := p.handle.SharedInformerFactory().Core().V1().Pods().Lister().Pods(pod.Namespace).List(selector)
 	if err != nil {
-		return 1, 0
+		return gangMembers{total: 1}
 	}
+	var m gangMembers
 	for _, member := range pods {
-		if member.Status.Phase == v1.PodSucceeded || member.Status.Phase == v1.PodFailed || requestOf(member).gpus != gpus {
+		if member.Status.Phase == v1.PodSucceeded || member.Status.Phase == v1.PodFailed || member.DeletionTimestamp != nil {
 			continue
 		}
-		total++
-		if member.Spec.NodeName != "" {
-			bound++
+		// A member reserved on a node, waiting at Permit or binding, is as
+		// good as bound: it has its GPUs and needs no slot.
+		node := member.Spec.NodeName
+		if node == "" && member.UID != pod.UID {
+			if r, ok := p.books.assignmentOf(member.UID); ok {
+				node = r.Node
+			}
+		}
+		if node != "" {
+			m.boundNodes = append(m.boundNodes, node)
+		}
+		if requestOf(member).gpus != gpus {
+			continue
+		}
+		m.total++
+		if node != "" {
+			m.bound++
 		}
 	}
-	return max(total, 1), bound
+	m.total = max(m.total, 1)
+	return m
 }
 
 // gangRequest turns a PodGroup and a member's request into the planner's

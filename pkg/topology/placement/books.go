@@ -99,6 +99,12 @@ func (h *Held) OpenNodes() []string {
 	return out
 }
 
+// SlotOf returns the member slot pod holds, false when it holds none.
+func (h *Held) SlotOf(pod string) (int, bool) {
+	i := slices.Index(h.slots, pod)
+	return i, i >= 0
+}
+
 // Complete reports whether every slot is taken.
 func (h *Held) Complete() bool {
 	return !slices.Contains(h.slots, "")

@@ -107,6 +107,10 @@ type planner struct {
 	// base is the narrowest level at or above req.want where some domain's
 	// ever holds the gang; the root's level when none does.
 	base int
+	// nearLo and nearHi are the lowest and highest host index of the
+	// request's Near nodes, nearLo < 0 when there are none: in pre-order,
+	// domain i holds them all exactly when i <= nearLo and nearHi < end.
+	nearLo, nearHi int32
 }
 
 type usedNode struct {
@@ -130,6 +134,15 @@ func newPlanner(s *Snapshot, req request) (*planner, error) {
 		doms: sk.clone(),
 		kids: sk.kids, // read-only
 		base: s.Tree.Root().Level,
+	}
+	p.nearLo, p.nearHi = -1, -1
+	for _, name := range req.near {
+		if h, ok := sk.hosts[name]; ok {
+			if p.nearLo < 0 || h < p.nearLo {
+				p.nearLo = h
+			}
+			p.nearHi = max(p.nearHi, h)
+		}
 	}
 	// Match snapshot nodes to hosts: by the last plan's order while the
 	// names are the same (the same strings, so a pointer comparison), else
@@ -189,6 +202,12 @@ func newPlanner(s *Snapshot, req request) (*planner, error) {
 	}
 	p.req.settle(p.base)
 	return p, nil
+}
+
+// holdsNear reports whether domain i holds every Near node; true without
+// any.
+func (p *planner) holdsNear(i int32) bool {
+	return p.nearLo < 0 || (i <= p.nearLo && p.nearHi < p.doms[i].end)
 }
 
 // checkNodes returns the error of snapshot nodes that are not one distinct

@@ -50,6 +50,9 @@ func (p *planner) unschedulable() error {
 	if u.WiderLevel != "" {
 		fmt.Fprintf(&b, "; it would fit %s", p.within(u.WiderLevel))
 	}
+	if p.nearLo >= 0 {
+		fmt.Fprintf(&b, "; kept beside the gang's %d members placed before", len(r.near))
+	}
 	u.Reason = b.String()
 	return u
 }
@@ -68,7 +71,7 @@ func labelled(d *topology.Domain) *topology.Domain {
 func (p *planner) roomiest(level int) int32 {
 	best := int32(-1)
 	for i := range p.doms {
-		if d := &p.doms[i]; d.d.Level == level && (best < 0 || d.room > p.doms[best].room) {
+		if d := &p.doms[i]; d.d.Level == level && p.holdsNear(int32(i)) && (best < 0 || d.room > p.doms[best].room) {
 			best = int32(i)
 		}
 	}

@@ -81,6 +81,13 @@ type Gang struct {
 	// Level could ever hold it. Ignored for Required gangs and without a
 	// Level; negative is invalid.
 	Widen int
+	// Near names the nodes of members placed earlier: bound before a
+	// scheduler restart, or the running members of an elastic gang that
+	// grew. The new members go in the narrowest domain that holds Near too,
+	// so the whole gang is as tight as the bound members allow, and the
+	// constraint (Level) applies to that whole gang. Nodes the tree does
+	// not know are ignored.
+	Near []string
 }
 
 // Assignment places one member.
@@ -176,6 +183,7 @@ type request struct {
 	levelNames []string
 	labelKeys  []string
 	levels     []topology.Level
+	near       []string
 }
 
 func newRequest(s *Snapshot, g Gang, opts Options) (request, error) {
@@ -225,6 +233,7 @@ func newRequest(s *Snapshot, g Gang, opts Options) (request, error) {
 		mode:         g.Mode,
 		messageBytes: opts.MessageBytes,
 		levelNames:   names,
+		near:         g.Near,
 	}
 	r.base = r.want
 	if r.messageBytes == 0 {

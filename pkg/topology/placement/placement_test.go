@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"testing"
 
 	"github.com/lockstep-dev/lockstep/pkg/lockstep"
@@ -667,6 +668,77 @@ func TestPlacePreferredBaseCountsAllGPUs(t *testing.T) {
 				t.Errorf("Place = %v, %v; want *Unschedulable that would fit in a spine", plan, err)
 			case tt.wantLevel != "" && (err != nil || plan.LevelName != tt.wantLevel):
 				t.Errorf("Place = %v, %v; want a plan at %s", plan, err, tt.wantLevel)
+			}
+		})
+	}
+}
+
+func TestPlaceNear(t *testing.T) {
+	// Two spines of two leaves each. l-a1 is nearly full (two free nodes, a
+	// bound member on a third); l-b1 has room for four. Best fit alone
+	// would pick l-a1 for two members; placed earlier members pull the
+	// new ones beside them.
+	c := newCluster(t)
+	c.addN("a1", 2, h100, at{leaf: "l-a1", spine: "s-a"})
+	c.add("a1-bound", h100, 0, at{leaf: "l-a1", spine: "s-a"})
+	c.addN("a2", 4, h100, at{leaf: "l-a2", spine: "s-a"})
+	c.addN("b1", 4, h100, at{leaf: "l-b1", spine: "s-b"})
+	c.add("b1-bound", h100, 0, at{leaf: "l-b1", spine: "s-b"})
+	c.add("b2-bound", h100, 0, at{leaf: "l-b2", spine: "s-b"})
+	s := c.snapshot()
+
+	tests := []struct {
+		name       string
+		gang       Gang
+		wantNodes  []string
+		wantDomain string
+		wantErr    string
+	}{{
+		name:      "no near: best fit",
+		gang:      Gang{Members: 2, GPUsPerMember: 8},
+		wantNodes: []string{"a1-0", "a1-1"}, wantDomain: "block=()/spine=s-a/leaf=l-a1",
+	}, {
+		name:      "beside a member in another leaf",
+		gang:      Gang{Members: 2, GPUsPerMember: 8, Near: []string{"b1-bound"}},
+		wantNodes: []string{"b1-0", "b1-1"}, wantDomain: "block=()/spine=s-b/leaf=l-b1",
+	}, {
+		name:      "members on two leaves of one spine: that spine",
+		gang:      Gang{Members: 2, GPUsPerMember: 8, Near: []string{"b1-bound", "b2-bound"}},
+		wantNodes: []string{"b1-0", "b1-1"}, wantDomain: "block=()/spine=s-b/leaf=l-b1",
+	}, {
+		name:      "unknown near nodes are ignored",
+		gang:      Gang{Members: 2, GPUsPerMember: 8, Near: []string{"gone"}},
+		wantNodes: []string{"a1-0", "a1-1"}, wantDomain: "block=()/spine=s-a/leaf=l-a1",
+	}, {
+		// The near leaf has room for 2: the spine above it is chosen, and
+		// inside it the new members go where they fit best, together in
+		// l-a2 (Domain is theirs; the whole gang spans the spine either way).
+		name:       "too big for the near leaf: the narrowest wider domain holding it",
+		gang:       Gang{Members: 3, GPUsPerMember: 8, Near: []string{"a1-bound"}},
+		wantNodes:  []string{"a2-0", "a2-1", "a2-2"},
+		wantDomain: "block=()/spine=s-a/leaf=l-a2",
+	}, {
+		name:    "a Required leaf counts the members placed before",
+		gang:    Gang{Members: 3, GPUsPerMember: 8, Level: "leaf", Mode: lockstep.Required, Near: []string{"a1-bound"}},
+		wantErr: "kept beside the gang's 1 members placed before",
+	}}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			plan, err := Place(s, tt.gang, Options{})
+			if tt.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("Place() error = %v, want one containing %q", err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("Place(): %v", err)
+			}
+			if d := diff(tt.wantNodes, nodesOf(plan)); d != "" {
+				t.Errorf("nodes (-want,+got):\n%s", d)
+			}
+			if plan.Domain.ID != tt.wantDomain {
+				t.Errorf("domain = %s, want %s", plan.Domain.ID, tt.wantDomain)
 			}
 		})
 	}

@@ -10,13 +10,14 @@ import (
 
 // choose returns the domain to place the whole gang in: at the narrowest
 // level up to req.stop where any domain has room for every member, the best
-// fit among those domains.
+// fit among those domains. With Near nodes only the domains holding them
+// count, so they are the ancestors of those nodes' lowest common domain.
 func (p *planner) choose() (int32, bool) {
 	m := p.req.members
 	best := int32(-1)
 	for i := range p.doms {
 		d := &p.doms[i]
-		if d.room < m || d.d.Level > p.req.stop {
+		if d.room < m || d.d.Level > p.req.stop || !p.holdsNear(int32(i)) {
 			continue
 		}
 		switch {

@@ -1,5 +1,7 @@
 package v1alpha1
 
+import autoscalingv2 "k8s.io/api/autoscaling/v2"
+
 // Framework is the training framework of a job. It decides the roles a job
 // may have, the environment its pods get and when it has succeeded.
 //
@@ -112,6 +114,16 @@ type ElasticPolicy struct {
 	// +kubebuilder:validation:Minimum=0
 	// +optional
 	MaxRestarts *int32 `json:"maxRestarts,omitempty"`
+
+	// Metrics, when set, make the controller keep a HorizontalPodAutoscaler
+	// (autoscaling/v2, named after the job) that scales the Worker replicas
+	// through the job's /scale subresource between minReplicas and
+	// maxReplicas on these metrics, as Kubeflow's PyTorchJob does. The
+	// scheduler plans each resize's new Workers beside the running ones.
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=16
+	// +optional
+	Metrics []autoscalingv2.MetricSpec `json:"metrics,omitempty"`
 }
 
 // RDZVConf is one key=value of rendezvous configuration.

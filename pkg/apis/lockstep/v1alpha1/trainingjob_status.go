@@ -79,6 +79,11 @@ type ReplicaStatus struct {
 	Succeeded int32 `json:"succeeded,omitempty"`
 	// +optional
 	Failed int32 `json:"failed,omitempty"`
+	// Selector selects the role's pods, in label selector string form: the
+	// /scale subresource's selector, by which a HorizontalPodAutoscaler
+	// finds the Workers' metrics.
+	// +optional
+	Selector string `json:"selector,omitempty"`
 }
 
 // Placement is the modelled quality of the gang's placement, as the

@@ -5,6 +5,7 @@
 package v1alpha1
 
 import (
+	"k8s.io/api/autoscaling/v2"
 	"k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 )
@@ -56,6 +57,13 @@ func (in *ElasticPolicy) DeepCopyInto(out *ElasticPolicy) {
 		in, out := &in.MaxRestarts, &out.MaxRestarts
 		*out = new(int32)
 		**out = **in
+	}
+	if in.Metrics != nil {
+		in, out := &in.Metrics, &out.Metrics
+		*out = make([]v2.MetricSpec, len(*in))
+		for i := range *in {
+			(*in)[i].DeepCopyInto(&(*out)[i])
+		}
 	}
 }
 
