@@ -172,7 +172,7 @@ func TestNodes(t *testing.T) {
 	if got := n.Status.Allocatable[lockstep.GPUResource]; got.Value() != 8 {
 		t.Errorf("allocatable %s = %s, want 8", lockstep.GPUResource, got.String())
 	}
-	for _, r := range []corev1.ResourceName{corev1.ResourceCPU, corev1.ResourceMemory, corev1.ResourcePods} {
+	for _, r := range []corev1.ResourceName{corev1.ResourceCPU, corev1.ResourceMemory, corev1.ResourcePods, corev1.ResourceEphemeralStorage} {
 		if q, ok := n.Status.Capacity[r]; !ok || q.IsZero() {
 			t.Errorf("capacity %s missing", r)
 		}

@@ -19,6 +19,11 @@ const (
 
 	// podsPerNode is the kubelet's default max-pods.
 	podsPerNode = 110
+	// ephemeralStorageGiB is the node's allocatable local scratch: real GPU
+	// nodes have terabytes of it, and operators' pods ask for some (the
+	// training-operator's MPI launcher init container requests 5Gi), which
+	// a node without the resource can never fit.
+	ephemeralStorageGiB = 1024
 )
 
 // Nodes builds the model's Node objects, pool by pool in index order. The
@@ -81,10 +86,11 @@ func newNode(name, pool string, profile topology.Profile, levelLabels map[string
 		labels[k] = v
 	}
 	capacity := corev1.ResourceList{
-		corev1.ResourceCPU:    *resource.NewQuantity(int64(profile.CPUs), resource.DecimalSI),
-		corev1.ResourceMemory: *resource.NewQuantity(int64(profile.MemoryGiB)<<30, resource.BinarySI),
-		corev1.ResourcePods:   *resource.NewQuantity(podsPerNode, resource.DecimalSI),
-		lockstep.GPUResource:  *resource.NewQuantity(int64(profile.GPUCount), resource.DecimalSI),
+		corev1.ResourceCPU:              *resource.NewQuantity(int64(profile.CPUs), resource.DecimalSI),
+		corev1.ResourceMemory:           *resource.NewQuantity(int64(profile.MemoryGiB)<<30, resource.BinarySI),
+		corev1.ResourcePods:             *resource.NewQuantity(podsPerNode, resource.DecimalSI),
+		corev1.ResourceEphemeralStorage: *resource.NewQuantity(ephemeralStorageGiB<<30, resource.BinarySI),
+		lockstep.GPUResource:            *resource.NewQuantity(int64(profile.GPUCount), resource.DecimalSI),
 	}
 	return &corev1.Node{
 		ObjectMeta: metav1.ObjectMeta{

@@ -28,6 +28,9 @@ type Component struct {
 	// HealthURL, when set, must answer 200 before the component counts as
 	// started.
 	HealthURL string
+	// Env is added to the harness's environment (peers configured by
+	// environment variables, as their Deployments are).
+	Env []string
 }
 
 // detachedPIDDir holds the pid files of detached components, under Dir.
@@ -48,7 +51,7 @@ func (c *Cluster) StartComponent(ctx context.Context, comp Component) (*Process,
 	if _, err := os.Stat(bin); err != nil {
 		return nil, fmt.Errorf("component %s: %w (run make build)", comp.Name, err)
 	}
-	p, err := StartProcess(comp.Name, c.LogDir, bin, comp.Args, StartOptions{Detached: c.Detached})
+	p, err := StartProcess(comp.Name, c.LogDir, bin, comp.Args, StartOptions{Detached: c.Detached, Env: comp.Env})
 	if err != nil {
 		return nil, err
 	}
