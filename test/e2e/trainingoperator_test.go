@@ -323,10 +323,9 @@ func TestTrainingOperatorCompetingJobsNeverDeadlock(t *testing.T) {
 // TestTrainingOperatorDeletedPodRejoinsGang: a bound PyTorchJob loses a
 // worker; the operator recreates it (the pod is missing, whatever its
 // restart policy) and Lockstep places and binds the new pod with GPUs of
-// its own, so the gang is whole again and the job Running. Where the new
-// pod goes is only logged: Lockstep plans it as the gang's one missing
-// member, anywhere it fits best, not next to its siblings (docs/interop.md,
-// "Not honoured").
+// its own beside its siblings: in their leaf, which has room (the deleted
+// pod's node at least), although a lone member would best fit elsewhere.
+// So the gang is whole again, as tight as before, and the job Running.
 func TestTrainingOperatorDeletedPodRejoinsGang(t *testing.T) {
 	requireTrainingOperator(t)
 	ns := cluster.NewNamespace(t)
@@ -373,7 +372,9 @@ func TestTrainingOperatorDeletedPodRejoinsGang(t *testing.T) {
 			t.Errorf("recreated %s bound without %s: Lockstep did not place it", victim, lockstep.AnnotationGPUs)
 		}
 	}
-	t.Logf("gang on leaves %v before the restart, %v after", leaves, gpuPodLeaves(t, bound))
+	if after := gpuPodLeaves(t, bound); !cmp.Equal(leaves, after) {
+		t.Errorf("gang on leaves %v before the member was replaced, %v after: the new member belongs beside its siblings", leaves, after)
+	}
 	waitActiveReplicas(t, pytorchJobGVK, ns, "pt", map[string]int64{"Master": 1, "Worker": 3})
 }
 
