@@ -4,7 +4,7 @@
 # Versions come from go.mod files only: the product's go.mod (kube-apiserver,
 # kube-controller-manager, kubectl, and the stock kube-scheduler the benchmark
 # compares against, built from the same Kubernetes pin as the
-# scheduler) and hack/tools/*/go.mod (etcd, kwok, controller-gen). A binary is
+# scheduler) and hack/tools/*/go.mod (etcd, kwok, controller-gen, kueue). A binary is
 # rebuilt only when the module version recorded in its build info differs from
 # the pinned one, so a warm bin/ costs a few `go version -m` calls.
 #
@@ -96,3 +96,9 @@ ensure "$root/hack/tools/kwok" sigs.k8s.io/kwok "-s -w" \
 
 ensure "$root/hack/tools/controller-gen" sigs.k8s.io/controller-tools "-s -w" \
 	controller-gen=sigs.k8s.io/controller-tools/cmd/controller-gen
+
+# Kueue's controller-manager, for the interop tests (test/e2e/kueue_test.go).
+# Its own module: it compiles a second copy of the Kubernetes libraries at
+# k8s.io v0.35, so a cold build costs several minutes more.
+ensure "$root/hack/tools/kueue" sigs.k8s.io/kueue "-s -w" \
+	kueue=sigs.k8s.io/kueue/cmd/kueue
