@@ -53,7 +53,7 @@ type queueAPI struct {
 
 // queueAPIPoll is how often discovery is asked for the Workload API until
 // it appears, and how soon a job held for its absence is looked at again.
-const queueAPIPoll = 15 * time.Second
+const queueAPIPoll = 5 * time.Second
 
 // queueName is the LocalQueue a job is queued in, or "".
 func queueName(job *v1alpha1.TrainingJob) string { return job.Labels[lockstep.LabelKueueQueueName] }

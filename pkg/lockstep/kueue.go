@@ -20,6 +20,11 @@ const (
 	AnnotationKueueRequiredTopology  = "kueue.x-k8s.io/podset-required-topology"
 	AnnotationKueuePreferredTopology = "kueue.x-k8s.io/podset-preferred-topology"
 
+	// KueueExternalFramework is TrainingJob as Kueue's Configuration names
+	// it in integrations.externalFrameworks (Kind.version.group): Kueue then
+	// accepts the Workloads TrainingJobs own.
+	KueueExternalFramework = "TrainingJob.v1alpha1.lockstep.dev"
+
 	// LabelHostname is the node label Kueue TAS names the host level by.
 	LabelHostname = "kubernetes.io/hostname"
 )
