@@ -12,6 +12,10 @@ const (
 	// until Kueue admits the Workload the controller makes for it.
 	LabelKueueQueueName = "kueue.x-k8s.io/queue-name"
 
+	// LabelKueueJobUID on a Workload is the UID of the job it stands for;
+	// Kueue names the job by it in its events and messages.
+	LabelKueueJobUID = "kueue.x-k8s.io/job-uid"
+
 	// AnnotationKueueRequiredTopology and AnnotationKueuePreferredTopology
 	// are Kueue TAS's constraint on a pod template (a TrainingJob replica
 	// template, or the pods of another operator's gang): the value is a node

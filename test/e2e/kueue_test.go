@@ -11,6 +11,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	schedulingv1 "k8s.io/api/scheduling/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -62,6 +63,12 @@ func kueueObject(kind, ns, name string, spec map[string]any) *unstructured.Unstr
 // LocalQueue lqName in ns pointing at them.
 func kueueQueues(t *testing.T, ns, lqName string, gpus int) {
 	t.Helper()
+	kueueQueuesWith(t, ns, lqName, gpus, nil)
+}
+
+// kueueQueuesWith is kueueQueues with the ClusterQueue's preemption policy.
+func kueueQueuesWith(t *testing.T, ns, lqName string, gpus int, preemption map[string]any) {
+	t.Helper()
 	ctx := context.Background()
 	flavor := kueueObject("ResourceFlavor", "", ns+"-gpu", map[string]any{})
 	cq := kueueObject("ClusterQueue", "", ns+"-cq", map[string]any{
@@ -74,6 +81,9 @@ func kueueQueues(t *testing.T, ns, lqName string, gpus int) {
 			}},
 		}},
 	})
+	if preemption != nil {
+		cq.Object["spec"].(map[string]any)["preemption"] = preemption
+	}
 	lq := kueueObject("LocalQueue", ns, lqName, map[string]any{"clusterQueue": cq.GetName()})
 	for _, o := range []*unstructured.Unstructured{flavor, cq, lq} {
 		if err := cluster.Client.Create(ctx, o); err != nil {
@@ -338,5 +348,59 @@ func TestKueueTopologyAnnotations(t *testing.T) {
 		if !strings.Contains(msg, want) {
 			t.Errorf("Scheduled message %q does not name %q", msg, want)
 		}
+	}
+}
+
+// TestKueuePreemptionHoldsAndRequeues: in a 32-GPU ClusterQueue that
+// preempts lower priorities, a high-priority 4 x 8-GPU job evicts a running
+// low-priority one. The controller deletes the low job's pods whole (no
+// restart counted), holds it with reason Evicted, and gives its quota back
+// (QuotaReserved=False, Requeued=True), so Kueue admits the high job; when
+// that finishes, the low one is admitted again and placed whole.
+func TestKueuePreemptionHoldsAndRequeues(t *testing.T) {
+	startKueue(t)
+	ctx := context.Background()
+	ns := cluster.NewNamespace(t)
+	kueueQueuesWith(t, ns, "lq", 32, map[string]any{"withinClusterQueue": "LowerPriority"})
+	for name, value := range map[string]int32{"low": 10, "high": 1000} {
+		pc := &schedulingv1.PriorityClass{ObjectMeta: metav1.ObjectMeta{Name: ns + "-" + name}, Value: value}
+		if err := cluster.Client.Create(ctx, pc); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = cluster.Client.Delete(context.Background(), pc) })
+	}
+	withPriority := func(job *v1alpha1.TrainingJob, class string) *v1alpha1.TrainingJob {
+		job.Spec.RunPolicy.SchedulingPolicy = &v1alpha1.SchedulingPolicy{PriorityClass: ns + "-" + class}
+		return job
+	}
+
+	createJob(t, queued(withPriority(gangJob(ns, "low", 3, 8), "low"), "lq"))
+	waitWorkload(t, ns, "low", "Workload of low admitted", func(u *unstructured.Unstructured) bool { return conditionTrue(u, kueue.ConditionAdmitted) })
+	waitPods(t, ns, "low", 4, time.Minute)
+
+	createJob(t, queued(withPriority(gangJob(ns, "high", 3, 8), "high"), "lq"))
+	held := waitJob(t, ns, "low", time.Minute, "low held after eviction", heldFor(kueue.HeldEvicted))
+	t.Logf("low: %s", meta.FindStatusCondition(held.Status.Conditions, string(v1alpha1.JobSuspended)).Message)
+	requeued := waitWorkload(t, ns, "low", "Workload of low requeued", func(u *unstructured.Unstructured) bool {
+		return condition(u, kueue.ConditionQuotaReserved) == "False" && conditionTrue(u, kueue.ConditionRequeued)
+	})
+	if _, found, _ := unstructured.NestedMap(requeued.Object, "status", "admission"); found {
+		t.Errorf("requeued Workload still has an admission")
+	}
+	waitWorkload(t, ns, "high", "Workload of high admitted", func(u *unstructured.Unstructured) bool { return conditionTrue(u, kueue.ConditionAdmitted) })
+	t.Logf("high placed in %s", oneLeaf(t, waitPods(t, ns, "high", 4, time.Minute)))
+	if pods, err := jobPodsOf(ctx, ns, "low"); err != nil || len(pods) != 0 {
+		t.Errorf("evicted job has %d pods (%v), want none", len(pods), err)
+	}
+
+	finishPod(t, ns, "high-master-0", 0)
+	waitJob(t, ns, "high", 30*time.Second, "high Succeeded", hasCondition(v1alpha1.JobSucceeded, ""))
+	// high's workers still hold their GPUs until cleanPodPolicy removes
+	// them; low is admitted once high's Workload is finished.
+	waitWorkload(t, ns, "low", "Workload of low admitted again", func(u *unstructured.Unstructured) bool { return conditionTrue(u, kueue.ConditionAdmitted) })
+	t.Logf("low placed again in %s", oneLeaf(t, waitPods(t, ns, "low", 4, time.Minute)))
+	low := waitJob(t, ns, "low", 30*time.Second, "low running again", hasCondition(v1alpha1.JobRunning, ""))
+	if low.Status.RestartCount != 0 {
+		t.Errorf("low restartCount %d after preemption, want 0: an eviction is no failure", low.Status.RestartCount)
 	}
 }

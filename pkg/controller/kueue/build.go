@@ -56,7 +56,7 @@ func WantedWorkload(job *v1alpha1.TrainingJob, queue string, prio *Priority) (*W
 		ObjectMeta: metav1.ObjectMeta{
 			Name:        workloadName(job.Name, hash),
 			Namespace:   job.Namespace,
-			Labels:      map[string]string{lockstep.LabelJobName: job.Name},
+			Labels:      map[string]string{lockstep.LabelJobName: job.Name, lockstep.LabelKueueJobUID: string(job.UID)},
 			Annotations: map[string]string{lockstep.AnnotationSpecHash: hash},
 			OwnerReferences: []metav1.OwnerReference{{
 				APIVersion: v1alpha1.GroupVersion.String(), Kind: "TrainingJob", Name: job.Name, UID: job.UID,

@@ -47,7 +47,7 @@ func TestWantedWorkload(t *testing.T) {
 		t.Errorf("spec %+v, want queue lq, priority 100 of high", w.Spec)
 	}
 	ref := metav1.GetControllerOf(w)
-	if ref == nil || ref.Kind != "TrainingJob" || ref.UID != "uid" || w.Labels[lockstep.LabelJobName] != "j" {
+	if ref == nil || ref.Kind != "TrainingJob" || ref.UID != "uid" || w.Labels[lockstep.LabelJobName] != "j" || w.Labels[lockstep.LabelKueueJobUID] != "uid" {
 		t.Errorf("owner %+v labels %v, want controlled by TrainingJob j and labelled", ref, w.Labels)
 	}
 	hash := w.Annotations[lockstep.AnnotationSpecHash]
