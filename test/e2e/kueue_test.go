@@ -17,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	schedv1alpha1 "sigs.k8s.io/scheduler-plugins/apis/scheduling/v1alpha1"
 
@@ -403,4 +404,44 @@ func TestKueuePreemptionHoldsAndRequeues(t *testing.T) {
 	if low.Status.RestartCount != 0 {
 		t.Errorf("low restartCount %d after preemption, want 0: an eviction is no failure", low.Status.RestartCount)
 	}
+}
+
+// TestKueueControllerIdentityWritesOnlyOwnedWorkloads: deploy/'s RBAC lets
+// the controller write Workloads, and its admission policy holds it to
+// those a TrainingJob controls, as for its pods.
+func TestKueueControllerIdentityWritesOnlyOwnedWorkloads(t *testing.T) {
+	startKueue(t)
+	ctx := context.Background()
+	ns := cluster.NewNamespace(t)
+	token, err := cluster.Token(ctx, localcluster.ControllerIdentity(), nil, 600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctl := newClient(t, token)
+	job := gangJob(ns, "owner", 1, 1)
+	job.Spec.RunPolicy.Suspend = ptr.To(true)
+	createJob(t, job)
+
+	want, err := kueue.WantedWorkload(job, "lq", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	owned, err := kueue.ToUnstructured(want)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ctl.Create(ctx, owned); err != nil {
+		t.Errorf("controller creating its job's Workload: %v", err)
+	}
+	foreign := owned.DeepCopy()
+	foreign.SetName("foreign")
+	foreign.SetResourceVersion("")
+	foreign.SetOwnerReferences(nil)
+	const notOwned = "may only write objects controlled by a TrainingJob"
+	wantRefused(t, "controller creating a Workload no job controls", ctl.Create(ctx, foreign), notOwned)
+
+	if err := cluster.Client.Create(ctx, foreign); err != nil {
+		t.Fatal(err)
+	}
+	wantRefused(t, "controller deleting someone else's Workload", ctl.Delete(ctx, foreign), "may only update or delete objects a TrainingJob already controls")
 }
