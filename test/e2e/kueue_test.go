@@ -71,7 +71,8 @@ func kueueQueues(t *testing.T, ns, lqName string, gpus int) {
 func kueueQueuesWith(t *testing.T, ns, lqName string, gpus int, preemption map[string]any) {
 	t.Helper()
 	ctx := context.Background()
-	flavor := kueueObject("ResourceFlavor", "", ns+"-gpu", map[string]any{})
+	// The flavor's node labels reach the admitted pods' node selectors.
+	flavor := kueueObject("ResourceFlavor", "", ns+"-gpu", map[string]any{"nodeLabels": map[string]any{lockstep.LabelPool: "h100"}})
 	cq := kueueObject("ClusterQueue", "", ns+"-cq", map[string]any{
 		"namespaceSelector": map[string]any{},
 		"resourceGroups": []any{map[string]any{
@@ -229,7 +230,13 @@ func TestKueueQueuesTrainingJobs(t *testing.T) {
 		}
 		// Each is whole in one leaf (both may share one: 2 x 32 GPUs fill
 		// a 64-GPU leaf, which best fit prefers).
-		t.Logf("%s placed in %s", name, oneLeaf(t, waitPods(t, ns, name, 4, time.Minute)))
+		pods := waitPods(t, ns, name, 4, time.Minute)
+		t.Logf("%s placed in %s", name, oneLeaf(t, pods))
+		for _, p := range pods {
+			if p.Spec.NodeSelector[lockstep.LabelPool] != "h100" {
+				t.Errorf("pod %s: node selector %v, want the admitted flavor's %s=h100", p.Name, p.Spec.NodeSelector, lockstep.LabelPool)
+			}
+		}
 	}
 
 	createJob(t, queued(gangJob(ns, "third", 3, 8), "lq"))
