@@ -15,6 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/discovery"
 	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -145,8 +146,9 @@ func (r *TrainingJobReconciler) ensureQueued(ctx context.Context, job *v1alpha1.
 	return d, r.carryOut(ctx, job, want, objs, d)
 }
 
-// jobWorkloads lists the Workloads the job (by UID) controls.
-func (r *TrainingJobReconciler) jobWorkloads(ctx context.Context, namespace, name string, uid any) (map[string]*unstructured.Unstructured, []*kueue.Workload, error) {
+// jobWorkloads lists the Workloads a TrainingJob named name controls: the
+// one of UID uid, or any one when uid is "" (the job is gone).
+func (r *TrainingJobReconciler) jobWorkloads(ctx context.Context, namespace, name string, uid types.UID) (map[string]*unstructured.Unstructured, []*kueue.Workload, error) {
 	list := kueue.NewWorkloadList()
 	if err := r.Client.List(ctx, list, client.InNamespace(namespace), client.MatchingLabels{lockstep.LabelJobName: name}); err != nil {
 		return nil, nil, fmt.Errorf("listing the Workloads of TrainingJob %s/%s: %w", namespace, name, err)
@@ -156,7 +158,7 @@ func (r *TrainingJobReconciler) jobWorkloads(ctx context.Context, namespace, nam
 	for i := range list.Items {
 		u := &list.Items[i]
 		ref := metav1.GetControllerOf(u)
-		if ref == nil || ref.Kind != "TrainingJob" || (uid != nil && ref.UID != uid) {
+		if ref == nil || ref.Kind != "TrainingJob" || (uid != "" && ref.UID != uid) {
 			continue
 		}
 		w, err := kueue.FromUnstructured(u)
@@ -264,7 +266,7 @@ func (r *TrainingJobReconciler) releaseWorkloads(ctx context.Context, namespace,
 	if !r.queue.served.Load() {
 		return nil
 	}
-	objs, mirrors, err := r.jobWorkloads(ctx, namespace, name, nil)
+	objs, mirrors, err := r.jobWorkloads(ctx, namespace, name, "")
 	if err != nil {
 		return err
 	}
