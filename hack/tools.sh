@@ -5,7 +5,7 @@
 # kube-controller-manager, kubectl, and the stock kube-scheduler the benchmark
 # compares against, built from the same Kubernetes pin as the
 # scheduler) and hack/tools/*/go.mod (etcd, kwok, controller-gen, and the peer
-# operators the interop tests run: training-operator). A binary is
+# operators the interop tests run: training-operator, kueue). A binary is
 # rebuilt only when the module version recorded in its build info differs from
 # the pinned one, so a warm bin/ costs a few `go version -m` calls.
 #
@@ -101,3 +101,9 @@ ensure "$root/hack/tools/controller-gen" sigs.k8s.io/controller-tools "-s -w" \
 # Peer operators for the interop e2e tests (docs/interop.md).
 ensure "$root/hack/tools/training-operator" github.com/kubeflow/training-operator "-s -w" \
 	training-operator=github.com/kubeflow/training-operator/cmd/training-operator.v1
+
+# Kueue's controller-manager, for the interop tests (test/e2e/kueue_test.go).
+# Its own module: it compiles a second copy of the Kubernetes libraries at
+# k8s.io v0.35, so a cold build costs several minutes more.
+ensure "$root/hack/tools/kueue" sigs.k8s.io/kueue "-s -w" \
+	kueue=sigs.k8s.io/kueue/cmd/kueue

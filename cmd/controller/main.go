@@ -135,6 +135,7 @@ func run(ctx context.Context, opts options) error {
 		Workers:           opts.workers,
 		CreateParallelism: opts.createParallelism,
 		Topology:          topo,
+		APIReader:         mgr.GetAPIReader(),
 	}
 	if err := jobs.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the TrainingJob controller: %w", err)

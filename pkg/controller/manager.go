@@ -23,6 +23,10 @@ import (
 // on every Secret in the cluster, as RBAC cannot select by label). A read of
 // a Secret goes to the apiserver, where RBAC refuses it, instead of silently
 // starting a cluster-wide Secret informer.
+//
+// Unstructured objects are cached too: Kueue's Workloads, read as
+// unstructured (pkg/controller/kueue), are listed on every reconcile of a
+// queued job.
 func ManagerCache() (cache.Options, client.Options) {
 	gangPods := labels.NewSelector().Add(mustRequirement(schedv1alpha1.PodGroupLabel))
 	ours := labels.NewSelector().Add(mustRequirement(lockstep.LabelJobName))
@@ -33,7 +37,7 @@ func ManagerCache() (cache.Options, client.Options) {
 			// The elastic jobs' autoscalers.
 			&autoscalingv2.HorizontalPodAutoscaler{}: {Label: ours},
 		}},
-		client.Options{Cache: &client.CacheOptions{DisableFor: []client.Object{&corev1.Secret{}}}}
+		client.Options{Cache: &client.CacheOptions{DisableFor: []client.Object{&corev1.Secret{}}, Unstructured: true}}
 }
 
 // mustRequirement is "key exists"; the keys are constants that are valid.

@@ -80,7 +80,12 @@ type TrainingJobReconciler struct {
 	// scheduler's, loaded with pkg/lockstep/topologyconfig. Default:
 	// lockstep.DefaultTopologyConfig().
 	Topology lockstep.TopologyConfig
+	// APIReader reads objects the cache should not hold (PriorityClasses
+	// and ResourceFlavors of Kueue-queued jobs); the client when nil.
+	APIReader client.Reader
 
+	// queue: whether Kueue's Workload API is served (queueing.go).
+	queue        queueAPI
 	expectations *expectations
 	// placements caches the cluster's domain tree and placement Rater.
 	placements placementCache
@@ -107,7 +112,7 @@ func (r *TrainingJobReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		r.Topology = lockstep.DefaultTopologyConfig()
 	}
 	r.expectations = newExpectations(r.Clock)
-	return ctrl.NewControllerManagedBy(mgr).
+	c, err := ctrl.NewControllerManagedBy(mgr).
 		For(&v1alpha1.TrainingJob{}).
 		Owns(&corev1.Pod{}).
 		Owns(&autoscalingv2.HorizontalPodAutoscaler{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
@@ -115,7 +120,12 @@ func (r *TrainingJobReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		// changed or deleted spec concerns this one.
 		Owns(&schedv1alpha1.PodGroup{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		WithOptions(controller.Options{MaxConcurrentReconciles: r.Workers}).
-		Complete(r)
+		Build(r)
+	if err != nil {
+		return err
+	}
+	// Kueue's Workloads are watched once their API is served.
+	return mgr.Add(r.watchQueueAPI(mgr, c))
 }
 
 // Reconcile brings one job a step closer to its spec.
@@ -123,14 +133,14 @@ func (r *TrainingJobReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 	job := &v1alpha1.TrainingJob{}
 	if err := r.Client.Get(ctx, req.NamespacedName, job); err != nil {
 		if apierrors.IsNotFound(err) {
-			return ctrl.Result{}, nil
+			return ctrl.Result{}, r.releaseWorkloads(ctx, req.Namespace, req.Name)
 		}
 		return ctrl.Result{}, fmt.Errorf("getting TrainingJob %s: %w", req, err)
 	}
 	if job.DeletionTimestamp != nil {
 		r.expectations.Forget(job.UID)
 		r.forgetCreated(job.UID)
-		return ctrl.Result{}, nil
+		return ctrl.Result{}, r.releaseWorkloads(ctx, req.Namespace, req.Name)
 	}
 	ctx = ctrl.LoggerInto(ctx, ctrl.LoggerFrom(ctx).WithValues("job", klog.KObj(job)))
 	original := job.Status.DeepCopy()
@@ -146,9 +156,16 @@ func (r *TrainingJobReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 
 	switch {
 	case isFinished(&job.Status):
-		res, err = r.ensureFinished(ctx, job, pods)
+		if queueName(job) != "" {
+			_, err = r.ensureQueued(ctx, job, pods)
+		}
+		if err == nil {
+			res, err = r.ensureFinished(ctx, job, pods)
+		}
 	case job.Spec.IsSuspended():
-		err = r.ensureSuspended(ctx, job, pods)
+		err = r.ensureSuspended(ctx, job, pods, ReasonSuspended, "the job is suspended: its pods are deleted")
+	case queueName(job) != "":
+		res, err = r.ensureAdmitted(ctx, job, adapter, pods)
 	default:
 		res, err = r.ensureRunning(ctx, job, adapter, pods)
 	}
@@ -398,15 +415,17 @@ func (r *TrainingJobReconciler) ensureFinished(ctx context.Context, job *v1alpha
 	return ctrl.Result{}, nil
 }
 
-// ensureSuspended deletes the pods of a suspended job and resets its start
-// time, so activeDeadlineSeconds counts from the resume.
-func (r *TrainingJobReconciler) ensureSuspended(ctx context.Context, job *v1alpha1.TrainingJob, pods []*corev1.Pod) error {
-	if !meta.IsStatusConditionTrue(job.Status.Conditions, string(v1alpha1.JobSuspended)) {
-		setCondition(&job.Status, job.Generation, v1alpha1.JobSuspended, metav1.ConditionTrue, ReasonSuspended, "the job is suspended: its pods are deleted")
+// ensureSuspended deletes the pods of a suspended job (by its spec, or held
+// by Kueue: reason and message say which) and resets its start time, so
+// activeDeadlineSeconds counts from the resume. Deleting a suspended job's
+// pods is no failure: no restart is counted.
+func (r *TrainingJobReconciler) ensureSuspended(ctx context.Context, job *v1alpha1.TrainingJob, pods []*corev1.Pod, reason, message string) error {
+	if c := meta.FindStatusCondition(job.Status.Conditions, string(v1alpha1.JobSuspended)); c == nil || c.Status != metav1.ConditionTrue || c.Reason != reason || c.Message != message {
+		setCondition(&job.Status, job.Generation, v1alpha1.JobSuspended, metav1.ConditionTrue, reason, message)
 		if meta.IsStatusConditionTrue(job.Status.Conditions, string(v1alpha1.JobRunning)) {
-			setCondition(&job.Status, job.Generation, v1alpha1.JobRunning, metav1.ConditionFalse, ReasonSuspended, "the job is suspended")
+			setCondition(&job.Status, job.Generation, v1alpha1.JobRunning, metav1.ConditionFalse, reason, message)
 		}
-		r.Recorder.Event(job, corev1.EventTypeNormal, ReasonSuspended, "Suspended: deleting the pods")
+		r.Recorder.Event(job, corev1.EventTypeNormal, reason, "Suspended: "+message)
 	}
 	job.Status.StartTime = nil
 	job.Status.Placement = nil

@@ -77,7 +77,12 @@ func gangReplicas(job *v1alpha1.TrainingJob, role v1alpha1.ReplicaType) int32 {
 // scheduler's topology plugin reads. minResources counts every pod the gang
 // needs (gangReplicas) in full: init containers and overhead as the
 // scheduler counts them.
-func desiredPodGroup(job *v1alpha1.TrainingJob, a framework.Adapter) (*schedv1alpha1.PodGroup, error) {
+//
+// Without spec.topology, Kueue TAS's annotations on the replica templates
+// give the constraint (kueueConstraint); one naming no configured level
+// leaves the PodGroup without it, and the job's Scheduled condition says
+// why.
+func desiredPodGroup(job *v1alpha1.TrainingJob, a framework.Adapter, cfg lockstep.TopologyConfig) (*schedv1alpha1.PodGroup, error) {
 	total := corev1.ResourceList{}
 	for _, role := range slices.Sorted(maps.Keys(job.Spec.ReplicaSpecs)) {
 		n := gangReplicas(job, role)
@@ -109,6 +114,11 @@ func desiredPodGroup(job *v1alpha1.TrainingJob, a framework.Adapter) (*schedv1al
 		pg.Annotations = map[string]string{
 			lockstep.AnnotationTopologyLevel: t.Level,
 			lockstep.AnnotationTopologyMode:  string(t.Mode),
+		}
+	} else if level, mode, err := kueueConstraint(job, cfg); err == nil && level != "" {
+		pg.Annotations = map[string]string{
+			lockstep.AnnotationTopologyLevel: level,
+			lockstep.AnnotationTopologyMode:  string(mode),
 		}
 	}
 	return pg, nil
@@ -154,7 +164,7 @@ func (r *TrainingJobReconciler) ensurePodGroup(ctx context.Context, job *v1alpha
 	if err != nil {
 		return err
 	}
-	want, err := desiredPodGroup(job, a)
+	want, err := desiredPodGroup(job, a, r.Topology)
 	if err != nil {
 		return fmt.Errorf("PodGroup of %s: %w", klog.KObj(job), err)
 	}

@@ -3,6 +3,7 @@ package controller
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 
@@ -34,6 +35,9 @@ type schedulingProblem struct {
 // not have can never be met.
 func topologyLevelProblem(job *v1alpha1.TrainingJob, cfg lockstep.TopologyConfig) *schedulingProblem {
 	if job.Spec.Topology == nil {
+		if _, _, err := kueueConstraint(job, cfg); err != nil {
+			return &schedulingProblem{ReasonUnknownTopologyLevel, err.Error()}
+		}
 		return nil
 	}
 	names := cfg.LevelNames()
@@ -164,4 +168,31 @@ func (r *TrainingJobReconciler) clusterGPUs(ctx context.Context) (int64, error) 
 		n += q.Value()
 	}
 	return n, nil
+}
+
+// kueueConstraint is the gang's topology constraint from Kueue TAS's
+// annotations on the replica templates (kueue.x-k8s.io/podset-required- or
+// -preferred-topology), mapped to a configured level by
+// lockstep.KueueTopologyConstraint; level is "" when no template has one.
+// It applies only to a job without spec.topology, which wins. The gang has
+// one constraint, so templates that name different ones are an error.
+func kueueConstraint(job *v1alpha1.TrainingJob, cfg lockstep.TopologyConfig) (string, lockstep.ConstraintMode, error) {
+	var level, from string
+	var mode lockstep.ConstraintMode
+	for _, role := range slices.Sorted(maps.Keys(job.Spec.ReplicaSpecs)) {
+		rs := job.Spec.ReplicaSpecs[role]
+		l, m, ok, err := lockstep.KueueTopologyConstraint(rs.Template.Annotations, cfg)
+		path := fmt.Sprintf("spec.replicaSpecs[%s].template.metadata.annotations", role)
+		switch {
+		case err != nil:
+			return "", "", fmt.Errorf("%s: %w", path, err)
+		case !ok:
+			continue
+		case from != "" && (l != level || m != mode):
+			return "", "", fmt.Errorf("%s names %s/%s but %s names %s/%s: a gang has one topology constraint; annotate every role alike, or set spec.topology",
+				path, l, m, from, level, mode)
+		}
+		level, mode, from = l, m, path
+	}
+	return level, mode, nil
 }

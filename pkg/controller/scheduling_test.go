@@ -47,6 +47,16 @@ func TestSchedulingProblems(t *testing.T) {
 		want: &schedulingProblem{ReasonUnknownTopologyLevel,
 			`spec.topology.level "rack" is not a level of the cluster's topology; use one of host, clique, leaf, spine, block, cluster`},
 	}, {
+		name:        "a Kueue annotation naming no level's node label names the field",
+		job:         testJob("", withGPUs(8), kueueAnnotation(v1alpha1.ReplicaWorker, lockstep.AnnotationKueueRequiredTopology, "example.com/rack")),
+		clusterGPUs: 256,
+		want: &schedulingProblem{ReasonUnknownTopologyLevel,
+			`spec.replicaSpecs[Worker].template.metadata.annotations: annotation kueue.x-k8s.io/podset-required-topology="example.com/rack" is no node label of a configured topology level; use one of kubernetes.io/hostname, nvidia.com/gpu.clique, fabric.topograph.run/tier-0, fabric.topograph.run/tier-1, fabric.topograph.run/tier-2`},
+	}, {
+		name:        "spec.topology wins over a bad Kueue annotation",
+		job:         testJob("", withGPUs(8), level("leaf"), kueueAnnotation(v1alpha1.ReplicaWorker, lockstep.AnnotationKueueRequiredTopology, "example.com/rack")),
+		clusterGPUs: 256,
+	}, {
 		name:        "implicit levels are levels",
 		job:         testJob("", withGPUs(8), level("host")),
 		clusterGPUs: 256,
@@ -80,6 +90,63 @@ func TestSchedulingProblems(t *testing.T) {
 			}
 			if diff := cmp.Diff(tc.want, got, cmp.AllowUnexported(schedulingProblem{})); diff != "" {
 				t.Errorf("problem (-want,+got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// kueueAnnotation sets a Kueue TAS annotation on a role's template.
+func kueueAnnotation(role v1alpha1.ReplicaType, key, value string) func(*v1alpha1.TrainingJob) {
+	return func(j *v1alpha1.TrainingJob) {
+		r := j.Spec.ReplicaSpecs[role]
+		r.Template.Annotations = map[string]string{key: value}
+		j.Spec.ReplicaSpecs[role] = r
+	}
+}
+
+// TestKueueConstraint: Kueue TAS's annotations on the replica templates
+// become the PodGroup's topology annotations when spec.topology is unset.
+func TestKueueConstraint(t *testing.T) {
+	type want struct {
+		Annotations map[string]string
+		Err         string
+	}
+	both := func(key, value string) func(*v1alpha1.TrainingJob) {
+		return func(j *v1alpha1.TrainingJob) {
+			kueueAnnotation(v1alpha1.ReplicaMaster, key, value)(j)
+			kueueAnnotation(v1alpha1.ReplicaWorker, key, value)(j)
+		}
+	}
+	for _, tc := range []struct {
+		name string
+		job  *v1alpha1.TrainingJob
+		want want
+	}{
+		{name: "none", job: testJob("")},
+		{name: "required leaf on every role", job: testJob("", both(lockstep.AnnotationKueueRequiredTopology, lockstep.LabelFabricTier0)),
+			want: want{Annotations: map[string]string{lockstep.AnnotationTopologyLevel: "leaf", lockstep.AnnotationTopologyMode: "Required"}}},
+		{name: "preferred spine on one role", job: testJob("", kueueAnnotation(v1alpha1.ReplicaWorker, lockstep.AnnotationKueuePreferredTopology, lockstep.LabelFabricTier1)),
+			want: want{Annotations: map[string]string{lockstep.AnnotationTopologyLevel: "spine", lockstep.AnnotationTopologyMode: "Preferred"}}},
+		{name: "spec.topology wins", job: testJob("", both(lockstep.AnnotationKueueRequiredTopology, lockstep.LabelFabricTier0), func(j *v1alpha1.TrainingJob) {
+			j.Spec.Topology = &v1alpha1.TopologyConstraint{Level: "spine", Mode: "Preferred"}
+		}), want: want{Annotations: map[string]string{lockstep.AnnotationTopologyLevel: "spine", lockstep.AnnotationTopologyMode: "Preferred"}}},
+		{name: "roles disagree", job: testJob("",
+			kueueAnnotation(v1alpha1.ReplicaMaster, lockstep.AnnotationKueueRequiredTopology, lockstep.LabelFabricTier0),
+			kueueAnnotation(v1alpha1.ReplicaWorker, lockstep.AnnotationKueueRequiredTopology, lockstep.LabelFabricTier1)),
+			want: want{Err: "spec.replicaSpecs[Worker].template.metadata.annotations names spine/Required but spec.replicaSpecs[Master].template.metadata.annotations names leaf/Required: a gang has one topology constraint; annotate every role alike, or set spec.topology"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var got want
+			if _, _, err := kueueConstraint(tc.job, lockstep.DefaultTopologyConfig()); err != nil {
+				got.Err = err.Error()
+			}
+			pg, err := desiredPodGroup(tc.job, mustAdapter(t, tc.job), lockstep.DefaultTopologyConfig())
+			if err != nil {
+				t.Fatal(err)
+			}
+			got.Annotations = pg.Annotations
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("constraint (-want,+got):\n%s", diff)
 			}
 		})
 	}

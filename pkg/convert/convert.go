@@ -29,6 +29,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/lockstep-dev/lockstep/pkg/apis/lockstep/v1alpha1"
+	"github.com/lockstep-dev/lockstep/pkg/lockstep"
 )
 
 // Refusal is a field the converter cannot carry over.
@@ -664,9 +665,8 @@ func (c *converter) behaviourNotes(job *v1alpha1.TrainingJob) {
 	case v1alpha1.FrameworkPyTorch, v1alpha1.FrameworkMPI, v1alpha1.FrameworkJAX:
 		c.warn("a failed pod restarts the whole gang (failurePolicy.restart defaults to Gang for %s); Kubeflow restarted the pod alone. Set failurePolicy.restart: Pod to keep that", c.kind.framework)
 	}
-	const queueLabel = "kueue.x-k8s.io/queue-name"
-	if q, ok := job.Labels[queueLabel]; ok {
-		c.warn("label %s=%s kept, but Kueue admits TrainingJobs only with a Lockstep integration installed; without one the job starts at once", queueLabel, q)
+	if q, ok := job.Labels[lockstep.LabelKueueQueueName]; ok {
+		c.warn("label %s=%s kept: the job is queued in that Kueue LocalQueue and starts once Kueue admits its Workload (Kueue must list %s in integrations.externalFrameworks); without Kueue it waits", lockstep.LabelKueueQueueName, q, lockstep.KueueExternalFramework)
 	}
 }
 

@@ -77,7 +77,7 @@ func TestWarnings(t *testing.T) {
 			input: "restricted-kueue.yaml",
 			want: []string{
 				"document 1 (PyTorchJob bookstore-ml/train): a failed pod restarts the whole gang (failurePolicy.restart defaults to Gang for PyTorch); Kubeflow restarted the pod alone. Set failurePolicy.restart: Pod to keep that",
-				"document 1 (PyTorchJob bookstore-ml/train): label kueue.x-k8s.io/queue-name=bookstore-ml-lq kept, but Kueue admits TrainingJobs only with a Lockstep integration installed; without one the job starts at once",
+				"document 1 (PyTorchJob bookstore-ml/train): label kueue.x-k8s.io/queue-name=bookstore-ml-lq kept: the job is queued in that Kueue LocalQueue and starts once Kueue admits its Workload (Kueue must list TrainingJob.v1alpha1.lockstep.dev in integrations.externalFrameworks); without Kueue it waits",
 			},
 		},
 		{

@@ -146,13 +146,24 @@ func StartFaultProxy(upstream *rest.Config, rules FaultRules) (*FaultProxy, erro
 // selfSignedLoopbackCert makes a certificate for 127.0.0.1 that is its
 // own CA.
 func selfSignedLoopbackCert() ([]byte, tls.Certificate, error) {
-	key, err := ecdsa.GenerateKey(elliptic.P256(), crand.Reader)
+	certPEM, keyPEM, err := selfSignedLoopbackPEM("lockstep-fault-proxy")
 	if err != nil {
 		return nil, tls.Certificate{}, err
 	}
+	cert, err := tls.X509KeyPair(certPEM, keyPEM)
+	return certPEM, cert, err
+}
+
+// selfSignedLoopbackPEM makes a serving certificate for 127.0.0.1 named cn,
+// its own CA, and its key, PEM-encoded.
+func selfSignedLoopbackPEM(cn string) (certPEM, keyPEM []byte, err error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), crand.Reader)
+	if err != nil {
+		return nil, nil, err
+	}
 	tmpl := &x509.Certificate{
 		SerialNumber:          big.NewInt(1),
-		Subject:               pkix.Name{CommonName: "lockstep-fault-proxy"},
+		Subject:               pkix.Name{CommonName: cn},
 		NotBefore:             time.Now().Add(-time.Hour),
 		NotAfter:              time.Now().Add(30 * 24 * time.Hour),
 		IPAddresses:           []net.IP{net.IPv4(127, 0, 0, 1)},
@@ -163,15 +174,14 @@ func selfSignedLoopbackCert() ([]byte, tls.Certificate, error) {
 	}
 	der, err := x509.CreateCertificate(crand.Reader, tmpl, tmpl, &key.PublicKey, key)
 	if err != nil {
-		return nil, tls.Certificate{}, err
+		return nil, nil, err
 	}
 	keyDER, err := x509.MarshalECPrivateKey(key)
 	if err != nil {
-		return nil, tls.Certificate{}, err
+		return nil, nil, err
 	}
-	certPEM := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
-	cert, err := tls.X509KeyPair(certPEM, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}))
-	return certPEM, cert, err
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}),
+		pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}), nil
 }
 
 // SetEnabled turns injection on or off.

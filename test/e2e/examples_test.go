@@ -17,6 +17,7 @@ import (
 	"github.com/lockstep-dev/lockstep/pkg/controller"
 	"github.com/lockstep-dev/lockstep/pkg/convert"
 	"github.com/lockstep-dev/lockstep/pkg/localcluster"
+	"github.com/lockstep-dev/lockstep/pkg/lockstep"
 )
 
 // exampleFiles are the Kubeflow manifests users already have: every one in
@@ -58,6 +59,11 @@ func TestKubeflowExamplesConvertAndSucceed(t *testing.T) {
 			for _, c := range res.Jobs {
 				job := c.Job.DeepCopy()
 				job.Namespace = ns
+				if q := job.Labels[lockstep.LabelKueueQueueName]; q != "" {
+					// Written for Kueue: queued there, it runs once admitted.
+					startKueue(t)
+					kueueQueues(t, ns, q, 64)
+				}
 				createJob(t, job)
 				runExampleToSuccess(t, job)
 			}

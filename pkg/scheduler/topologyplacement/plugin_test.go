@@ -112,7 +112,7 @@ func TestGangRequestWidensPreferredOverTime(t *testing.T) {
 		{30 * time.Second, 4}, // past the widest level: the planner caps it
 	} {
 		clock.Step(step.after)
-		gang, err := p.gangRequest(pg, s)
+		gang, err := p.gangRequest(pg, nil, s)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -121,7 +121,7 @@ func TestGangRequestWidensPreferredOverTime(t *testing.T) {
 		}
 	}
 	pg.Annotations[lockstep.AnnotationTopologyMode] = "Required"
-	if gang, err := p.gangRequest(pg, s); err != nil || gang.Widen != 0 {
+	if gang, err := p.gangRequest(pg, nil, s); err != nil || gang.Widen != 0 {
 		t.Errorf("Required gang: %+v, %v; want Widen 0", gang, err)
 	}
 }
@@ -214,15 +214,61 @@ func TestGangRequestRejectsBadAnnotations(t *testing.T) {
 	} {
 		pg := utiltesting.MakePodGroup("g", "ns", 2).Obj()
 		pg.Annotations = annotations
-		if _, err := p.gangRequest(pg, s); err == nil {
+		if _, err := p.gangRequest(pg, nil, s); err == nil {
 			t.Errorf("%s: gangRequest accepted %v", name, annotations)
 		}
 	}
 	pg := utiltesting.MakePodGroup("g", "ns", 2).Obj()
 	pg.Annotations = map[string]string{lockstep.AnnotationTopologyLevel: "leaf"}
-	gang, err := p.gangRequest(pg, s)
+	gang, err := p.gangRequest(pg, nil, s)
 	if err != nil || gang.Mode != lockstep.Preferred {
 		t.Errorf("level without mode: %+v, %v; want the default mode Preferred", gang, err)
+	}
+}
+
+// TestGangRequestKueueAnnotations: a foreign gang's PodGroup has no
+// lockstep.dev/topology-* annotations; Kueue TAS's annotations on its pods
+// stand in for them, and Lockstep's own win when both are given.
+func TestGangRequestKueueAnnotations(t *testing.T) {
+	p, _ := newTestPlugin(t)
+	s := &cycleState{gang: "ns/g"}
+	type got struct {
+		Level string
+		Mode  lockstep.ConstraintMode
+		Err   bool
+	}
+	for _, tc := range []struct {
+		name string
+		pg   map[string]string
+		pod  map[string]string
+		want got
+	}{
+		{name: "required leaf from the pod", pod: map[string]string{lockstep.AnnotationKueueRequiredTopology: lockstep.LabelFabricTier0},
+			want: got{Level: "leaf", Mode: lockstep.Required}},
+		{name: "preferred spine from the pod", pod: map[string]string{lockstep.AnnotationKueuePreferredTopology: lockstep.LabelFabricTier1},
+			want: got{Level: "spine", Mode: lockstep.Preferred}},
+		{name: "lockstep's annotations win",
+			pg:   map[string]string{lockstep.AnnotationTopologyLevel: "spine", lockstep.AnnotationTopologyMode: "Required"},
+			pod:  map[string]string{lockstep.AnnotationKueueRequiredTopology: lockstep.LabelFabricTier0},
+			want: got{Level: "spine", Mode: lockstep.Required}},
+		{name: "unknown label key", pod: map[string]string{lockstep.AnnotationKueueRequiredTopology: "example.com/rack"},
+			want: got{Err: true}},
+		{name: "none", want: got{}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			pg := utiltesting.MakePodGroup("g", "ns", 2).Obj()
+			pg.Annotations = tc.pg
+			pod := utiltesting.MakePod("p", "ns").Obj()
+			pod.Annotations = tc.pod
+			gang, err := p.gangRequest(pg, pod, s)
+			res := got{Level: gang.Level, Mode: gang.Mode, Err: err != nil}
+			if res.Err {
+				res.Level, res.Mode = "", ""
+			}
+			if diff := cmp.Diff(tc.want, res); diff != "" {
+				t.Errorf("gangRequest (-want,+got):\n%s", diff)
+			}
+		})
 	}
 }
 

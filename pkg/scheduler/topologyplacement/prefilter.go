@@ -136,7 +136,7 @@ func (p *TopologyPlacement) plan(ctx context.Context, pod *v1.Pod, s *cycleState
 	if err != nil {
 		return nil, outcomeError, fwk.AsStatus(err)
 	}
-	gang, err := p.gangRequest(pg, s)
+	gang, err := p.gangRequest(pg, pod, s)
 	if err != nil {
 		// A bad annotation is the user's to fix; say which and how.
 		return nil, outcomeUnschedulable, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, err.Error())
@@ -226,7 +226,12 @@ func (p *TopologyPlacement) classMembers(pod *v1.Pod, gpus int) gangMembers {
 // PreferredWait a Preferred gang has waited. The planner counts the widening
 // from the narrowest level that could ever hold the gang, so no wait is
 // spent on levels too small for it.
-func (p *TopologyPlacement) gangRequest(pg *schedv1alpha1.PodGroup, s *cycleState) (placement.Gang, error) {
+//
+// A PodGroup without Lockstep's level annotation (another operator's gang)
+// takes the constraint from Kueue TAS's annotations on the member pod,
+// mapped by lockstep.KueueTopologyConstraint; Lockstep's own annotations
+// win where both are given.
+func (p *TopologyPlacement) gangRequest(pg *schedv1alpha1.PodGroup, pod *v1.Pod, s *cycleState) (placement.Gang, error) {
 	gang := placement.Gang{
 		Members:           int(pg.Spec.MinMember),
 		GPUsPerMember:     s.req.gpus,
@@ -237,6 +242,15 @@ func (p *TopologyPlacement) gangRequest(pg *schedv1alpha1.PodGroup, s *cycleStat
 	}
 	if gang.Members < 1 {
 		gang.Members = 1
+	}
+	if gang.Level == "" && pod != nil {
+		level, mode, ok, err := lockstep.KueueTopologyConstraint(pod.Annotations, p.args.TopologyConfig)
+		if err != nil {
+			return gang, fmt.Errorf("pod %s/%s: %w", pod.Namespace, pod.Name, err)
+		}
+		if ok {
+			gang.Level, gang.Mode = level, mode
+		}
 	}
 	if gang.Level == "" {
 		return gang, nil

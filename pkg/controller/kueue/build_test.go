@@ -1,0 +1,83 @@
+package kueue
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	"github.com/lockstep-dev/lockstep/pkg/apis/lockstep/v1alpha1"
+	"github.com/lockstep-dev/lockstep/pkg/lockstep"
+)
+
+func testJob(workers int32) *v1alpha1.TrainingJob {
+	tpl := corev1.PodTemplateSpec{Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "pytorch", Image: "img"}}}}
+	return &v1alpha1.TrainingJob{
+		ObjectMeta: metav1.ObjectMeta{Name: "j", Namespace: "ns", UID: "uid"},
+		Spec: v1alpha1.TrainingJobSpec{ReplicaSpecs: map[v1alpha1.ReplicaType]v1alpha1.ReplicaSpec{
+			v1alpha1.ReplicaMaster: {Replicas: ptr.To[int32](1), Template: tpl},
+			v1alpha1.ReplicaWorker: {Replicas: ptr.To(workers), Template: tpl},
+		}},
+	}
+}
+
+// TestWantedWorkload: one pod set per role, the queue and priority, owned
+// by the job; the hash (name and annotation) changes with the spec only,
+// and the object survives the trip through unstructured.
+func TestWantedWorkload(t *testing.T) {
+	w, err := WantedWorkload(testJob(3), "lq", &Priority{ClassName: "high", Value: 100})
+	if err != nil {
+		t.Fatal(err)
+	}
+	type podSet struct {
+		Name  string
+		Count int32
+	}
+	var sets []podSet
+	for _, ps := range w.Spec.PodSets {
+		sets = append(sets, podSet{ps.Name, ps.Count})
+	}
+	if diff := cmp.Diff([]podSet{{"master", 1}, {"worker", 3}}, sets); diff != "" {
+		t.Errorf("pod sets (-want,+got):\n%s", diff)
+	}
+	if w.Spec.QueueName != "lq" || ptr.Deref(w.Spec.Priority, 0) != 100 || w.Spec.PriorityClassRef.Name != "high" {
+		t.Errorf("spec %+v, want queue lq, priority 100 of high", w.Spec)
+	}
+	ref := metav1.GetControllerOf(w)
+	if ref == nil || ref.Kind != "TrainingJob" || ref.UID != "uid" || w.Labels[lockstep.LabelJobName] != "j" || w.Labels[lockstep.LabelKueueJobUID] != "uid" {
+		t.Errorf("owner %+v labels %v, want controlled by TrainingJob j and labelled", ref, w.Labels)
+	}
+	hash := w.Annotations[lockstep.AnnotationSpecHash]
+	if !strings.HasSuffix(w.Name, "-"+hash) || !strings.HasPrefix(w.Name, "trainingjob-j-") {
+		t.Errorf("name %s, want trainingjob-j-%s", w.Name, hash)
+	}
+	again, _ := WantedWorkload(testJob(3), "lq", &Priority{ClassName: "high", Value: 100})
+	other, _ := WantedWorkload(testJob(4), "lq", &Priority{ClassName: "high", Value: 100})
+	if again.Name != w.Name || other.Name == w.Name {
+		t.Errorf("names %s, %s (same spec), %s (more workers): want the hash to follow the spec", w.Name, again.Name, other.Name)
+	}
+
+	u, err := ToUnstructured(w)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if u.GetAPIVersion() != "kueue.x-k8s.io/v1beta2" || u.GetKind() != "Workload" {
+		t.Errorf("apiVersion/kind %s/%s", u.GetAPIVersion(), u.GetKind())
+	}
+	back, err := FromUnstructured(u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(w.Spec, back.Spec); diff != "" {
+		t.Errorf("round trip (-want,+got):\n%s", diff)
+	}
+	long := testJob(1)
+	long.Name = strings.Repeat("a", 260)
+	lw, _ := WantedWorkload(long, "lq", nil)
+	if len(lw.Name) > 253 {
+		t.Errorf("name of %d characters, want at most 253", len(lw.Name))
+	}
+}

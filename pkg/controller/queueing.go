@@ -1,0 +1,347 @@
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync/atomic"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	schedulingv1 "k8s.io/api/scheduling/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/discovery"
+	"k8s.io/klog/v2"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+	"sigs.k8s.io/controller-runtime/pkg/source"
+
+	"github.com/lockstep-dev/lockstep/pkg/apis/lockstep/v1alpha1"
+	"github.com/lockstep-dev/lockstep/pkg/controller/framework"
+	"github.com/lockstep-dev/lockstep/pkg/controller/kueue"
+	"github.com/lockstep-dev/lockstep/pkg/lockstep"
+)
+
+// Kueue integration. A TrainingJob labelled kueue.x-k8s.io/queue-name is
+// queued in that LocalQueue: the controller makes and owns a Workload for it
+// and runs the job only while Kueue admits the Workload. The protocol's
+// decisions are pure (pkg/controller/kueue.Decide); this file reads its
+// inputs and carries its decisions out.
+//
+// The Workload API is optional: the controller starts without it and
+// watches Workloads once discovery serves them (queueAPI), so installing
+// Kueue later needs no restart. Until then a queued job is held with a
+// message saying so.
+//
+// RBAC (deploy/default/controller.yaml): Workloads get, list, watch,
+// create, update (Kueue's finalizer), delete (stale ones); workloads/status
+// update; ResourceFlavors and PriorityClasses get.
+
+// queueAPI tracks whether the Workload API is served and, once it is,
+// watches Workloads for the TrainingJob controller.
+type queueAPI struct {
+	served atomic.Bool
+}
+
+// queueAPIPoll is how often discovery is asked for the Workload API until
+// it appears, and how soon a job held for its absence is looked at again.
+const queueAPIPoll = 5 * time.Second
+
+// queueName is the LocalQueue a job is queued in, or "".
+func queueName(job *v1alpha1.TrainingJob) string { return job.Labels[lockstep.LabelKueueQueueName] }
+
+// watchQueueAPI waits for the Workload API, then watches the Workloads
+// TrainingJobs control. A Runnable of the manager.
+func (r *TrainingJobReconciler) watchQueueAPI(mgr manager.Manager, c controller.Controller) manager.RunnableFunc {
+	return func(ctx context.Context) error {
+		dc, err := discovery.NewDiscoveryClientForConfig(mgr.GetConfig())
+		if err != nil {
+			return fmt.Errorf("discovery client: %w", err)
+		}
+		logger := klog.FromContext(ctx)
+		for {
+			if served(dc) {
+				break
+			}
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-time.After(queueAPIPoll):
+			}
+		}
+		wl := kueue.NewWorkloadObject()
+		if err := c.Watch(source.Kind[client.Object](mgr.GetCache(), wl,
+			handler.EnqueueRequestForOwner(mgr.GetScheme(), mgr.GetRESTMapper(), &v1alpha1.TrainingJob{}, handler.OnlyControllerOwner()))); err != nil {
+			return fmt.Errorf("watching Kueue Workloads: %w", err)
+		}
+		r.queue.served.Store(true)
+		logger.Info("Kueue's Workload API is served: TrainingJobs labelled " + lockstep.LabelKueueQueueName + " are queued in Kueue")
+		<-ctx.Done()
+		return nil
+	}
+}
+
+// served reports whether discovery lists Kueue's Workloads.
+func served(dc discovery.DiscoveryInterface) bool {
+	list, err := dc.ServerResourcesForGroupVersion(kueue.GroupVersion.String())
+	if err != nil {
+		return false
+	}
+	return slices.ContainsFunc(list.APIResources, func(r metav1.APIResource) bool { return r.Name == kueue.WorkloadResource })
+}
+
+// reader reads what the cache should not hold (PriorityClasses,
+// ResourceFlavors: one get each when a job is queued or started).
+func (r *TrainingJobReconciler) reader() client.Reader {
+	if r.APIReader != nil {
+		return r.APIReader
+	}
+	return r.Client
+}
+
+// ensureQueued runs the protocol for a queued job and returns its decision.
+// The Workload writes are done; holding or running the job is the caller's.
+func (r *TrainingJobReconciler) ensureQueued(ctx context.Context, job *v1alpha1.TrainingJob, pods []*corev1.Pod) (kueue.Decision, error) {
+	if !r.queue.served.Load() {
+		return kueue.Decision{HeldReason: kueue.HeldWaitingForAdmission, HeldMessage: fmt.Sprintf(
+			"label %s=%s queues the job in Kueue, but Kueue's Workload API (%s) is not served: install Kueue, or remove the label",
+			lockstep.LabelKueueQueueName, queueName(job), kueue.GroupVersion)}, nil
+	}
+	var prio *kueue.Priority
+	if sp := job.Spec.RunPolicy.SchedulingPolicy; sp != nil && sp.PriorityClass != "" {
+		pc := &schedulingv1.PriorityClass{}
+		if err := r.reader().Get(ctx, client.ObjectKey{Name: sp.PriorityClass}, pc); err != nil {
+			return kueue.Decision{}, fmt.Errorf("spec.runPolicy.schedulingPolicy.priorityClass %q: %w", sp.PriorityClass, err)
+		}
+		prio = &kueue.Priority{ClassName: pc.Name, Value: pc.Value}
+	}
+	want, err := kueue.WantedWorkload(job, queueName(job), prio)
+	if err != nil {
+		return kueue.Decision{}, err
+	}
+	objs, mirrors, err := r.jobWorkloads(ctx, job.Namespace, job.Name, job.UID)
+	if err != nil {
+		return kueue.Decision{}, err
+	}
+	in := kueue.Job{SpecHash: want.Annotations[lockstep.AnnotationSpecHash], Active: len(pods) > 0}
+	if isFinished(&job.Status) {
+		in.Finished = true
+		in.Succeeded = meta.IsStatusConditionTrue(job.Status.Conditions, string(v1alpha1.JobSucceeded))
+		for _, t := range []v1alpha1.JobState{v1alpha1.JobSucceeded, v1alpha1.JobFailed} {
+			if c := meta.FindStatusCondition(job.Status.Conditions, string(t)); c != nil && c.Status == metav1.ConditionTrue {
+				in.Message = c.Message
+			}
+		}
+	}
+	d := kueue.Decide(in, mirrors)
+	return d, r.carryOut(ctx, job, want, objs, d)
+}
+
+// jobWorkloads lists the Workloads a TrainingJob named name controls: the
+// one of UID uid, or any one when uid is "" (the job is gone).
+func (r *TrainingJobReconciler) jobWorkloads(ctx context.Context, namespace, name string, uid types.UID) (map[string]*unstructured.Unstructured, []*kueue.Workload, error) {
+	list := kueue.NewWorkloadList()
+	if err := r.Client.List(ctx, list, client.InNamespace(namespace), client.MatchingLabels{lockstep.LabelJobName: name}); err != nil {
+		return nil, nil, fmt.Errorf("listing the Workloads of TrainingJob %s/%s: %w", namespace, name, err)
+	}
+	objs := map[string]*unstructured.Unstructured{}
+	var mirrors []*kueue.Workload
+	for i := range list.Items {
+		u := &list.Items[i]
+		ref := metav1.GetControllerOf(u)
+		if ref == nil || ref.Kind != "TrainingJob" || (uid != "" && ref.UID != uid) {
+			continue
+		}
+		w, err := kueue.FromUnstructured(u)
+		if err != nil {
+			return nil, nil, err
+		}
+		objs[u.GetName()] = u
+		mirrors = append(mirrors, w)
+	}
+	slices.SortFunc(mirrors, func(a, b *kueue.Workload) int { return a.CreationTimestamp.Compare(b.CreationTimestamp.Time) })
+	return objs, mirrors, nil
+}
+
+// carryOut does the Workload writes of decision d.
+func (r *TrainingJobReconciler) carryOut(ctx context.Context, job *v1alpha1.TrainingJob, want *kueue.Workload, objs map[string]*unstructured.Unstructured, d kueue.Decision) error {
+	logger := ctrl.LoggerFrom(ctx)
+	if d.Create {
+		u, err := kueue.ToUnstructured(want)
+		if err != nil {
+			return err
+		}
+		if err := r.Client.Create(ctx, u); err != nil && !apierrors.IsAlreadyExists(err) {
+			return fmt.Errorf("creating Workload %s for TrainingJob %s: %w", want.Name, klog.KObj(job), err)
+		}
+		logger.V(2).Info("Created Workload", "workload", want.Name, "queue", want.Spec.QueueName)
+		r.Recorder.Eventf(job, corev1.EventTypeNormal, "CreatedWorkload", "Created Workload %s in queue %s", want.Name, want.Spec.QueueName)
+	}
+	for _, name := range d.Delete {
+		if err := r.Client.Delete(ctx, objs[name]); client.IgnoreNotFound(err) != nil {
+			return fmt.Errorf("deleting stale Workload %s of TrainingJob %s: %w", name, klog.KObj(job), err)
+		}
+		logger.V(2).Info("Deleted stale Workload", "workload", name)
+	}
+	now := metav1.NewTime(r.Clock.Now())
+	if d.Finish != nil {
+		if err := r.writeWorkloadStatus(ctx, objs[d.FinishWorkload], func(w *kueue.Workload, u *unstructured.Unstructured) {
+			c := *d.Finish
+			c.LastTransitionTime, c.ObservedGeneration = now, w.Generation
+			meta.SetStatusCondition(&w.Status.Conditions, c)
+		}); err != nil {
+			return fmt.Errorf("finishing Workload %s: %w", d.FinishWorkload, err)
+		}
+		logger.V(2).Info("Finished Workload", "workload", d.FinishWorkload, "reason", d.Finish.Reason)
+	}
+	if cl := d.ClearReservation; cl != nil {
+		if err := r.writeWorkloadStatus(ctx, objs[cl.Name], func(w *kueue.Workload, u *unstructured.Unstructured) {
+			for _, c := range []metav1.Condition{cl.Requeued, cl.Reserved, cl.Admitted} {
+				c.LastTransitionTime, c.ObservedGeneration = now, w.Generation
+				meta.SetStatusCondition(&w.Status.Conditions, c)
+			}
+			unstructured.RemoveNestedField(u.Object, "status", "admission")
+		}); err != nil {
+			return fmt.Errorf("clearing the quota reservation of Workload %s: %w", cl.Name, err)
+		}
+		logger.V(2).Info("Cleared the quota reservation of an evicted Workload", "workload", cl.Name)
+	}
+	for _, name := range d.RemoveFinalizer {
+		if err := r.removeWorkloadFinalizer(ctx, objs[name]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// writeWorkloadStatus changes the conditions (and whatever else edit does
+// to u) of a Workload's status, under optimistic concurrency: Kueue writes
+// the same status, and a conflict means deciding again on its new one.
+func (r *TrainingJobReconciler) writeWorkloadStatus(ctx context.Context, u *unstructured.Unstructured, edit func(*kueue.Workload, *unstructured.Unstructured)) error {
+	u = u.DeepCopy()
+	w, err := kueue.FromUnstructured(u)
+	if err != nil {
+		return err
+	}
+	edit(w, u)
+	if err := kueue.SetConditions(u, w.Status.Conditions); err != nil {
+		return err
+	}
+	if err := r.Client.Status().Update(ctx, u); err != nil {
+		if apierrors.IsConflict(err) {
+			return errStaleJob
+		}
+		return err
+	}
+	return nil
+}
+
+// removeWorkloadFinalizer takes Kueue's resource-in-use finalizer off u.
+func (r *TrainingJobReconciler) removeWorkloadFinalizer(ctx context.Context, u *unstructured.Unstructured) error {
+	u = u.DeepCopy()
+	fs := slices.DeleteFunc(u.GetFinalizers(), func(f string) bool { return f == kueue.FinalizerResourceInUse })
+	u.SetFinalizers(fs)
+	if err := r.Client.Update(ctx, u); err != nil {
+		if apierrors.IsConflict(err) {
+			return errStaleJob
+		}
+		return client.IgnoreNotFound(err)
+	}
+	return nil
+}
+
+// releaseWorkloads takes Kueue's finalizer off the deleted Workloads of a
+// job that is gone (or going), so the garbage collector can remove them
+// and Kueue frees their quota.
+func (r *TrainingJobReconciler) releaseWorkloads(ctx context.Context, namespace, name string) error {
+	if !r.queue.served.Load() {
+		return nil
+	}
+	objs, mirrors, err := r.jobWorkloads(ctx, namespace, name, "")
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, w := range mirrors {
+		if w.DeletionTimestamp != nil && w.HasFinalizer() {
+			errs = append(errs, r.removeWorkloadFinalizer(ctx, objs[w.Name]))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// applyAdmission gives each admitted role's template the node labels and
+// tolerations of the ResourceFlavors Kueue assigned it, as Kueue's job
+// integrations do. It changes the in-memory job only (the pods made from
+// it), and reads flavors only while pods are still to be created.
+func (r *TrainingJobReconciler) applyAdmission(ctx context.Context, job *v1alpha1.TrainingJob, pods []*corev1.Pod, assignments []kueue.PodSetAssignment) error {
+	if int32(len(pods)) >= job.Spec.TotalReplicas() {
+		return nil
+	}
+	flavors := map[string]*unstructured.Unstructured{}
+	for role, rs := range job.Spec.ReplicaSpecs {
+		i := slices.IndexFunc(assignments, func(a kueue.PodSetAssignment) bool { return a.Name == kueue.PodSetName(role) })
+		if i < 0 {
+			continue
+		}
+		for _, name := range assignments[i].Flavors {
+			f, ok := flavors[name]
+			if !ok {
+				f = &unstructured.Unstructured{}
+				f.SetGroupVersionKind(kueue.ResourceFlavorGVK)
+				if err := r.reader().Get(ctx, client.ObjectKey{Name: name}, f); err != nil {
+					return fmt.Errorf("getting ResourceFlavor %s assigned to %s of TrainingJob %s: %w", name, role, klog.KObj(job), err)
+				}
+				flavors[name] = f
+			}
+			labels, _, _ := unstructured.NestedStringMap(f.Object, "spec", "nodeLabels")
+			spec := &rs.Template.Spec
+			for k, v := range labels {
+				if spec.NodeSelector == nil {
+					spec.NodeSelector = map[string]string{}
+				}
+				spec.NodeSelector[k] = v
+			}
+			tols, _, _ := unstructured.NestedSlice(f.Object, "spec", "tolerations")
+			for _, t := range tols {
+				m, _ := t.(map[string]any)
+				var tol corev1.Toleration
+				if err := runtime.DefaultUnstructuredConverter.FromUnstructured(m, &tol); err == nil && !slices.Contains(spec.Tolerations, tol) {
+					spec.Tolerations = append(spec.Tolerations, tol)
+				}
+			}
+		}
+		job.Spec.ReplicaSpecs[role] = rs
+	}
+	return nil
+}
+
+// ensureAdmitted runs a queued job while Kueue admits its Workload and
+// holds it (no pods, Suspended=True with Kueue's reason) otherwise. An
+// eviction deletes the pods whole, like a suspend: no restart is counted.
+func (r *TrainingJobReconciler) ensureAdmitted(ctx context.Context, job *v1alpha1.TrainingJob, a framework.Adapter, pods []*corev1.Pod) (ctrl.Result, error) {
+	d, err := r.ensureQueued(ctx, job, pods)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	if !d.Run {
+		var res ctrl.Result
+		if !r.queue.served.Load() {
+			res.RequeueAfter = queueAPIPoll
+		}
+		return res, r.ensureSuspended(ctx, job, pods, d.HeldReason, d.HeldMessage)
+	}
+	if err := r.applyAdmission(ctx, job, pods, d.Assignments); err != nil {
+		return ctrl.Result{}, err
+	}
+	return r.ensureRunning(ctx, job, a, pods)
+}

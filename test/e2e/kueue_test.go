@@ -1,0 +1,454 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	schedulingv1 "k8s.io/api/scheduling/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	schedv1alpha1 "sigs.k8s.io/scheduler-plugins/apis/scheduling/v1alpha1"
+
+	"github.com/lockstep-dev/lockstep/pkg/apis/lockstep/v1alpha1"
+	"github.com/lockstep-dev/lockstep/pkg/controller"
+	"github.com/lockstep-dev/lockstep/pkg/controller/kueue"
+	"github.com/lockstep-dev/lockstep/pkg/convert"
+	"github.com/lockstep-dev/lockstep/pkg/localcluster"
+	"github.com/lockstep-dev/lockstep/pkg/lockstep"
+	utiltesting "github.com/lockstep-dev/lockstep/pkg/util/testing"
+)
+
+// Kueue runs for the rest of the suite once a Kueue test starts it: its
+// CRDs, RBAC and webhooks stay, and the controller, which watches
+// Workloads once their API is served, needs no restart.
+var (
+	kueueOnce sync.Once
+	kueueErr  error
+)
+
+func startKueue(t *testing.T) {
+	t.Helper()
+	kueueOnce.Do(func() {
+		begin := time.Now()
+		_, kueueErr = cluster.StartKueue(context.Background())
+		t.Logf("Kueue started in %s", time.Since(begin).Round(time.Millisecond))
+	})
+	if kueueErr != nil {
+		t.Fatalf("starting Kueue: %v", kueueErr)
+	}
+}
+
+// kueueObject is a Kueue object of kind with spec.
+func kueueObject(kind, ns, name string, spec map[string]any) *unstructured.Unstructured {
+	u := &unstructured.Unstructured{Object: map[string]any{"spec": spec}}
+	u.SetGroupVersionKind(kueue.GroupVersion.WithKind(kind))
+	u.SetNamespace(ns)
+	u.SetName(name)
+	return u
+}
+
+// kueueQueues makes a ResourceFlavor and a ClusterQueue of gpus GPUs
+// (cluster-scoped, named after ns, removed when the test ends) and the
+// LocalQueue lqName in ns pointing at them.
+func kueueQueues(t *testing.T, ns, lqName string, gpus int) {
+	t.Helper()
+	kueueQueuesWith(t, ns, lqName, gpus, nil)
+}
+
+// kueueQueuesWith is kueueQueues with the ClusterQueue's preemption policy.
+func kueueQueuesWith(t *testing.T, ns, lqName string, gpus int, preemption map[string]any) {
+	t.Helper()
+	ctx := context.Background()
+	// The flavor's node labels reach the admitted pods' node selectors.
+	flavor := kueueObject("ResourceFlavor", "", ns+"-gpu", map[string]any{"nodeLabels": map[string]any{lockstep.LabelPool: "h100"}})
+	cq := kueueObject("ClusterQueue", "", ns+"-cq", map[string]any{
+		"namespaceSelector": map[string]any{},
+		"resourceGroups": []any{map[string]any{
+			"coveredResources": []any{lockstep.GPUResource},
+			"flavors": []any{map[string]any{
+				"name":      flavor.GetName(),
+				"resources": []any{map[string]any{"name": lockstep.GPUResource, "nominalQuota": fmt.Sprint(gpus)}},
+			}},
+		}},
+	})
+	if preemption != nil {
+		cq.Object["spec"].(map[string]any)["preemption"] = preemption
+	}
+	lq := kueueObject("LocalQueue", ns, lqName, map[string]any{"clusterQueue": cq.GetName()})
+	for _, o := range []*unstructured.Unstructured{flavor, cq, lq} {
+		if err := cluster.Client.Create(ctx, o); err != nil {
+			t.Fatalf("creating %s %s: %v", o.GetKind(), o.GetName(), err)
+		}
+	}
+	t.Cleanup(func() {
+		for _, o := range []*unstructured.Unstructured{cq, flavor} {
+			if err := cluster.Client.Delete(context.Background(), o); client.IgnoreNotFound(err) != nil {
+				t.Errorf("deleting %s %s: %v", o.GetKind(), o.GetName(), err)
+			}
+		}
+	})
+	// Kueue marks the ClusterQueue Active once it has checked its flavors.
+	err := localcluster.Poll(ctx, 200*time.Millisecond, time.Minute, "ClusterQueue "+cq.GetName()+" active", func(ctx context.Context) (bool, error) {
+		got := kueueObject("ClusterQueue", "", cq.GetName(), nil)
+		if err := cluster.Client.Get(ctx, client.ObjectKeyFromObject(got), got); err != nil {
+			return false, nil
+		}
+		return conditionTrue(got, "Active"), nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// conditionTrue reports whether the unstructured object's status has the
+// condition t with status True.
+func conditionTrue(u *unstructured.Unstructured, t string) bool {
+	return condition(u, t) == "True"
+}
+
+// condition returns the status of u's condition t ("" when absent).
+func condition(u *unstructured.Unstructured, t string) string {
+	conds, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
+	for _, c := range conds {
+		m, _ := c.(map[string]any)
+		if m["type"] == t {
+			s, _ := m["status"].(string)
+			return s
+		}
+	}
+	return ""
+}
+
+// gangJob is a PyTorch job of 1 Master and workers Workers of gpus GPUs
+// each (GPU limits only: all Kueue's ClusterQueue has to cover).
+func gangJob(ns, name string, workers int32, gpus int64) *v1alpha1.TrainingJob {
+	job := pytorchJob(ns, name, workers)
+	for role, rs := range job.Spec.ReplicaSpecs {
+		rs.Template.Spec.Containers[0].Resources = corev1.ResourceRequirements{
+			Limits: corev1.ResourceList{lockstep.GPUResource: *resource.NewQuantity(gpus, resource.DecimalSI)},
+		}
+		job.Spec.ReplicaSpecs[role] = rs
+	}
+	return job
+}
+
+// queued labels a job with Kueue's queue.
+func queued(job *v1alpha1.TrainingJob, queue string) *v1alpha1.TrainingJob {
+	job.Labels = map[string]string{lockstep.LabelKueueQueueName: queue}
+	return job
+}
+
+// jobWorkload returns the Workload the job's controller made for it.
+func jobWorkload(ctx context.Context, ns, job string) (*unstructured.Unstructured, error) {
+	list := kueue.NewWorkloadList()
+	if err := cluster.Client.List(ctx, list, client.InNamespace(ns), client.MatchingLabels{lockstep.LabelJobName: job}); err != nil {
+		return nil, err
+	}
+	var live []unstructured.Unstructured
+	for _, w := range list.Items {
+		if w.GetDeletionTimestamp() == nil {
+			live = append(live, w)
+		}
+	}
+	if len(live) != 1 {
+		return nil, fmt.Errorf("%d Workloads of TrainingJob %s/%s", len(live), ns, job)
+	}
+	return &live[0], nil
+}
+
+// waitWorkload polls the job's Workload until done says so.
+func waitWorkload(t *testing.T, ns, job, what string, done func(*unstructured.Unstructured) bool) *unstructured.Unstructured {
+	t.Helper()
+	var wl *unstructured.Unstructured
+	err := localcluster.Poll(context.Background(), 200*time.Millisecond, time.Minute, what, func(ctx context.Context) (bool, error) {
+		var err error
+		wl, err = jobWorkload(ctx, ns, job)
+		return err == nil && done(wl), nil
+	})
+	if err != nil {
+		t.Fatalf("%v; Workload: %v", err, wl)
+	}
+	return wl
+}
+
+// oneLeaf returns the leaf every pod is on, failing if they span more.
+func oneLeaf(t *testing.T, pods map[string]corev1.Pod) string {
+	t.Helper()
+	leafOf := map[string]string{}
+	for _, n := range cluster.Model.Nodes() {
+		leafOf[n.Name] = n.Labels[leafLabel]
+	}
+	leaves := map[string]bool{}
+	for _, p := range pods {
+		leaves[leafOf[p.Spec.NodeName]] = true
+	}
+	if len(leaves) != 1 {
+		t.Fatalf("pods span leaves %v, want one", leaves)
+	}
+	for l := range leaves {
+		return l
+	}
+	return ""
+}
+
+// heldFor is the condition of a queued job Kueue has not admitted: no
+// pods, Suspended=True with reason.
+func heldFor(reason string) func(*v1alpha1.TrainingJob) bool {
+	return hasCondition(v1alpha1.JobSuspended, reason)
+}
+
+// TestKueueQueuesTrainingJobs: a ClusterQueue of 64 GPUs admits two of
+// three 4 x 8-GPU jobs; Lockstep places each admitted one whole in a leaf.
+// The third stays held (no pods, no PodGroup, Suspended=True
+// WaitingForAdmission) until the first finishes, whose Workload the
+// controller then marks Finished, freeing the quota for it.
+func TestKueueQueuesTrainingJobs(t *testing.T) {
+	startKueue(t)
+	ctx := context.Background()
+	ns := cluster.NewNamespace(t)
+	kueueQueues(t, ns, "lq", 64)
+
+	for _, name := range []string{"first", "second"} {
+		createJob(t, queued(gangJob(ns, name, 3, 8), "lq"))
+	}
+	for _, name := range []string{"first", "second"} {
+		wl := waitWorkload(t, ns, name, "Workload of "+name+" admitted", func(u *unstructured.Unstructured) bool { return conditionTrue(u, kueue.ConditionAdmitted) })
+		if q, _, _ := unstructured.NestedString(wl.Object, "spec", "queueName"); q != "lq" {
+			t.Errorf("Workload %s: queueName %q, want lq", wl.GetName(), q)
+		}
+		// Each is whole in one leaf (both may share one: 2 x 32 GPUs fill
+		// a 64-GPU leaf, which best fit prefers).
+		pods := waitPods(t, ns, name, 4, time.Minute)
+		t.Logf("%s placed in %s", name, oneLeaf(t, pods))
+		for _, p := range pods {
+			if p.Spec.NodeSelector[lockstep.LabelPool] != "h100" {
+				t.Errorf("pod %s: node selector %v, want the admitted flavor's %s=h100", p.Name, p.Spec.NodeSelector, lockstep.LabelPool)
+			}
+		}
+	}
+
+	createJob(t, queued(gangJob(ns, "third", 3, 8), "lq"))
+	// Kueue has looked at it and found no quota: QuotaReserved=False.
+	waitWorkload(t, ns, "third", "Workload of third pending in Kueue", func(u *unstructured.Unstructured) bool {
+		return condition(u, kueue.ConditionQuotaReserved) == "False"
+	})
+	held := waitJob(t, ns, "third", 30*time.Second, "third held for admission", heldFor(kueue.HeldWaitingForAdmission))
+	t.Logf("third held: %s", meta.FindStatusCondition(held.Status.Conditions, string(v1alpha1.JobSuspended)).Message)
+	if pods, err := jobPodsOf(ctx, ns, "third"); err != nil || len(pods) != 0 {
+		t.Errorf("held job has pods %v (%v), want none", len(pods), err)
+	}
+	if err := cluster.Client.Get(ctx, clientKey(ns, "third"), &schedv1alpha1.PodGroup{}); !apierrors.IsNotFound(err) {
+		t.Errorf("held job's PodGroup: %v, want none", err)
+	}
+
+	// The first job's master succeeds: the job succeeds, its Workload is
+	// finished, and Kueue admits the third.
+	finishPod(t, ns, "first-master-0", 0)
+	waitJob(t, ns, "first", 30*time.Second, "first Succeeded", hasCondition(v1alpha1.JobSucceeded, ""))
+	done := waitWorkload(t, ns, "first", "Workload of first Finished", func(u *unstructured.Unstructured) bool { return conditionTrue(u, kueue.ConditionFinished) })
+	if fs := done.GetFinalizers(); len(fs) != 0 {
+		t.Logf("finished Workload still has finalizers %v (removed on a later reconcile)", fs)
+	}
+	waitWorkload(t, ns, "third", "Workload of third admitted", func(u *unstructured.Unstructured) bool { return conditionTrue(u, kueue.ConditionAdmitted) })
+	t.Logf("third placed in %s", oneLeaf(t, waitPods(t, ns, "third", 4, time.Minute)))
+	resumed := waitJob(t, ns, "third", 30*time.Second, "third no longer suspended", func(j *v1alpha1.TrainingJob) bool {
+		return !meta.IsStatusConditionTrue(j.Status.Conditions, string(v1alpha1.JobSuspended))
+	})
+	if resumed.Status.RestartCount != 0 {
+		t.Errorf("third restartCount %d, want 0: waiting for admission is no restart", resumed.Status.RestartCount)
+	}
+}
+
+// TestKueueConvertedManifestIsQueued: kubectl lockstep convert keeps the
+// queue label of a Kubeflow manifest written for Kueue, and the TrainingJob
+// is queued: a Workload in that LocalQueue, and no pods until admitted.
+func TestKueueConvertedManifestIsQueued(t *testing.T) {
+	startKueue(t)
+	ns := cluster.NewNamespace(t)
+	f, err := os.Open(filepath.Join(cluster.RepoRoot, "..", "shared", "examples", "kubeflow", "restricted-kueue.yaml"))
+	if err != nil {
+		t.Skipf("example not present: %v", err)
+	}
+	defer f.Close()
+	res, err := convert.Convert(f)
+	if err != nil || len(res.Jobs) != 1 {
+		t.Fatalf("converting: %v (%d jobs)", err, len(res.Jobs))
+	}
+	job := res.Jobs[0].Job.DeepCopy()
+	job.Namespace = ns
+	if got := job.Labels[lockstep.LabelKueueQueueName]; got != "bookstore-ml-lq" {
+		t.Fatalf("converted job's queue label %q, want bookstore-ml-lq", got)
+	}
+	createJob(t, job)
+	wl := waitWorkload(t, ns, job.Name, "Workload of the converted job", func(*unstructured.Unstructured) bool { return true })
+	if q, _, _ := unstructured.NestedString(wl.Object, "spec", "queueName"); q != "bookstore-ml-lq" {
+		t.Errorf("Workload queueName %q, want bookstore-ml-lq", q)
+	}
+	waitJob(t, ns, job.Name, 30*time.Second, "converted job held for admission", heldFor(kueue.HeldWaitingForAdmission))
+	if pods, err := jobPodsOf(context.Background(), ns, job.Name); err != nil || len(pods) != 0 {
+		t.Errorf("queued job has %d pods (%v), want none", len(pods), err)
+	}
+}
+
+// TestKueueTopologyAnnotations: Kueue TAS's podset-required-topology on a
+// TrainingJob's templates becomes the PodGroup's leaf/Required and the gang
+// lands in one leaf; a foreign gang's pods with the annotation are placed
+// in one leaf by the scheduler alone; a label key no level has is a
+// field-named Scheduled=False on the job.
+func TestKueueTopologyAnnotations(t *testing.T) {
+	ctx := context.Background()
+	ns := cluster.NewNamespace(t)
+
+	annotate := func(job *v1alpha1.TrainingJob, key string) *v1alpha1.TrainingJob {
+		for role, rs := range job.Spec.ReplicaSpecs {
+			rs.Template.Annotations = map[string]string{lockstep.AnnotationKueueRequiredTopology: key}
+			job.Spec.ReplicaSpecs[role] = rs
+		}
+		return job
+	}
+	createJob(t, annotate(gangJob(ns, "tas", 3, 8), lockstep.LabelFabricTier0))
+	oneLeaf(t, waitPods(t, ns, "tas", 4, time.Minute))
+	pg := &schedv1alpha1.PodGroup{}
+	if err := cluster.Client.Get(ctx, clientKey(ns, "tas"), pg); err != nil {
+		t.Fatal(err)
+	}
+	if got := [2]string{pg.Annotations[lockstep.AnnotationTopologyLevel], pg.Annotations[lockstep.AnnotationTopologyMode]}; got != [2]string{lockstep.LevelLeaf, string(lockstep.Required)} {
+		t.Errorf("PodGroup constraint %v, want leaf/Required", got)
+	}
+
+	// Another operator's gang: a PodGroup without Lockstep's annotations,
+	// pods carrying Kueue's.
+	foreign := utiltesting.MakePodGroup("foreign", ns, 4).Obj()
+	if err := cluster.Client.Create(ctx, foreign); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 4 {
+		pod := utiltesting.MakePod(fmt.Sprintf("foreign-%d", i), ns).GPUs(8).SchedulerName(localcluster.SchedulerName).PodGroup("foreign").Obj()
+		pod.Annotations = map[string]string{lockstep.AnnotationKueueRequiredTopology: lockstep.LabelFabricTier0}
+		cluster.CreatePods(t, pod)
+	}
+	bound := waitGangBound(t, ns, "foreign", 4, time.Minute)
+	byName := map[string]corev1.Pod{}
+	for _, p := range bound {
+		byName[p.Name] = p
+	}
+	oneLeaf(t, byName)
+
+	createJob(t, annotate(gangJob(ns, "badkey", 1, 8), "example.com/rack"))
+	bad := waitJob(t, ns, "badkey", 30*time.Second, "badkey Scheduled=False", func(j *v1alpha1.TrainingJob) bool {
+		c := meta.FindStatusCondition(j.Status.Conditions, v1alpha1.ConditionScheduled)
+		return c != nil && c.Status == metav1.ConditionFalse && c.Reason == controller.ReasonUnknownTopologyLevel
+	})
+	msg := meta.FindStatusCondition(bad.Status.Conditions, v1alpha1.ConditionScheduled).Message
+	for _, want := range []string{"spec.replicaSpecs[", "template.metadata.annotations", lockstep.AnnotationKueueRequiredTopology, `"example.com/rack"`, lockstep.LabelFabricTier0} {
+		if !strings.Contains(msg, want) {
+			t.Errorf("Scheduled message %q does not name %q", msg, want)
+		}
+	}
+}
+
+// TestKueuePreemptionHoldsAndRequeues: in a 32-GPU ClusterQueue that
+// preempts lower priorities, a high-priority 4 x 8-GPU job evicts a running
+// low-priority one. The controller deletes the low job's pods whole (no
+// restart counted), holds it with reason Evicted, and gives its quota back
+// (QuotaReserved=False, Requeued=True), so Kueue admits the high job; when
+// that finishes, the low one is admitted again and placed whole.
+func TestKueuePreemptionHoldsAndRequeues(t *testing.T) {
+	startKueue(t)
+	ctx := context.Background()
+	ns := cluster.NewNamespace(t)
+	kueueQueuesWith(t, ns, "lq", 32, map[string]any{"withinClusterQueue": "LowerPriority"})
+	for name, value := range map[string]int32{"low": 10, "high": 1000} {
+		pc := &schedulingv1.PriorityClass{ObjectMeta: metav1.ObjectMeta{Name: ns + "-" + name}, Value: value}
+		if err := cluster.Client.Create(ctx, pc); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = cluster.Client.Delete(context.Background(), pc) })
+	}
+	withPriority := func(job *v1alpha1.TrainingJob, class string) *v1alpha1.TrainingJob {
+		job.Spec.RunPolicy.SchedulingPolicy = &v1alpha1.SchedulingPolicy{PriorityClass: ns + "-" + class}
+		return job
+	}
+
+	createJob(t, queued(withPriority(gangJob(ns, "low", 3, 8), "low"), "lq"))
+	waitWorkload(t, ns, "low", "Workload of low admitted", func(u *unstructured.Unstructured) bool { return conditionTrue(u, kueue.ConditionAdmitted) })
+	waitPods(t, ns, "low", 4, time.Minute)
+
+	createJob(t, queued(withPriority(gangJob(ns, "high", 3, 8), "high"), "lq"))
+	held := waitJob(t, ns, "low", time.Minute, "low held after eviction", heldFor(kueue.HeldEvicted))
+	t.Logf("low: %s", meta.FindStatusCondition(held.Status.Conditions, string(v1alpha1.JobSuspended)).Message)
+	requeued := waitWorkload(t, ns, "low", "Workload of low requeued", func(u *unstructured.Unstructured) bool {
+		return condition(u, kueue.ConditionQuotaReserved) == "False" && conditionTrue(u, kueue.ConditionRequeued)
+	})
+	if _, found, _ := unstructured.NestedMap(requeued.Object, "status", "admission"); found {
+		t.Errorf("requeued Workload still has an admission")
+	}
+	waitWorkload(t, ns, "high", "Workload of high admitted", func(u *unstructured.Unstructured) bool { return conditionTrue(u, kueue.ConditionAdmitted) })
+	t.Logf("high placed in %s", oneLeaf(t, waitPods(t, ns, "high", 4, time.Minute)))
+	if pods, err := jobPodsOf(ctx, ns, "low"); err != nil || len(pods) != 0 {
+		t.Errorf("evicted job has %d pods (%v), want none", len(pods), err)
+	}
+
+	finishPod(t, ns, "high-master-0", 0)
+	waitJob(t, ns, "high", 30*time.Second, "high Succeeded", hasCondition(v1alpha1.JobSucceeded, ""))
+	// high's workers still hold their GPUs until cleanPodPolicy removes
+	// them; low is admitted once high's Workload is finished.
+	waitWorkload(t, ns, "low", "Workload of low admitted again", func(u *unstructured.Unstructured) bool { return conditionTrue(u, kueue.ConditionAdmitted) })
+	t.Logf("low placed again in %s", oneLeaf(t, waitPods(t, ns, "low", 4, time.Minute)))
+	low := waitJob(t, ns, "low", 30*time.Second, "low running again", hasCondition(v1alpha1.JobRunning, ""))
+	if low.Status.RestartCount != 0 {
+		t.Errorf("low restartCount %d after preemption, want 0: an eviction is no failure", low.Status.RestartCount)
+	}
+}
+
+// TestKueueControllerIdentityWritesOnlyOwnedWorkloads: deploy/'s RBAC lets
+// the controller write Workloads, and its admission policy holds it to
+// those a TrainingJob controls, as for its pods.
+func TestKueueControllerIdentityWritesOnlyOwnedWorkloads(t *testing.T) {
+	startKueue(t)
+	ctx := context.Background()
+	ns := cluster.NewNamespace(t)
+	token, err := cluster.Token(ctx, localcluster.ControllerIdentity(), nil, 600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctl := newClient(t, token)
+	job := gangJob(ns, "owner", 1, 1)
+	job.Spec.RunPolicy.Suspend = ptr.To(true)
+	createJob(t, job)
+
+	want, err := kueue.WantedWorkload(job, "lq", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	owned, err := kueue.ToUnstructured(want)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ctl.Create(ctx, owned); err != nil {
+		t.Errorf("controller creating its job's Workload: %v", err)
+	}
+	foreign := owned.DeepCopy()
+	foreign.SetName("foreign")
+	foreign.SetResourceVersion("")
+	foreign.SetOwnerReferences(nil)
+	const notOwned = "may only write objects controlled by a TrainingJob"
+	wantRefused(t, "controller creating a Workload no job controls", ctl.Create(ctx, foreign), notOwned)
+
+	if err := cluster.Client.Create(ctx, foreign); err != nil {
+		t.Fatal(err)
+	}
+	wantRefused(t, "controller deleting someone else's Workload", ctl.Delete(ctx, foreign), "may only update or delete objects a TrainingJob already controls")
+}
