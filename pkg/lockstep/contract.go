@@ -104,6 +104,16 @@ const (
 	AnnotationGPUs   = "lockstep.dev/gpus"
 	AnnotationDomain = "lockstep.dev/domain"
 
+	// AnnotationRank is a gang member's rank in its job's collective, a
+	// decimal from 0. The controller sets it on the pods it creates to the
+	// framework rank their environment carries (RANK, hostfile line,
+	// TF_CONFIG task, PROCESS_ID); the scheduler places rank r on the r-th
+	// slot of the gang's plan in topology order, so consecutive ranks share
+	// the tightest domain, and writes it at bind: the same value for a pod
+	// that carried one, its slot's place in topology order for a pod that
+	// did not (other operators' pods read it through the downward API).
+	AnnotationRank = "lockstep.dev/rank"
+
 	// On a PodGroup once its gang is placed: the domain (its
 	// topology.Domain.DisplayID, "spine=s1/leaf=l2"), its level, and the
 	// placement's topology.Rating: the efficiency (FormatEfficiency, "0.973")

@@ -47,12 +47,15 @@ type Held struct {
 	published bool
 }
 
-// Reservation is the GPUs a pod was given: a slot of gang Gang's plan, or
-// GPUs chosen outside gangs (Gang "").
+// Reservation is the GPUs a pod was given: slot Slot of gang Gang's plan,
+// or GPUs chosen outside gangs (Gang "", Slot -1).
 type Reservation struct {
 	Gang string
 	Node string
 	GPUs topology.GPUSet
+	// Slot is the member index in the plan; the plugin orders plans by
+	// topology (RankOrder), so it is the member's place in the ring.
+	Slot int
 }
 
 // NewBooks returns empty books.
@@ -182,29 +185,54 @@ func (b *Books) release(node string, gpus topology.GPUSet) {
 // has no open slot there. A pod reserving again gets its slot back, and
 // false when that slot is on another node.
 func (b *Books) Reserve(key, pod, node string) (topology.GPUSet, bool) {
+	r, ok := b.reserve(key, pod, node, -1, false)
+	return r.GPUs, ok
+}
+
+// ReserveSlot is Reserve for a pod that wants slot want of the plan (its
+// rank's slot): it gets that slot when it is open and on node. Otherwise,
+// or with want < 0, it gets an open slot on node: the lowest for a pod that
+// wanted one (a rank that lost its slot stays as close to it as the node
+// allows), the highest for a pod that wanted none, so that pods without a
+// rank take the slots after the ranked ones. It returns the reservation,
+// or false when the plan has no open slot on node.
+func (b *Books) ReserveSlot(key, pod, node string, want int) (Reservation, bool) {
+	return b.reserve(key, pod, node, want, want < 0)
+}
+
+// reserve takes slot want when it is open on node, else the lowest open
+// slot there, or the highest with last.
+func (b *Books) reserve(key, pod, node string, want int, last bool) (Reservation, bool) {
 	h, ok := b.gangs[key]
 	if !ok {
-		return 0, false
+		return Reservation{}, false
 	}
 	if i := slices.Index(h.slots, pod); i >= 0 {
 		m := h.plan.Members[i]
-		return m.GPUs, m.Node == node
+		return Reservation{Gang: key, Node: m.Node, GPUs: m.GPUs, Slot: i}, m.Node == node
 	}
 	open := h.OpenSlotsOn(node)
 	if len(open) == 0 {
-		return 0, false
+		return Reservation{}, false
 	}
 	i := open[0]
+	switch {
+	case want >= 0 && slices.Contains(open, want):
+		i = want
+	case last:
+		i = open[len(open)-1]
+	}
 	h.slots[i] = pod
 	m := h.plan.Members[i]
 	b.release(node, m.GPUs)
-	b.assign(pod, Reservation{Gang: key, Node: node, GPUs: m.GPUs})
-	return m.GPUs, true
+	r := Reservation{Gang: key, Node: node, GPUs: m.GPUs, Slot: i}
+	b.assign(pod, r)
+	return r, true
 }
 
 // Assign records the GPUs chosen for a pod outside gangs.
 func (b *Books) Assign(pod, node string, gpus topology.GPUSet) {
-	b.assign(pod, Reservation{Node: node, GPUs: gpus})
+	b.assign(pod, Reservation{Node: node, GPUs: gpus, Slot: -1})
 }
 
 func (b *Books) assign(pod string, r Reservation) {

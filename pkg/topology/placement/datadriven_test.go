@@ -41,15 +41,18 @@ import (
 //	  cpu=4000 mem=64 pods=2             free millicores, GiB and pod slots
 //	  starts afresh: new nodes and empty books.
 //	place gang=ns/b members=4 gpus=8 [cpu=m] [mem=GiB] [level=leaf]
-//	      [mode=Required|Preferred] [widen=N] [now=30s]
+//	      [mode=Required|Preferred] [widen=N] [now=30s] [ranked]
 //	  plans the gang on the free GPUs net of what the books hold for other
 //	  gangs (Books.HeldOn, as the plugin's snapshot does) and, if it fits,
 //	  adds the plan to the books; prints the plan or why it does not fit.
+//	  ranked puts the members in rank order (RankOrder) first, as the
+//	  plugin does.
 //	hold gang=ns/a [now=0s]
 //	  adds an explicit plan, one member per input line "n1 0-3".
-//	reserve gang=ns/b [pod=p node=n]
-//	  gives pod a slot on node; without pod and node every open slot is
-//	  reserved, for pods named after the gang and the member index.
+//	reserve gang=ns/b [pod=p node=n [slot=i]]
+//	  gives pod a slot on node (Books.ReserveSlot with slot i, its rank's
+//	  slot; -1 for a pod without a rank); without pod and node every open
+//	  slot is reserved, for pods named after the gang and the member index.
 //	unreserve gang=ns/b     drops the plan (a member failed at Permit)
 //	forget pod=(p1,p2)      the pods are gone: their GPUs are free again
 //	report pod=(p1,p2)      the node's topology shows the pods' GPUs
@@ -396,6 +399,12 @@ func (s *script) place(t *testing.T, d *datadriven.TestData) (string, error) {
 		return "error: " + err.Error(), nil
 	}
 	checkPlan(t, snap, g, plan)
+	if d.HasArg("ranked") {
+		RankOrder(snap.Tree, plan, func(name string) *topology.NodeTopology {
+			n, _ := s.node(name)
+			return n.node.Topology
+		})
+	}
 	s.books.Add(key, plan, timeArg(t, d))
 	return describePlan(key, plan), nil
 }
@@ -455,32 +464,57 @@ func (s *script) hold(t *testing.T, d *datadriven.TestData) (string, error) {
 	return describePlan(key, plan), nil
 }
 
+// noSlot marks a reserve directive without slot=: Books.Reserve, as
+// before ranks.
+const noSlot = -2
+
 func (s *script) reserve(t *testing.T, d *datadriven.TestData) (string, error) {
 	key := arg(t, d, "gang", "")
 	h, ok := s.books.Get(key)
 	if !ok {
 		return "no plan for " + key, nil
 	}
-	type want struct{ pod, node string }
+	type want struct {
+		pod, node string
+		slot      int
+	}
 	var wants []want
 	if d.HasArg("pod") {
-		wants = append(wants, want{arg(t, d, "pod", ""), arg(t, d, "node", "")})
+		w := want{arg(t, d, "pod", ""), arg(t, d, "node", ""), 0}
+		if !d.MaybeScanArgs(t, "slot", &w.slot) {
+			w.slot = noSlot
+		}
+		wants = append(wants, w)
 	} else {
 		_, name, _ := strings.Cut(key, "/")
 		for i, m := range h.Plan().Members {
 			if h.Slot(i) == "" {
-				wants = append(wants, want{fmt.Sprintf("%s-%d", name, i), m.Node})
+				wants = append(wants, want{fmt.Sprintf("%s-%d", name, i), m.Node, noSlot})
 			}
 		}
 	}
 	var b strings.Builder
 	for _, w := range wants {
-		gpus, ok := s.books.Reserve(key, w.pod, w.node)
+		var gpus topology.GPUSet
+		var ok bool
+		if w.slot == noSlot {
+			gpus, ok = s.books.Reserve(key, w.pod, w.node)
+		} else {
+			var r Reservation
+			r, ok = s.books.ReserveSlot(key, w.pod, w.node, w.slot)
+			gpus = r.GPUs
+			if ok {
+				fmt.Fprintf(&b, "pod %s: slot %d, ", w.pod, r.Slot)
+			}
+		}
 		if !ok {
 			fmt.Fprintf(&b, "pod %s: no open slot on %s\n", w.pod, w.node)
 			continue
 		}
-		fmt.Fprintf(&b, "pod %s: %s gpus %s\n", w.pod, w.node, gpuList(gpus))
+		if w.slot == noSlot {
+			fmt.Fprintf(&b, "pod %s: ", w.pod)
+		}
+		fmt.Fprintf(&b, "%s gpus %s\n", w.node, gpuList(gpus))
 	}
 	if h.Complete() {
 		b.WriteString("gang complete\n")
