@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strconv"
 
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -62,6 +63,9 @@ func (p *TopologyPlacement) Bind(ctx context.Context, state fwk.CycleState, pod 
 	if g, planned := p.books.get(a.Gang); planned && a.Gang != "" {
 		annotations[lockstep.AnnotationDomain] = g.Plan().Domain.DisplayID()
 	}
+	if a.Gang != "" {
+		annotations[lockstep.AnnotationRank] = bindRank(pod, a)
+	}
 	binding := &v1.Binding{
 		ObjectMeta: metav1.ObjectMeta{Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID, Annotations: annotations},
 		Target:     v1.ObjectReference{Kind: "Node", Name: nodeName},
@@ -78,6 +82,17 @@ func (p *TopologyPlacement) Bind(ctx context.Context, state fwk.CycleState, pod 
 		return fwk.AsStatus(fmt.Errorf("binding pod %s/%s to %s with GPUs %s: %w", pod.Namespace, pod.Name, nodeName, annotations[lockstep.AnnotationGPUs], err))
 	}
 	return nil
+}
+
+// bindRank is the lockstep.dev/rank a gang member is bound with: the rank
+// it carries, so the annotation never disagrees with the environment its
+// controller wrote, or else its slot's place in the plan's topology order,
+// for pods whose operator assigns no rank through Lockstep.
+func bindRank(pod *v1.Pod, a assignment) string {
+	if r, ok := rankOf(pod); ok {
+		return strconv.Itoa(r)
+	}
+	return strconv.Itoa(a.Slot)
 }
 
 // boundTo reads the pod from the apiserver (not the informer, which may lag)

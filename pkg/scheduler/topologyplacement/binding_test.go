@@ -98,6 +98,8 @@ func TestBindCarriesTheGPUs(t *testing.T) {
 			if diff := cmp.Diff(map[string]string{
 				lockstep.AnnotationGPUs:   "0,1,2,3,4,5,6,7",
 				lockstep.AnnotationDomain: g.Plan().Domain.DisplayID(),
+				// The pods carry no rank: their slot's place in topology order.
+				lockstep.AnnotationRank: "0",
 			}, b.Annotations); diff != "" {
 				t.Errorf("Binding annotations (-want,+got):\n%s", diff)
 			}

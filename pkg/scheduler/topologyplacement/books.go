@@ -57,6 +57,14 @@ func (b *books) reserve(key string, pod types.UID, node string) (topology.GPUSet
 	return b.core.Reserve(key, string(pod), node)
 }
 
+// reserveSlot gives pod slot want of its gang's plan when it is open on
+// node, else another open slot there (placement.Books.ReserveSlot).
+func (b *books) reserveSlot(key string, pod types.UID, node string, want int) (assignment, bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.core.ReserveSlot(key, string(pod), node, want)
+}
+
 // assign records the GPUs chosen for a pod outside gangs.
 func (b *books) assign(pod types.UID, node string, gpus topology.GPUSet) {
 	b.mu.Lock()

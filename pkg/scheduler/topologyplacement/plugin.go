@@ -6,15 +6,17 @@
 // package is the glue to the framework.
 //
 // Extension points, one concern each:
-//   - PreFilter plans the gang (or reuses its plan) and narrows the nodes to
-//     the plan's; a gang that fits nowhere is rejected whole, holding nothing.
+//   - PreFilter plans the gang (or reuses its plan), with its slots in
+//     topology order (placement.RankOrder), and narrows the nodes to the
+//     plan's: a member with a lockstep.dev/rank to its rank's slot; a gang
+//     that fits nowhere is rejected whole, holding nothing.
 //   - Filter keeps gang members on their plan's open slots and keeps other
 //     GPU pods off GPUs that plans hold.
 //   - Score prefers the plan's nodes, and for pods outside gangs the nodes
 //     whose free GPUs give the best NVLink set.
 //   - Reserve/Unreserve take and release plan slots.
-//   - PreBind writes the chosen GPUs and domain on the pod and the achieved
-//     placement on the PodGroup.
+//   - PreBind records the achieved placement on the PodGroup; Bind writes
+//     the chosen GPUs, domain and rank on the pod with its Binding.
 //
 // It runs beside Coscheduling, whose Permit is then only a short barrier:
 // capacity was checked for the whole gang at PreFilter.
@@ -31,6 +33,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/component-base/metrics/legacyregistry"
 	"k8s.io/klog/v2"
@@ -72,7 +75,10 @@ type TopologyPlacement struct {
 	// capacity a dropped plan releases is in no cluster event, so they are
 	// retried when a plan is dropped.
 	turnedAway *keySet
-	metrics    *pluginMetrics
+	// steered remembers where PreFilter sent each ranked member, so a
+	// member its rank's node does not take goes to any open slot next time.
+	steered *steerBook
+	metrics *pluginMetrics
 	// health says which nodes' NodeTopology is stale or invalid; nil
 	// (tests) judges none.
 	health *topologyHealth
@@ -151,6 +157,7 @@ func New(ctx context.Context, obj runtime.Object, handle framework.Handle) (fram
 		trees:      &treeCache{},
 		firstSeen:  newTimeBook(),
 		turnedAway: newKeySet(),
+		steered:    newSteerBook(),
 		metrics:    m,
 	}
 	health.rejoined = func() { p.retryTurnedAway("") }
@@ -181,6 +188,7 @@ func New(ctx context.Context, obj runtime.Object, handle framework.Handle) (fram
 			}
 			if pod, ok := obj.(*v1.Pod); ok {
 				p.books.forgetPod(pod.UID)
+				p.steered.forget(pod.UID)
 			}
 		},
 	})
@@ -375,6 +383,33 @@ func (s *keySet) take() []string {
 	clear(s.keys)
 	slices.Sort(out)
 	return out
+}
+
+// steerBook remembers the node PreFilter last sent each ranked member to.
+type steerBook struct {
+	mu    sync.Mutex
+	nodes map[types.UID]string
+}
+
+func newSteerBook() *steerBook { return &steerBook{nodes: map[types.UID]string{}} }
+
+// first records that pod is sent to node and reports whether it was not
+// sent there last time: a second time means the node did not take it.
+func (s *steerBook) first(pod types.UID, node string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.nodes[pod] == node {
+		return false
+	}
+	s.nodes[pod] = node
+	return true
+}
+
+// forget drops a pod's record once it reserved a slot or is gone.
+func (s *steerBook) forget(pod types.UID) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.nodes, pod)
 }
 
 // timeBook remembers when each gang was first attempted.

@@ -42,7 +42,7 @@ func newTestPlugin(t testing.TB) (*TopologyPlacement, *clocktesting.FakeClock) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &TopologyPlacement{args: args, clock: clock, books: newBooks(), gpus: newGPUIndex(), trees: &treeCache{}, firstSeen: newTimeBook(), turnedAway: newKeySet(), metrics: m}, clock
+	return &TopologyPlacement{args: args, clock: clock, books: newBooks(), gpus: newGPUIndex(), trees: &treeCache{}, firstSeen: newTimeBook(), turnedAway: newKeySet(), steered: newSteerBook(), metrics: m}, clock
 }
 
 func gpuNode(name string, gpus int64) *v1.Node {
@@ -384,6 +384,7 @@ func BenchmarkPlanGang(b *testing.B) {
 					if err != nil {
 						b.Fatal(err)
 					}
+					placement.RankOrder(snap.Tree, plan, snap.NodeTopology)
 					return plan
 				}
 				first := plan() // builds the cached tree and Rater

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 
 	v1 "k8s.io/api/core/v1"
@@ -29,6 +30,9 @@ type cycleState struct {
 	req  memberRequest
 	// plan is the gang's plan; nil outside gangs.
 	plan *gangPlan
+	// slot is the plan slot of the pod's rank (rankSlot), -1 for a pod
+	// without one.
+	slot int
 }
 
 // Clone is never needed to copy: the state is read-only after PreFilter.
@@ -52,7 +56,7 @@ func stateOf(state fwk.CycleState) (*cycleState, error) {
 // of EventsToRegister.
 func (p *TopologyPlacement) PreFilter(ctx context.Context, state fwk.CycleState, pod *v1.Pod, nodes []fwk.NodeInfo) (*framework.PreFilterResult, *fwk.Status) {
 	logger := klog.FromContext(ctx).WithValues("plugin", Name, "pod", klog.KObj(pod))
-	s := &cycleState{gang: planKey(pod), req: requestOf(pod)}
+	s := &cycleState{gang: planKey(pod), req: requestOf(pod), slot: -1}
 	state.Write(stateKey, s)
 	if s.gang == "" {
 		return nil, nil
@@ -90,7 +94,68 @@ func (p *TopologyPlacement) PreFilter(ctx context.Context, state fwk.CycleState,
 		return &framework.PreFilterResult{NodeNames: sets.New(g.Plan().Members[slot].Node)}, nil
 	}
 	open := sets.New(g.OpenNodes()...)
+	s.slot = p.rankSlot(pod, s.req.gpus, g)
+	if s.slot >= 0 && g.Slot(s.slot) == "" {
+		node := g.Plan().Members[s.slot].Node
+		if p.steered.first(pod.UID, node) {
+			return &framework.PreFilterResult{NodeNames: sets.New(node)}, nil
+		}
+		// The pod was sent to this node before and did not reserve there:
+		// some other filter keeps it off. Any open slot will do rather than
+		// a gang that never completes; the ring crosses one more boundary.
+		logger.V(2).Info("Rank's slot did not take the pod; falling back to any open slot of the plan", "podGroup", s.gang, "rank", pod.Annotations[lockstep.AnnotationRank], "slot", s.slot, "node", node)
+	}
 	return &framework.PreFilterResult{NodeNames: open}, nil
+}
+
+// rankSlot returns the plan slot of the pod's rank (its lockstep.dev/rank
+// annotation), or -1 when it has none or the plan has no slot for it. The
+// plan's slots are in topology order (placement.RankOrder) and hold the
+// gang's pending members of the pod's size class (classMembers: neither
+// bound nor reserved through an earlier plan), so rank r takes the slot
+// after those of the lower ranks among them: the r-th when the class holds
+// every rank and none is bound, as in a fresh PyTorch or MPI gang.
+func (p *TopologyPlacement) rankSlot(pod *v1.Pod, gpus int, g *gangPlan) int {
+	rank, ok := rankOf(pod)
+	if !ok {
+		return -1
+	}
+	selector := labels.SelectorFromSet(labels.Set{schedv1alpha1.PodGroupLabel: pod.Labels[schedv1alpha1.PodGroupLabel]})
+	pods, err := p.handle.SharedInformerFactory().Core().V1().Pods().Lister().Pods(pod.Namespace).List(selector)
+	if err != nil {
+		return -1
+	}
+	slot := 0
+	for _, member := range pods {
+		if member.UID == pod.UID || member.Spec.NodeName != "" || member.DeletionTimestamp != nil ||
+			member.Status.Phase == v1.PodSucceeded || member.Status.Phase == v1.PodFailed || requestOf(member).gpus != gpus {
+			continue
+		}
+		// A member reserved through an earlier plan of the gang (the
+		// running part of a gang that grew) holds no slot of this one.
+		if _, reserved := p.books.assignmentOf(member.UID); reserved {
+			if _, here := g.SlotOf(string(member.UID)); !here {
+				continue
+			}
+		}
+		if r, ok := rankOf(member); ok && r < rank {
+			slot++
+		}
+	}
+	if slot >= len(g.Plan().Members) {
+		return -1
+	}
+	return slot
+}
+
+// rankOf reads a pod's lockstep.dev/rank annotation.
+func rankOf(pod *v1.Pod) (int, bool) {
+	v, ok := pod.Annotations[lockstep.AnnotationRank]
+	if !ok {
+		return 0, false
+	}
+	r, err := strconv.Atoi(v)
+	return r, err == nil && r >= 0
 }
 
 // planStillValid reports whether every open slot's node still exists, is
@@ -170,6 +235,9 @@ func (p *TopologyPlacement) plan(ctx context.Context, pod *v1.Pod, s *cycleState
 	if err != nil {
 		return nil, outcomeError, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, fmt.Sprintf("PodGroup %s: %v", s.gang, err))
 	}
+	// Slots in topology order: rank r takes slot r (rankSlot), so
+	// consecutive ranks share the tightest domain.
+	placement.RankOrder(snap.Tree, plan, snap.NodeTopology)
 	logger.V(2).Info("Planned gang", "members", len(plan.Members), "domain", plan.Domain.ID, "level", plan.LevelName, "efficiency", plan.Efficiency)
 	return p.books.add(s.gang, plan, p.clock.Now()), outcomePlanned, nil
 }

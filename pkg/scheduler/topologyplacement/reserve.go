@@ -19,11 +19,20 @@ func (p *TopologyPlacement) Reserve(ctx context.Context, state fwk.CycleState, p
 		p.reserveBestSet(pod, nodeName, s.req.gpus)
 		return nil
 	}
-	if _, ok := p.books.reserve(s.gang, pod.UID, nodeName); !ok {
+	a, ok := p.books.reserveSlot(s.gang, pod.UID, nodeName, s.slot)
+	if !ok {
 		// The plan changed under the pod (expired or invalidated); retry it.
 		return fwk.NewStatus(fwk.Unschedulable, fmt.Sprintf("PodGroup %s's plan has no open slot on %s any more", s.gang, nodeName))
 	}
-	klog.FromContext(ctx).V(5).Info("Reserved plan slot", "plugin", Name, "pod", klog.KObj(pod), "node", nodeName, "podGroup", s.gang)
+	p.steered.forget(pod.UID)
+	logger := klog.FromContext(ctx)
+	if s.slot >= 0 && a.Slot != s.slot {
+		// Its rank's slot went to another pod, or its node did not take this
+		// one: the rank is kept (the pod's environment has it) and the ring
+		// crosses a boundary more than it had to.
+		logger.V(2).Info("Ranked member reserved off its rank's slot", "plugin", Name, "pod", klog.KObj(pod), "node", nodeName, "podGroup", s.gang, "wantSlot", s.slot, "slot", a.Slot)
+	}
+	logger.V(5).Info("Reserved plan slot", "plugin", Name, "pod", klog.KObj(pod), "node", nodeName, "podGroup", s.gang, "slot", a.Slot)
 	return nil
 }
 

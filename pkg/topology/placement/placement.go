@@ -57,6 +57,19 @@ type Snapshot struct {
 	Rater *topology.Rater
 }
 
+// NodeTopology returns the GPU topology of the snapshot's node name, or nil
+// when it has none or is not in the snapshot: the lookup RankOrder takes. It
+// scans the nodes, which RankOrder does only for nodes holding three members
+// or more.
+func (s *Snapshot) NodeTopology(name string) *topology.NodeTopology {
+	for _, n := range s.Nodes {
+		if n.Name == name {
+			return n.Topology
+		}
+	}
+	return nil
+}
+
 // Gang is what must be placed: Members identical members.
 type Gang struct {
 	Members int

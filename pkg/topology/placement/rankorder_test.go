@@ -125,15 +125,7 @@ func FuzzRankOrder(f *testing.F) {
 		rng.Shuffle(len(plan.Members), func(i, j int) {
 			plan.Members[i], plan.Members[j] = plan.Members[j], plan.Members[i]
 		})
-		topo := func(name string) *topology.NodeTopology {
-			for _, n := range s.Nodes {
-				if n.Name == name {
-					return n.Topology
-				}
-			}
-			return nil
-		}
-		got := RankOrder(s.Tree, plan, topo)
+		got := RankOrder(s.Tree, plan, s.NodeTopology)
 		if err := checkRankOrder(s.Tree, want, got); err != nil {
 			t.Fatalf("seed %d: %v\nplan %v", seed, err, got)
 		}
