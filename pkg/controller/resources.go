@@ -396,6 +396,14 @@ func (r *TrainingJobReconciler) desiredPod(job *v1alpha1.TrainingJob, a framewor
 	pod.Labels[lockstep.LabelReplicaIndex] = strconv.Itoa(int(index))
 	pod.Labels[lockstep.LabelIncarnation] = strconv.Itoa(int(job.Status.RestartCount))
 	pod.Labels[schedv1alpha1.PodGroupLabel] = job.Name
+	// The rank the pod's environment carries, for the scheduler to place
+	// ranks in topology order (docs/scheduler.md, Ranks).
+	if rank, ok := a.Rank(job, role, index); ok {
+		if pod.Annotations == nil {
+			pod.Annotations = map[string]string{}
+		}
+		pod.Annotations[lockstep.AnnotationRank] = strconv.Itoa(int(rank))
+	}
 	pod.Spec.SchedulerName = r.SchedulerName
 	pod.Spec.RestartPolicy = corev1.RestartPolicyNever
 	addSearchDomain(&pod.Spec, framework.JobSearchDomain(job, r.ClusterDomain))

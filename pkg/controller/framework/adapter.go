@@ -61,6 +61,18 @@ type Adapter interface {
 	// failurePolicy does not say: Gang where the framework's collectives
 	// cannot survive losing a member.
 	DefaultRestartScope() v1alpha1.RestartScope
+
+	// Rank returns pod index of role's rank in the job's collective, the
+	// one its environment gives it (RANK, its hostfile line, its TF_CONFIG
+	// task among chief and workers, PROCESS_ID), and false for a pod that
+	// is no rank (a parameter server, an evaluator, an MPI launcher that
+	// runs no ranks) or whose rank the framework assigns at run time
+	// (torchrun's elastic rendezvous). Ranks of one job are 0 to n-1, each
+	// once, and rank 0 is the pod the others rendezvous at. The reconciler
+	// writes it as lockstep.dev/rank, and the scheduler places rank r on
+	// the r-th slot of the gang's plan in topology order, so the static
+	// environment follows the topology.
+	Rank(job *v1alpha1.TrainingJob, role v1alpha1.ReplicaType, index int32) (int32, bool)
 }
 
 // AuxObject is an object a job needs besides its pods.

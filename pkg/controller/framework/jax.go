@@ -32,6 +32,11 @@ func (JAX) Framework() v1alpha1.Framework { return v1alpha1.FrameworkJAX }
 
 func (JAX) Roles() []v1alpha1.ReplicaType { return []v1alpha1.ReplicaType{v1alpha1.ReplicaWorker} }
 
+// Rank is PROCESS_ID: Worker i → i; Worker 0 hosts the coordinator.
+func (JAX) Rank(_ *v1alpha1.TrainingJob, role v1alpha1.ReplicaType, index int32) (int32, bool) {
+	return index, role == v1alpha1.ReplicaWorker
+}
+
 // DefaultRestartScope is Gang: jax.distributed cannot rejoin a process.
 func (JAX) DefaultRestartScope() v1alpha1.RestartScope { return v1alpha1.RestartScopeGang }
 

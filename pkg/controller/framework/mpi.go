@@ -177,6 +177,23 @@ func mpiPolicy(job *v1alpha1.TrainingJob) *v1alpha1.MPIPolicy {
 	return p
 }
 
+// Rank is the pod's line in the hostfile, which is the order mpirun fills
+// ranks in (by slot: a host's slotsPerWorker ranks are consecutive): Worker
+// i → i, after the Launcher under runLauncherAsWorker. A Launcher that runs
+// no ranks is none.
+func (*MPI) Rank(job *v1alpha1.TrainingJob, role v1alpha1.ReplicaType, index int32) (int32, bool) {
+	asWorker := *mpiPolicy(job).RunLauncherAsWorker
+	switch {
+	case role == v1alpha1.ReplicaWorker && asWorker:
+		return index + 1, true
+	case role == v1alpha1.ReplicaWorker:
+		return index, true
+	case role == v1alpha1.ReplicaLauncher && asWorker:
+		return index, true
+	}
+	return 0, false
+}
+
 // Hostfile is the hostfile the Launcher reads.
 func (*MPI) Hostfile(job *v1alpha1.TrainingJob) string {
 	p := mpiPolicy(job)

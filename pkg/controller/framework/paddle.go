@@ -39,6 +39,15 @@ func (Paddle) Roles() []v1alpha1.ReplicaType {
 	return []v1alpha1.ReplicaType{v1alpha1.ReplicaMaster, v1alpha1.ReplicaWorker}
 }
 
+// Rank: Worker i → i, the trainers of the collective (Worker 0 is the
+// rendezvous endpoint of a collective job); parameter servers (Masters) are
+// no ranks. paddle.distributed.launch numbers trainers itself at
+// rendezvous, so this is the order Lockstep places them in, which launch
+// may or may not keep.
+func (Paddle) Rank(_ *v1alpha1.TrainingJob, role v1alpha1.ReplicaType, index int32) (int32, bool) {
+	return index, role == v1alpha1.ReplicaWorker
+}
+
 // DefaultRestartScope is Pod, as in Kubeflow: paddle.distributed.launch
 // handles a trainer coming back.
 func (Paddle) DefaultRestartScope() v1alpha1.RestartScope { return v1alpha1.RestartScopePod }

@@ -73,10 +73,7 @@ func pytorchEnv(job *v1alpha1.TrainingJob, role v1alpha1.ReplicaType, index int3
 	if s.HasRole(v1alpha1.ReplicaMaster) {
 		port := itoa(rolePort(job, v1alpha1.ReplicaMaster, pytorchContainer, pytorchPortName, pytorchPort))
 		addr := PodHost(job, v1alpha1.ReplicaMaster, 0)
-		rank := index
-		if role == v1alpha1.ReplicaWorker {
-			rank++
-		}
+		rank, _ := PyTorch{}.Rank(job, role, index)
 		// WORLD_SIZE counts processes. "auto", "cpu" and "gpu" count as
 		// one per pod, as in Kubeflow: torchrun recomputes it per process.
 		perNode := int64(1)
@@ -144,6 +141,21 @@ func pytorchEnv(job *v1alpha1.TrainingJob, role v1alpha1.ReplicaType, index int3
 		vars = append(vars, env("PET_STANDALONE", ""))
 	}
 	return vars
+}
+
+// Rank is RANK: Master 0, Worker i → i+1. Without a Master (elastic) the
+// rendezvous assigns ranks and the pods have none.
+func (PyTorch) Rank(job *v1alpha1.TrainingJob, role v1alpha1.ReplicaType, index int32) (int32, bool) {
+	if !job.Spec.HasRole(v1alpha1.ReplicaMaster) {
+		return 0, false
+	}
+	switch role {
+	case v1alpha1.ReplicaMaster:
+		return index, true
+	case v1alpha1.ReplicaWorker:
+		return index + 1, true
+	}
+	return 0, false
 }
 
 func (PyTorch) AuxObjects(*v1alpha1.TrainingJob) ([]AuxObject, error) { return nil, nil }

@@ -39,6 +39,23 @@ func (TensorFlow) Roles() []v1alpha1.ReplicaType {
 	return []v1alpha1.ReplicaType{v1alpha1.ReplicaChief, v1alpha1.ReplicaMaster, v1alpha1.ReplicaPS, v1alpha1.ReplicaWorker, v1alpha1.ReplicaEvaluator}
 }
 
+// Rank is the task's place among the collective's tasks, as
+// MultiWorkerMirroredStrategy numbers them from TF_CONFIG: the Chief (or
+// Master) first, then Worker i. Parameter servers and the Evaluator are no
+// ranks, nor is the pod of a one-pod job, which gets no TF_CONFIG.
+func (TensorFlow) Rank(job *v1alpha1.TrainingJob, role v1alpha1.ReplicaType, index int32) (int32, bool) {
+	if job.Spec.TotalReplicas() == 1 {
+		return 0, false
+	}
+	switch role {
+	case v1alpha1.ReplicaChief, v1alpha1.ReplicaMaster:
+		return index, true
+	case v1alpha1.ReplicaWorker:
+		return index + replicasOf(job, v1alpha1.ReplicaChief) + replicasOf(job, v1alpha1.ReplicaMaster), true
+	}
+	return 0, false
+}
+
 // DefaultRestartScope is Pod: parameter-server training tolerates a worker
 // coming back on its own.
 func (TensorFlow) DefaultRestartScope() v1alpha1.RestartScope { return v1alpha1.RestartScopePod }

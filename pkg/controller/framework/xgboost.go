@@ -40,6 +40,17 @@ func (XGBoost) Roles() []v1alpha1.ReplicaType {
 	return []v1alpha1.ReplicaType{v1alpha1.ReplicaMaster, v1alpha1.ReplicaWorker}
 }
 
+// Rank is RANK: Master i → i, Worker i → i + Master replicas.
+func (XGBoost) Rank(job *v1alpha1.TrainingJob, role v1alpha1.ReplicaType, index int32) (int32, bool) {
+	switch role {
+	case v1alpha1.ReplicaMaster:
+		return index, true
+	case v1alpha1.ReplicaWorker:
+		return index + replicasOf(job, v1alpha1.ReplicaMaster), true
+	}
+	return 0, false
+}
+
 // DefaultRestartScope is Pod: Rabit lets a worker rejoin.
 func (XGBoost) DefaultRestartScope() v1alpha1.RestartScope { return v1alpha1.RestartScopePod }
 
@@ -50,10 +61,7 @@ func (XGBoost) PodTemplate(job *v1alpha1.TrainingJob, role v1alpha1.ReplicaType,
 	}
 	ensurePort(&pod.Spec, xgboostContainer, xgboostPortName, xgboostPort)
 	total := job.Spec.TotalReplicas()
-	rank := index
-	if role == v1alpha1.ReplicaWorker {
-		rank += replicasOf(job, v1alpha1.ReplicaMaster)
-	}
+	rank, _ := XGBoost{}.Rank(job, role, index)
 	vars := []corev1.EnvVar{
 		env("MASTER_PORT", itoa(rolePort(job, v1alpha1.ReplicaMaster, xgboostContainer, xgboostPortName, xgboostPort))),
 		env("MASTER_ADDR", PodHost(job, v1alpha1.ReplicaMaster, 0)),
