@@ -4,7 +4,8 @@
 # Versions come from go.mod files only: the product's go.mod (kube-apiserver,
 # kube-controller-manager, kubectl, and the stock kube-scheduler the benchmark
 # compares against, built from the same Kubernetes pin as the
-# scheduler) and hack/tools/*/go.mod (etcd, kwok, controller-gen). A binary is
+# scheduler) and hack/tools/*/go.mod (etcd, kwok, controller-gen, and the peer
+# operators of the interop tests, such as KubeRay's ray-operator). A binary is
 # rebuilt only when the module version recorded in its build info differs from
 # the pinned one, so a warm bin/ costs a few `go version -m` calls.
 #
@@ -96,3 +97,9 @@ ensure "$root/hack/tools/kwok" sigs.k8s.io/kwok "-s -w" \
 
 ensure "$root/hack/tools/controller-gen" sigs.k8s.io/controller-tools "-s -w" \
 	controller-gen=sigs.k8s.io/controller-tools/cmd/controller-gen
+
+# KubeRay's ray-operator, for the interop tests (test/e2e/kuberay_test.go);
+# the harness installs its CRDs from the same module
+# (localcluster.InstallKubeRayCRDs), so a pin bump brings its CRDs along.
+ensure "$root/hack/tools/kuberay" github.com/ray-project/kuberay/ray-operator "-s -w" \
+	ray-operator=github.com/ray-project/kuberay/ray-operator
