@@ -240,9 +240,19 @@ func TestKubeRayJobRefusedByBatchScheduler(t *testing.T) {
 	if !ok {
 		t.Fatal("ray-operator is not running")
 	}
+	// The log outlives operator restarts (one file per component name), so
+	// only a line about this test's RayJob counts: its namespace is unique.
 	err := localcluster.Poll(context.Background(), 200*time.Millisecond, time.Minute, "ray-operator to refuse RayJob "+ns+"/job", func(context.Context) (bool, error) {
 		data, err := os.ReadFile(proc.LogPath)
-		return err == nil && strings.Contains(string(data), refusal), nil
+		if err != nil {
+			return false, nil
+		}
+		for line := range strings.Lines(string(data)) {
+			if strings.Contains(line, refusal) && strings.Contains(line, `"namespace":"`+ns+`"`) {
+				return true, nil
+			}
+		}
+		return false, nil
 	})
 	if err != nil {
 		t.Fatalf("%v (log: %s)", err, proc.LogPath)
