@@ -5,7 +5,7 @@
 # kube-controller-manager, kubectl, and the stock kube-scheduler the benchmark
 # compares against, built from the same Kubernetes pin as the
 # scheduler) and hack/tools/*/go.mod (etcd, kwok, controller-gen, and the peer
-# operators the interop tests run: training-operator, kueue). A binary is
+# operators the interop tests run: training-operator, kueue, ray-operator). A binary is
 # rebuilt only when the module version recorded in its build info differs from
 # the pinned one, so a warm bin/ costs a few `go version -m` calls.
 #
@@ -107,3 +107,9 @@ ensure "$root/hack/tools/training-operator" github.com/kubeflow/training-operato
 # k8s.io v0.35, so a cold build costs several minutes more.
 ensure "$root/hack/tools/kueue" sigs.k8s.io/kueue "-s -w" \
 	kueue=sigs.k8s.io/kueue/cmd/kueue
+
+# KubeRay's ray-operator, for the interop tests (test/e2e/kuberay_test.go);
+# the harness installs its CRDs from the same module
+# (localcluster.InstallKubeRayCRDs), so a pin bump brings its CRDs along.
+ensure "$root/hack/tools/kuberay" github.com/ray-project/kuberay/ray-operator "-s -w" \
+	ray-operator=github.com/ray-project/kuberay/ray-operator

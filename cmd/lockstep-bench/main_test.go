@@ -160,9 +160,17 @@ func TestCompressedConfigScalesPreferredWait(t *testing.T) {
 		if wait != tt.want {
 			t.Errorf("compression %g: wait %s, want %s", tt.compression, wait, tt.want)
 		}
-		// The wait the scheduler is given is the one reported.
-		if got := topologyPlacementArgs(cfg)["preferredWait"]; got != tt.want.String() {
-			t.Errorf("compression %g: config preferredWait %v, want %s", tt.compression, got, tt.want)
+		// The wait every profile is given is the one reported: the
+		// profiles share one TopologyPlacement, which refuses differing
+		// args.
+		all := allTopologyPlacementArgs(cfg)
+		if len(all) < 2 {
+			t.Errorf("compression %g: %d profiles configure TopologyPlacement, want lockstep-scheduler and its alias", tt.compression, len(all))
+		}
+		for i, args := range all {
+			if got := args["preferredWait"]; got != tt.want.String() {
+				t.Errorf("compression %g: profile %d's preferredWait %v, want %s", tt.compression, i, got, tt.want)
+			}
 		}
 	}
 }

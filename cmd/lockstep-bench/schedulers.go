@@ -86,30 +86,40 @@ func compressedConfig(root string, compression float64) (map[string]any, time.Du
 	if err != nil {
 		return nil, 0, err
 	}
-	args := topologyPlacementArgs(cfg)
-	raw, _ := args["preferredWait"].(string)
+	all := allTopologyPlacementArgs(cfg)
+	if len(all) == 0 {
+		return nil, 0, fmt.Errorf("deploy/scheduler/config.yaml: no profile configures TopologyPlacement args")
+	}
+	raw, _ := all[0]["preferredWait"].(string)
 	wait, err := time.ParseDuration(raw)
 	if err != nil {
 		return nil, 0, fmt.Errorf("deploy/scheduler/config.yaml: TopologyPlacement args.preferredWait %q: want a duration", raw)
 	}
 	scaled := time.Duration(float64(wait) / compression).Round(time.Millisecond)
-	args["preferredWait"] = scaled.String()
+	// Every profile (lockstep-scheduler and its scheduler-plugins-scheduler
+	// alias): they share one plugin instance, which the scheduler refuses
+	// to build from differing args.
+	for _, args := range all {
+		args["preferredWait"] = scaled.String()
+	}
 	return cfg, scaled, nil
 }
 
-// topologyPlacementArgs returns the args of the first TopologyPlacement
-// pluginConfig of a KubeSchedulerConfiguration, nil when there are none.
-func topologyPlacementArgs(cfg map[string]any) map[string]any {
+// allTopologyPlacementArgs returns the args of every TopologyPlacement
+// pluginConfig of a KubeSchedulerConfiguration, one per profile that has
+// one, in profile order.
+func allTopologyPlacementArgs(cfg map[string]any) []map[string]any {
+	var out []map[string]any
 	profiles, _ := cfg["profiles"].([]any)
 	for _, profile := range profiles {
 		pluginConfigs, _ := asMap(profile)["pluginConfig"].([]any)
 		for _, pc := range pluginConfigs {
-			if asMap(pc)["name"] == "TopologyPlacement" {
-				return asMap(asMap(pc)["args"])
+			if asMap(pc)["name"] == lockstep.TopologyPlacementPlugin {
+				out = append(out, asMap(asMap(pc)["args"]))
 			}
 		}
 	}
-	return nil
+	return out
 }
 
 func asMap(v any) map[string]any {

@@ -18,6 +18,13 @@ const GPUResource = "nvidia.com/gpu"
 // SchedulerName is the scheduler profile Lockstep's pods ask for.
 const SchedulerName = "lockstep-scheduler"
 
+// SchedulerPluginsSchedulerName is a second profile of lockstep-scheduler
+// with SchedulerName's plugins and args: scheduler-plugins' default name for
+// its second scheduler, which operators built for its Coscheduling put on
+// their pods without a way to change it (KubeRay's scheduler-plugins
+// integration). deploy/scheduler/config.yaml serves it.
+const SchedulerPluginsSchedulerName = "scheduler-plugins-scheduler"
+
 // TopologyPlacementPlugin is the scheduler plugin's name in a
 // KubeSchedulerConfiguration.
 const TopologyPlacementPlugin = "TopologyPlacement"

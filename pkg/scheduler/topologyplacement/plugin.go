@@ -60,6 +60,10 @@ const ()
 type TopologyPlacement struct {
 	logger klog.Logger
 	args   *Args
+	// handle is the framework of the first profile that enabled the plugin.
+	// Every profile shares the instance, so it is used only for what the
+	// profiles of a scheduler share: the client, informers, queue and
+	// waiting pods (its event recorder reports as that profile).
 	handle framework.Handle
 	clock  clock.Clock
 	// reader serves NodeTopology and PodGroup objects from an informer cache.
@@ -95,13 +99,23 @@ var (
 	_ framework.EnqueueExtensions = &TopologyPlacement{}
 )
 
-// New builds the plugin from its args.
+// New returns the scheduler's plugin: built from args for the first
+// profile that enables it, the same instance for every later one (see
+// instances).
 func New(ctx context.Context, obj runtime.Object, handle framework.Handle) (framework.Plugin, error) {
-	logger := klog.FromContext(ctx).WithValues("plugin", Name)
 	args, err := decodeArgs(obj)
 	if err != nil {
 		return nil, err
 	}
+	return schedulers.getOrBuild(ctx, handle.SharedInformerFactory(), profileName(handle), args, func() (*TopologyPlacement, error) {
+		return build(ctx, args, handle)
+	})
+}
+
+// build makes a plugin instance with its caches, informer handlers and
+// plan sweep.
+func build(ctx context.Context, args *Args, handle framework.Handle) (*TopologyPlacement, error) {
+	logger := klog.FromContext(ctx).WithValues("plugin", Name)
 	scheme := runtime.NewScheme()
 	if err := v1alpha1.AddToScheme(scheme); err != nil {
 		return nil, err
