@@ -121,10 +121,20 @@ BENCH_SCALE_MODEL ?= test/e2e/models/scale-5000.yaml
 # Extra lockstep-bench flags, e.g. BENCH_FLAGS=--schedulers=lockstep.
 BENCH_FLAGS ?=
 
+# Rounds of the in-process scale run (pkg/scheduler/perf), each running
+# kube-scheduler then Lockstep; the report gives per-round numbers and medians.
+BENCH_ROUNDS ?= 3
+
 .PHONY: bench
-bench: tools build ## Replay BENCH_TRACE on BENCH_MODEL with kube-scheduler, Coscheduling and Lockstep, then time a gang burst on BENCH_SCALE_MODEL; results in BENCH_OUT.
+bench: tools build ## Replay BENCH_TRACE on BENCH_MODEL with kube-scheduler, Coscheduling and Lockstep, then time a gang burst on BENCH_SCALE_MODEL (KWOK and in process); results in BENCH_OUT.
 	$(BIN)/lockstep-bench --bin $(BIN) --model $(BENCH_MODEL) --trace $(BENCH_TRACE) \
-	  --scale-model $(BENCH_SCALE_MODEL) --out $(BENCH_OUT) $(BENCH_FLAGS)
+	  --scale-model $(BENCH_SCALE_MODEL) --inprocess-model $(BENCH_SCALE_MODEL) --inprocess-rounds $(BENCH_ROUNDS) \
+	  --out $(BENCH_OUT) $(BENCH_FLAGS)
+
+.PHONY: bench-scale
+bench-scale: tools build ## Only the in-process scale run: kube-scheduler and Lockstep in turn in one process on BENCH_SCALE_MODEL, BENCH_ROUNDS rounds; results in BENCH_OUT.
+	$(BIN)/lockstep-bench --bin $(BIN) --skip-replay --inprocess-model $(BENCH_SCALE_MODEL) \
+	  --inprocess-rounds $(BENCH_ROUNDS) --out $(BENCH_OUT) $(BENCH_FLAGS)
 
 ##@ Other
 

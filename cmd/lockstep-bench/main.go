@@ -21,6 +21,7 @@ import (
 
 	"github.com/go-logr/logr"
 	"k8s.io/klog/v2"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/lockstep-dev/lockstep/pkg/bench"
 	"github.com/lockstep-dev/lockstep/pkg/clustermodel"
@@ -38,6 +39,12 @@ type options struct {
 	scaleModel      string
 	scaleGangs      int
 	scaleSchedulers string
+
+	inProcessModel  string
+	inProcessRounds int
+	skipReplay      bool
+	cpuProfile      string
+	memProfile      string
 }
 
 func main() {
@@ -60,6 +67,11 @@ func main() {
 	fs.StringVar(&o.scaleModel, "scale-model", "", "cluster model of the scale run; empty skips it")
 	fs.IntVar(&o.scaleGangs, "scale-gangs", 120, "gang jobs in the scale run's burst")
 	fs.StringVar(&o.scaleSchedulers, "scale-schedulers", "kube-scheduler,lockstep", "schedulers of the scale run")
+	fs.StringVar(&o.inProcessModel, "inprocess-model", "", "cluster model of the in-process scale run (pkg/scheduler/perf: schedulers in this process, no KWOK); empty skips it")
+	fs.IntVar(&o.inProcessRounds, "inprocess-rounds", 3, "rounds of the in-process scale run, each running kube-scheduler then Lockstep on the --scale-gangs burst")
+	fs.BoolVar(&o.skipReplay, "skip-replay", false, "skip the trace replays: run only the scale runs")
+	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the in-process scale run to this file")
+	fs.StringVar(&o.memProfile, "memprofile", "", "write a heap profile after each in-process run has bound every pod, to FILE.<scheduler>.<round>")
 	_ = fs.Parse(os.Args[1:])
 	if fs.NArg() > 0 {
 		fs.Usage()
@@ -70,6 +82,8 @@ func main() {
 	// benchmark already removed and logs every failure; the benchmark
 	// reports its own errors.
 	klog.SetLogger(logr.Discard())
+	// The in-process run's scheduler plugins use controller-runtime.
+	ctrllog.SetLogger(logr.Discard())
 
 	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer cancel()
@@ -118,8 +132,18 @@ func run(ctx context.Context, o options) error {
 		if _, err := clustermodel.Load(o.scaleModel); err != nil {
 			return err
 		}
+	}
+	if o.scaleModel != "" || o.inProcessModel != "" {
 		if o.scaleGangs < 1 {
 			return fmt.Errorf("--scale-gangs %d: must be at least 1", o.scaleGangs)
+		}
+	}
+	if o.inProcessModel != "" {
+		if _, err := clustermodel.Load(o.inProcessModel); err != nil {
+			return err
+		}
+		if o.inProcessRounds < 1 {
+			return fmt.Errorf("--inprocess-rounds %d: must be at least 1", o.inProcessRounds)
 		}
 	}
 	out, err := filepath.Abs(o.out)
@@ -141,6 +165,9 @@ func run(ctx context.Context, o options) error {
 	}
 	cluster := benchCluster(model)
 	ro := replayOptions{root: root, model: o.model, logDir: filepath.Join(out, "logs"), stall: o.stall, timeout: o.timeout, progressEvery: 10 * time.Second}
+	if o.skipReplay {
+		scheds = nil
+	}
 	for _, s := range scheds {
 		observed, err := replay(ctx, ro, s, jobs)
 		if err != nil {
@@ -163,6 +190,14 @@ func run(ctx context.Context, o options) error {
 		so.model = o.scaleModel
 		if report.Scale, err = scaleRun(ctx, so, scaleScheds, scaleJobs(o.scaleGangs)); err != nil {
 			return fmt.Errorf("scale run on %s (replay results are in %s): %w", o.scaleModel, out, err)
+		}
+		if err := report.WriteAll(out); err != nil {
+			return fmt.Errorf("writing the report to %s: %w", out, err)
+		}
+	}
+	if o.inProcessModel != "" {
+		if report.InProcess, err = inProcessRun(ctx, o, root); err != nil {
+			return fmt.Errorf("in-process scale run on %s: %w", o.inProcessModel, err)
 		}
 		if err := report.WriteAll(out); err != nil {
 			return fmt.Errorf("writing the report to %s: %w", out, err)

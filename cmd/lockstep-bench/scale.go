@@ -15,9 +15,9 @@ import (
 	"github.com/lockstep-dev/lockstep/pkg/localcluster"
 )
 
-// scaleGangSizes are the pod counts of the scale run's gangs, cycled: gangs
-// of 16 to 128 GPUs in 8-GPU pods.
-var scaleGangSizes = [...]int{2, 4, 4, 8, 8, 16}
+// scaleGPUsPerPod is what each pod of the scale runs asks for: a whole
+// 8-GPU node.
+const scaleGPUsPerPod = 8
 
 // scaleJobs is the scale run's burst: n gang jobs of 8-GPU pods.
 func scaleJobs(n int) []bench.Job {
@@ -25,8 +25,8 @@ func scaleJobs(n int) []bench.Job {
 	for i := range jobs {
 		jobs[i] = bench.Job{
 			ID:             fmt.Sprintf("burst-%03d", i),
-			Replicas:       scaleGangSizes[i%len(scaleGangSizes)],
-			GPUsPerReplica: 8,
+			Replicas:       bench.ScaleGangSizes[i%len(bench.ScaleGangSizes)],
+			GPUsPerReplica: scaleGPUsPerPod,
 			// Pods of the scale run are never released; the duration is moot.
 			Duration: time.Hour,
 		}
@@ -63,7 +63,7 @@ func scaleRun(ctx context.Context, o replayOptions, scheds []scheduler, jobs []b
 	}()
 	say("cluster up: %d nodes with topology", c.Model.NodeCount())
 
-	result = &bench.ScaleResult{Model: o.model, Nodes: c.Model.NodeCount(), Jobs: len(jobs), PodsPerSecond: map[string]float64{}}
+	result = &bench.ScaleResult{Model: o.model, Nodes: c.Model.NodeCount(), Jobs: len(jobs), PodsPerSecond: map[string]float64{}, PeakRSSBytes: map[string]uint64{}}
 	for _, sched := range scheds {
 		binds, pods, err := scaleBurst(ctx, c, o, sched, jobs, say)
 		if err != nil {
@@ -71,7 +71,16 @@ func scaleRun(ctx context.Context, o replayOptions, scheds []scheduler, jobs []b
 		}
 		result.Pods = pods
 		result.PodsPerSecond[sched.Name] = bench.BindThroughput(binds)
-		say("%s: %d pods bound at %.0f pods/s", sched.Name, len(binds), result.PodsPerSecond[sched.Name])
+		// Read before clearBurst stops the scheduler: the peak goes with
+		// the process.
+		if proc, ok := c.Component("scheduler"); ok {
+			rss, err := proc.PeakRSS()
+			if err != nil {
+				return nil, fmt.Errorf("%s: reading its peak RSS: %w", sched.Name, err)
+			}
+			result.PeakRSSBytes[sched.Name] = rss
+		}
+		say("%s: %d pods bound at %.0f pods/s, peak RSS %d MiB", sched.Name, len(binds), result.PodsPerSecond[sched.Name], result.PeakRSSBytes[sched.Name]>>20)
 		if err := clearBurst(ctx, c); err != nil {
 			return nil, err
 		}

@@ -15,20 +15,11 @@ import (
 	// Registers CoschedulingArgs with the scheduler's config scheme so the
 	// plugin's args decode from --config.
 	_ "sigs.k8s.io/scheduler-plugins/apis/config/scheme"
-	"sigs.k8s.io/scheduler-plugins/pkg/coscheduling"
 
-	lockstepcoscheduling "github.com/lockstep-dev/lockstep/pkg/scheduler/coscheduling"
-	"github.com/lockstep-dev/lockstep/pkg/scheduler/topologyplacement"
+	"github.com/lockstep-dev/lockstep/pkg/scheduler"
 )
 
 func main() {
-	command := app.NewSchedulerCommand(
-		// Stock Coscheduling, for the benchmark's baseline profile.
-		app.WithPlugin(coscheduling.Name, coscheduling.New),
-		// Coscheduling with QueueingHints on the events that free capacity,
-		// as deploy/scheduler/config.yaml uses it.
-		app.WithPlugin(lockstepcoscheduling.Name, lockstepcoscheduling.New),
-		app.WithPlugin(topologyplacement.Name, topologyplacement.New),
-	)
+	command := app.NewSchedulerCommand(scheduler.OutOfTree()...)
 	os.Exit(cli.Run(command))
 }

@@ -25,7 +25,9 @@ type Report struct {
 	// Results are one per scheduler, in run order.
 	Results []Result     `json:"results"`
 	Scale   *ScaleResult `json:"scale,omitempty"`
-	Targets Targets      `json:"targets"`
+	// InProcess is the in-process scale run (pkg/scheduler/perf).
+	InProcess *InProcessResult `json:"in_process,omitempty"`
+	Targets   Targets          `json:"targets"`
 	// Notes say how the run differs from a deployment, one sentence each.
 	Notes []string `json:"notes,omitempty"`
 }
@@ -38,15 +40,19 @@ type Targets struct {
 	PartialGangs    int `json:"partial_gangs"`
 	DeadlockedGangs int `json:"deadlocked_gangs"`
 	// ScaleThroughputRatio is the least ratio of Lockstep's pods bound per
-	// second to kube-scheduler's in the scale run.
+	// second to kube-scheduler's in the scale runs (KWOK and in-process).
 	ScaleThroughputRatio float64 `json:"scale_throughput_ratio"`
+	// ScaleMemoryRatio is the most ratio of Lockstep's peak memory to
+	// kube-scheduler's in the scale runs: peak RSS of the scheduler
+	// process in the KWOK run, peak heap growth in the in-process run.
+	ScaleMemoryRatio float64 `json:"scale_memory_ratio"`
 }
 
 // DefaultTargets returns Lockstep's targets: efficiency mean at least 0.95,
-// no partially placed or deadlocked gang, and at scale at least 0.8 times
-// kube-scheduler's bind throughput.
+// no partially placed or deadlocked gang, and at scale at least
+// kube-scheduler's bind throughput with at most 1.2 times its memory.
 func DefaultTargets() Targets {
-	return Targets{EfficiencyMean: 0.95, ScaleThroughputRatio: 0.8}
+	return Targets{EfficiencyMean: 0.95, ScaleThroughputRatio: 1.0, ScaleMemoryRatio: 1.2}
 }
 
 // Target statuses.
@@ -117,7 +123,51 @@ func (r Report) CheckTargets() []TargetCheck {
 	}
 	checks = append(checks, check("pods bound per second at scale, vs kube-scheduler", fmt.Sprintf("≥ %.2f×", t.ScaleThroughputRatio),
 		measured, got, measured && ours >= t.ScaleThroughputRatio*theirs))
+
+	var ourRSS, theirRSS uint64
+	measured = false
+	if r.Scale != nil {
+		var ok1, ok2 bool
+		ourRSS, ok1 = r.Scale.PeakRSSBytes[SchedulerLockstep]
+		theirRSS, ok2 = r.Scale.PeakRSSBytes[SchedulerKube]
+		measured = ok1 && ok2 && theirRSS > 0
+	}
+	got = ""
+	if measured {
+		got = fmt.Sprintf("%.2f× (%s vs %s)", float64(ourRSS)/float64(theirRSS), formatMiB(ourRSS), formatMiB(theirRSS))
+	}
+	checks = append(checks, check("peak RSS at scale, vs kube-scheduler", fmt.Sprintf("≤ %.2f×", t.ScaleMemoryRatio),
+		measured, got, measured && float64(ourRSS) <= t.ScaleMemoryRatio*float64(theirRSS)))
+
+	var ourHeap, theirHeap uint64
+	var rounds int
+	measured = false
+	if ip := r.InProcess; ip != nil {
+		var n1, n2 int
+		ours, ourHeap, n1 = ip.Median(SchedulerLockstep)
+		theirs, theirHeap, n2 = ip.Median(SchedulerKube)
+		rounds = min(n1, n2)
+		measured = rounds > 0 && theirs > 0
+	}
+	got = ""
+	if measured {
+		got = fmt.Sprintf("%.2f× (%.1f vs %.1f pods/s, median of %d rounds)", ours/theirs, ours, theirs, rounds)
+	}
+	checks = append(checks, check("pods bound per second in process, vs kube-scheduler", fmt.Sprintf("≥ %.2f×", t.ScaleThroughputRatio),
+		measured, got, measured && ours >= t.ScaleThroughputRatio*theirs))
+	measured = measured && theirHeap > 0
+	got = ""
+	if measured {
+		got = fmt.Sprintf("%.2f× (%s vs %s)", float64(ourHeap)/float64(theirHeap), formatMiB(ourHeap), formatMiB(theirHeap))
+	}
+	checks = append(checks, check("peak heap in process, vs kube-scheduler", fmt.Sprintf("≤ %.2f×", t.ScaleMemoryRatio),
+		measured, got, measured && float64(ourHeap) <= t.ScaleMemoryRatio*float64(theirHeap)))
 	return checks
+}
+
+// formatMiB writes bytes in MiB.
+func formatMiB(b uint64) string {
+	return fmt.Sprintf("%.0f MiB", float64(b)/(1<<20))
 }
 
 // WriteJSON writes the report as indented JSON, with the evaluated targets
@@ -181,10 +231,29 @@ func (r Report) WriteMarkdown(w io.Writer) error {
 	if s := r.Scale; s != nil {
 		b.WriteString("\n## Scale\n\n")
 		fmt.Fprintf(&b, "Model `%s`: %d nodes, %d jobs, %d pods.\n\n", s.Model, s.Nodes, s.Jobs, s.Pods)
-		writeRow(&b, []string{"scheduler", "pods bound per second"})
-		writeRow(&b, []string{"---", "---"})
+		writeRow(&b, []string{"scheduler", "pods bound per second", "peak RSS"})
+		writeRow(&b, []string{"---", "---", "---"})
 		for _, name := range r.scaleOrder() {
-			writeRow(&b, []string{name, fmt.Sprintf("%.1f", s.PodsPerSecond[name])})
+			rss := "—"
+			if v, ok := s.PeakRSSBytes[name]; ok {
+				rss = formatMiB(v)
+			}
+			writeRow(&b, []string{name, fmt.Sprintf("%.1f", s.PodsPerSecond[name]), rss})
+		}
+	}
+
+	if ip := r.InProcess; ip != nil {
+		b.WriteString("\n## Scale, in process\n\n")
+		fmt.Fprintf(&b, "Model `%s`: %d nodes, %d pods; the schedulers run in turn in one process against one apiserver, %d rounds.\n\n", ip.Model, ip.Nodes, ip.Pods, ip.Rounds)
+		writeRow(&b, []string{"round", "scheduler", "pods bound per second", "peak heap"})
+		writeRow(&b, []string{"---", "---", "---", "---"})
+		for _, run := range ip.Runs {
+			writeRow(&b, []string{fmt.Sprint(run.Round), run.Scheduler, fmt.Sprintf("%.1f", run.PodsPerSecond), formatMiB(run.PeakHeapBytes)})
+		}
+		for _, name := range []string{SchedulerKube, SchedulerLockstep} {
+			if rate, heap, n := ip.Median(name); n > 0 {
+				writeRow(&b, []string{"median", name, fmt.Sprintf("%.1f", rate), formatMiB(heap)})
+			}
 		}
 	}
 

@@ -84,6 +84,16 @@ func sampleReport() Report {
 		Scale: &ScaleResult{
 			Model: "scale-5000", Nodes: 5000, Jobs: 2000, Pods: 20000,
 			PodsPerSecond: map[string]float64{SchedulerKube: 100, SchedulerLockstep: 70, SchedulerCoscheduling: 60, "other": 1},
+			PeakRSSBytes:  map[string]uint64{SchedulerKube: 400 << 20, SchedulerLockstep: 460 << 20},
+		},
+		InProcess: &InProcessResult{
+			Model: "scale-5000", Nodes: 5000, Pods: 840, Rounds: 2,
+			Runs: []InProcessRun{
+				{Scheduler: SchedulerKube, Round: 1, Pods: 840, PodsPerSecond: 100, PeakHeapBytes: 150 << 20},
+				{Scheduler: SchedulerLockstep, Round: 1, Pods: 840, PodsPerSecond: 130, PeakHeapBytes: 200 << 20},
+				{Scheduler: SchedulerKube, Round: 2, Pods: 840, PodsPerSecond: 110, PeakHeapBytes: 160 << 20},
+				{Scheduler: SchedulerLockstep, Round: 2, Pods: 840, PodsPerSecond: 120, PeakHeapBytes: 180 << 20},
+			},
 		},
 	}
 }
@@ -121,17 +131,26 @@ func TestCheckTargets(t *testing.T) {
 	missed.Results[2].PartialGangs = 1
 	missed.Results[2].DeadlockedGangs = 3
 	missed.Scale.PodsPerSecond[SchedulerLockstep] = 79.9
+	missed.Scale.PeakRSSBytes[SchedulerLockstep] = 481 << 20
+	for i := range missed.InProcess.Runs {
+		if missed.InProcess.Runs[i].Scheduler == SchedulerLockstep {
+			missed.InProcess.Runs[i].PodsPerSecond = 90
+			missed.InProcess.Runs[i].PeakHeapBytes = 200 << 20
+		}
+	}
 	noLockstep := sampleReport()
 	noLockstep.Results = noLockstep.Results[:2]
 	noLockstep.Scale = nil
+	noLockstep.InProcess = nil
 	tests := []struct {
 		name   string
 		report Report
 		want   []string
 	}{
-		{"sample: all but throughput met", sampleReport(), []string{TargetMet, TargetMet, TargetMet, TargetMissed}},
-		{"everything missed", missed, []string{TargetMissed, TargetMissed, TargetMissed, TargetMissed}},
-		{"no Lockstep run, no scale run", noLockstep, []string{TargetNotMeasured, TargetNotMeasured, TargetNotMeasured, TargetNotMeasured}},
+		// In process: 125 vs 105 pods/s (medians), 190 vs 155 MiB (1.23×).
+		{"sample: all but KWOK throughput and in-process heap met", sampleReport(), []string{TargetMet, TargetMet, TargetMet, TargetMissed, TargetMet, TargetMet, TargetMissed}},
+		{"everything missed", missed, []string{TargetMissed, TargetMissed, TargetMissed, TargetMissed, TargetMissed, TargetMissed, TargetMissed}},
+		{"no Lockstep run, no scale run", noLockstep, []string{TargetNotMeasured, TargetNotMeasured, TargetNotMeasured, TargetNotMeasured, TargetNotMeasured, TargetNotMeasured, TargetNotMeasured}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -145,9 +164,16 @@ func TestCheckTargets(t *testing.T) {
 		})
 	}
 	met := sampleReport()
-	met.Scale.PodsPerSecond[SchedulerLockstep] = 80
-	if got := met.CheckTargets()[3]; got.Status != TargetMet || got.Got != "0.80× (80.0 vs 100.0 pods/s)" {
-		t.Errorf("throughput at exactly 0.8× = %+v, want met", got)
+	met.Scale.PodsPerSecond[SchedulerLockstep] = 100
+	if got := met.CheckTargets()[3]; got.Status != TargetMet || got.Got != "1.00× (100.0 vs 100.0 pods/s)" {
+		t.Errorf("throughput at exactly 1.0× = %+v, want met", got)
+	}
+	met.Scale.PeakRSSBytes[SchedulerLockstep] = 480 << 20
+	if got := met.CheckTargets()[4]; got.Status != TargetMet || got.Got != "1.20× (480 MiB vs 400 MiB)" {
+		t.Errorf("peak RSS at exactly 1.2× = %+v, want met", got)
+	}
+	if got := met.CheckTargets()[5]; got.Got != "1.19× (125.0 vs 105.0 pods/s, median of 2 rounds)" {
+		t.Errorf("in-process throughput = %+v", got)
 	}
 }
 

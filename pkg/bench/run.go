@@ -74,3 +74,8 @@ type PodRun struct {
 	// Finished is zero when the pod did not finish before End.
 	Finished time.Time
 }
+
+// ScaleGangSizes are the pod counts of the scale runs' gangs, cycled: gangs
+// of 16 to 128 GPUs in 8-GPU pods, for the KWOK scale run
+// (cmd/lockstep-bench) and the in-process one (pkg/scheduler/perf) alike.
+var ScaleGangSizes = [...]int{2, 4, 4, 8, 8, 16}

@@ -121,6 +121,9 @@ type ScaleResult struct {
 	Pods  int    `json:"pods"`
 	// PodsPerSecond is BindThroughput per scheduler name.
 	PodsPerSecond map[string]float64 `json:"pods_per_second"`
+	// PeakRSSBytes is each scheduler process's peak resident memory
+	// (VmHWM) over its run.
+	PeakRSSBytes map[string]uint64 `json:"peak_rss_bytes,omitempty"`
 }
 
 // Summarize computes a run's metrics with DefaultOptions.
@@ -386,4 +389,51 @@ func latest(a, b time.Time) time.Time {
 		return b
 	}
 	return a
+}
+
+// InProcessResult is the in-process scale run (pkg/scheduler/perf): each
+// scheduler binds the same burst on the same apiserver several times,
+// alternating, with no KWOK process or other component beside it.
+type InProcessResult struct {
+	Model  string `json:"model"`
+	Nodes  int    `json:"nodes"`
+	Pods   int    `json:"pods"`
+	Rounds int    `json:"rounds"`
+	// Runs are in the order they ran.
+	Runs []InProcessRun `json:"runs"`
+}
+
+// InProcessRun is one scheduler's run of one round.
+type InProcessRun struct {
+	Scheduler string `json:"scheduler"`
+	Round     int    `json:"round"`
+	Pods      int    `json:"pods"`
+	// PodsPerSecond is BindThroughput: first bind to last.
+	PodsPerSecond float64 `json:"pods_per_second"`
+	// PeakHeapBytes is the most heap in use during the run above what was
+	// in use before the scheduler started.
+	PeakHeapBytes uint64 `json:"peak_heap_bytes"`
+}
+
+// Median returns the median pods/s and peak heap of a scheduler's runs,
+// and how many runs it had.
+func (r *InProcessResult) Median(scheduler string) (podsPerSecond float64, peakHeap uint64, runs int) {
+	var rates []float64
+	var heaps []uint64
+	for _, run := range r.Runs {
+		if run.Scheduler == scheduler {
+			rates = append(rates, run.PodsPerSecond)
+			heaps = append(heaps, run.PeakHeapBytes)
+		}
+	}
+	n := len(rates)
+	if n == 0 {
+		return 0, 0, 0
+	}
+	slices.Sort(rates)
+	slices.Sort(heaps)
+	if n%2 == 1 {
+		return rates[n/2], heaps[n/2], n
+	}
+	return (rates[n/2-1] + rates[n/2]) / 2, (heaps[n/2-1] + heaps[n/2]) / 2, n
 }

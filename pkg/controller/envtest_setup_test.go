@@ -13,7 +13,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 	"sync"
 	"testing"
 	"time"
@@ -34,10 +33,8 @@ import (
 	"github.com/lockstep-dev/lockstep/pkg/apis/lockstep/v1alpha1"
 	"github.com/lockstep-dev/lockstep/pkg/controller/framework"
 	"github.com/lockstep-dev/lockstep/pkg/lockstep"
+	lsenvtest "github.com/lockstep-dev/lockstep/pkg/util/envtest"
 )
-
-// envtestBinaries are the binaries envtest runs, from the module's bin/.
-var envtestBinaries = []string{"etcd", "kube-apiserver"}
 
 // envtestWait bounds every wait on the apiserver. Generous, for a loaded
 // 2-core CI machine; a passing wait returns as soon as its condition holds.
@@ -70,25 +67,6 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// moduleRoot finds the directory of go.mod above the working directory
-// (go test runs in the package's directory).
-func moduleRoot() (string, error) {
-	dir, err := os.Getwd()
-	if err != nil {
-		return "", err
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			return dir, nil
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return "", errors.New("no go.mod above the working directory")
-		}
-		dir = parent
-	}
-}
-
 // startEnvtest starts the apiserver and the manager, once. Missing
 // binaries are an error, not a skip: `make unit` builds them first.
 func startEnvtest(t *testing.T) {
@@ -100,15 +78,9 @@ func startEnvtest(t *testing.T) {
 }
 
 func doStartEnvtest() error {
-	root, err := moduleRoot()
+	root, err := lsenvtest.ModuleRoot()
 	if err != nil {
 		return err
-	}
-	bin := filepath.Join(root, "bin")
-	for _, b := range envtestBinaries {
-		if _, err := os.Stat(filepath.Join(bin, b)); err != nil {
-			return fmt.Errorf("%s is missing (%v): run `make tools` to build etcd and kube-apiserver into %s", b, err, bin)
-		}
 	}
 	// As cmd/controller logs; go test shows it only for failures and -v.
 	ctrl.SetLogger(klog.NewKlogr())
@@ -119,18 +91,11 @@ func doStartEnvtest() error {
 			return err
 		}
 	}
-	harness.env = &envtest.Environment{
-		BinaryAssetsDirectory: bin,
-		CRDDirectoryPaths:     []string{filepath.Join(root, "deploy", "crds")},
-		ErrorIfCRDPathMissing: true,
-		Scheme:                scheme,
-	}
-	cfg, err := harness.env.Start()
+	env, cfg, err := lsenvtest.Start(root, scheme)
 	if err != nil {
-		_ = harness.env.Stop()
-		return fmt.Errorf("starting the apiserver from %s: %w", bin, err)
+		return err
 	}
-	harness.cfg = cfg
+	harness.env, harness.cfg = env, cfg
 	if harness.api, err = client.New(cfg, client.Options{Scheme: scheme}); err != nil {
 		return err
 	}

@@ -158,7 +158,7 @@ func (c *Cluster) kubeSchedulerComponent(name, binary string, cfg map[string]any
 		}
 	}
 	if c.Model != nil {
-		cfg = withTopology(cfg, c.Model.TopologyConfig())
+		cfg = WithTopology(cfg, c.Model.TopologyConfig())
 	}
 	cfgPath, err := c.renderSchedulerConfig(name, api, cfg, le)
 	if err != nil {
@@ -184,12 +184,12 @@ func (c *Cluster) kubeSchedulerComponent(name, binary string, cfg map[string]any
 	}, nil
 }
 
-// withTopology returns a copy of the KubeSchedulerConfiguration cfg whose
+// WithTopology returns a copy of the KubeSchedulerConfiguration cfg whose
 // TopologyPlacement args describe topo, so the scheduler plans and rates on
 // the same levels and oversubscription as the controller, the agent and the
 // benchmark. Other args are kept; configurations without the plugin are
 // returned as they are.
-func withTopology(cfg map[string]any, topo lockstep.TopologyConfig) map[string]any {
+func WithTopology(cfg map[string]any, topo lockstep.TopologyConfig) map[string]any {
 	data, err := json.Marshal(cfg)
 	if err != nil {
 		return cfg
@@ -332,8 +332,29 @@ func (c *Cluster) StartComponents(ctx context.Context) error {
 // not wait out its predecessor's lease. With le, it is on, on cfg's Lease
 // (deploy/'s kube-system/lockstep-scheduler), with le's durations.
 func (c *Cluster) renderSchedulerConfig(name, kubeconfig string, cfg map[string]any, le *LeaderElection) (string, error) {
+	out, err := RenderSchedulerConfig(cfg, kubeconfig, le)
+	if err != nil {
+		return "", err
+	}
+	path := filepath.Join(c.Dir, name+"-config.yaml")
+	return path, os.WriteFile(path, out, 0o644)
+}
+
+// Every scheduler the benchmarks compare talks to the apiserver at the same
+// rate: binding is one write per pod, so unequal limits would measure the
+// limits, not the schedulers.
+const (
+	SchedulerClientQPS   = 200
+	SchedulerClientBurst = 400
+)
+
+// RenderSchedulerConfig returns the KubeSchedulerConfiguration cfg as YAML
+// with kubeconfig and the benchmarks' client rate (SchedulerClientQPS,
+// SchedulerClientBurst), and leader election as renderSchedulerConfig
+// describes.
+func RenderSchedulerConfig(cfg map[string]any, kubeconfig string, le *LeaderElection) ([]byte, error) {
 	rendered := maps.Clone(cfg)
-	rendered["clientConnection"] = map[string]any{"kubeconfig": kubeconfig, "qps": 200, "burst": 400}
+	rendered["clientConnection"] = map[string]any{"kubeconfig": kubeconfig, "qps": SchedulerClientQPS, "burst": SchedulerClientBurst}
 	if le == nil {
 		rendered["leaderElection"] = map[string]any{"leaderElect": false}
 	} else {
@@ -348,12 +369,7 @@ func (c *Cluster) renderSchedulerConfig(name, kubeconfig string, cfg map[string]
 		election["retryPeriod"] = le.RetryPeriod.String()
 		rendered["leaderElection"] = election
 	}
-	out, err := yaml.Marshal(rendered)
-	if err != nil {
-		return "", err
-	}
-	path := filepath.Join(c.Dir, name+"-config.yaml")
-	return path, os.WriteFile(path, out, 0o644)
+	return yaml.Marshal(rendered)
 }
 
 // waitHealthy polls url until it answers 200, failing early if p exits.

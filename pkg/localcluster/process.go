@@ -6,6 +6,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"syscall"
 	"time"
 )
@@ -67,6 +69,33 @@ func StartProcess(name, logDir, bin string, args []string, opts StartOptions) (*
 
 // Pid returns the process id.
 func (p *Process) Pid() int { return p.cmd.Process.Pid }
+
+// PeakRSS returns the most resident memory the running process has used
+// (VmHWM of /proc/<pid>/status), in bytes. Read it before stopping the
+// process: the kernel forgets it with the process.
+func (p *Process) PeakRSS() (uint64, error) {
+	return peakRSS(fmt.Sprintf("/proc/%d/status", p.Pid()))
+}
+
+// peakRSS reads VmHWM from a /proc/<pid>/status file.
+func peakRSS(statusPath string) (uint64, error) {
+	data, err := os.ReadFile(statusPath)
+	if err != nil {
+		return 0, err
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		rest, ok := strings.CutPrefix(line, "VmHWM:")
+		if !ok {
+			continue
+		}
+		kb, err := strconv.ParseUint(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")), 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("%s: VmHWM %q: %w", statusPath, rest, err)
+		}
+		return kb << 10, nil
+	}
+	return 0, fmt.Errorf("%s has no VmHWM line", statusPath)
+}
 
 // Exited reports whether the process has ended, and how.
 func (p *Process) Exited() (bool, error) {

@@ -207,34 +207,45 @@ func SiblingChanged(_ klog.Logger, pod *v1.Pod, _, newObj any) (fwk.QueueingHint
 	return fwk.Queue, nil
 }
 
-// NodeTopologyChanged queues when a node's NodeTopology was created, its
-// hardware description changed, or it reports more free GPUs: a GPU healthy
-// and unallocated now that was not before (health improved or a pod's GPUs
-// were released), or a larger freeGPUs count. Heartbeats and new
-// allocations are skipped.
+// NodeTopologyChanged queues when NodeTopologyFreesGPUs says the change
+// can make room.
 func NodeTopologyChanged(logger klog.Logger, pod *v1.Pod, oldObj, newObj any) (fwk.QueueingHint, error) {
-	nt, err := as[v1alpha1.NodeTopology](newObj)
-	if err != nil {
+	frees, err := NodeTopologyFreesGPUs(oldObj, newObj)
+	if err != nil || frees {
 		return fwk.Queue, err
 	}
+	logger.V(5).Info("NodeTopology change frees no GPU", "pod", klog.KObj(pod))
+	return fwk.QueueSkip, nil
+}
+
+// NodeTopologyFreesGPUs reports whether a NodeTopology change can make room
+// for GPU pods: the object was created, its hardware description changed,
+// or it reports more free GPUs (a GPU healthy and unallocated now that was
+// not before: health improved or a pod's GPUs were released; or a larger
+// freeGPUs count). Heartbeats and new allocations make none. oldObj is nil
+// for a creation; an object that is no NodeTopology is an error.
+func NodeTopologyFreesGPUs(oldObj, newObj any) (bool, error) {
+	nt, err := as[v1alpha1.NodeTopology](newObj)
+	if err != nil {
+		return true, err
+	}
 	if oldObj == nil {
-		return fwk.Queue, nil
+		return true, nil
 	}
 	old, err := as[v1alpha1.NodeTopology](oldObj)
 	if err != nil {
-		return fwk.Queue, err
+		return true, err
 	}
 	if !equality.Semantic.DeepEqual(old.Spec, nt.Spec) || nt.Status.FreeGPUs > old.Status.FreeGPUs {
-		return fwk.Queue, nil
+		return true, nil
 	}
 	before := freeGPUs(old)
 	for gpu := range freeGPUs(nt) {
 		if !before[gpu] {
-			return fwk.Queue, nil
+			return true, nil
 		}
 	}
-	logger.V(5).Info("NodeTopology change frees no GPU", "pod", klog.KObj(pod), "nodeTopology", klog.KObj(nt))
-	return fwk.QueueSkip, nil
+	return false, nil
 }
 
 // freeGPUs are the indices of the node's GPUs that are healthy and held by

@@ -47,6 +47,11 @@ func (h *fakeHandle) IterateOverWaitingPods(func(framework.WaitingPod))      {}
 func (h *fakeHandle) Activate(klog.Logger, map[string]*v1.Pod)               {}
 func (h *fakeHandle) APICacher() framework.APICacher                         { return h.apiCacher }
 
+// SnapshotSharedLister is nil: the tests hand PreFilter its nodes, which
+// the plugin then indexes itself (nodeLookup); the real scheduler's
+// snapshot is exercised by pkg/scheduler/perf's TestSmoke.
+func (h *fakeHandle) SnapshotSharedLister() framework.SharedLister { return nil }
+
 // metricsPlugin is a test plugin on two empty HGX nodes, a and b, whose
 // metrics go to a registry of its own. Its PodGroup "ns/g" wants members
 // members of 8 GPUs; pods are the gang's pods, known to the informers, the

@@ -123,7 +123,12 @@ func build(ctx context.Context, args *Args, handle framework.Handle) (*TopologyP
 	if err := schedv1alpha1.AddToScheme(scheme); err != nil {
 		return nil, err
 	}
-	objCache, err := ctrlcache.New(handle.KubeConfig(), ctrlcache.Options{Scheme: scheme})
+	objCache, err := ctrlcache.New(handle.KubeConfig(), ctrlcache.Options{
+		Scheme: scheme,
+		// Nothing reads managedFields, and on 5,000 NodeTopology objects
+		// they are memory the stock scheduler does not spend.
+		DefaultTransform: ctrlcache.TransformStripManagedFields(),
+	})
 	if err != nil {
 		return nil, fmt.Errorf("creating NodeTopology cache: %w", err)
 	}
@@ -175,6 +180,9 @@ func build(ctx context.Context, args *Args, handle framework.Handle) (*TopologyP
 		metrics:    m,
 	}
 	health.rejoined = func() { p.retryTurnedAway("") }
+	if _, err := ntInformer.AddEventHandler(p.retryOnFreedGPUs()); err != nil {
+		return nil, err
+	}
 	// Forget a pod's GPUs once it is gone or finished: from then on the
 	// scheduler's own accounting and the NodeTopology agree without us.
 	// Adopt the GPUs of pods found bound with them that the books do not
@@ -238,17 +246,32 @@ func (p *TopologyPlacement) Name() string { return Name }
 
 // EventsToRegister lists what can make a gang this plugin rejected fit, each
 // with a QueueingHint (package requeue): bound pods leaving or scaling
-// down, nodes added or grown, the gang's PodGroup created or changed, and a
-// node's NodeTopology reporting more free GPUs. The queue retries a pod only
-// on events of the plugins that rejected it; a gang Coscheduling rejected at
-// PreFilter is retried by LockstepCoscheduling's hints on the same events.
+// down, nodes added or grown, and the gang's PodGroup created or changed.
+// The queue retries a pod only on events of the plugins that rejected it; a
+// gang Coscheduling rejected at PreFilter is retried by
+// LockstepCoscheduling's hints on the same events.
+//
+// A NodeTopology reporting more free GPUs is not registered here: for a
+// custom resource the scheduler runs a dynamic informer of its own, whose
+// unstructured copies of 5,000 NodeTopology objects took several times the
+// stock scheduler's whole heap. The plugin's typed informer sees the same
+// changes and retries the gangs it turned away (retryOnFreedGPUs).
 func (p *TopologyPlacement) EventsToRegister(context.Context) ([]fwk.ClusterEventWithHint, error) {
-	return append(requeue.CapacityEvents(),
-		fwk.ClusterEventWithHint{
-			Event:          fwk.ClusterEvent{Resource: requeue.NodeTopologyResource, ActionType: fwk.Add | fwk.Update},
-			QueueingHintFn: requeue.NodeTopologyChanged,
-		},
-	), nil
+	return requeue.CapacityEvents(), nil
+}
+
+// retryOnFreedGPUs retries the gangs PreFilter turned away when a
+// NodeTopology reports GPUs free that were not (requeue.NodeTopologyFreesGPUs).
+func (p *TopologyPlacement) retryOnFreedGPUs() cache.ResourceEventHandler {
+	retry := func(oldObj, newObj any) {
+		if frees, err := requeue.NodeTopologyFreesGPUs(oldObj, newObj); frees || err != nil {
+			p.retryTurnedAway("")
+		}
+	}
+	return cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { retry(nil, obj) },
+		UpdateFunc: retry,
+	}
 }
 
 // expirePlans runs sweep every few seconds until ctx ends.

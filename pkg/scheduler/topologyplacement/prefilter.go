@@ -163,20 +163,42 @@ func rankOf(pod *v1.Pod) (int, bool) {
 // free by count.
 func (p *TopologyPlacement) planStillValid(g *gangPlan, nodes []fwk.NodeInfo) bool {
 	excluded := p.health.refresh()
-	byName := make(map[string]fwk.NodeInfo, len(nodes))
-	for _, ni := range nodes {
-		if ni.Node() != nil {
-			byName[ni.Node().Name] = ni
-		}
-	}
+	lookup := p.nodeLookup(nodes)
 	return g.Fits(func(name string) (int, bool) {
-		ni, ok := byName[name]
+		ni, ok := lookup(name)
 		if _, out := excluded[name]; !ok || out || ni.Node().Spec.Unschedulable {
 			return 0, false
 		}
 		free := ni.GetAllocatable().GetScalarResources()[lockstep.GPUResource] - ni.GetRequested().GetScalarResources()[lockstep.GPUResource]
 		return int(free), true
 	})
+}
+
+// nodeLookup finds nodes of the cycle by name. Every member of a planned
+// gang checks its plan's few nodes: through the scheduler's snapshot, which
+// nodes were listed from, that is a map lookup each, where indexing nodes
+// would cost a map of every node in the cluster per pod. Without a
+// framework (unit tests) nodes are indexed.
+func (p *TopologyPlacement) nodeLookup(nodes []fwk.NodeInfo) func(name string) (fwk.NodeInfo, bool) {
+	if p.handle != nil {
+		if lister := p.handle.SnapshotSharedLister(); lister != nil {
+			infos := lister.NodeInfos()
+			return func(name string) (fwk.NodeInfo, bool) {
+				ni, err := infos.Get(name)
+				return ni, err == nil && ni != nil && ni.Node() != nil
+			}
+		}
+	}
+	byName := make(map[string]fwk.NodeInfo, len(nodes))
+	for _, ni := range nodes {
+		if ni.Node() != nil {
+			byName[ni.Node().Name] = ni
+		}
+	}
+	return func(name string) (fwk.NodeInfo, bool) {
+		ni, ok := byName[name]
+		return ni, ok
+	}
 }
 
 // planGang computes and records a plan for the pod's gang, timing it by

@@ -23,13 +23,15 @@ func TestEventsToRegister(t *testing.T) {
 			t.Errorf("%s has no QueueingHintFn", e.Event.Label())
 		}
 		got[e.Event.Label()] = true
+		if e.Event.Resource == requeue.NodeTopologyResource {
+			t.Errorf("%s is registered: the scheduler would keep unstructured copies of every NodeTopology", e.Event.Label())
+		}
 	}
 	for _, want := range []fwk.ClusterEvent{
 		{Resource: fwk.Pod, ActionType: fwk.Delete},
 		{Resource: fwk.Pod, ActionType: fwk.UpdatePodScaleDown},
 		{Resource: fwk.Node, ActionType: requeue.NodeActions},
 		{Resource: requeue.PodGroupResource, ActionType: fwk.Add | fwk.Update},
-		{Resource: requeue.NodeTopologyResource, ActionType: fwk.Add | fwk.Update},
 	} {
 		if !got[want.Label()] {
 			t.Errorf("missing event %s; have %v", want.Label(), got)

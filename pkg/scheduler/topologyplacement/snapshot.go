@@ -94,6 +94,10 @@ func (p *TopologyPlacement) snapshot(pod *v1.Pod, gang string, nodeInfos []fwk.N
 	// One array holds every planner node: two allocations per plan, not one
 	// per node.
 	nodes := make([]placement.Node, 0, len(nodeInfos))
+	// The GPU index and the books are read for every node: locked once for
+	// the snapshot, not twice per node.
+	p.gpus.mu.RLock()
+	p.books.mu.Lock()
 	for _, ni := range nodeInfos {
 		node := ni.Node()
 		if node == nil || node.Spec.Unschedulable {
@@ -112,6 +116,8 @@ func (p *TopologyPlacement) snapshot(pod *v1.Pod, gang string, nodeInfos []fwk.N
 		}
 		nodes = append(nodes, p.plannerNode(ni, gang))
 	}
+	p.books.mu.Unlock()
+	p.gpus.mu.RUnlock()
 	snap.Nodes = make([]*placement.Node, len(nodes))
 	for i := range nodes {
 		snap.Nodes[i] = &nodes[i]
@@ -245,7 +251,8 @@ func treeFingerprint(nodeInfos []fwk.NodeInfo, levels []topology.Level) uint64 {
 	return h
 }
 
-// plannerNode describes one node for the planner.
+// plannerNode describes one node for the planner. The caller holds p.gpus
+// for reading and p.books.
 func (p *TopologyPlacement) plannerNode(ni fwk.NodeInfo, gang string) placement.Node {
 	node := ni.Node()
 	alloc, used := ni.GetAllocatable(), ni.GetRequested()
@@ -258,10 +265,10 @@ func (p *TopologyPlacement) plannerNode(ni fwk.NodeInfo, gang string) placement.
 		FreePods:     alloc.GetAllowedPodNumber() - len(ni.GetPods()),
 	}
 	free := topology.AllGPUs(min(gpuCount, topology.MaxGPUs))
-	if gpus, ok := p.gpus.get(node.Name); ok {
+	if gpus, ok := p.gpus.nodes[node.Name]; ok {
 		pn.Topology, pn.Selector, free = gpus.topology, gpus.selector, gpus.free
 	}
-	free &^= p.books.heldOn(node.Name, gang)
+	free &^= p.books.core.HeldOn(node.Name, gang)
 	// GPUs taken by pods the agent has not reported yet are known only by
 	// count; drop the highest-indexed free GPUs to match it.
 	for free.Len() > max(freeCount, 0) {

@@ -9,9 +9,11 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/klog/v2"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
 
+	"github.com/lockstep-dev/lockstep/pkg/apis/lockstep/v1alpha1"
 	"github.com/lockstep-dev/lockstep/pkg/topology/placement"
 	utiltesting "github.com/lockstep-dev/lockstep/pkg/util/testing"
 )
@@ -100,5 +102,45 @@ func TestUnreserveLastMemberRetriesTheGang(t *testing.T) {
 		}
 	case <-time.After(30 * time.Second):
 		t.Fatal("the gang was not retried after its only member was unreserved")
+	}
+}
+
+// A NodeTopology that reports GPUs freed retries the gangs PreFilter turned
+// away, in place of a NodeTopology cluster event (EventsToRegister); one
+// that only heartbeats or allocates does not.
+func TestFreedGPUsRetryGangsTurnedAway(t *testing.T) {
+	mp := newMetricsPlugin(t, 2, true, nil)
+	p := mp.TopologyPlacement
+	waiting := utiltesting.MakePod("w-0", "ns").GPUs(8).PodGroup("waiting").Obj()
+	fh := p.handle.(*fakeHandle)
+	if err := fh.informers.Core().V1().Pods().Informer().GetIndexer().Add(waiting); err != nil {
+		t.Fatal(err)
+	}
+	rec := &activations{fakeHandle: fh, ch: make(chan []string, 4)}
+	p.handle = rec
+	handler := p.retryOnFreedGPUs()
+
+	busy := hgxNodeTopology(t, "a")
+	busy.Status.Allocations = []v1alpha1.GPUAllocation{{Namespace: "other", Pod: "x", GPUs: []int32{0, 1}}}
+	heartbeat := busy.DeepCopy()
+	heartbeat.Status.HeartbeatTime = metav1.Unix(2000, 0)
+	freed := busy.DeepCopy()
+	freed.Status.Allocations = nil
+
+	p.turnedAway.add(planKey(waiting))
+	handler.OnUpdate(busy, heartbeat)
+	select {
+	case names := <-rec.ch:
+		t.Fatalf("a heartbeat activated %v", names)
+	case <-time.After(2 * retryDelay):
+	}
+	handler.OnUpdate(heartbeat, freed)
+	select {
+	case names := <-rec.ch:
+		if diff := cmp.Diff([]string{"ns/w-0"}, names); diff != "" {
+			t.Errorf("activated (-want,+got):\n%s", diff)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("freed GPUs did not retry the gang turned away")
 	}
 }
