@@ -38,7 +38,14 @@ type options struct {
 	scaleModel      string
 	scaleGangs      int
 	scaleSchedulers string
+
+	sweepWaits string
 }
+
+// defaultSweepWaits are the preferredWait values make bench sweeps, in
+// trace time: from not waiting to five minutes, about the trace's median
+// job duration.
+const defaultSweepWaits = "0s,15s,30s,60s,120s,300s"
 
 func main() {
 	var o options
@@ -60,6 +67,7 @@ func main() {
 	fs.StringVar(&o.scaleModel, "scale-model", "", "cluster model of the scale run; empty skips it")
 	fs.IntVar(&o.scaleGangs, "scale-gangs", 120, "gang jobs in the scale run's burst")
 	fs.StringVar(&o.scaleSchedulers, "scale-schedulers", "kube-scheduler,lockstep", "schedulers of the scale run")
+	fs.StringVar(&o.sweepWaits, "sweep-preferred-wait", defaultSweepWaits, "TopologyPlacement preferredWait values (trace time, comma-separated) to replay Lockstep with after the comparison; empty skips the sweep")
 	_ = fs.Parse(os.Args[1:])
 	if fs.NArg() > 0 {
 		fs.Usage()
@@ -88,9 +96,13 @@ func run(ctx context.Context, o options) error {
 	if o.compression < 1 {
 		return fmt.Errorf("--time-compression %g: must be at least 1", o.compression)
 	}
-	lockstepConfig, preferredWait, err := compressedConfig(root, o.compression)
+	lockstepConfig, preferredWait, deployedWait, err := compressedConfig(root, o.compression, -1)
 	if err != nil {
 		return err
+	}
+	sweepWaits, err := parseWaits(o.sweepWaits)
+	if err != nil {
+		return fmt.Errorf("--sweep-preferred-wait: %w", err)
 	}
 	scheds, err := selectSchedulers(o.schedulers, lockstepConfig)
 	if err != nil {
@@ -140,7 +152,12 @@ func run(ctx context.Context, o options) error {
 		Notes:           []string{fmt.Sprintf("Lockstep's preferredWait is %s: deploy/scheduler/config.yaml's, divided by the time compression like every duration of the trace.", preferredWait)},
 	}
 	cluster := benchCluster(model)
-	ro := replayOptions{root: root, model: o.model, logDir: filepath.Join(out, "logs"), stall: o.stall, timeout: o.timeout, progressEvery: 10 * time.Second}
+	runtime, err := bench.NewRuntimeModel(cluster)
+	if err != nil {
+		return err
+	}
+	ro := replayOptions{root: root, model: o.model, logDir: filepath.Join(out, "logs"), stall: o.stall, timeout: o.timeout, progressEvery: 10 * time.Second,
+		runtime: runtime, compression: o.compression}
 	for _, s := range scheds {
 		observed, err := replay(ctx, ro, s, jobs)
 		if err != nil {
@@ -158,6 +175,41 @@ func run(ctx context.Context, o options) error {
 	if err := report.WriteAll(out); err != nil {
 		return fmt.Errorf("writing the report to %s: %w", out, err)
 	}
+	if len(sweepWaits) > 0 {
+		report.Sweep = &bench.Sweep{DeployedWaitSeconds: deployedWait.Seconds()}
+		for _, wait := range sweepWaits {
+			// The comparison's Lockstep replay already ran with the
+			// deployed wait.
+			if res, ok := resultOf(report.Results, bench.SchedulerLockstep); ok && wait == deployedWait {
+				report.Sweep.Points = append(report.Sweep.Points, bench.NewSweepPoint(wait, res))
+				continue
+			}
+			cfg, scaled, _, err := compressedConfig(root, o.compression, wait)
+			if err != nil {
+				return err
+			}
+			sched, err := selectSchedulers(bench.SchedulerLockstep, cfg)
+			if err != nil {
+				return err
+			}
+			fmt.Printf("preferredWait sweep: %s (replay %s)\n", wait, scaled)
+			observed, err := replay(ctx, ro, sched[0], jobs)
+			if err != nil {
+				return fmt.Errorf("sweep replay with preferredWait %s: %w", wait, err)
+			}
+			result, err := bench.Summarize(cluster, observed)
+			if err != nil {
+				return fmt.Errorf("summarizing the sweep replay with preferredWait %s: %w", wait, err)
+			}
+			report.Sweep.Points = append(report.Sweep.Points, bench.NewSweepPoint(wait, result))
+			if err := report.WriteAll(out); err != nil {
+				return fmt.Errorf("writing the report to %s: %w", out, err)
+			}
+		}
+		if err := report.WriteAll(out); err != nil {
+			return fmt.Errorf("writing the report to %s: %w", out, err)
+		}
+	}
 	if o.scaleModel != "" {
 		so := ro
 		so.model = o.scaleModel
@@ -174,6 +226,16 @@ func run(ctx context.Context, o options) error {
 	}
 	fmt.Printf("\nResults in %s (report.md, results.json, *.png)\n", out)
 	return nil
+}
+
+// resultOf returns the result of the named scheduler.
+func resultOf(results []bench.Result, scheduler string) (bench.Result, bool) {
+	for _, r := range results {
+		if r.Scheduler == scheduler {
+			return r, true
+		}
+	}
+	return bench.Result{}, false
 }
 
 // loadTrace reads the trace and checks it against the model: topology
