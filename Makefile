@@ -122,7 +122,7 @@ BENCH_SCALE_MODEL ?= test/e2e/models/scale-5000.yaml
 BENCH_FLAGS ?=
 
 .PHONY: bench
-bench: tools build ## Replay BENCH_TRACE on BENCH_MODEL with kube-scheduler, Coscheduling and Lockstep, then time a gang burst on BENCH_SCALE_MODEL; results in BENCH_OUT.
+bench: tools build ## Replay BENCH_TRACE on BENCH_MODEL with kube-scheduler, Coscheduling and Lockstep, sweep Lockstep's preferredWait, then time a gang burst on BENCH_SCALE_MODEL; results in BENCH_OUT.
 	$(BIN)/lockstep-bench --bin $(BIN) --model $(BENCH_MODEL) --trace $(BENCH_TRACE) \
 	  --scale-model $(BENCH_SCALE_MODEL) --out $(BENCH_OUT) $(BENCH_FLAGS)
 

@@ -89,8 +89,8 @@ func newObserver(clientset kubernetes.Interface, c client.Client, namespace stri
 	}
 }
 
-// releaseWorkers patch pods in parallel; one gang's pods are patched by one
-// worker, one pod at a time.
+// releaseWorkers release gangs in parallel; each patches its gang's pods
+// releasePatchParallelism at a time.
 const releaseWorkers = 4
 
 // start watches the namespace's pods and starts the release workers. Both
@@ -206,21 +206,38 @@ func (o *observer) releaseLoop(ctx context.Context) {
 				o.fail(err)
 				continue
 			}
+			// KWOK counts each pod's runtime from its own patch, and the
+			// job ends with its last pod: patching a 32-pod gang one pod at
+			// a time would add the sum of the patches' latencies to its
+			// runtime, minutes of trace time on a loaded machine.
 			slices.Sort(names)
+			var wg sync.WaitGroup
+			sem := make(chan struct{}, releasePatchParallelism)
 			for _, name := range names {
-				_, err := o.clientset.CoreV1().Pods(o.namespace).Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{})
-				if err != nil && !apierrors.IsNotFound(err) && ctx.Err() == nil {
-					o.fail(fmt.Errorf("releasing pod %s/%s of job %s: %w", o.namespace, name, id, err))
-				}
+				wg.Add(1)
+				sem <- struct{}{}
+				go func() {
+					defer func() { <-sem; wg.Done() }()
+					_, err := o.clientset.CoreV1().Pods(o.namespace).Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{})
+					if err != nil && !apierrors.IsNotFound(err) && ctx.Err() == nil {
+						o.fail(fmt.Errorf("releasing pod %s/%s of job %s: %w", o.namespace, name, id, err))
+					}
+				}()
 			}
+			wg.Wait()
 		}
 	}
 }
 
+// releasePatchParallelism is how many pods of one gang are patched at once.
+const releasePatchParallelism = 16
+
 // gpuSetWait bounds how long a release waits for the topology agent to
 // publish the device plugin's GPU assignment of a gang's pods (the stock
-// scheduler and Coscheduling choose no GPUs themselves).
-const gpuSetWait = 3 * time.Second
+// scheduler and Coscheduling choose no GPUs themselves). The agent follows
+// pod binds, so the assignment is usually there when the gang runs; the
+// wait delays the gang's start, so it is kept short.
+const gpuSetWait = time.Second
 
 // placedRuntime returns the simulated runtime of job id, whose gang is
 // whole, from the nodes and GPUs its pods hold, and records the slowdown.
@@ -243,7 +260,7 @@ func (o *observer) placedRuntime(ctx context.Context, id string) (time.Duration,
 	deadline := time.Now().Add(gpuSetWait)
 	for {
 		runtime, slowdown, err := o.runtime.Runtime(job, placed)
-		if errors.Is(err, bench.ErrUnmodelled) && time.Now().Before(deadline) {
+		if errors.Is(err, bench.ErrUnmodelled) && time.Now().Before(deadline) && !o.wholeNodes(job, placed) {
 			if err := o.fillGPUs(ctx, o.client); err != nil {
 				return 0, err
 			}
@@ -256,10 +273,10 @@ func (o *observer) placedRuntime(ctx context.Context, id string) (time.Duration,
 			continue
 		}
 		if errors.Is(err, bench.ErrUnmodelled) {
-			// The assignment was not published in time: take each pod's
-			// first GPUs. On NVSwitch nodes every set of a size rates the
-			// same; the summary rates the placement again from the
-			// assignment published by then.
+			// The assignment was not published in time, or need not be
+			// (whole-node pods): take each pod's first GPUs. On NVSwitch
+			// nodes every set of a size rates the same; the summary rates
+			// the placement again from the assignment published by then.
 			for i := range placed {
 				if placed[i].GPUs == 0 {
 					placed[i].GPUs = topology.AllGPUs(job.GPUsPerReplica)
@@ -275,6 +292,17 @@ func (o *observer) placedRuntime(ctx context.Context, id string) (time.Duration,
 		o.mu.Unlock()
 		return runtime, nil
 	}
+}
+
+// wholeNodes reports whether every pod of the job whose GPU set is unknown
+// takes all of its node's GPUs, so the set is known without the agent.
+func (o *observer) wholeNodes(job bench.Job, pods []bench.PodRun) bool {
+	for _, p := range pods {
+		if p.GPUs == 0 && job.GPUsPerReplica != o.runtime.NodeGPUs(p.Node) {
+			return false
+		}
+	}
+	return true
 }
 
 func (o *observer) fail(err error) {

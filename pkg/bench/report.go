@@ -262,6 +262,7 @@ func metricRows() []metricRow {
 		{"job completion time, p99 (trace time)", func(r Result) string { return formatJCT(r.JCTP99Seconds, r) }},
 		{"GPU-hours (trace time)", func(r Result) string { return fmt.Sprintf("%.1f", r.GPUHours) }},
 		{"GPU-hours the trace needs at ideal placement", func(r Result) string { return fmt.Sprintf("%.1f", r.IdealGPUHours) }},
+		{"GPU-hours of finished jobs by the runtime model", func(r Result) string { return fmt.Sprintf("%.1f", r.ModelledGPUHours) }},
 		{"useful GPU utilization (whole gangs)", func(r Result) string { return formatPercent(r.UsefulUtilization) }},
 		{"GPU time held by incomplete gangs (waste)", func(r Result) string {
 			if r.WasteShare == nil {

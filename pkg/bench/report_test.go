@@ -56,7 +56,7 @@ func sampleReport() Report {
 				PodsPerSecond: ptr(31.25), PartialGangAfterSeconds: 30, PartialGangs: 4, DeadlockedGangs: 2,
 				TimeCompression: 10, MakespanTraceSeconds: 18000,
 				JCTMeanSeconds: ptr(812.4), JCTP50Seconds: ptr(402.0), JCTP99Seconds: ptr(7210.0), IncompleteJobs: 10,
-				GPUHours: 240.25, UsefulGPUHours: 180.0, IdealGPUHours: 200.0, WasteGPUHours: 60.25, UsefulUtilization: ptr(0.5), WasteShare: ptr(0.1674),
+				GPUHours: 240.25, UsefulGPUHours: 180.0, IdealGPUHours: 200.0, ModelledGPUHours: 205.0, WasteGPUHours: 60.25, UsefulUtilization: ptr(0.5), WasteShare: ptr(0.1674),
 				PerJob: perJob([]float64{0.5, 0.7, 1, 0.99}, []float64{1, 2, 400}),
 			},
 			{
@@ -71,7 +71,7 @@ func sampleReport() Report {
 				PodsPerSecond: ptr(20.0), PartialGangAfterSeconds: 30,
 				TimeCompression: 10, MakespanTraceSeconds: 12345.6,
 				JCTMeanSeconds: ptr(700.0), JCTP50Seconds: ptr(380.0), JCTP99Seconds: ptr(3100.0),
-				GPUHours: 230.0, UsefulGPUHours: 229.5, IdealGPUHours: 200.0, WasteGPUHours: 0.5, UsefulUtilization: ptr(0.6975), WasteShare: ptr(0.0015),
+				GPUHours: 230.0, UsefulGPUHours: 229.5, IdealGPUHours: 200.0, ModelledGPUHours: 205.0, WasteGPUHours: 0.5, UsefulUtilization: ptr(0.6975), WasteShare: ptr(0.0015),
 				PerJob: perJob([]float64{0.5, 0.8, 1}, []float64{2.5, 95}),
 			},
 			{
@@ -86,7 +86,7 @@ func sampleReport() Report {
 				PodsPerSecond: ptr(25.5), PartialGangAfterSeconds: 30,
 				TimeCompression: 10, MakespanTraceSeconds: 11000.4,
 				JCTMeanSeconds: ptr(640.0), JCTP50Seconds: ptr(360.0), JCTP99Seconds: ptr(2900.0),
-				GPUHours: 210.0, UsefulGPUHours: 210.0, IdealGPUHours: 200.0, UsefulUtilization: ptr(0.745), WasteShare: ptr(0.0),
+				GPUHours: 210.0, UsefulGPUHours: 210.0, IdealGPUHours: 200.0, ModelledGPUHours: 205.0, UsefulUtilization: ptr(0.745), WasteShare: ptr(0.0),
 				PerJob: perJob([]float64{0.999, 1, 1}, []float64{0.4, 61.75}),
 			},
 		},

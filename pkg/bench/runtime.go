@@ -92,3 +92,9 @@ func (rm *RuntimeModel) Runtime(j Job, pods []PodRun) (time.Duration, float64, e
 	s := Slowdown(j.CommShare(), rating)
 	return time.Duration(math.Round(float64(j.Duration) * s)), s, nil
 }
+
+// NodeGPUs returns the GPU count of the named node's profile, 0 for a node
+// not in the cluster.
+func (rm *RuntimeModel) NodeGPUs(node string) int {
+	return rm.m.nodes[node].profile.GPUCount
+}

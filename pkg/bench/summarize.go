@@ -91,6 +91,13 @@ type Result struct {
 	// the same for every scheduler; UsefulGPUHours beyond it are the
 	// runtime model's slowdown of worse placements (for finished jobs).
 	IdealGPUHours float64 `json:"ideal_gpu_hours"`
+	// ModelledGPUHours is what the finished jobs ran by the runtime model:
+	// GPUs × duration × JobRun.Slowdown (1 when unset), in trace time.
+	// UsefulGPUHours beyond it are the replay's own latency between a gang
+	// becoming whole and its pods ending (pods starting, the rendezvous
+	// patch, KWOK ending them), which compression multiplies: an artifact
+	// of the replay machine, not of the scheduler's placements.
+	ModelledGPUHours float64 `json:"modelled_gpu_hours"`
 	// UsefulUtilization is UsefulGPUHours over the cluster's GPUs for the
 	// whole observation (Run.Start to Run.End); WasteShare is the same for
 	// WasteGPUHours.
@@ -192,7 +199,7 @@ func SummarizeWithOptions(c Cluster, r Run, opts Options) (Result, error) {
 		PerJob:                  make([]JobResult, len(r.Jobs)),
 	}
 	var efficiencies, waits, jcts []float64
-	var usefulGPUSeconds, heldGPUSeconds, idealGPUSeconds float64
+	var usefulGPUSeconds, heldGPUSeconds, idealGPUSeconds, modelledGPUSeconds float64
 	var binds []time.Time
 	var lastFinish time.Time
 	allFinished := true
@@ -220,6 +227,7 @@ func SummarizeWithOptions(c Cluster, r Run, opts Options) (Result, error) {
 			jct := jr.Finished.Sub(jr.Submitted).Seconds() * compression
 			out.JCTSeconds = &jct
 			jcts = append(jcts, jct)
+			modelledGPUSeconds += float64(job.GPUs()) * job.Duration.Seconds() * max(1, jr.Slowdown)
 		} else {
 			allFinished = false
 		}
@@ -294,6 +302,7 @@ func SummarizeWithOptions(c Cluster, r Run, opts Options) (Result, error) {
 	res.GPUHours = heldGPUSeconds * compression / 3600
 	res.UsefulGPUHours = usefulGPUSeconds * compression / 3600
 	res.IdealGPUHours = idealGPUSeconds * compression / 3600
+	res.ModelledGPUHours = modelledGPUSeconds * compression / 3600
 	res.WasteGPUHours = (heldGPUSeconds - usefulGPUSeconds) * compression / 3600
 	if capacity := float64(m.totalGPUs) * r.End.Sub(r.Start).Seconds(); capacity > 0 {
 		useful, waste := usefulGPUSeconds/capacity, (heldGPUSeconds-usefulGPUSeconds)/capacity

@@ -93,7 +93,9 @@ func TestSummarize(t *testing.T) {
 		UsefulGPUHours: 1872.0 / 3600,
 		WasteGPUHours:  3296.0 / 3600,
 		// 85 GPUs of one-minute jobs.
-		IdealGPUHours:     5100.0 / 3600,
+		IdealGPUHours: 5100.0 / 3600,
+		// Finished a, b (slowed 1.3), c and d.
+		ModelledGPUHours:  (960.0 + 16*60.0*1.3 + 60 + 240) / 3600,
 		UsefulUtilization: ptr(1872.0 / (128 * 200)),
 		WasteShare:        ptr(3296.0 / (128 * 200)),
 
