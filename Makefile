@@ -126,7 +126,7 @@ BENCH_FLAGS ?=
 BENCH_ROUNDS ?= 3
 
 .PHONY: bench
-bench: tools build ## Replay BENCH_TRACE on BENCH_MODEL with kube-scheduler, Coscheduling and Lockstep, then time a gang burst on BENCH_SCALE_MODEL (KWOK and in process); results in BENCH_OUT.
+bench: tools build ## Replay BENCH_TRACE on BENCH_MODEL with kube-scheduler, Coscheduling and Lockstep, sweep Lockstep's preferredWait, then time a gang burst on BENCH_SCALE_MODEL (KWOK and in process); results in BENCH_OUT.
 	$(BIN)/lockstep-bench --bin $(BIN) --model $(BENCH_MODEL) --trace $(BENCH_TRACE) \
 	  --scale-model $(BENCH_SCALE_MODEL) --inprocess-model $(BENCH_SCALE_MODEL) --inprocess-rounds $(BENCH_ROUNDS) \
 	  --out $(BENCH_OUT) $(BENCH_FLAGS)

@@ -45,7 +45,13 @@ type options struct {
 	skipReplay      bool
 	cpuProfile      string
 	memProfile      string
+	sweepWaits      string
 }
+
+// defaultSweepWaits are the preferredWait values make bench sweeps, in
+// trace time: from not waiting to five minutes, about the trace's median
+// job duration.
+const defaultSweepWaits = "0s,15s,30s,60s,120s,300s"
 
 func main() {
 	var o options
@@ -72,6 +78,7 @@ func main() {
 	fs.BoolVar(&o.skipReplay, "skip-replay", false, "skip the trace replays: run only the scale runs")
 	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the in-process scale run to this file")
 	fs.StringVar(&o.memProfile, "memprofile", "", "write a heap profile after each in-process run has bound every pod, to FILE.<scheduler>.<round>")
+	fs.StringVar(&o.sweepWaits, "sweep-preferred-wait", defaultSweepWaits, "TopologyPlacement preferredWait values (trace time, comma-separated) to replay Lockstep with after the comparison; empty skips the sweep")
 	_ = fs.Parse(os.Args[1:])
 	if fs.NArg() > 0 {
 		fs.Usage()
@@ -102,9 +109,13 @@ func run(ctx context.Context, o options) error {
 	if o.compression < 1 {
 		return fmt.Errorf("--time-compression %g: must be at least 1", o.compression)
 	}
-	lockstepConfig, preferredWait, err := compressedConfig(root, o.compression)
+	lockstepConfig, preferredWait, deployedWait, err := compressedConfig(root, o.compression, -1)
 	if err != nil {
 		return err
+	}
+	sweepWaits, err := parseWaits(o.sweepWaits)
+	if err != nil {
+		return fmt.Errorf("--sweep-preferred-wait: %w", err)
 	}
 	scheds, err := selectSchedulers(o.schedulers, lockstepConfig)
 	if err != nil {
@@ -164,7 +175,12 @@ func run(ctx context.Context, o options) error {
 		Notes:           []string{fmt.Sprintf("Lockstep's preferredWait is %s: deploy/scheduler/config.yaml's, divided by the time compression like every duration of the trace.", preferredWait)},
 	}
 	cluster := benchCluster(model)
-	ro := replayOptions{root: root, model: o.model, logDir: filepath.Join(out, "logs"), stall: o.stall, timeout: o.timeout, progressEvery: 10 * time.Second}
+	runtime, err := bench.NewRuntimeModel(cluster)
+	if err != nil {
+		return err
+	}
+	ro := replayOptions{root: root, model: o.model, logDir: filepath.Join(out, "logs"), stall: o.stall, timeout: o.timeout, progressEvery: 10 * time.Second,
+		runtime: runtime, compression: o.compression}
 	if o.skipReplay {
 		scheds = nil
 	}
@@ -184,6 +200,41 @@ func run(ctx context.Context, o options) error {
 	// scale run does not lose them.
 	if err := report.WriteAll(out); err != nil {
 		return fmt.Errorf("writing the report to %s: %w", out, err)
+	}
+	if len(sweepWaits) > 0 {
+		report.Sweep = &bench.Sweep{DeployedWaitSeconds: deployedWait.Seconds()}
+		for _, wait := range sweepWaits {
+			// The comparison's Lockstep replay already ran with the
+			// deployed wait.
+			if res, ok := resultOf(report.Results, bench.SchedulerLockstep); ok && wait == deployedWait {
+				report.Sweep.Points = append(report.Sweep.Points, bench.NewSweepPoint(wait, res))
+				continue
+			}
+			cfg, scaled, _, err := compressedConfig(root, o.compression, wait)
+			if err != nil {
+				return err
+			}
+			sched, err := selectSchedulers(bench.SchedulerLockstep, cfg)
+			if err != nil {
+				return err
+			}
+			fmt.Printf("preferredWait sweep: %s (replay %s)\n", wait, scaled)
+			observed, err := replay(ctx, ro, sched[0], jobs)
+			if err != nil {
+				return fmt.Errorf("sweep replay with preferredWait %s: %w", wait, err)
+			}
+			result, err := bench.Summarize(cluster, observed)
+			if err != nil {
+				return fmt.Errorf("summarizing the sweep replay with preferredWait %s: %w", wait, err)
+			}
+			report.Sweep.Points = append(report.Sweep.Points, bench.NewSweepPoint(wait, result))
+			if err := report.WriteAll(out); err != nil {
+				return fmt.Errorf("writing the report to %s: %w", out, err)
+			}
+		}
+		if err := report.WriteAll(out); err != nil {
+			return fmt.Errorf("writing the report to %s: %w", out, err)
+		}
 	}
 	if o.scaleModel != "" {
 		so := ro
@@ -209,6 +260,16 @@ func run(ctx context.Context, o options) error {
 	}
 	fmt.Printf("\nResults in %s (report.md, results.json, *.png)\n", out)
 	return nil
+}
+
+// resultOf returns the result of the named scheduler.
+func resultOf(results []bench.Result, scheduler string) (bench.Result, bool) {
+	for _, r := range results {
+		if r.Scheduler == scheduler {
+			return r, true
+		}
+	}
+	return bench.Result{}, false
 }
 
 // loadTrace reads the trace and checks it against the model: topology

@@ -144,33 +144,67 @@ func TestScaleJobs(t *testing.T) {
 
 func TestCompressedConfigScalesPreferredWait(t *testing.T) {
 	root := filepath.Join("..", "..")
+	_, _, deployed, err := compressedConfig(root, 1, -1)
+	if err != nil {
+		t.Fatal(err)
+	}
 	tests := []struct {
+		name        string
 		compression float64
+		wait        time.Duration
 		want        time.Duration
 	}{
-		{compression: 1, want: 30 * time.Second},
-		{compression: 60, want: 500 * time.Millisecond},
-		{compression: 7, want: 4286 * time.Millisecond},
+		{name: "deployed, uncompressed", compression: 1, wait: -1, want: deployed},
+		{name: "deployed at 60x", compression: 60, wait: -1, want: (deployed / 60).Round(time.Millisecond)},
+		{name: "30s at 60x", compression: 60, wait: 30 * time.Second, want: 500 * time.Millisecond},
+		{name: "30s at 7x", compression: 7, wait: 30 * time.Second, want: 4286 * time.Millisecond},
+		{name: "0s", compression: 60, wait: 0, want: 0},
 	}
 	for _, tt := range tests {
-		cfg, wait, err := compressedConfig(root, tt.compression)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if wait != tt.want {
-			t.Errorf("compression %g: wait %s, want %s", tt.compression, wait, tt.want)
-		}
-		// The wait every profile is given is the one reported: the
-		// profiles share one TopologyPlacement, which refuses differing
-		// args.
-		all := allTopologyPlacementArgs(cfg)
-		if len(all) < 2 {
-			t.Errorf("compression %g: %d profiles configure TopologyPlacement, want lockstep-scheduler and its alias", tt.compression, len(all))
-		}
-		for i, args := range all {
-			if got := args["preferredWait"]; got != tt.want.String() {
-				t.Errorf("compression %g: profile %d's preferredWait %v, want %s", tt.compression, i, got, tt.want)
+		t.Run(tt.name, func(t *testing.T) {
+			cfg, wait, _, err := compressedConfig(root, tt.compression, tt.wait)
+			if err != nil {
+				t.Fatal(err)
 			}
+			if wait != tt.want {
+				t.Errorf("wait %s, want %s", wait, tt.want)
+			}
+			// The wait every profile is given is the one reported: the
+			// profiles share one TopologyPlacement, which refuses differing
+			// args.
+			all := allTopologyPlacementArgs(cfg)
+			if len(all) < 2 {
+				t.Errorf("%d profiles configure TopologyPlacement, want lockstep-scheduler and its alias", len(all))
+			}
+			for i, args := range all {
+				if got := args["preferredWait"]; got != tt.want.String() {
+					t.Errorf("profile %d's preferredWait %v, want %s", i, got, tt.want)
+				}
+			}
+		})
+	}
+}
+
+func TestParseWaits(t *testing.T) {
+	tests := []struct {
+		list    string
+		want    []time.Duration
+		wantErr bool
+	}{
+		{list: "", want: nil},
+		{list: defaultSweepWaits, want: []time.Duration{0, 15 * time.Second, 30 * time.Second, time.Minute, 2 * time.Minute, 5 * time.Minute}},
+		{list: "30s, 0s,30s", want: []time.Duration{30 * time.Second, 0}},
+		{list: "30", wantErr: true},
+		{list: "-1s", wantErr: true},
+	}
+	for _, tt := range tests {
+		got, err := parseWaits(tt.list)
+		if (err != nil) != tt.wantErr {
+			t.Errorf("parseWaits(%q) error %v, want error %v", tt.list, err, tt.wantErr)
+			continue
+		}
+		if diff := cmp.Diff(tt.want, got); diff != "" {
+			t.Errorf("parseWaits(%q) (-want,+got):\n%s", tt.list, diff)
 		}
 	}
 }

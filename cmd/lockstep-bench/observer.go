@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -32,13 +33,19 @@ import (
 // starts only once every pod of its gang is running, as ranks block in
 // init_process_group until the world is complete. A gang placed in part
 // holds its GPUs and never finishes, which is what a half-placed job does on
-// a real cluster.
+// a real cluster. A released gang runs its trace duration slowed by its
+// placement (bench.RuntimeModel).
 type observer struct {
 	clientset kubernetes.Interface
+	// client lists NodeTopologies for the device plugin's GPU assignments.
+	client    client.Client
 	namespace string
 	// rendezvous releases complete gangs; without it pods run until the
 	// cluster goes (the scale run only measures binding).
 	rendezvous bool
+	// runtime gives a released gang's simulated runtime; nil runs the trace
+	// duration (the scale run's pods never get one).
+	runtime *bench.RuntimeModel
 
 	mu   sync.Mutex
 	jobs map[string]*jobState
@@ -55,6 +62,8 @@ type jobState struct {
 	submitted time.Time
 	pods      map[string]*podState
 	released  bool
+	// slowdown is the runtime model's factor at release.
+	slowdown float64
 }
 
 type podState struct {
@@ -68,18 +77,20 @@ type podState struct {
 
 // newObserver watches namespace for up to jobs jobs. Each job is queued
 // for release at most once, so the queue never blocks the pod handler.
-func newObserver(clientset kubernetes.Interface, namespace string, jobs int, rendezvous bool) *observer {
+func newObserver(clientset kubernetes.Interface, c client.Client, namespace string, jobs int, rendezvous bool, runtime *bench.RuntimeModel) *observer {
 	return &observer{
 		clientset:  clientset,
+		client:     c,
 		namespace:  namespace,
 		rendezvous: rendezvous,
+		runtime:    runtime,
 		jobs:       map[string]*jobState{},
 		releases:   make(chan string, jobs),
 	}
 }
 
-// releaseWorkers patch pods in parallel; one gang's pods are patched by one
-// worker, one pod at a time.
+// releaseWorkers release gangs in parallel; each patches its gang's pods
+// releasePatchParallelism at a time.
 const releaseWorkers = 4
 
 // start watches the namespace's pods and starts the release workers. Both
@@ -166,20 +177,27 @@ func (o *observer) gangRunning(js *jobState) bool {
 }
 
 // releaseLoop starts the simulated run of complete gangs: each pod gets the
-// job's duration as its simulated runtime, after which KWOK ends it.
+// job's runtime on its placement as its simulated runtime, after which KWOK
+// ends it.
 func (o *observer) releaseLoop(ctx context.Context) {
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case id := <-o.releases:
+			runtime, err := o.placedRuntime(ctx, id)
+			if err != nil {
+				if ctx.Err() == nil {
+					o.fail(fmt.Errorf("job %s: simulated runtime: %w", id, err))
+				}
+				continue
+			}
 			o.mu.Lock()
 			js := o.jobs[id]
 			names := make([]string, 0, len(js.pods))
 			for name := range js.pods {
 				names = append(names, name)
 			}
-			runtime := js.job.Duration
 			o.mu.Unlock()
 			patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{
 				lockstep.AnnotationSimulatedRuntime: runtime.String(),
@@ -188,15 +206,103 @@ func (o *observer) releaseLoop(ctx context.Context) {
 				o.fail(err)
 				continue
 			}
+			// KWOK counts each pod's runtime from its own patch, and the
+			// job ends with its last pod: patching a 32-pod gang one pod at
+			// a time would add the sum of the patches' latencies to its
+			// runtime, minutes of trace time on a loaded machine.
 			slices.Sort(names)
+			var wg sync.WaitGroup
+			sem := make(chan struct{}, releasePatchParallelism)
 			for _, name := range names {
-				_, err := o.clientset.CoreV1().Pods(o.namespace).Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{})
-				if err != nil && !apierrors.IsNotFound(err) && ctx.Err() == nil {
-					o.fail(fmt.Errorf("releasing pod %s/%s of job %s: %w", o.namespace, name, id, err))
-				}
+				wg.Add(1)
+				sem <- struct{}{}
+				go func() {
+					defer func() { <-sem; wg.Done() }()
+					_, err := o.clientset.CoreV1().Pods(o.namespace).Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{})
+					if err != nil && !apierrors.IsNotFound(err) && ctx.Err() == nil {
+						o.fail(fmt.Errorf("releasing pod %s/%s of job %s: %w", o.namespace, name, id, err))
+					}
+				}()
 			}
+			wg.Wait()
 		}
 	}
+}
+
+// releasePatchParallelism is how many pods of one gang are patched at once.
+const releasePatchParallelism = 16
+
+// gpuSetWait bounds how long a release waits for the topology agent to
+// publish the device plugin's GPU assignment of a gang's pods (the stock
+// scheduler and Coscheduling choose no GPUs themselves). The agent follows
+// pod binds, so the assignment is usually there when the gang runs; the
+// wait delays the gang's start, so it is kept short.
+const gpuSetWait = time.Second
+
+// placedRuntime returns the simulated runtime of job id, whose gang is
+// whole, from the nodes and GPUs its pods hold, and records the slowdown.
+func (o *observer) placedRuntime(ctx context.Context, id string) (time.Duration, error) {
+	pods := func() (bench.Job, []bench.PodRun) {
+		o.mu.Lock()
+		defer o.mu.Unlock()
+		js := o.jobs[id]
+		var pods []bench.PodRun
+		for _, n := range slices.Sorted(maps.Keys(js.pods)) {
+			ps := js.pods[n]
+			pods = append(pods, bench.PodRun{Name: n, Node: ps.node, GPUs: ps.gpus, Bound: ps.bound})
+		}
+		return js.job, pods
+	}
+	job, placed := pods()
+	if o.runtime == nil {
+		return job.Duration, nil
+	}
+	deadline := time.Now().Add(gpuSetWait)
+	for {
+		runtime, slowdown, err := o.runtime.Runtime(job, placed)
+		if errors.Is(err, bench.ErrUnmodelled) && time.Now().Before(deadline) && !o.wholeNodes(job, placed) {
+			if err := o.fillGPUs(ctx, o.client); err != nil {
+				return 0, err
+			}
+			select {
+			case <-ctx.Done():
+				return 0, ctx.Err()
+			case <-time.After(100 * time.Millisecond):
+			}
+			job, placed = pods()
+			continue
+		}
+		if errors.Is(err, bench.ErrUnmodelled) {
+			// The assignment was not published in time, or need not be
+			// (whole-node pods): take each pod's first GPUs. On NVSwitch
+			// nodes every set of a size rates the same; the summary rates
+			// the placement again from the assignment published by then.
+			for i := range placed {
+				if placed[i].GPUs == 0 {
+					placed[i].GPUs = topology.AllGPUs(job.GPUsPerReplica)
+				}
+			}
+			runtime, slowdown, err = o.runtime.Runtime(job, placed)
+		}
+		if err != nil {
+			return 0, err
+		}
+		o.mu.Lock()
+		o.jobs[id].slowdown = slowdown
+		o.mu.Unlock()
+		return runtime, nil
+	}
+}
+
+// wholeNodes reports whether every pod of the job whose GPU set is unknown
+// takes all of its node's GPUs, so the set is known without the agent.
+func (o *observer) wholeNodes(job bench.Job, pods []bench.PodRun) bool {
+	for _, p := range pods {
+		if p.GPUs == 0 && job.GPUsPerReplica != o.runtime.NodeGPUs(p.Node) {
+			return false
+		}
+	}
+	return true
 }
 
 func (o *observer) fail(err error) {
@@ -315,7 +421,7 @@ func (o *observer) run(name string, start, end time.Time, samples []bench.Sample
 	defer o.mu.Unlock()
 	r := bench.Run{Scheduler: name, Start: start, End: end, Utilization: samples}
 	for _, js := range o.jobs {
-		jr := bench.JobRun{Job: js.job, Submitted: js.submitted, Finished: js.finishedAt()}
+		jr := bench.JobRun{Job: js.job, Submitted: js.submitted, Finished: js.finishedAt(), Slowdown: js.slowdown}
 		for _, n := range slices.Sorted(maps.Keys(js.pods)) {
 			ps := js.pods[n]
 			jr.Pods = append(jr.Pods, bench.PodRun{Name: n, Node: ps.node, GPUs: ps.gpus, Bound: ps.bound, Finished: ps.finished})

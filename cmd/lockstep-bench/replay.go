@@ -26,6 +26,11 @@ type replayOptions struct {
 	timeout time.Duration
 	// progressEvery is how often a progress line is printed.
 	progressEvery time.Duration
+	// runtime gives released gangs their runtime on their placement.
+	runtime *bench.RuntimeModel
+	// compression is the factor the jobs were compressed by, recorded in
+	// the run for its trace-time metrics.
+	compression float64
 }
 
 // replay runs jobs (already time-compressed) against sched on a fresh local
@@ -51,7 +56,7 @@ func replay(ctx context.Context, o replayOptions, sched scheduler, jobs []bench.
 	}()
 	say("cluster up: %d nodes, topology published, %s running", c.Model.NodeCount(), sched.Name)
 
-	obs := newObserver(c.Clientset, benchNamespace, len(jobs), true)
+	obs := newObserver(c.Clientset, c.Client, benchNamespace, len(jobs), true, o.runtime)
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	if err := obs.start(runCtx); err != nil {
@@ -104,7 +109,9 @@ func replay(ctx context.Context, o replayOptions, sched scheduler, jobs []bench.
 				continue
 			}
 			cancel()
-			return obs.run(sched.Name, start, now, samples), nil
+			run := obs.run(sched.Name, start, now, samples)
+			run.TimeCompression = o.compression
+			return run, nil
 		}
 	}
 }

@@ -95,7 +95,7 @@ func scaleBurst(ctx context.Context, c *localcluster.Cluster, o replayOptions, s
 	for _, j := range jobs {
 		want += j.Replicas
 	}
-	obs := newObserver(c.Clientset, benchNamespace, len(jobs), false)
+	obs := newObserver(c.Clientset, c.Client, benchNamespace, len(jobs), false, nil)
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	if err := obs.start(runCtx); err != nil {

@@ -76,33 +76,57 @@ func schedulers(lockstepConfig map[string]any) []scheduler {
 }
 
 // compressedConfig returns deploy/'s lockstep-scheduler configuration with
-// TopologyPlacement's preferredWait divided by the time compression, and the
-// wait it set. The wait trades a gang's start against a tighter placement
-// in units of the jobs' own time, so when the trace's submit times and
-// durations are compressed it is compressed with them; left at 30 s, a 60×
-// replay would make Lockstep wait the equivalent of 30 minutes per level.
-func compressedConfig(root string, compression float64) (map[string]any, time.Duration, error) {
-	cfg, err := localcluster.DeployedSchedulerConfig(root)
+// TopologyPlacement's preferredWait set to wait (trace time; the deployed
+// value when wait is negative) divided by the time compression, the wait it
+// set and the deployed wait. The wait trades a gang's start against a
+// tighter placement in units of the jobs' own time, so when the trace's
+// submit times and durations are compressed it is compressed with them;
+// left at 30 s, a 60× replay would make Lockstep wait the equivalent of 30
+// minutes per level.
+func compressedConfig(root string, compression float64, wait time.Duration) (cfg map[string]any, scaled, deployed time.Duration, err error) {
+	cfg, err = localcluster.DeployedSchedulerConfig(root)
 	if err != nil {
-		return nil, 0, err
+		return nil, 0, 0, err
 	}
 	all := allTopologyPlacementArgs(cfg)
 	if len(all) == 0 {
-		return nil, 0, fmt.Errorf("deploy/scheduler/config.yaml: no profile configures TopologyPlacement args")
+		return nil, 0, 0, fmt.Errorf("deploy/scheduler/config.yaml: no profile configures TopologyPlacement args")
 	}
 	raw, _ := all[0]["preferredWait"].(string)
-	wait, err := time.ParseDuration(raw)
+	deployed, err = time.ParseDuration(raw)
 	if err != nil {
-		return nil, 0, fmt.Errorf("deploy/scheduler/config.yaml: TopologyPlacement args.preferredWait %q: want a duration", raw)
+		return nil, 0, 0, fmt.Errorf("deploy/scheduler/config.yaml: TopologyPlacement args.preferredWait %q: want a duration", raw)
 	}
-	scaled := time.Duration(float64(wait) / compression).Round(time.Millisecond)
+	if wait < 0 {
+		wait = deployed
+	}
+	scaled = time.Duration(float64(wait) / compression).Round(time.Millisecond)
 	// Every profile (lockstep-scheduler and its scheduler-plugins-scheduler
 	// alias): they share one plugin instance, which the scheduler refuses
 	// to build from differing args.
 	for _, args := range all {
 		args["preferredWait"] = scaled.String()
 	}
-	return cfg, scaled, nil
+	return cfg, scaled, deployed, nil
+}
+
+// parseWaits reads the comma-separated durations of --sweep-preferred-wait,
+// in order, without duplicates; "" is none.
+func parseWaits(list string) ([]time.Duration, error) {
+	if strings.TrimSpace(list) == "" {
+		return nil, nil
+	}
+	var waits []time.Duration
+	for _, f := range strings.Split(list, ",") {
+		d, err := time.ParseDuration(strings.TrimSpace(f))
+		if err != nil || d < 0 {
+			return nil, fmt.Errorf("%q is not a duration of at least 0: write Go durations, e.g. 0s,30s,2m", f)
+		}
+		if !slices.Contains(waits, d) {
+			waits = append(waits, d)
+		}
+	}
+	return waits, nil
 }
 
 // allTopologyPlacementArgs returns the args of every TopologyPlacement

@@ -111,26 +111,36 @@ func newClusterModel(c Cluster) (*clusterModel, error) {
 
 // efficiency is PlacementEfficiency on the derived model.
 func (m *clusterModel) efficiency(pods []PodRun) (float64, error) {
+	rating, err := m.rate(pods)
+	if err != nil {
+		return 0, err
+	}
+	return rating.Efficiency, nil
+}
+
+// rate rates the pods' placement with the model's Rater.
+func (m *clusterModel) rate(pods []PodRun) (topology.Rating, error) {
+	fail := func(err error) (topology.Rating, error) { return topology.Rating{}, err }
 	if len(pods) == 0 {
-		return 0, errors.New("no pods to rate")
+		return fail(errors.New("no pods to rate"))
 	}
 	sets := map[string]topology.GPUSet{}
 	for _, p := range pods {
 		if p.Node == "" {
-			return 0, fmt.Errorf("pod %s is not bound to a node", p.Name)
+			return fail(fmt.Errorf("pod %s is not bound to a node", p.Name))
 		}
 		node, ok := m.nodes[p.Node]
 		if !ok {
-			return 0, fmt.Errorf("pod %s is bound to node %s, which is not in cluster %q", p.Name, p.Node, m.cluster.Name)
+			return fail(fmt.Errorf("pod %s is bound to node %s, which is not in cluster %q", p.Name, p.Node, m.cluster.Name))
 		}
 		if p.GPUs == 0 {
-			return 0, fmt.Errorf("pod %s on node %s: %w", p.Name, p.Node, ErrUnmodelled)
+			return fail(fmt.Errorf("pod %s on node %s: %w", p.Name, p.Node, ErrUnmodelled))
 		}
 		if extra := p.GPUs &^ node.hw.AllGPUs(); extra != 0 {
-			return 0, fmt.Errorf("pod %s: GPUs %v are not among the %d GPUs of node %s", p.Name, extra, node.hw.NumGPUs(), p.Node)
+			return fail(fmt.Errorf("pod %s: GPUs %v are not among the %d GPUs of node %s", p.Name, extra, node.hw.NumGPUs(), p.Node))
 		}
 		if both := sets[p.Node] & p.GPUs; both != 0 {
-			return 0, fmt.Errorf("pod %s: GPUs %v of node %s are also another pod's of the job", p.Name, both, p.Node)
+			return fail(fmt.Errorf("pod %s: GPUs %v of node %s are also another pod's of the job", p.Name, both, p.Node))
 		}
 		sets[p.Node] |= p.GPUs
 	}
@@ -146,7 +156,7 @@ func (m *clusterModel) efficiency(pods []PodRun) (float64, error) {
 	}
 	rating, err := m.rater.Rate(members)
 	if err != nil {
-		return 0, fmt.Errorf("rating the placement: %w", err)
+		return fail(fmt.Errorf("rating the placement: %w", err))
 	}
-	return rating.Efficiency, nil
+	return rating, nil
 }

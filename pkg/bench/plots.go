@@ -56,8 +56,8 @@ func (r Report) WritePlots(dir string) error {
 		legendTop, legendLeft bool
 	}{
 		{EfficiencyPlotFile, "Placement efficiency (multi-GPU jobs)", "efficiency", "fraction of jobs ≤ x", eff, true, true, true},
-		{WaitPlotFile, "Gang wait (submission to last pod bound)", "wait (s)", "fraction of jobs ≤ x", wait, false, false, false},
-		{UtilizationPlotFile, "GPU utilization", "time since first submission (s)", "busy GPUs / all GPUs", util, false, true, false},
+		{WaitPlotFile, "Gang wait (submission to last pod bound)", "wait (replay s)", "fraction of jobs ≤ x", wait, false, false, false},
+		{UtilizationPlotFile, "GPUs held by pods (incomplete gangs included)", "time since first submission (s)", "busy GPUs / all GPUs", util, false, true, false},
 	}
 	for _, pl := range plots {
 		p := plot.New()
@@ -96,6 +96,9 @@ func (r Report) WritePlots(dir string) error {
 		if err := p.Save(8*vg.Inch, 5*vg.Inch, filepath.Join(dir, pl.file)); err != nil {
 			return fmt.Errorf("writing %s: %w", pl.file, err)
 		}
+	}
+	if r.Sweep != nil {
+		return r.Sweep.writePlot(dir)
 	}
 	return nil
 }

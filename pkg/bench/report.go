@@ -27,7 +27,9 @@ type Report struct {
 	Scale   *ScaleResult `json:"scale,omitempty"`
 	// InProcess is the in-process scale run (pkg/scheduler/perf).
 	InProcess *InProcessResult `json:"in_process,omitempty"`
-	Targets   Targets          `json:"targets"`
+	// Sweep is Lockstep's preferredWait sweep, if one ran.
+	Sweep   *Sweep  `json:"sweep,omitempty"`
+	Targets Targets `json:"targets"`
 	// Notes say how the run differs from a deployment, one sentence each.
 	Notes []string `json:"notes,omitempty"`
 }
@@ -46,13 +48,17 @@ type Targets struct {
 	// kube-scheduler's in the scale runs: peak RSS of the scheduler
 	// process in the KWOK run, peak heap growth in the in-process run.
 	ScaleMemoryRatio float64 `json:"scale_memory_ratio"`
+	// GPUHoursRatio is the most ratio of Lockstep's GPU-hours to
+	// kube-scheduler's on the same trace.
+	GPUHoursRatio float64 `json:"gpu_hours_ratio"`
 }
 
-// DefaultTargets returns Lockstep's targets: efficiency mean at least 0.95,
-// no partially placed or deadlocked gang, and at scale at least
-// kube-scheduler's bind throughput with at most 1.2 times its memory.
+// DefaultTargets returns Lockstep's targets (issue 15): efficiency mean at
+// least 0.97, no partially placed or deadlocked gang, at most 0.9 times
+// kube-scheduler's GPU-hours, and at scale at least kube-scheduler's bind
+// throughput with at most 1.2 times its memory.
 func DefaultTargets() Targets {
-	return Targets{EfficiencyMean: 0.95, ScaleThroughputRatio: 1.0, ScaleMemoryRatio: 1.2}
+	return Targets{EfficiencyMean: 0.97, ScaleThroughputRatio: 1.0, ScaleMemoryRatio: 1.2, GPUHoursRatio: 0.9}
 }
 
 // Target statuses.
@@ -109,6 +115,14 @@ func (r Report) CheckTargets() []TargetCheck {
 		ran, fmt.Sprint(lockstep.PartialGangs), lockstep.PartialGangs <= t.PartialGangs))
 	checks = append(checks, check("gangs deadlocked at the end", fmt.Sprintf("≤ %d", t.DeadlockedGangs),
 		ran, fmt.Sprint(lockstep.DeadlockedGangs), lockstep.DeadlockedGangs <= t.DeadlockedGangs))
+	kube, kubeRan := r.result(SchedulerKube)
+	hoursMeasured := ran && kubeRan && kube.GPUHours > 0
+	hoursGot := ""
+	if hoursMeasured {
+		hoursGot = fmt.Sprintf("%.2f× (%.1f vs %.1f GPU-h)", lockstep.GPUHours/kube.GPUHours, lockstep.GPUHours, kube.GPUHours)
+	}
+	checks = append(checks, check("GPU-hours, vs kube-scheduler", fmt.Sprintf("≤ %.2f×", t.GPUHoursRatio),
+		hoursMeasured, hoursGot, hoursMeasured && lockstep.GPUHours <= t.GPUHoursRatio*kube.GPUHours))
 	var ours, theirs float64
 	var measured bool
 	if r.Scale != nil {
@@ -203,7 +217,7 @@ func (r Report) WriteMarkdown(w io.Writer) error {
 	if r.Command != "" {
 		fmt.Fprintf(&b, "\n```\n%s\n```\n", r.Command)
 	}
-	b.WriteString("\nTimes are wall-clock times of the compressed replay.\n\n")
+	b.WriteString("\nRows marked (trace time) are replay times multiplied by the time compression: what the trace's jobs take on a real cluster. Other times are wall-clock times of the compressed replay.\n\n")
 	for _, n := range r.Notes {
 		fmt.Fprintf(&b, "- %s\n", n)
 	}
@@ -257,6 +271,10 @@ func (r Report) WriteMarkdown(w io.Writer) error {
 		}
 	}
 
+	if r.Sweep != nil {
+		r.Sweep.writeMarkdown(&b)
+	}
+
 	b.WriteString("\n## Lockstep targets\n\n")
 	writeRow(&b, []string{"target", "want", "got", "status"})
 	writeRow(&b, []string{"---", "---", "---", "---"})
@@ -308,22 +326,37 @@ func metricRows() []metricRow {
 		{"multi-node jobs in one NVLink domain", func(r Result) string {
 			return formatShare(r.OneNVLinkDomainShare, r.OneNVLinkDomainJobs, r.MultiNodeJobs)
 		}},
+		{"job completion time, mean (trace time)", func(r Result) string { return formatJCT(r.JCTMeanSeconds, r) }},
+		{"job completion time, p50 (trace time)", func(r Result) string { return formatJCT(r.JCTP50Seconds, r) }},
+		{"job completion time, p99 (trace time)", func(r Result) string { return formatJCT(r.JCTP99Seconds, r) }},
+		{"GPU-hours (trace time)", func(r Result) string { return fmt.Sprintf("%.1f", r.GPUHours) }},
+		{"GPU-hours the trace needs at ideal placement", func(r Result) string { return fmt.Sprintf("%.1f", r.IdealGPUHours) }},
+		{"GPU-hours of finished jobs by the runtime model", func(r Result) string { return fmt.Sprintf("%.1f", r.ModelledGPUHours) }},
+		{"useful GPU utilization (whole gangs)", func(r Result) string { return formatPercent(r.UsefulUtilization) }},
+		{"GPU time held by incomplete gangs (waste)", func(r Result) string {
+			if r.WasteShare == nil {
+				return "n/a"
+			}
+			return fmt.Sprintf("%.1f GPU-h (%.1f%%)", r.WasteGPUHours, 100**r.WasteShare)
+		}},
+		{"makespan (trace time)", func(r Result) string {
+			s := formatWait(&r.MakespanTraceSeconds)
+			if r.MakespanIncomplete {
+				s = "≥ " + s + " (incomplete)"
+			}
+			return s
+		}},
 		{"gang wait, p50", func(r Result) string { return formatWait(r.GangWaitP50Seconds) }},
 		{"gang wait, p99", func(r Result) string { return formatWait(r.GangWaitP99Seconds) }},
 		{"jobs never fully bound", func(r Result) string { return fmt.Sprint(r.NeverFullyBoundJobs) }},
-		{"makespan", func(r Result) string {
+		{"makespan (replay)", func(r Result) string {
 			s := formatWait(&r.MakespanSeconds)
 			if r.MakespanIncomplete {
 				s = "≥ " + s + " (incomplete)"
 			}
 			return s
 		}},
-		{"GPU utilization, time-weighted mean", func(r Result) string {
-			if r.UtilizationMean == nil {
-				return "n/a"
-			}
-			return fmt.Sprintf("%.1f%%", 100**r.UtilizationMean)
-		}},
+		{"GPUs held, time-weighted mean (incomplete gangs included)", func(r Result) string { return formatPercent(r.UtilizationMean) }},
 		{"pods bound per second", func(r Result) string {
 			if r.PodsPerSecond == nil {
 				return "n/a"
@@ -348,6 +381,23 @@ func formatRatio(v *float64) string {
 		return "n/a"
 	}
 	return fmt.Sprintf("%.3f", *v)
+}
+
+func formatPercent(v *float64) string {
+	if v == nil {
+		return "n/a"
+	}
+	return fmt.Sprintf("%.1f%%", 100**v)
+}
+
+// formatJCT is formatWait, saying how many jobs the statistic leaves out
+// because they did not finish.
+func formatJCT(seconds *float64, r Result) string {
+	s := formatWait(seconds)
+	if r.IncompleteJobs > 0 {
+		s += fmt.Sprintf(" (%d unfinished not counted)", r.IncompleteJobs)
+	}
+	return s
 }
 
 func formatShare(v *float64, part, whole int) string {

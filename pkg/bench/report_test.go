@@ -54,6 +54,9 @@ func sampleReport() Report {
 				MakespanSeconds: 1800, MakespanIncomplete: true,
 				TotalGPUs: 256, UtilizationMean: ptr(0.6512), Utilization: util(0, 0.4, 0.9, 0.7),
 				PodsPerSecond: ptr(31.25), PartialGangAfterSeconds: 30, PartialGangs: 4, DeadlockedGangs: 2,
+				TimeCompression: 10, MakespanTraceSeconds: 18000,
+				JCTMeanSeconds: ptr(812.4), JCTP50Seconds: ptr(402.0), JCTP99Seconds: ptr(7210.0), IncompleteJobs: 10,
+				GPUHours: 240.25, UsefulGPUHours: 180.0, IdealGPUHours: 200.0, ModelledGPUHours: 205.0, WasteGPUHours: 60.25, UsefulUtilization: ptr(0.5), WasteShare: ptr(0.1674),
 				PerJob: perJob([]float64{0.5, 0.7, 1, 0.99}, []float64{1, 2, 400}),
 			},
 			{
@@ -66,6 +69,9 @@ func sampleReport() Report {
 				MakespanSeconds: 1234.56,
 				TotalGPUs:       256, UtilizationMean: ptr(0.7), Utilization: util(0, 0.5, 0.8),
 				PodsPerSecond: ptr(20.0), PartialGangAfterSeconds: 30,
+				TimeCompression: 10, MakespanTraceSeconds: 12345.6,
+				JCTMeanSeconds: ptr(700.0), JCTP50Seconds: ptr(380.0), JCTP99Seconds: ptr(3100.0),
+				GPUHours: 230.0, UsefulGPUHours: 229.5, IdealGPUHours: 200.0, ModelledGPUHours: 205.0, WasteGPUHours: 0.5, UsefulUtilization: ptr(0.6975), WasteShare: ptr(0.0015),
 				PerJob: perJob([]float64{0.5, 0.8, 1}, []float64{2.5, 95}),
 			},
 			{
@@ -78,9 +84,17 @@ func sampleReport() Report {
 				MakespanSeconds: 1100.04,
 				TotalGPUs:       256, UtilizationMean: ptr(0.75), Utilization: util(0, 0.6, 0.9, 0.8, 0.2),
 				PodsPerSecond: ptr(25.5), PartialGangAfterSeconds: 30,
+				TimeCompression: 10, MakespanTraceSeconds: 11000.4,
+				JCTMeanSeconds: ptr(640.0), JCTP50Seconds: ptr(360.0), JCTP99Seconds: ptr(2900.0),
+				GPUHours: 210.0, UsefulGPUHours: 210.0, IdealGPUHours: 200.0, ModelledGPUHours: 205.0, UsefulUtilization: ptr(0.745), WasteShare: ptr(0.0),
 				PerJob: perJob([]float64{0.999, 1, 1}, []float64{0.4, 61.75}),
 			},
 		},
+		Sweep: &Sweep{DeployedWaitSeconds: 30, Points: []SweepPoint{
+			{WaitSeconds: 120, Jobs: 150, FinishedJobs: 150, JCTMeanSeconds: ptr(700.0), JCTP99Seconds: ptr(3300.0), GPUHours: 209.0, EfficiencyMean: ptr(0.995), OneLeafShare: ptr(0.95)},
+			{WaitSeconds: 0, Jobs: 150, FinishedJobs: 150, JCTMeanSeconds: ptr(620.0), JCTP99Seconds: ptr(2800.0), GPUHours: 215.5, EfficiencyMean: ptr(0.95), OneLeafShare: ptr(0.8)},
+			{WaitSeconds: 30, Jobs: 150, FinishedJobs: 150, JCTMeanSeconds: ptr(640.0), JCTP99Seconds: ptr(2900.0), GPUHours: 210.0, EfficiencyMean: ptr(0.9871), OneLeafShare: ptr(19.0 / 21)},
+		}},
 		Scale: &ScaleResult{
 			Model: "scale-5000", Nodes: 5000, Jobs: 2000, Pods: 20000,
 			PodsPerSecond: map[string]float64{SchedulerKube: 100, SchedulerLockstep: 70, SchedulerCoscheduling: 60, "other": 1},
@@ -138,6 +152,7 @@ func TestCheckTargets(t *testing.T) {
 			missed.InProcess.Runs[i].PeakHeapBytes = 200 << 20
 		}
 	}
+	missed.Results[2].GPUHours = 216.3 // 0.9003 of kube-scheduler's 240.25
 	noLockstep := sampleReport()
 	noLockstep.Results = noLockstep.Results[:2]
 	noLockstep.Scale = nil
@@ -148,9 +163,9 @@ func TestCheckTargets(t *testing.T) {
 		want   []string
 	}{
 		// In process: 125 vs 105 pods/s (medians), 190 vs 155 MiB (1.23×).
-		{"sample: all but KWOK throughput and in-process heap met", sampleReport(), []string{TargetMet, TargetMet, TargetMet, TargetMissed, TargetMet, TargetMet, TargetMissed}},
-		{"everything missed", missed, []string{TargetMissed, TargetMissed, TargetMissed, TargetMissed, TargetMissed, TargetMissed, TargetMissed}},
-		{"no Lockstep run, no scale run", noLockstep, []string{TargetNotMeasured, TargetNotMeasured, TargetNotMeasured, TargetNotMeasured, TargetNotMeasured, TargetNotMeasured, TargetNotMeasured}},
+		{"sample: all but KWOK throughput and in-process heap met", sampleReport(), []string{TargetMet, TargetMet, TargetMet, TargetMet, TargetMissed, TargetMet, TargetMet, TargetMissed}},
+		{"everything missed", missed, []string{TargetMissed, TargetMissed, TargetMissed, TargetMissed, TargetMissed, TargetMissed, TargetMissed, TargetMissed}},
+		{"no Lockstep run, no scale run", noLockstep, []string{TargetNotMeasured, TargetNotMeasured, TargetNotMeasured, TargetNotMeasured, TargetNotMeasured, TargetNotMeasured, TargetNotMeasured, TargetNotMeasured}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -164,15 +179,19 @@ func TestCheckTargets(t *testing.T) {
 		})
 	}
 	met := sampleReport()
+	met.Results[2].GPUHours = 0.9 * met.Results[0].GPUHours
+	if got := met.CheckTargets()[3]; got.Status != TargetMet {
+		t.Errorf("GPU-hours at exactly 0.9× = %+v, want met", got)
+	}
 	met.Scale.PodsPerSecond[SchedulerLockstep] = 100
-	if got := met.CheckTargets()[3]; got.Status != TargetMet || got.Got != "1.00× (100.0 vs 100.0 pods/s)" {
+	if got := met.CheckTargets()[4]; got.Status != TargetMet || got.Got != "1.00× (100.0 vs 100.0 pods/s)" {
 		t.Errorf("throughput at exactly 1.0× = %+v, want met", got)
 	}
 	met.Scale.PeakRSSBytes[SchedulerLockstep] = 480 << 20
-	if got := met.CheckTargets()[4]; got.Status != TargetMet || got.Got != "1.20× (480 MiB vs 400 MiB)" {
+	if got := met.CheckTargets()[5]; got.Status != TargetMet || got.Got != "1.20× (480 MiB vs 400 MiB)" {
 		t.Errorf("peak RSS at exactly 1.2× = %+v, want met", got)
 	}
-	if got := met.CheckTargets()[5]; got.Got != "1.19× (125.0 vs 105.0 pods/s, median of 2 rounds)" {
+	if got := met.CheckTargets()[6]; got.Got != "1.19× (125.0 vs 105.0 pods/s, median of 2 rounds)" {
 		t.Errorf("in-process throughput = %+v", got)
 	}
 }
@@ -194,7 +213,7 @@ func TestJSONRoundTrip(t *testing.T) {
 func TestWriteAll(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "out")
 	mustNoError(t, sampleReport().WriteAll(dir))
-	for _, name := range []string{EfficiencyPlotFile, WaitPlotFile, UtilizationPlotFile} {
+	for _, name := range []string{EfficiencyPlotFile, WaitPlotFile, UtilizationPlotFile, SweepPlotFile} {
 		f, err := os.Open(filepath.Join(dir, name))
 		mustNoError(t, err)
 		img, err := png.Decode(f)
@@ -224,9 +243,9 @@ func TestWriteAll(t *testing.T) {
 
 func TestWritePlotsWithoutData(t *testing.T) {
 	dir := t.TempDir()
-	r := Report{Results: []Result{{Scheduler: SchedulerKube}, {Scheduler: SchedulerLockstep}}}
+	r := Report{Results: []Result{{Scheduler: SchedulerKube}, {Scheduler: SchedulerLockstep}}, Sweep: &Sweep{}}
 	mustNoError(t, r.WritePlots(dir))
-	for _, name := range []string{EfficiencyPlotFile, WaitPlotFile, UtilizationPlotFile} {
+	for _, name := range []string{EfficiencyPlotFile, WaitPlotFile, UtilizationPlotFile, SweepPlotFile} {
 		f, err := os.Open(filepath.Join(dir, name))
 		mustNoError(t, err)
 		_, err = png.Decode(f)

@@ -43,6 +43,10 @@ type Run struct {
 	Jobs       []JobRun
 	// Utilization are periodic samples of the GPUs held by bound pods.
 	Utilization []Sample
+	// TimeCompression is the factor the trace was compressed by
+	// (Compress); trace-time metrics multiply replay times by it. Below 1
+	// (or unset) counts as 1.
+	TimeCompression float64
 }
 
 // Sample is the number of GPUs held by pods at one instant.
@@ -60,6 +64,9 @@ type JobRun struct {
 	Finished time.Time
 	// Pods are the job's pods; a pod that was never created may be absent.
 	Pods []PodRun
+	// Slowdown is the factor RuntimeModel applied to the job's duration
+	// when its gang was released; 0 when it was never released.
+	Slowdown float64
 }
 
 // PodRun is one pod of a job.

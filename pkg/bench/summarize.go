@@ -65,8 +65,48 @@ type Result struct {
 	MakespanSeconds    float64 `json:"makespan_s"`
 	MakespanIncomplete bool    `json:"makespan_incomplete"`
 
-	// TotalGPUs is the cluster's; Utilization the samples as fractions of
-	// it and UtilizationMean their time-weighted mean.
+	// TimeCompression is the run's (1 when unset). The fields below marked
+	// "trace time" are replay times multiplied by it: what the trace's jobs
+	// would have taken on a real cluster.
+	TimeCompression float64 `json:"time_compression"`
+	// MakespanTraceSeconds is MakespanSeconds in trace time.
+	MakespanTraceSeconds float64 `json:"makespan_trace_s"`
+	// Job completion time, submission to the last pod's finish, over the
+	// finished jobs, in trace time. IncompleteJobs, the jobs that did not
+	// finish before the end of observation, are not in them.
+	JCTMeanSeconds *float64 `json:"jct_mean_s"`
+	JCTP50Seconds  *float64 `json:"jct_p50_s"`
+	JCTP99Seconds  *float64 `json:"jct_p99_s"`
+	IncompleteJobs int      `json:"incomplete_jobs"`
+	// GPUHours are the GPUs held by the trace's pods, each from its bind to
+	// its finish or the end of observation, in trace time. UsefulGPUHours
+	// are the part held by whole gangs: each of a fully bound job's pods
+	// from the job's full-bind time on. WasteGPUHours are the rest: GPUs
+	// held by pods whose gang was not yet, or never, whole.
+	GPUHours       float64 `json:"gpu_hours"`
+	UsefulGPUHours float64 `json:"useful_gpu_hours"`
+	WasteGPUHours  float64 `json:"waste_gpu_hours"`
+	// IdealGPUHours is what the trace's jobs need at their ideal
+	// placement: each job's GPUs times its duration, in trace time. It is
+	// the same for every scheduler; UsefulGPUHours beyond it are the
+	// runtime model's slowdown of worse placements (for finished jobs).
+	IdealGPUHours float64 `json:"ideal_gpu_hours"`
+	// ModelledGPUHours is what the finished jobs ran by the runtime model:
+	// GPUs × duration × JobRun.Slowdown (1 when unset), in trace time.
+	// UsefulGPUHours beyond it are the replay's own latency between a gang
+	// becoming whole and its pods ending (pods starting, the rendezvous
+	// patch, KWOK ending them), which compression multiplies: an artifact
+	// of the replay machine, not of the scheduler's placements.
+	ModelledGPUHours float64 `json:"modelled_gpu_hours"`
+	// UsefulUtilization is UsefulGPUHours over the cluster's GPUs for the
+	// whole observation (Run.Start to Run.End); WasteShare is the same for
+	// WasteGPUHours.
+	UsefulUtilization *float64 `json:"useful_utilization"`
+	WasteShare        *float64 `json:"waste_share"`
+
+	// TotalGPUs is the cluster's; Utilization the samples of GPUs held by
+	// bound pods (partial gangs included) as fractions of it and
+	// UtilizationMean their time-weighted mean.
 	TotalGPUs       int                `json:"total_gpus"`
 	UtilizationMean *float64           `json:"utilization_mean"`
 	Utilization     []UtilizationPoint `json:"utilization"`
@@ -102,6 +142,15 @@ type JobResult struct {
 	Partial    bool   `json:"partial,omitempty"`
 	Deadlocked bool   `json:"deadlocked,omitempty"`
 	Finished   bool   `json:"finished"`
+	// JCTSeconds is submission to the last pod's finish, in trace time;
+	// null when the job did not finish.
+	JCTSeconds *float64 `json:"jct_s"`
+	// GPUHours and UsefulGPUHours are the job's part of the Result's.
+	GPUHours       float64 `json:"gpu_hours"`
+	UsefulGPUHours float64 `json:"useful_gpu_hours"`
+	// Slowdown is JobRun.Slowdown: how much longer than its trace duration
+	// the runtime model ran it; null when it never ran.
+	Slowdown *float64 `json:"slowdown"`
 }
 
 // UtilizationPoint is one utilization sample.
@@ -140,14 +189,20 @@ func SummarizeWithOptions(c Cluster, r Run, opts Options) (Result, error) {
 	if err != nil {
 		return Result{}, err
 	}
+	compression := 1.0
+	if r.TimeCompression > 1 {
+		compression = r.TimeCompression
+	}
 	res := Result{
 		Scheduler:               r.Scheduler,
+		TimeCompression:         compression,
 		Jobs:                    len(r.Jobs),
 		TotalGPUs:               m.totalGPUs,
 		PartialGangAfterSeconds: opts.PartialGangAfter.Seconds(),
 		PerJob:                  make([]JobResult, len(r.Jobs)),
 	}
-	var efficiencies, waits []float64
+	var efficiencies, waits, jcts []float64
+	var usefulGPUSeconds, heldGPUSeconds, idealGPUSeconds, modelledGPUSeconds float64
 	var binds []time.Time
 	var lastFinish time.Time
 	allFinished := true
@@ -160,6 +215,7 @@ func SummarizeWithOptions(c Cluster, r Run, opts Options) (Result, error) {
 			return Result{}, fmt.Errorf("run of %s: job %s has no submission time", r.Scheduler, job.ID)
 		}
 		res.Pods += job.Replicas
+		idealGPUSeconds += float64(job.GPUs()) * job.Duration.Seconds()
 		out := JobResult{ID: job.ID, GPUs: job.GPUs(), Replicas: job.Replicas, Finished: !jr.Finished.IsZero()}
 
 		bound := boundPods(jr.Pods)
@@ -171,8 +227,15 @@ func SummarizeWithOptions(c Cluster, r Run, opts Options) (Result, error) {
 		if out.Finished {
 			res.FinishedJobs++
 			lastFinish = latest(lastFinish, jr.Finished)
+			jct := jr.Finished.Sub(jr.Submitted).Seconds() * compression
+			out.JCTSeconds = &jct
+			jcts = append(jcts, jct)
+			modelledGPUSeconds += float64(job.GPUs()) * job.Duration.Seconds() * max(1, jr.Slowdown)
 		} else {
 			allFinished = false
+		}
+		if jr.Slowdown > 0 {
+			out.Slowdown = &jr.Slowdown
 		}
 
 		full := len(bound) >= job.Replicas
@@ -192,6 +255,11 @@ func SummarizeWithOptions(c Cluster, r Run, opts Options) (Result, error) {
 		} else {
 			res.NeverFullyBoundJobs++
 		}
+		held, useful := gpuSeconds(job, bound, r.End)
+		heldGPUSeconds += held
+		usefulGPUSeconds += useful
+		out.GPUHours = held * compression / 3600
+		out.UsefulGPUHours = useful * compression / 3600
 
 		if job.Replicas >= 2 && len(bound) > 0 {
 			until := r.End
@@ -228,6 +296,20 @@ func SummarizeWithOptions(c Cluster, r Run, opts Options) (Result, error) {
 	} else {
 		res.MakespanSeconds = r.End.Sub(r.Start).Seconds()
 		res.MakespanIncomplete = true
+	}
+	res.MakespanTraceSeconds = res.MakespanSeconds * compression
+	res.IncompleteJobs = res.Jobs - res.FinishedJobs
+	res.JCTMeanSeconds = mean(jcts)
+	res.JCTP50Seconds = percentile(jcts, 50)
+	res.JCTP99Seconds = percentile(jcts, 99)
+	res.GPUHours = heldGPUSeconds * compression / 3600
+	res.UsefulGPUHours = usefulGPUSeconds * compression / 3600
+	res.IdealGPUHours = idealGPUSeconds * compression / 3600
+	res.ModelledGPUHours = modelledGPUSeconds * compression / 3600
+	res.WasteGPUHours = (heldGPUSeconds - usefulGPUSeconds) * compression / 3600
+	if capacity := float64(m.totalGPUs) * r.End.Sub(r.Start).Seconds(); capacity > 0 {
+		useful, waste := usefulGPUSeconds/capacity, (heldGPUSeconds-usefulGPUSeconds)/capacity
+		res.UsefulUtilization, res.WasteShare = &useful, &waste
 	}
 	res.Utilization, res.UtilizationMean = utilization(r.Utilization, r.Start, m.totalGPUs)
 	if rate := BindThroughput(binds); rate > 0 {
@@ -276,6 +358,32 @@ func (m *clusterModel) rateJob(res *Result, out *JobResult, placed []PodRun) err
 	}
 	out.Efficiency = &eff
 	return nil
+}
+
+// gpuSeconds returns the GPU-seconds (replay time) the job's bound pods held
+// until end: in all, and while the gang was whole. Each pod holds its GPUs
+// from its bind to its finish, or to end if it had not finished. The gang is
+// whole from its full-bind time (the bind of its replicas-th pod); its first
+// replicas pods' time from then on is useful. Everything else, pods waiting
+// for the rest of a gang and pods of gangs never whole, is waste.
+func gpuSeconds(job Job, bound []PodRun, end time.Time) (held, useful float64) {
+	g := float64(job.GPUsPerReplica)
+	until := func(p PodRun) time.Time {
+		if p.Finished.IsZero() || p.Finished.After(end) {
+			return end
+		}
+		return p.Finished
+	}
+	for _, p := range bound {
+		held += g * max(0, until(p).Sub(p.Bound).Seconds())
+	}
+	if len(bound) >= job.Replicas {
+		fullAt := bound[job.Replicas-1].Bound
+		for _, p := range bound[:job.Replicas] {
+			useful += g * max(0, until(p).Sub(fullAt).Seconds())
+		}
+	}
+	return held, useful
 }
 
 // boundPods returns the pods that were bound, earliest first.

@@ -27,11 +27,11 @@ func TestSummarize(t *testing.T) {
 		End:       at(200),
 		Jobs: []JobRun{
 			// A gang in one leaf: wait 3 s, efficiency 1.
-			{Job: job("a", 2, 8), Submitted: at(0), Finished: at(53), Pods: []PodRun{
+			{Job: job("a", 2, 8), Submitted: at(0), Finished: at(53), Slowdown: 1, Pods: []PodRun{
 				pod("a-1", "n01", all8, 3, 53), pod("a-0", "n00", all8, 2, 53),
 			}},
 			// A gang across the spine, complete after 35 s: partial, wait 39 s.
-			{Job: job("b", 2, 8), Submitted: at(1), Finished: at(100), Pods: []PodRun{
+			{Job: job("b", 2, 8), Submitted: at(1), Finished: at(100), Slowdown: 1.3, Pods: []PodRun{
 				pod("b-0", "n02", all8, 5, 100), pod("b-1", "n08", all8, 40, 100),
 			}},
 			// One GPU: no efficiency; wait 2 s.
@@ -79,6 +79,26 @@ func TestSummarize(t *testing.T) {
 		MakespanSeconds:    200,
 		MakespanIncomplete: true,
 
+		TimeCompression:      1,
+		MakespanTraceSeconds: 200,
+		// Finished: a 53 s, b 99 s, c 18 s, d 27 s; e and f did not.
+		JCTMeanSeconds: ptr((53.0 + 99 + 18 + 27) / 4),
+		JCTP50Seconds:  ptr(27.0),
+		JCTP99Seconds:  ptr(99.0),
+		IncompleteJobs: 2,
+		// GPU-seconds held (useful): a 8·51+8·50 (8·50·2 from its full bind
+		// at 3 s), b 8·95+8·60 (8·60·2 from 40 s), c 16 (16), d 4·24 (96),
+		// e 8·188·2 to the end (none: never whole).
+		GPUHours:       5168.0 / 3600,
+		UsefulGPUHours: 1872.0 / 3600,
+		WasteGPUHours:  3296.0 / 3600,
+		// 85 GPUs of one-minute jobs.
+		IdealGPUHours: 5100.0 / 3600,
+		// Finished a, b (slowed 1.3), c and d.
+		ModelledGPUHours:  (960.0 + 16*60.0*1.3 + 60 + 240) / 3600,
+		UsefulUtilization: ptr(1872.0 / (128 * 200)),
+		WasteShare:        ptr(3296.0 / (128 * 200)),
+
 		TotalGPUs: 128,
 		// 0 for 10 s, 0.5 for 10 s, 1 for 20 s: 25/40.
 		UtilizationMean: ptr(0.625),
@@ -92,11 +112,15 @@ func TestSummarize(t *testing.T) {
 		DeadlockedGangs:         1,
 
 		PerJob: []JobResult{
-			{ID: "a", GPUs: 16, Replicas: 2, PodsBound: 2, WaitSeconds: ptr(3.0), Efficiency: ptr(1.0), Domain: "spine=spine-0/leaf=leaf-0", Finished: true},
-			{ID: "b", GPUs: 16, Replicas: 2, PodsBound: 2, WaitSeconds: ptr(39.0), Efficiency: ptr(crossSpine), Domain: "spine=spine-0", Partial: true, Finished: true},
-			{ID: "c", GPUs: 1, Replicas: 1, PodsBound: 1, WaitSeconds: ptr(2.0), Domain: "spine=spine-0/leaf=leaf-0/host=n03", Finished: true},
-			{ID: "d", GPUs: 4, Replicas: 1, PodsBound: 1, WaitSeconds: ptr(3.0), Domain: "spine=spine-0/leaf=leaf-0/host=n03", Finished: true},
-			{ID: "e", GPUs: 32, Replicas: 4, PodsBound: 2, Partial: true, Deadlocked: true},
+			{ID: "a", GPUs: 16, Replicas: 2, PodsBound: 2, WaitSeconds: ptr(3.0), Efficiency: ptr(1.0), Domain: "spine=spine-0/leaf=leaf-0", Finished: true,
+				JCTSeconds: ptr(53.0), GPUHours: 808.0 / 3600, UsefulGPUHours: 800.0 / 3600, Slowdown: ptr(1.0)},
+			{ID: "b", GPUs: 16, Replicas: 2, PodsBound: 2, WaitSeconds: ptr(39.0), Efficiency: ptr(crossSpine), Domain: "spine=spine-0", Partial: true, Finished: true,
+				JCTSeconds: ptr(99.0), GPUHours: 1240.0 / 3600, UsefulGPUHours: 960.0 / 3600, Slowdown: ptr(1.3)},
+			{ID: "c", GPUs: 1, Replicas: 1, PodsBound: 1, WaitSeconds: ptr(2.0), Domain: "spine=spine-0/leaf=leaf-0/host=n03", Finished: true,
+				JCTSeconds: ptr(18.0), GPUHours: 16.0 / 3600, UsefulGPUHours: 16.0 / 3600},
+			{ID: "d", GPUs: 4, Replicas: 1, PodsBound: 1, WaitSeconds: ptr(3.0), Domain: "spine=spine-0/leaf=leaf-0/host=n03", Finished: true,
+				JCTSeconds: ptr(27.0), GPUHours: 96.0 / 3600, UsefulGPUHours: 96.0 / 3600},
+			{ID: "e", GPUs: 32, Replicas: 4, PodsBound: 2, Partial: true, Deadlocked: true, GPUHours: 3008.0 / 3600},
 			{ID: "f", GPUs: 16, Replicas: 2},
 		},
 	}
@@ -339,6 +363,75 @@ func TestDomainShares(t *testing.T) {
 	}
 }
 
+func TestTraceTimeMetrics(t *testing.T) {
+	// 2 HGX nodes (16 GPUs), observed for 100 s of replay.
+	c := hgxCluster(2, 8, 1)
+	type metrics struct {
+		JCTMean, JCTP50, JCTP99           *float64
+		Incomplete                        int
+		GPUHours, Useful, Waste, Makespan float64
+		UsefulUtil, WasteShare            *float64
+	}
+	gang := func(bindA, bindB, finish float64) JobRun {
+		jr := JobRun{Job: job("g", 2, 8), Submitted: at(0), Pods: []PodRun{pod("g-0", "n00", all8, bindA, finish), pod("g-1", "n01", all8, bindB, finish)}}
+		if finish > 0 {
+			jr.Finished = at(finish)
+		}
+		return jr
+	}
+	tests := []struct {
+		name        string
+		compression float64
+		jobs        []JobRun
+		want        metrics
+	}{
+		{
+			name: "a whole gang, uncompressed", compression: 1, jobs: []JobRun{gang(10, 10, 70)},
+			// 16 GPUs for 60 s, all useful; 960 of 1600 GPU-seconds.
+			want: metrics{JCTMean: ptr(70.0), JCTP50: ptr(70.0), JCTP99: ptr(70.0), GPUHours: 960.0 / 3600, Useful: 960.0 / 3600,
+				Makespan: 70, UsefulUtil: ptr(0.6), WasteShare: ptr(0.0)},
+		},
+		{
+			name: "the same gang at 60x", compression: 60, jobs: []JobRun{gang(10, 10, 70)},
+			// Trace time: 70 min JCT, 16 GPU-hours; shares do not change.
+			want: metrics{JCTMean: ptr(4200.0), JCTP50: ptr(4200.0), JCTP99: ptr(4200.0), GPUHours: 16, Useful: 16,
+				Makespan: 4200, UsefulUtil: ptr(0.6), WasteShare: ptr(0.0)},
+		},
+		{
+			name: "a compression below 1 counts as 1", compression: 0.5, jobs: []JobRun{gang(10, 10, 70)},
+			want: metrics{JCTMean: ptr(70.0), JCTP50: ptr(70.0), JCTP99: ptr(70.0), GPUHours: 960.0 / 3600, Useful: 960.0 / 3600,
+				Makespan: 70, UsefulUtil: ptr(0.6), WasteShare: ptr(0.0)},
+		},
+		{
+			name: "a pod waiting 20 s for its gang wastes them", compression: 1, jobs: []JobRun{gang(10, 30, 70)},
+			// 8·60 + 8·40 held, 16·40 useful.
+			want: metrics{JCTMean: ptr(70.0), JCTP50: ptr(70.0), JCTP99: ptr(70.0), GPUHours: 800.0 / 3600, Useful: 640.0 / 3600, Waste: 160.0 / 3600,
+				Makespan: 70, UsefulUtil: ptr(0.4), WasteShare: ptr(0.1)},
+		},
+		{
+			name: "a half-placed gang holds its GPUs to the end and never completes", compression: 1, jobs: []JobRun{gang(10, -1, 0)},
+			want: metrics{Incomplete: 1, GPUHours: 720.0 / 3600, Waste: 720.0 / 3600, Makespan: 100, UsefulUtil: ptr(0.0), WasteShare: ptr(0.45)},
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			run := Run{Scheduler: "test", Start: at(0), End: at(100), TimeCompression: tc.compression, Jobs: tc.jobs}
+			for i := range run.Jobs {
+				if p := &run.Jobs[i].Pods[1]; p.Bound.Before(at(0)) {
+					*p = unbound(p.Name)
+				}
+			}
+			got, err := Summarize(c, run)
+			mustNoError(t, err)
+			gotM := metrics{got.JCTMeanSeconds, got.JCTP50Seconds, got.JCTP99Seconds, got.IncompleteJobs,
+				got.GPUHours, got.UsefulGPUHours, got.WasteGPUHours, got.MakespanTraceSeconds, got.UsefulUtilization, got.WasteShare}
+			if diff := cmp.Diff(tc.want, gotM, cmpopts.EquateApprox(0, 1e-12)); diff != "" {
+				t.Errorf("trace-time metrics (-want,+got):\n%s", diff)
+			}
+		})
+	}
+}
+
 func TestSummarizeUsesTheFirstBoundPods(t *testing.T) {
 	// A replacement pod bound later on another leaf does not change the
 	// placement the gang was admitted with.
@@ -350,7 +443,10 @@ func TestSummarizeUsesTheFirstBoundPods(t *testing.T) {
 	}}}
 	got, err := Summarize(c, run)
 	mustNoError(t, err)
-	want := JobResult{ID: "r", GPUs: 16, Replicas: 2, PodsBound: 3, WaitSeconds: ptr(2.0), Efficiency: ptr(1.0), Domain: "spine=spine-0/leaf=leaf-0"}
+	// The replacement's GPU time is held, not useful: 8·99 + 8·98 + 8·50
+	// held, 8·98·2 from the full bind at 2 s.
+	want := JobResult{ID: "r", GPUs: 16, Replicas: 2, PodsBound: 3, WaitSeconds: ptr(2.0), Efficiency: ptr(1.0), Domain: "spine=spine-0/leaf=leaf-0",
+		GPUHours: 1976.0 / 3600, UsefulGPUHours: 1568.0 / 3600}
 	if diff := cmp.Diff([]JobResult{want}, got.PerJob); diff != "" {
 		t.Errorf("PerJob (-want,+got):\n%s", diff)
 	}

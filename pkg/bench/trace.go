@@ -25,6 +25,9 @@ type Job struct {
 	Duration       time.Duration
 	// Topology is nil for a job without a topology constraint.
 	Topology *Constraint
+	// CommFraction is the share of the job's step time spent in collectives
+	// at its ideal placement, in [0, 1); nil for DefaultCommFraction.
+	CommFraction *float64
 }
 
 // GPUs returns the job's total GPU count.
@@ -53,8 +56,12 @@ const (
 	MaxGPUsPerReplica = topology.MaxGPUs
 )
 
-// TraceHeader is the exact header line of a trace.
-const TraceHeader = "job_id,submit_s,replicas,gpus_per_replica,duration_s,topology"
+// TraceHeader is the header line of a trace without the optional
+// comm_fraction column; TraceHeaderCommFraction the header with it.
+const (
+	TraceHeader             = "job_id,submit_s,replicas,gpus_per_replica,duration_s,topology"
+	TraceHeaderCommFraction = TraceHeader + ",comm_fraction"
+)
 
 // Column indices of a trace row.
 const (
@@ -64,6 +71,7 @@ const (
 	colGPUs
 	colDuration
 	colTopology
+	colCommFraction
 )
 
 // TraceError is a problem at one place of a trace file.
@@ -89,7 +97,6 @@ func (e *TraceError) Error() string {
 // and returns its jobs sorted by submission time, then ID. Errors are
 // *TraceError values naming the line and column, or a read error.
 func ParseTrace(r io.Reader) ([]Job, error) {
-	traceHeader := strings.Split(TraceHeader, ",")
 	cr := csv.NewReader(r)
 	cr.Comment = '#'
 	cr.FieldsPerRecord = -1 // counted here, to say which fields are missing
@@ -102,10 +109,16 @@ func ParseTrace(r io.Reader) ([]Job, error) {
 	if err != nil {
 		return nil, csvError(err)
 	}
-	if !slices.Equal(trimAll(header), traceHeader) {
+	var traceHeader []string
+	for _, h := range []string{TraceHeader, TraceHeaderCommFraction} {
+		if slices.Equal(trimAll(header), strings.Split(h, ",")) {
+			traceHeader = strings.Split(h, ",")
+		}
+	}
+	if traceHeader == nil {
 		line, _ := cr.FieldPos(0)
-		return nil, &TraceError{Line: line, Problem: fmt.Sprintf("header is %q: the first line that is not a comment must be exactly %s",
-			strings.Join(header, ","), TraceHeader)}
+		return nil, &TraceError{Line: line, Problem: fmt.Sprintf("header is %q: the first line that is not a comment must be exactly %s, or %s",
+			strings.Join(header, ","), TraceHeader, TraceHeaderCommFraction)}
 	}
 
 	var jobs []Job
@@ -121,7 +134,7 @@ func ParseTrace(r io.Reader) ([]Job, error) {
 		line, _ := cr.FieldPos(0)
 		if len(record) != len(traceHeader) {
 			return nil, &TraceError{Line: line, Problem: fmt.Sprintf("%d fields, want %d (%s); leave topology empty but keep its comma",
-				len(record), len(traceHeader), TraceHeader)}
+				len(record), len(traceHeader), strings.Join(traceHeader, ","))}
 		}
 		job, err := parseJob(cr, record)
 		if err != nil {
@@ -145,7 +158,7 @@ func ParseTrace(r io.Reader) ([]Job, error) {
 
 // parseJob reads one row; cr locates its fields for errors.
 func parseJob(cr *csv.Reader, record []string) (Job, error) {
-	traceHeader := strings.Split(TraceHeader, ",")
+	traceHeader := strings.Split(TraceHeaderCommFraction, ",")
 	fail := func(col int, problem string) error {
 		line, column := cr.FieldPos(col)
 		return &TraceError{Line: line, Column: column, Field: traceHeader[col], Problem: problem}
@@ -184,6 +197,11 @@ func parseJob(cr *csv.Reader, record []string) (Job, error) {
 	if job.Topology, err = parseConstraint(field(colTopology)); err != nil {
 		return Job{}, fail(colTopology, err.Error())
 	}
+	if len(record) > colCommFraction {
+		if job.CommFraction, err = parseCommFraction(field(colCommFraction)); err != nil {
+			return Job{}, fail(colCommFraction, err.Error())
+		}
+	}
 	return job, nil
 }
 
@@ -206,10 +224,16 @@ func trimAll(fields []string) []string {
 }
 
 // WriteTrace writes jobs, in the given order, in the format ParseTrace
-// reads. It fails, writing nothing, on a job ParseTrace would reject.
+// reads. The comm_fraction column is written only when some job sets
+// CommFraction, so traces without it stay in the six-column format. It
+// fails, writing nothing, on a job ParseTrace would reject.
 func WriteTrace(w io.Writer, jobs []Job) error {
 	seen := make(map[string]int, len(jobs))
+	header := TraceHeader
 	for i, j := range jobs {
+		if j.CommFraction != nil {
+			header = TraceHeaderCommFraction
+		}
 		if err := j.Validate(); err != nil {
 			return fmt.Errorf("jobs[%d]: %w", i, err)
 		}
@@ -219,7 +243,7 @@ func WriteTrace(w io.Writer, jobs []Job) error {
 		seen[j.ID] = i
 	}
 	cw := csv.NewWriter(w)
-	if err := cw.Write(strings.Split(TraceHeader, ",")); err != nil {
+	if err := cw.Write(strings.Split(header, ",")); err != nil {
 		return fmt.Errorf("writing the trace header: %w", err)
 	}
 	for _, j := range jobs {
@@ -228,6 +252,13 @@ func WriteTrace(w io.Writer, jobs []Job) error {
 			topo = j.Topology.Level + ":" + j.Topology.Mode
 		}
 		row := []string{j.ID, formatSeconds(j.Submit), strconv.Itoa(j.Replicas), strconv.Itoa(j.GPUsPerReplica), formatSeconds(j.Duration), topo}
+		if header == TraceHeaderCommFraction {
+			cf := ""
+			if j.CommFraction != nil {
+				cf = strconv.FormatFloat(*j.CommFraction, 'f', -1, 64)
+			}
+			row = append(row, cf)
+		}
 		if err := cw.Write(row); err != nil {
 			return fmt.Errorf("writing job %s: %w", j.ID, err)
 		}
@@ -251,6 +282,7 @@ func (j Job) Validate() error {
 		{"gpus_per_replica", checkGPUsPerReplica(j.GPUsPerReplica)},
 		{"duration_s", checkDuration(j.Duration)},
 		{"topology", checkConstraint(j.Topology)},
+		{"comm_fraction", checkCommFraction(j.CommFraction)},
 	}
 	var errs []error
 	for _, c := range checks {
@@ -289,6 +321,10 @@ func Compress(jobs []Job, factor float64) []Job {
 		if j.Topology != nil {
 			c := *j.Topology
 			j.Topology = &c
+		}
+		if j.CommFraction != nil {
+			cf := *j.CommFraction
+			j.CommFraction = &cf
 		}
 		out[i] = j
 	}
@@ -346,6 +382,34 @@ func checkConstraint(c *Constraint) error {
 		return fmt.Errorf("topology mode %q: use %s or %s, e.g. %s:%s", c.Mode, ModeRequired, ModePreferred, c.Level, ModeRequired)
 	}
 	return nil
+}
+
+func checkCommFraction(cf *float64) error {
+	if cf != nil && !(*cf >= 0 && *cf < 1) {
+		return fmt.Errorf("comm_fraction %v: give the share of step time in collectives at ideal placement, at least 0 and below 1, e.g. 0.3, or leave it empty for the default", *cf)
+	}
+	return nil
+}
+
+// parseCommFraction reads a decimal fraction in [0, 1); "" is the default
+// (nil).
+func parseCommFraction(s string) (*float64, error) {
+	if s == "" {
+		return nil, nil
+	}
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; (c < '0' || c > '9') && c != '.' && c != '-' {
+			return nil, fmt.Errorf("%q is not a decimal fraction: write digits with an optional '.', e.g. 0.3, or leave it empty for the default", s)
+		}
+	}
+	cf, err := strconv.ParseFloat(s, 64)
+	if err != nil {
+		return nil, fmt.Errorf("%q is not a decimal fraction: write digits with an optional '.', e.g. 0.3, or leave it empty for the default", s)
+	}
+	if err := checkCommFraction(&cf); err != nil {
+		return nil, err
+	}
+	return &cf, nil
 }
 
 // parseConstraint reads "<level>:<mode>"; "" is no constraint.

@@ -10,7 +10,10 @@ import (
 	"github.com/google/go-cmp/cmp"
 )
 
-const header = TraceHeader + "\n"
+const (
+	header   = TraceHeader + "\n"
+	cfHeader = TraceHeaderCommFraction + "\n"
+)
 
 func TestParseTrace(t *testing.T) {
 	tests := []struct {
@@ -40,6 +43,18 @@ func TestParseTrace(t *testing.T) {
 			},
 		},
 		{
+			name: "comm_fraction column, given and left empty",
+			trace: cfHeader +
+				"a,0,4,8,600,leaf:Required,0.45\n" +
+				"b,1,2,8,60,,\n" +
+				"c,2,1,1,60,, 0 \n",
+			want: []Job{
+				{ID: "a", Submit: 0, Replicas: 4, GPUsPerReplica: 8, Duration: 10 * time.Minute, Topology: &Constraint{Level: "leaf", Mode: ModeRequired}, CommFraction: ptr(0.45)},
+				{ID: "b", Submit: time.Second, Replicas: 2, GPUsPerReplica: 8, Duration: time.Minute},
+				{ID: "c", Submit: 2 * time.Second, Replicas: 1, GPUsPerReplica: 1, Duration: time.Minute, CommFraction: ptr(0.0)},
+			},
+		},
+		{
 			name:  "CRLF line endings",
 			trace: "job_id,submit_s,replicas,gpus_per_replica,duration_s,topology\r\nj,1,1,1,1,\r\n",
 			want:  []Job{{ID: "j", Submit: time.Second, Replicas: 1, GPUsPerReplica: 1, Duration: time.Second}},
@@ -66,8 +81,8 @@ func TestParseTraceErrors(t *testing.T) {
 	}{
 		{"empty", "", "trace line 1: the trace is empty: start it with the header " + TraceHeader},
 		{"only comments", "# nothing\n", "trace line 1: the trace is empty: start it with the header " + TraceHeader},
-		{"wrong header", "id,submit,replicas\n", `trace line 1: header is "id,submit,replicas": the first line that is not a comment must be exactly ` + TraceHeader},
-		{"header after comment", "# c\njob_id,submit_s\n", `trace line 2: header is "job_id,submit_s": the first line that is not a comment must be exactly ` + TraceHeader},
+		{"wrong header", "id,submit,replicas\n", `trace line 1: header is "id,submit,replicas": the first line that is not a comment must be exactly ` + TraceHeader + ", or " + TraceHeaderCommFraction},
+		{"header after comment", "# c\njob_id,submit_s\n", `trace line 2: header is "job_id,submit_s": the first line that is not a comment must be exactly ` + TraceHeader + ", or " + TraceHeaderCommFraction},
 		{"no jobs", header, "trace line 1: the trace has no jobs: add one line per job after the header"},
 		{"too few fields", header + "a,0,1,1,1\n", "trace line 2: 5 fields, want 6 (" + TraceHeader + "); leave topology empty but keep its comma"},
 		{"too many fields", header + "a,0,1,1,1,,x\n", "trace line 2: 7 fields, want 6 (" + TraceHeader + "); leave topology empty but keep its comma"},
@@ -98,6 +113,11 @@ func TestParseTraceErrors(t *testing.T) {
 		{"topology bad mode", header + "a,0,2,8,1,leaf:required\n", `trace line 2, column 11 (topology): topology mode "required": use Required or Preferred, e.g. leaf:Required`},
 		{"topology empty level", header + "a,0,2,8,1,:Required\n", `trace line 2, column 11 (topology): topology level "" is not a level name: name a level of the cluster model, e.g. leaf:Required`},
 		{"topology bad level", header + "a,0,2,8,1,Leaf Switch:Required\n", `trace line 2, column 11 (topology): topology level "Leaf Switch" is not a level name: name a level of the cluster model, e.g. leaf:Required`},
+		{"comm_fraction column missing in a row", cfHeader + "a,0,2,8,1,\n", "trace line 2: 6 fields, want 7 (" + TraceHeaderCommFraction + "); leave topology empty but keep its comma"},
+		{"comm_fraction not a number", cfHeader + "a,0,2,8,1,,lots\n", `trace line 2, column 12 (comm_fraction): "lots" is not a decimal fraction: write digits with an optional '.', e.g. 0.3, or leave it empty for the default`},
+		{"comm_fraction with an exponent", cfHeader + "a,0,2,8,1,,1e-1\n", `trace line 2, column 12 (comm_fraction): "1e-1" is not a decimal fraction: write digits with an optional '.', e.g. 0.3, or leave it empty for the default`},
+		{"comm_fraction of 1", cfHeader + "a,0,2,8,1,,1\n", "trace line 2, column 12 (comm_fraction): comm_fraction 1: give the share of step time in collectives at ideal placement, at least 0 and below 1, e.g. 0.3, or leave it empty for the default"},
+		{"negative comm_fraction", cfHeader + "a,0,2,8,1,,-0.1\n", "trace line 2, column 12 (comm_fraction): comm_fraction -0.1: give the share of step time in collectives at ideal placement, at least 0 and below 1, e.g. 0.3, or leave it empty for the default"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -157,6 +177,26 @@ func TestWriteTraceRoundTrip(t *testing.T) {
 	}
 }
 
+func TestWriteTraceCommFractionRoundTrip(t *testing.T) {
+	jobs := []Job{
+		{ID: "a", Submit: 0, Replicas: 4, GPUsPerReplica: 8, Duration: 10 * time.Minute, CommFraction: ptr(0.35)},
+		{ID: "b", Submit: time.Second, Replicas: 1, GPUsPerReplica: 1, Duration: time.Second},
+	}
+	var buf bytes.Buffer
+	mustNoError(t, WriteTrace(&buf, jobs))
+	wantText := cfHeader +
+		"a,0,4,8,600,,0.35\n" +
+		"b,1,1,1,1,,\n"
+	if diff := cmp.Diff(wantText, buf.String()); diff != "" {
+		t.Errorf("WriteTrace (-want,+got):\n%s", diff)
+	}
+	got, err := ParseTrace(&buf)
+	mustNoError(t, err)
+	if diff := cmp.Diff(jobs, got); diff != "" {
+		t.Errorf("ParseTrace(WriteTrace(jobs)) (-want,+got):\n%s", diff)
+	}
+}
+
 func TestWriteTraceRejectsInvalidJobs(t *testing.T) {
 	valid := Job{ID: "a", Replicas: 1, GPUsPerReplica: 1, Duration: time.Second}
 	tests := []struct {
@@ -173,6 +213,8 @@ func TestWriteTraceRejectsInvalidJobs(t *testing.T) {
 				"duration_s: duration 0s: pods must run for more than 0 s\n" +
 				`topology: topology mode "Maybe": use Required or Preferred, e.g. leaf:Required`},
 		{"duplicate", []Job{valid, valid}, `jobs[1]: ID "a" is also jobs[0]'s`},
+		{"comm_fraction of 1", []Job{{ID: "a", Replicas: 2, GPUsPerReplica: 8, Duration: time.Second, CommFraction: ptr(1.0)}},
+			`jobs[0]: job "a": comm_fraction: comm_fraction 1: give the share of step time in collectives at ideal placement, at least 0 and below 1, e.g. 0.3, or leave it empty for the default`},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

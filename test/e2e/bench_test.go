@@ -78,8 +78,10 @@ func TestSimulatedRuntimeEndsJob(t *testing.T) {
 // TestBenchReplaysTraceOnEveryScheduler runs make bench's command on the
 // smoke trace: three fresh clusters, one per scheduler, each replaying the
 // same jobs. Every scheduler must account for every job, the report and
-// plots must be written, and Lockstep must place every gang whole and
-// inside one leaf.
+// plots must be written, Lockstep must place every gang whole and inside
+// one leaf, every job must run at least its trace duration times the
+// slowdown the runtime model gave its placement, and a two-value
+// preferredWait sweep must land in the report.
 func TestBenchReplaysTraceOnEveryScheduler(t *testing.T) {
 	root := cluster.RepoRoot
 	trace := filepath.Join(root, "test", "e2e", "traces", "smoke.csv")
@@ -89,7 +91,8 @@ func TestBenchReplaysTraceOnEveryScheduler(t *testing.T) {
 	cmd := exec.CommandContext(ctx, filepath.Join(root, "bin", "lockstep-bench"),
 		"--bin", filepath.Join(root, "bin"),
 		"--model", filepath.Join(root, "test", "e2e", "models", "hgx-32-oversubscribed.yaml"),
-		"--trace", trace, "--time-compression", "1", "--stall", "20s", "--timeout", "3m", "--out", out)
+		"--trace", trace, "--time-compression", "1", "--stall", "20s", "--timeout", "3m", "--out", out,
+		"--sweep-preferred-wait", "0s,5s")
 	cmd.Dir = root
 	output, err := cmd.CombinedOutput()
 	t.Logf("lockstep-bench output:\n%s", output)
@@ -135,6 +138,28 @@ func TestBenchReplaysTraceOnEveryScheduler(t *testing.T) {
 		if r.PodsPerSecond == nil || *r.PodsPerSecond <= 0 {
 			t.Errorf("%s: pods per second %v, want a positive rate", r.Scheduler, r.PodsPerSecond)
 		}
+		if r.JCTMeanSeconds == nil || r.JCTP99Seconds == nil || r.IncompleteJobs != 0 {
+			t.Errorf("%s: JCT mean %v, p99 %v, %d incomplete; want JCTs of every job", r.Scheduler, r.JCTMeanSeconds, r.JCTP99Seconds, r.IncompleteJobs)
+		}
+		if r.GPUHours <= 0 || r.UsefulGPUHours <= 0 || r.UsefulGPUHours > r.GPUHours || r.UsefulUtilization == nil {
+			t.Errorf("%s: %v GPU-hours, %v useful (utilization %v); want positive, useful within held", r.Scheduler, r.GPUHours, r.UsefulGPUHours, r.UsefulUtilization)
+		}
+		byID := map[string]bench.Job{}
+		for _, j := range jobs {
+			byID[j.ID] = j
+		}
+		for _, j := range r.PerJob {
+			if j.Slowdown == nil || *j.Slowdown < 1 {
+				t.Errorf("%s: job %s ran with slowdown %v, want one of at least 1", r.Scheduler, j.ID, j.Slowdown)
+				continue
+			}
+			// Pods end their simulated runtime after the whole gang runs,
+			// so submission to finish covers it.
+			runtime := byID[j.ID].Duration.Seconds() * *j.Slowdown
+			if j.JCTSeconds == nil || *j.JCTSeconds < runtime {
+				t.Errorf("%s: job %s completed in %v s, want at least its runtime %.3f s (slowdown %.3f)", r.Scheduler, j.ID, j.JCTSeconds, runtime, *j.Slowdown)
+			}
+		}
 	}
 	if want := []string{bench.SchedulerKube, bench.SchedulerCoscheduling, bench.SchedulerLockstep}; !slices.Equal(names, want) {
 		t.Fatalf("results for %v, want %v", names, want)
@@ -157,7 +182,20 @@ func TestBenchReplaysTraceOnEveryScheduler(t *testing.T) {
 			t.Errorf("report.md does not mention %s", name)
 		}
 	}
-	for _, plot := range []string{bench.EfficiencyPlotFile, bench.WaitPlotFile, bench.UtilizationPlotFile} {
+	if report.Sweep == nil || len(report.Sweep.Points) != 2 {
+		t.Errorf("sweep %+v, want points for 0s and 5s", report.Sweep)
+	} else {
+		for i, want := range []float64{0, 5} {
+			p := report.Sweep.Points[i]
+			if p.WaitSeconds != want || p.FinishedJobs != len(jobs) || p.GPUHours <= 0 || p.PartialGangs != 0 {
+				t.Errorf("sweep point %d: %+v, want preferredWait %v s with every job finished, GPU-hours and no partial gang", i, p, want)
+			}
+		}
+	}
+	if !strings.Contains(string(md), "## preferredWait sweep") {
+		t.Error("report.md has no preferredWait sweep")
+	}
+	for _, plot := range []string{bench.EfficiencyPlotFile, bench.WaitPlotFile, bench.UtilizationPlotFile, bench.SweepPlotFile} {
 		pf, err := os.Open(filepath.Join(out, plot))
 		if err != nil {
 			t.Error(err)
