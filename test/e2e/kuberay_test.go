@@ -229,7 +229,7 @@ func rayClusterOf(ctx context.Context, ns, name string) (*unstructured.Unstructu
 // with --batch-scheduler=scheduler-plugins the RayJob controller hands every
 // RayJob to it, which refuses anything but a RayCluster, so the RayJob
 // stays Initializing and its RayCluster is never made. This test pins that
-// finding (docs/interop-kuberay.md); when a pin bump lifts it, it fails,
+// finding (docs/interop.md, KubeRay); when a pin bump lifts it, it fails,
 // and the RayJob should then be placed like a RayCluster.
 func TestKubeRayJobRefusedByBatchScheduler(t *testing.T) {
 	startKubeRay(t, localcluster.KubeRayBatchScheduler)
