@@ -1,13 +1,10 @@
 package localcluster
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"strings"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -41,30 +38,12 @@ func KubeRayIdentity() Identity {
 // its Helm chart adds it when batchScheduler.name is scheduler-plugins.
 const kubeRayPodGroupRole = "kuberay-operator-scheduler-plugins"
 
-// KubeRayModuleDir returns the operator's module directory in the module
-// cache, at the version hack/tools/kuberay/go.mod pins.
-func (c *Cluster) KubeRayModuleDir(ctx context.Context) (string, error) {
-	cmd := exec.CommandContext(ctx, "go", "list", "-m", "-f", "{{.Dir}}", KubeRayModule)
-	cmd.Dir = filepath.Join(c.RepoRoot, "hack", "tools", "kuberay")
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
-	if err != nil {
-		return "", fmt.Errorf("resolving %s in %s: %w: %s (run hack/tools.sh)", KubeRayModule, cmd.Dir, err, strings.TrimSpace(stderr.String()))
-	}
-	dir := strings.TrimSpace(string(out))
-	if dir == "" {
-		return "", fmt.Errorf("%s is not in the module cache: run hack/tools.sh", KubeRayModule)
-	}
-	return dir, nil
-}
-
 // InstallKubeRay installs the operator's CRDs (RayCluster, RayJob and
 // RayService: it runs a controller for each, so all must exist) and its
 // identity: the ServiceAccount, KubeRay's ClusterRole and the PodGroup
 // access of the scheduler-plugins integration. It may be called again.
 func (c *Cluster) InstallKubeRay(ctx context.Context) error {
-	dir, err := c.KubeRayModuleDir(ctx)
+	dir, err := c.toolModuleDir(ctx, "kuberay", KubeRayModule)
 	if err != nil {
 		return err
 	}

@@ -1,14 +1,11 @@
 package localcluster
 
 import (
-	"bytes"
 	"context"
 	"encoding/base64"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"strings"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -33,34 +30,11 @@ func KueueIdentity() Identity {
 // main, not configurable.
 const kueueMetricsCertDir = "/etc/kueue/metrics/certs"
 
-// KueueModuleDir is the pinned Kueue module's directory in the module
-// cache, downloaded if needed, so a pin bump brings its CRDs, RBAC and
-// webhooks along.
-func KueueModuleDir(repoRoot string) (string, error) {
-	dir := filepath.Join(repoRoot, "hack", "tools", "kueue")
-	for _, args := range [][]string{{"mod", "download", "sigs.k8s.io/kueue"}, {"list", "-m", "-f", "{{.Dir}}", "sigs.k8s.io/kueue"}} {
-		cmd := exec.Command("go", args...)
-		cmd.Dir = dir
-		var stderr bytes.Buffer
-		cmd.Stderr = &stderr
-		out, err := cmd.Output()
-		if err != nil {
-			return "", fmt.Errorf("go %s in %s: %w: %s", strings.Join(args, " "), dir, err, strings.TrimSpace(stderr.String()))
-		}
-		if args[0] == "list" {
-			if d := strings.TrimSpace(string(out)); d != "" {
-				return d, nil
-			}
-		}
-	}
-	return "", fmt.Errorf("sigs.k8s.io/kueue: no module directory from %s", dir)
-}
-
 // InstallKueue installs Kueue's CRDs (config/components/crd/bases of the
 // pinned module) and its identity: namespace, ServiceAccount, and Kueue's
 // generated manager ClusterRole bound to it.
 func (c *Cluster) InstallKueue(ctx context.Context) error {
-	mod, err := KueueModuleDir(c.RepoRoot)
+	mod, err := c.toolModuleDir(ctx, "kueue", "sigs.k8s.io/kueue")
 	if err != nil {
 		return err
 	}
@@ -229,7 +203,7 @@ func ensureKueueMetricsCerts() error {
 // operators' kinds) are left out: no integration here needs them, and a
 // pod webhook would sit in front of every pod the suite creates.
 func (c *Cluster) RegisterKueueWebhooks(ctx context.Context, port int, caPEM []byte) error {
-	mod, err := KueueModuleDir(c.RepoRoot)
+	mod, err := c.toolModuleDir(ctx, "kueue", "sigs.k8s.io/kueue")
 	if err != nil {
 		return err
 	}

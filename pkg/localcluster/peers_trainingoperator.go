@@ -61,26 +61,26 @@ const (
 	trainingOperatorMountedCertDir = "/tmp/k8s-webhook-server/serving-certs"
 )
 
-// TrainingOperatorModuleDir returns the operator module's source directory
-// at the pinned version, downloading it if the module cache lacks it. Its
-// manifests (CRDs, ClusterRole) are read from there, so they always match
-// the binary.
-func (c *Cluster) TrainingOperatorModuleDir(ctx context.Context) (string, error) {
-	toolDir := filepath.Join(c.RepoRoot, "hack", "tools", "training-operator")
-	cmd := exec.CommandContext(ctx, "go", "mod", "download", "-json", TrainingOperatorModule)
+// toolModuleDir returns the source directory of module at the version the
+// tool module hack/tools/<tool> pins, downloading it if the module cache
+// lacks it. Peers' manifests (CRDs, RBAC) are read from there, so they
+// always match the binary hack/tools.sh built from the same pin.
+func (c *Cluster) toolModuleDir(ctx context.Context, tool, module string) (string, error) {
+	toolDir := filepath.Join(c.RepoRoot, "hack", "tools", tool)
+	cmd := exec.CommandContext(ctx, "go", "mod", "download", "-json", module)
 	cmd.Dir = toolDir
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
 	if err != nil {
-		return "", fmt.Errorf("go mod download %s in %s: %w: %s", TrainingOperatorModule, toolDir, err, strings.TrimSpace(stderr.String()))
+		return "", fmt.Errorf("go mod download %s in %s: %w: %s", module, toolDir, err, strings.TrimSpace(stderr.String()))
 	}
-	var mod struct{ Dir, Version, Error string }
+	var mod struct{ Dir, Error string }
 	if err := json.Unmarshal(out, &mod); err != nil {
-		return "", fmt.Errorf("go mod download %s: reading its output: %w", TrainingOperatorModule, err)
+		return "", fmt.Errorf("go mod download %s: reading its output: %w", module, err)
 	}
 	if mod.Error != "" || mod.Dir == "" {
-		return "", fmt.Errorf("go mod download %s in %s: no source directory: %s", TrainingOperatorModule, toolDir, mod.Error)
+		return "", fmt.Errorf("go mod download %s in %s: no source directory: %s", module, toolDir, mod.Error)
 	}
 	return mod.Dir, nil
 }
@@ -91,7 +91,7 @@ func (c *Cluster) TrainingOperatorModuleDir(ctx context.Context) (string, error)
 // ClusterRole and binding, and the Secret its webhook certificates live in.
 // It is idempotent.
 func (c *Cluster) InstallTrainingOperator(ctx context.Context) error {
-	dir, err := c.TrainingOperatorModuleDir(ctx)
+	dir, err := c.toolModuleDir(ctx, "training-operator", TrainingOperatorModule)
 	if err != nil {
 		return err
 	}
