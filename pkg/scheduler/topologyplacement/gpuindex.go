@@ -25,10 +25,13 @@ type gpuIndex struct {
 	mu        sync.RWMutex
 	nodes     map[string]nodeGPUs
 	selectors map[string]*topology.Selector
+	// interner shares the GPU lists, link matrices and NICs of nodes of one
+	// hardware profile: one copy per profile rather than one per node.
+	interner *topology.Interner
 }
 
 func newGPUIndex() *gpuIndex {
-	return &gpuIndex{nodes: map[string]nodeGPUs{}, selectors: map[string]*topology.Selector{}}
+	return &gpuIndex{nodes: map[string]nodeGPUs{}, selectors: map[string]*topology.Selector{}, interner: topology.NewInterner()}
 }
 
 func (x *gpuIndex) get(node string) (nodeGPUs, bool) {
@@ -48,6 +51,7 @@ func (x *gpuIndex) set(nt *v1alpha1.NodeTopology) {
 		delete(x.nodes, nt.Name)
 		return
 	}
+	hw = x.interner.Intern(hw)
 	// Nodes of a built-in profile share one selector; other hardware gets its
 	// own (its table is built from its link matrix).
 	key := nt.Spec.Profile
