@@ -25,13 +25,13 @@ type gpuIndex struct {
 	mu        sync.RWMutex
 	nodes     map[string]nodeGPUs
 	selectors map[string]*topology.Selector
-	// interner shares the GPU lists, link matrices and NICs of nodes of one
-	// hardware profile: one copy per profile rather than one per node.
-	interner *topology.Interner
+	// specs converts specs, sharing the model of nodes of one profile (nil:
+	// each node converts its own).
+	specs *specTable
 }
 
-func newGPUIndex() *gpuIndex {
-	return &gpuIndex{nodes: map[string]nodeGPUs{}, selectors: map[string]*topology.Selector{}, interner: topology.NewInterner()}
+func newGPUIndex(specs *specTable) *gpuIndex {
+	return &gpuIndex{nodes: map[string]nodeGPUs{}, selectors: map[string]*topology.Selector{}, specs: specs}
 }
 
 func (x *gpuIndex) get(node string) (nodeGPUs, bool) {
@@ -44,14 +44,13 @@ func (x *gpuIndex) get(node string) (nodeGPUs, bool) {
 // set indexes a NodeTopology. A malformed one removes the node from the
 // index: it is then planned as GPUs without topology, never a crash.
 func (x *gpuIndex) set(nt *v1alpha1.NodeTopology) {
-	hw, err := nt.Spec.ToTopology()
+	hw, err := x.specs.topology(&nt.Spec)
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	if err != nil {
 		delete(x.nodes, nt.Name)
 		return
 	}
-	hw = x.interner.Intern(hw)
 	// Nodes of a built-in profile share one selector; other hardware gets its
 	// own (its table is built from its link matrix).
 	key := nt.Spec.Profile

@@ -25,8 +25,8 @@ const nodeTopologyPageSize = 250
 // come in pages. A reflector's first list asks for resourceVersion "0",
 // which the API server answers from its watch cache whole, ignoring the
 // page size; asking for the current version ("") instead is paged. The
-// informer stores objects without managedFields, which nothing here reads.
-func newNodeTopologyInformer(cfg *rest.Config, scheme *runtime.Scheme) (cache.SharedIndexInformer, error) {
+// informer stores objects slimmed by specs (see specTable).
+func newNodeTopologyInformer(cfg *rest.Config, scheme *runtime.Scheme, specs *specTable) (cache.SharedIndexInformer, error) {
 	c := rest.CopyConfig(cfg)
 	c.GroupVersion = &v1alpha1.GroupVersion
 	c.APIPath = "/apis"
@@ -54,16 +54,9 @@ func newNodeTopologyInformer(cfg *rest.Config, scheme *runtime.Scheme) (cache.Sh
 		},
 	}
 	inf := cache.NewSharedIndexInformer(lw, &v1alpha1.NodeTopology{}, 0, cache.Indexers{})
-	if err := inf.SetTransform(stripManagedFields); err != nil {
+	specs.stored = inf.GetStore().GetByKey
+	if err := inf.SetTransform(specs.slim); err != nil {
 		return nil, err
 	}
 	return inf, nil
-}
-
-// stripManagedFields drops an object's managedFields before it is stored.
-func stripManagedFields(obj any) (any, error) {
-	if m, ok := obj.(metav1.Object); ok {
-		m.SetManagedFields(nil)
-	}
-	return obj, nil
 }

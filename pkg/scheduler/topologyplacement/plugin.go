@@ -136,11 +136,12 @@ func build(ctx context.Context, args *Args, handle framework.Handle) (*TopologyP
 	if _, err := objCache.GetInformer(ctx, &schedv1alpha1.PodGroup{}); err != nil {
 		return nil, fmt.Errorf("watching PodGroups: %w", err)
 	}
-	ntInformer, err := newNodeTopologyInformer(handle.KubeConfig(), scheme)
+	specs := newSpecTable()
+	ntInformer, err := newNodeTopologyInformer(handle.KubeConfig(), scheme, specs)
 	if err != nil {
 		return nil, fmt.Errorf("watching NodeTopology: %w", err)
 	}
-	gpus := newGPUIndex()
+	gpus := newGPUIndex(specs)
 	if _, err := ntInformer.AddEventHandler(gpus.handler()); err != nil {
 		return nil, err
 	}
@@ -162,6 +163,7 @@ func build(ctx context.Context, args *Args, handle framework.Handle) (*TopologyP
 		return nil, err
 	}
 	health := newTopologyHealth(args.maxAge(), clock.RealClock{}, handle.EventRecorder(), m.nodesExcluded, logger)
+	health.specs = specs
 	if _, err := ntInformer.AddEventHandler(health.handler()); err != nil {
 		return nil, err
 	}
