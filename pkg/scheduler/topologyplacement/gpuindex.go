@@ -25,10 +25,13 @@ type gpuIndex struct {
 	mu        sync.RWMutex
 	nodes     map[string]nodeGPUs
 	selectors map[string]*topology.Selector
+	// specs converts specs, sharing the model of nodes of one profile (nil:
+	// each node converts its own).
+	specs *specTable
 }
 
-func newGPUIndex() *gpuIndex {
-	return &gpuIndex{nodes: map[string]nodeGPUs{}, selectors: map[string]*topology.Selector{}}
+func newGPUIndex(specs *specTable) *gpuIndex {
+	return &gpuIndex{nodes: map[string]nodeGPUs{}, selectors: map[string]*topology.Selector{}, specs: specs}
 }
 
 func (x *gpuIndex) get(node string) (nodeGPUs, bool) {
@@ -41,7 +44,7 @@ func (x *gpuIndex) get(node string) (nodeGPUs, bool) {
 // set indexes a NodeTopology. A malformed one removes the node from the
 // index: it is then planned as GPUs without topology, never a crash.
 func (x *gpuIndex) set(nt *v1alpha1.NodeTopology) {
-	hw, err := nt.Spec.ToTopology()
+	hw, err := x.specs.topology(&nt.Spec)
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	if err != nil {

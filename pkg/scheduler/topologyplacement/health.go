@@ -68,6 +68,8 @@ type topologyHealth struct {
 	// became usable again: gangs turned away for want of it may fit now,
 	// and a heartbeat-only update is no event the queue acts on.
 	rejoined func()
+	// specs converts specs (nil: each converts on its own).
+	specs *specTable
 
 	mu       sync.Mutex
 	records  map[string]topologyRecord
@@ -93,7 +95,7 @@ func newTopologyHealth(maxAge time.Duration, clk clock.Clock, recorder events.Ev
 // set records a NodeTopology's heartbeat and whether its spec is valid.
 func (h *topologyHealth) set(nt *v1alpha1.NodeTopology) {
 	rec := topologyRecord{uid: nt.UID, heartbeat: nt.Status.HeartbeatTime.Time}
-	if _, err := nt.Spec.ToTopology(); err != nil {
+	if _, err := h.specs.topology(&nt.Spec); err != nil {
 		rec.invalid = err.Error()
 	}
 	h.mu.Lock()

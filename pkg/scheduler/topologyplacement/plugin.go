@@ -125,21 +125,23 @@ func build(ctx context.Context, args *Args, handle framework.Handle) (*TopologyP
 	}
 	objCache, err := ctrlcache.New(handle.KubeConfig(), ctrlcache.Options{
 		Scheme: scheme,
-		// Nothing reads managedFields, and on 5,000 NodeTopology objects
-		// they are memory the stock scheduler does not spend.
+		// Nothing reads managedFields: memory the stock scheduler does not
+		// spend. NodeTopology has its own paged informer
+		// (newNodeTopologyInformer).
 		DefaultTransform: ctrlcache.TransformStripManagedFields(),
 	})
 	if err != nil {
-		return nil, fmt.Errorf("creating NodeTopology cache: %w", err)
+		return nil, fmt.Errorf("creating PodGroup cache: %w", err)
 	}
 	if _, err := objCache.GetInformer(ctx, &schedv1alpha1.PodGroup{}); err != nil {
 		return nil, fmt.Errorf("watching PodGroups: %w", err)
 	}
-	ntInformer, err := objCache.GetInformer(ctx, &v1alpha1.NodeTopology{})
+	specs := newSpecTable()
+	ntInformer, err := newNodeTopologyInformer(handle.KubeConfig(), scheme, specs)
 	if err != nil {
 		return nil, fmt.Errorf("watching NodeTopology: %w", err)
 	}
-	gpus := newGPUIndex()
+	gpus := newGPUIndex(specs)
 	if _, err := ntInformer.AddEventHandler(gpus.handler()); err != nil {
 		return nil, err
 	}
@@ -148,7 +150,8 @@ func build(ctx context.Context, args *Args, handle framework.Handle) (*TopologyP
 			logger.Error(err, "NodeTopology cache stopped")
 		}
 	}()
-	if !objCache.WaitForCacheSync(ctx) {
+	go ntInformer.RunWithContext(ctx)
+	if !objCache.WaitForCacheSync(ctx) || !cache.WaitForCacheSync(ctx.Done(), ntInformer.HasSynced) {
 		return nil, fmt.Errorf("%s: NodeTopology and PodGroup caches did not sync", Name)
 	}
 	c, err := client.New(handle.KubeConfig(), client.Options{Scheme: scheme})
@@ -160,6 +163,7 @@ func build(ctx context.Context, args *Args, handle framework.Handle) (*TopologyP
 		return nil, err
 	}
 	health := newTopologyHealth(args.maxAge(), clock.RealClock{}, handle.EventRecorder(), m.nodesExcluded, logger)
+	health.specs = specs
 	if _, err := ntInformer.AddEventHandler(health.handler()); err != nil {
 		return nil, err
 	}
