@@ -113,8 +113,11 @@ demo-down: ## Stop and remove the cluster started by demo.
 
 ##@ Benchmark
 
-# Where make bench writes report.md, results.json and the plots.
-BENCH_OUT ?= $(ROOT)/_output/bench
+# Where make bench writes report.md, results.json and the plots: the
+# committed run, so a make bench shows in git diff what changed.
+BENCH_OUT ?= docs/benchmarks/results
+# Where make bench-scale writes its partial report (never the committed one).
+BENCH_SCALE_OUT ?= $(ROOT)/_output/bench-scale
 BENCH_MODEL ?= test/e2e/models/hgx-32-oversubscribed.yaml
 BENCH_TRACE ?= test/e2e/traces/default.csv
 BENCH_SCALE_MODEL ?= test/e2e/models/scale-5000.yaml
@@ -132,9 +135,9 @@ bench: tools build ## Replay BENCH_TRACE on BENCH_MODEL with kube-scheduler, Cos
 	  --out $(BENCH_OUT) $(BENCH_FLAGS)
 
 .PHONY: bench-scale
-bench-scale: tools build ## Only the in-process scale run: kube-scheduler and Lockstep in turn in one process on BENCH_SCALE_MODEL, BENCH_ROUNDS rounds; results in BENCH_OUT.
+bench-scale: tools build ## Only the in-process scale run: kube-scheduler and Lockstep in turn in one process on BENCH_SCALE_MODEL, BENCH_ROUNDS rounds; results in BENCH_SCALE_OUT.
 	$(BIN)/lockstep-bench --bin $(BIN) --skip-replay --inprocess-model $(BENCH_SCALE_MODEL) \
-	  --inprocess-rounds $(BENCH_ROUNDS) --out $(BENCH_OUT) $(BENCH_FLAGS)
+	  --inprocess-rounds $(BENCH_ROUNDS) --sweep-preferred-wait= --out $(BENCH_SCALE_OUT) $(BENCH_FLAGS)
 
 ##@ Other
 

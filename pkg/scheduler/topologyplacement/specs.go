@@ -5,6 +5,7 @@ import (
 	"slices"
 	"sync"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/lockstep-dev/lockstep/pkg/apis/lockstep/v1alpha1"
@@ -24,7 +25,8 @@ const maxSharedSpecs = 4096
 // and twice that in RSS once the garbage collector's target follows. Nodes
 // of one hardware profile report equal values apart from identifiers (GPU
 // UUIDs and bus IDs, NIC GUIDs and bus IDs) that planning never reads. The
-// informer's transform (slim) drops those identifiers from valid objects and
+// informer's transform (slim) drops those identifiers from valid objects
+// (and the metadata nothing reads from all) and
 // replaces each slice by an equal one already stored, so the store keeps one
 // copy per profile. The placement model converted from a shared spec is kept
 // once too (topology): the GPU index and the health check convert nothing
@@ -93,7 +95,13 @@ func (t *specTable) slim(obj any) (any, error) {
 	if !ok {
 		return obj, nil
 	}
-	nt.ManagedFields = nil
+	// Of the metadata, the handlers read the name and UID, the informer the
+	// resource version and slim the generation: labels, annotations, owner
+	// references and managedFields are per-node memory nothing reads.
+	nt.ObjectMeta = metav1.ObjectMeta{
+		Name: nt.Name, Namespace: nt.Namespace, UID: nt.UID, ResourceVersion: nt.ResourceVersion,
+		Generation: nt.Generation, DeletionTimestamp: nt.DeletionTimestamp,
+	}
 	if t.reuse(nt) {
 		return nt, nil
 	}

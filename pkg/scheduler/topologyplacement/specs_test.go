@@ -20,6 +20,8 @@ func agentNodeTopology(t testing.TB, name string) *v1alpha1.NodeTopology {
 	nt.UID = types.UID("uid-" + name)
 	nt.Generation = 1
 	nt.ManagedFields = []metav1.ManagedFieldsEntry{{Manager: "agent"}}
+	nt.OwnerReferences = []metav1.OwnerReference{{APIVersion: "v1", Kind: "Node", Name: name, UID: types.UID("node-" + name)}}
+	nt.Labels = map[string]string{"lockstep.dev/profile": "hgx-h100"}
 	for i := range nt.Spec.GPUs {
 		nt.Spec.GPUs[i].UUID = fmt.Sprintf("GPU-%s-%d", name, i)
 		nt.Spec.GPUs[i].PCIBusID = fmt.Sprintf("00000000:%02x:00.0", i)
@@ -48,8 +50,9 @@ func TestSpecTableSharesOneProfile(t *testing.T) {
 	a := slimmed(t, specs, agentNodeTopology(t, "a"))
 	b := slimmed(t, specs, agentNodeTopology(t, "b"))
 
-	if a.ManagedFields != nil {
-		t.Errorf("managedFields kept: %v", a.ManagedFields)
+	wantMeta := metav1.ObjectMeta{Name: "a", UID: "uid-a", Generation: 1}
+	if diff := cmp.Diff(wantMeta, a.ObjectMeta); diff != "" {
+		t.Errorf("metadata kept (-want +got):\n%s", diff)
 	}
 	for _, nt := range []*v1alpha1.NodeTopology{a, b} {
 		for _, g := range nt.Spec.GPUs {
