@@ -46,6 +46,8 @@ type options struct {
 	cpuProfile      string
 	memProfile      string
 	sweepWaits      string
+	// render, when set, only rewrites that results directory's report.
+	render string
 }
 
 // defaultSweepWaits are the preferredWait values make bench sweeps, in
@@ -78,6 +80,7 @@ func main() {
 	fs.BoolVar(&o.skipReplay, "skip-replay", false, "skip the trace replays: run only the scale runs")
 	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the in-process scale run to this file")
 	fs.StringVar(&o.memProfile, "memprofile", "", "write a heap profile after each in-process run has bound every pod, to FILE.<scheduler>.<round>")
+	fs.StringVar(&o.render, "render", "", "only rewrite report.md and the plots of this results directory from its results.json (after a change of the report's format); runs nothing")
 	fs.StringVar(&o.sweepWaits, "sweep-preferred-wait", defaultSweepWaits, "TopologyPlacement preferredWait values (trace time, comma-separated) to replay Lockstep with after the comparison; empty skips the sweep")
 	_ = fs.Parse(os.Args[1:])
 	if fs.NArg() > 0 {
@@ -92,12 +95,34 @@ func main() {
 	// The in-process run's scheduler plugins use controller-runtime.
 	ctrllog.SetLogger(logr.Discard())
 
+	if o.render != "" {
+		if err := render(o.render); err != nil {
+			fmt.Fprintf(os.Stderr, "lockstep-bench: %v\n", err)
+			os.Exit(1)
+		}
+		return
+	}
 	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer cancel()
 	if err := run(ctx, o); err != nil {
 		fmt.Fprintf(os.Stderr, "lockstep-bench: %v\n", err)
 		os.Exit(1)
 	}
+}
+
+// render rewrites dir's report.md and plots from its results.json: the
+// numbers of the run that wrote it, in the report's current format.
+func render(dir string) error {
+	f, err := os.Open(filepath.Join(dir, "results.json"))
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	r, err := bench.ReadJSON(f)
+	if err != nil {
+		return fmt.Errorf("%s: %w", f.Name(), err)
+	}
+	return r.WriteAll(dir)
 }
 
 func run(ctx context.Context, o options) error {

@@ -208,3 +208,38 @@ func TestParseWaits(t *testing.T) {
 		}
 	}
 }
+
+// TestRenderRewritesReportFromResults: --render brings a results
+// directory's report.md up to the report's format from its results.json
+// alone, and refuses a directory without one.
+func TestRenderRewritesReportFromResults(t *testing.T) {
+	dir := t.TempDir()
+	mean := 0.99
+	r := bench.Report{
+		Results: []bench.Result{{Scheduler: bench.SchedulerLockstep, Jobs: 2, FinishedJobs: 2, EfficiencyMean: &mean}},
+		Sweep:   &bench.Sweep{DeployedWaitSeconds: 30, Points: []bench.SweepPoint{{WaitSeconds: 30, Jobs: 2, FinishedJobs: 2, GPUHours: 1, EfficiencyMean: &mean}}},
+	}
+	if err := r.WriteAll(dir); err != nil {
+		t.Fatal(err)
+	}
+	want, err := os.ReadFile(filepath.Join(dir, "report.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "report.md"), []byte("stale\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := render(dir); err != nil {
+		t.Fatalf("render: %v", err)
+	}
+	got, err := os.ReadFile(filepath.Join(dir, "report.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(string(want), string(got)); diff != "" {
+		t.Errorf("rendered report.md (-want +got):\n%s", diff)
+	}
+	if err := render(t.TempDir()); err == nil {
+		t.Errorf("render of a directory without results.json: no error")
+	}
+}

@@ -77,6 +77,53 @@ func (s Sweep) sorted() []SweepPoint {
 	return points
 }
 
+// Tolerances of Suggested: about the spread of repeated replays of one
+// configuration on a 2-core machine, so a point inside them is as good as
+// the best one.
+const (
+	suggestGPUHoursTolerance   = 0.01
+	suggestEfficiencyTolerance = 0.005
+)
+
+// Suggested returns the preferredWait the sweep argues for: the longest
+// wait whose replay finished every job whole (no partial or deadlocked
+// gangs) with an efficiency mean within suggestEfficiencyTolerance of the
+// sweep's best and GPU-hours within suggestGPUHoursTolerance of its
+// lowest. The longest, because a longer wait is what lets a Preferred gang
+// hold out for a tight domain when one frees soon; past where it costs
+// GPU-hours or efficiency, the trace says it does not pay. False when no
+// point qualifies.
+func (s Sweep) Suggested() (SweepPoint, bool) {
+	var bestEff, leastHours float64
+	leastHours = -1
+	whole := func(p SweepPoint) bool {
+		return p.Jobs > 0 && p.FinishedJobs == p.Jobs && p.PartialGangs == 0 && p.DeadlockedGangs == 0
+	}
+	for _, p := range s.Points {
+		if !whole(p) {
+			continue
+		}
+		if p.EfficiencyMean != nil {
+			bestEff = max(bestEff, *p.EfficiencyMean)
+		}
+		if leastHours < 0 || p.GPUHours < leastHours {
+			leastHours = p.GPUHours
+		}
+	}
+	var pick SweepPoint
+	found := false
+	for _, p := range s.sorted() {
+		if !whole(p) || p.GPUHours > leastHours*(1+suggestGPUHoursTolerance) {
+			continue
+		}
+		if p.EfficiencyMean != nil && *p.EfficiencyMean < bestEff-suggestEfficiencyTolerance {
+			continue
+		}
+		pick, found = p, true
+	}
+	return pick, found
+}
+
 func (s Sweep) writeMarkdown(b *strings.Builder) {
 	b.WriteString("\n## preferredWait sweep\n\n")
 	fmt.Fprintf(b, "Lockstep alone, once per TopologyPlacement `preferredWait` (trace time; the replay runs it divided by the time compression); deploy/scheduler/config.yaml has %s. Plot: `%s`.\n\n",
@@ -93,6 +140,12 @@ func (s Sweep) writeMarkdown(b *strings.Builder) {
 			formatWait(p.JCTMeanSeconds), formatWait(p.JCTP99Seconds), fmt.Sprintf("%.1f", p.GPUHours),
 			formatRatio(p.EfficiencyMean), leaf, fmt.Sprint(p.PartialGangs),
 		})
+	}
+	if p, ok := s.Suggested(); ok {
+		fmt.Fprintf(b, "\nSuggested preferredWait: **%s**, the longest wait that finished every job whole with an efficiency mean within %.3f of the best and GPU-hours within %.0f%% of the lowest (docs/benchmarks.md, \"The preferredWait sweep\").\n",
+			formatWait(&p.WaitSeconds), suggestEfficiencyTolerance, 100*suggestGPUHoursTolerance)
+	} else {
+		b.WriteString("\nNo preferredWait of the sweep finished every job whole: none is suggested.\n")
 	}
 }
 

@@ -340,21 +340,27 @@ func (c *Cluster) renderSchedulerConfig(name, kubeconfig string, cfg map[string]
 	return path, os.WriteFile(path, out, 0o644)
 }
 
-// Every scheduler the benchmarks compare talks to the apiserver at the same
-// rate: binding is one write per pod, so unequal limits would measure the
-// limits, not the schedulers.
-const (
-	SchedulerClientQPS   = 200
-	SchedulerClientBurst = 400
-)
+// ClientRate is a scheduler's client-side limit on API requests.
+type ClientRate struct{ QPS, Burst int }
+
+// SchedulerClientRate is the rate every scheduler of a local cluster talks
+// to the apiserver at: binding is one write per pod, so unequal limits
+// would measure the limits, not the schedulers.
+var SchedulerClientRate = ClientRate{QPS: 200, Burst: 400}
 
 // RenderSchedulerConfig returns the KubeSchedulerConfiguration cfg as YAML
-// with kubeconfig and the benchmarks' client rate (SchedulerClientQPS,
-// SchedulerClientBurst), and leader election as renderSchedulerConfig
+// with kubeconfig and the local clusters' client rate
+// (SchedulerClientRate), and leader election as renderSchedulerConfig
 // describes.
 func RenderSchedulerConfig(cfg map[string]any, kubeconfig string, le *LeaderElection) ([]byte, error) {
+	return RenderSchedulerConfigAtRate(cfg, kubeconfig, le, SchedulerClientRate)
+}
+
+// RenderSchedulerConfigAtRate is RenderSchedulerConfig with the client rate
+// given.
+func RenderSchedulerConfigAtRate(cfg map[string]any, kubeconfig string, le *LeaderElection, rate ClientRate) ([]byte, error) {
 	rendered := maps.Clone(cfg)
-	rendered["clientConnection"] = map[string]any{"kubeconfig": kubeconfig, "qps": SchedulerClientQPS, "burst": SchedulerClientBurst}
+	rendered["clientConnection"] = map[string]any{"kubeconfig": kubeconfig, "qps": rate.QPS, "burst": rate.Burst}
 	if le == nil {
 		rendered["leaderElection"] = map[string]any{"leaderElect": false}
 	} else {
