@@ -53,6 +53,9 @@ type options struct {
 	resyncInterval     time.Duration
 	qps                float64
 	burst              int
+	once               bool
+	sanitize           bool
+	recordNVML         string
 }
 
 func main() {
@@ -73,11 +76,27 @@ func main() {
 	fs.DurationVar(&opts.resyncInterval, "resync-interval", 10*time.Second, "real mode: how often hardware and GPU allocation are read")
 	fs.Float64Var(&opts.qps, "kube-api-qps", 100, "fake mode publishes ~3 writes per node at start: the apiserver request rate limit")
 	fs.IntVar(&opts.burst, "kube-api-burst", 200, "burst above --kube-api-qps")
+	fs.BoolVar(&opts.once, "once", false, "real mode: discover this node once, print the report as JSON on stdout and exit, without contacting the API server (what the agent would publish, for checking a node by hand)")
+	fs.BoolVar(&opts.sanitize, "sanitize", false, "with --once: replace GPU UUIDs, the NVLink cluster UUID, HCA GUIDs and pod names by placeholders, so the output can be shared or committed as a test fixture")
+	fs.StringVar(&opts.recordNVML, "record-nvml", "", "with --once: also write every answer of this node's NVML (sanitized with --sanitize) to this file, a fixture that pkg/agent/discovery's tests replay")
 	klog.InitFlags(fs)
 	_ = fs.Parse(os.Args[1:])
 
 	ctrl.SetLogger(klog.NewKlogr())
 	ctx := ctrl.SetupSignalHandler()
+	if opts.once {
+		if err := discoverOnce(ctx, opts, os.Stdout); err != nil {
+			klog.ErrorS(err, "topology-agent --once failed")
+			klog.Flush()
+			os.Exit(1)
+		}
+		return
+	}
+	if opts.sanitize || opts.recordNVML != "" {
+		klog.ErrorS(nil, "--sanitize and --record-nvml need --once")
+		klog.Flush()
+		os.Exit(2)
+	}
 	if err := run(ctx, opts); err != nil {
 		klog.ErrorS(err, "topology-agent failed")
 		klog.Flush()
