@@ -229,11 +229,12 @@ func run(ctx context.Context, o options) error {
 	if len(sweepWaits) > 0 {
 		report.Sweep = &bench.Sweep{DeployedWaitSeconds: deployedWait.Seconds()}
 		for _, wait := range sweepWaits {
-			// The comparison's Lockstep replay already ran with the
-			// deployed wait.
+			// The comparison's Lockstep replay ran with the deployed wait;
+			// the sweep replays it once more, and the two measure how far
+			// replays of one configuration differ on this machine, which
+			// is the tolerance the suggestion needs.
 			if res, ok := resultOf(report.Results, bench.SchedulerLockstep); ok && wait == deployedWait {
 				report.Sweep.Points = append(report.Sweep.Points, bench.NewSweepPoint(wait, res))
-				continue
 			}
 			cfg, scaled, _, err := compressedConfig(root, o.compression, wait)
 			if err != nil {

@@ -3,6 +3,7 @@ package bench
 import (
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -25,8 +26,10 @@ const SweepPlotFile = "preferred-wait-sweep.png"
 type Sweep struct {
 	// DeployedWaitSeconds is deploy/scheduler/config.yaml's preferredWait,
 	// in trace time.
-	DeployedWaitSeconds float64      `json:"deployed_wait_s"`
-	Points              []SweepPoint `json:"points"`
+	DeployedWaitSeconds float64 `json:"deployed_wait_s"`
+	// Points has one replay per wait, and the deployed wait twice when the
+	// comparison replayed Lockstep: the two measure this run's noise.
+	Points []SweepPoint `json:"points"`
 }
 
 // SweepPoint is one replay of the sweep.
@@ -77,51 +80,127 @@ func (s Sweep) sorted() []SweepPoint {
 	return points
 }
 
-// Tolerances of Suggested: about the spread of repeated replays of one
-// configuration on a 2-core machine, so a point inside them is as good as
-// the best one.
-const (
-	suggestGPUHoursTolerance   = 0.01
-	suggestEfficiencyTolerance = 0.005
-)
+// suggestGPUHoursFloor is the least GPU-hours tolerance of Suggested. Two
+// make bench runs of one configuration on a 2-core machine differed by up
+// to 1.5% in GPU-hours (docs/benchmarks.md, "The preferredWait sweep"), so
+// a 1% tolerance let noise move the suggestion between 30 s and 5 min.
+const suggestGPUHoursFloor = 0.02
 
-// Suggested returns the preferredWait the sweep argues for: the longest
-// wait whose replay finished every job whole (no partial or deadlocked
-// gangs) with an efficiency mean within suggestEfficiencyTolerance of the
-// sweep's best and GPU-hours within suggestGPUHoursTolerance of its
-// lowest. The longest, because a longer wait is what lets a Preferred gang
-// hold out for a tight domain when one frees soon; past where it costs
-// GPU-hours or efficiency, the trace says it does not pay. False when no
-// point qualifies.
-func (s Sweep) Suggested() (SweepPoint, bool) {
-	var bestEff, leastHours float64
-	leastHours = -1
-	whole := func(p SweepPoint) bool {
-		return p.Jobs > 0 && p.FinishedJobs == p.Jobs && p.PartialGangs == 0 && p.DeadlockedGangs == 0
-	}
-	for _, p := range s.Points {
-		if !whole(p) {
-			continue
-		}
-		if p.EfficiencyMean != nil {
-			bestEff = max(bestEff, *p.EfficiencyMean)
-		}
-		if leastHours < 0 || p.GPUHours < leastHours {
-			leastHours = p.GPUHours
-		}
-	}
-	var pick SweepPoint
-	found := false
+// suggestEfficiencyTolerance is how far below the sweep's best efficiency
+// mean a point may be and still be as good as the best.
+const suggestEfficiencyTolerance = 0.005
+
+// whole reports whether the replay finished every job with no gang left
+// partial or deadlocked: only such replays are references.
+func (p SweepPoint) whole() bool {
+	return p.Jobs > 0 && p.FinishedJobs == p.Jobs && p.PartialGangs == 0 && p.DeadlockedGangs == 0
+}
+
+// waitSummary is the replays of one wait taken together.
+type waitSummary struct {
+	wait float64
+	// whole is every replay of the wait whole.
+	whole bool
+	// gpuHours is their mean; efficiency their lowest mean.
+	gpuHours   float64
+	efficiency *float64
+}
+
+// byWait groups the points by wait, ascending.
+func (s Sweep) byWait() []waitSummary {
+	var out []waitSummary
 	for _, p := range s.sorted() {
-		if !whole(p) || p.GPUHours > leastHours*(1+suggestGPUHoursTolerance) {
-			continue
+		if n := len(out); n == 0 || out[n-1].wait != p.WaitSeconds {
+			out = append(out, waitSummary{wait: p.WaitSeconds, whole: true})
 		}
-		if p.EfficiencyMean != nil && *p.EfficiencyMean < bestEff-suggestEfficiencyTolerance {
-			continue
+		w := &out[len(out)-1]
+		w.whole = w.whole && p.whole()
+		w.gpuHours += p.GPUHours
+		if p.EfficiencyMean != nil && (w.efficiency == nil || *p.EfficiencyMean < *w.efficiency) {
+			w.efficiency = p.EfficiencyMean
 		}
-		pick, found = p, true
 	}
-	return pick, found
+	for i := range out {
+		n := 0
+		for _, p := range s.Points {
+			if p.WaitSeconds == out[i].wait {
+				n++
+			}
+		}
+		out[i].gpuHours /= float64(n)
+	}
+	return out
+}
+
+// RepeatSpread is the largest relative difference in GPU-hours between two
+// replays of one wait (the sweep replays the deployed wait beside the
+// comparison's Lockstep replay), or 0 when no wait was replayed twice: the
+// noise of this machine, measured in this run.
+func (s Sweep) RepeatSpread() float64 {
+	spread := 0.0
+	for i, a := range s.Points {
+		for _, b := range s.Points[i+1:] {
+			if a.WaitSeconds != b.WaitSeconds || min(a.GPUHours, b.GPUHours) <= 0 {
+				continue
+			}
+			spread = max(spread, (max(a.GPUHours, b.GPUHours)-min(a.GPUHours, b.GPUHours))/min(a.GPUHours, b.GPUHours))
+		}
+	}
+	return spread
+}
+
+// GPUHoursTolerance is how much more GPU-hours than the sweep's lowest a
+// wait may cost and still count as good as the best: the larger of
+// suggestGPUHoursFloor and RepeatSpread.
+func (s Sweep) GPUHoursTolerance() float64 {
+	return max(suggestGPUHoursFloor, s.RepeatSpread())
+}
+
+// Suggested returns the preferredWait the sweep argues for, and whether it
+// is the deployed one. A wait is good when every replay of it finished
+// every job whole, its mean GPU-hours are within GPUHoursTolerance of the
+// lowest such wait's and its efficiency mean within
+// suggestEfficiencyTolerance of the best. The deployed wait stands while it
+// is good: a change must be earned by a difference larger than this run's
+// noise, or the default would follow the noise from run to run. Otherwise
+// the good wait nearest the deployed one (the shorter on a tie) is
+// suggested. False when no wait is whole.
+func (s Sweep) Suggested() (wait float64, deployed, ok bool) {
+	waits := s.byWait()
+	leastHours, bestEff := -1.0, 0.0
+	for _, w := range waits {
+		if !w.whole {
+			continue
+		}
+		if leastHours < 0 || w.gpuHours < leastHours {
+			leastHours = w.gpuHours
+		}
+		if w.efficiency != nil {
+			bestEff = max(bestEff, *w.efficiency)
+		}
+	}
+	if leastHours < 0 {
+		return 0, false, false
+	}
+	tolerance := s.GPUHoursTolerance()
+	good := func(w waitSummary) bool {
+		return w.whole && w.gpuHours <= leastHours*(1+tolerance) &&
+			(w.efficiency == nil || *w.efficiency >= bestEff-suggestEfficiencyTolerance)
+	}
+	distance := func(w float64) float64 { return math.Abs(w - s.DeployedWaitSeconds) }
+	found := false
+	for _, w := range waits {
+		if !good(w) {
+			continue
+		}
+		if w.wait == s.DeployedWaitSeconds {
+			return w.wait, true, true
+		}
+		if !found || distance(w.wait) < distance(wait) {
+			wait, found = w.wait, true
+		}
+	}
+	return wait, false, found
 }
 
 func (s Sweep) writeMarkdown(b *strings.Builder) {
@@ -130,22 +209,38 @@ func (s Sweep) writeMarkdown(b *strings.Builder) {
 		formatWait(&s.DeployedWaitSeconds), SweepPlotFile)
 	writeRow(b, []string{"preferredWait", "jobs finished", "JCT mean", "JCT p99", "GPU-hours", "efficiency mean", "multi-node jobs in one leaf", "partially placed gangs"})
 	writeRow(b, slices.Repeat([]string{"---"}, 8))
+	seen := map[float64]bool{}
 	for _, p := range s.sorted() {
+		wait := formatWait(&p.WaitSeconds)
+		if seen[p.WaitSeconds] {
+			wait += " (again)"
+		}
+		seen[p.WaitSeconds] = true
 		leaf := "n/a"
 		if p.OneLeafShare != nil {
 			leaf = fmt.Sprintf("%.0f%%", 100**p.OneLeafShare)
 		}
 		writeRow(b, []string{
-			formatWait(&p.WaitSeconds), fmt.Sprintf("%d/%d", p.FinishedJobs, p.Jobs),
+			wait, fmt.Sprintf("%d/%d", p.FinishedJobs, p.Jobs),
 			formatWait(p.JCTMeanSeconds), formatWait(p.JCTP99Seconds), fmt.Sprintf("%.1f", p.GPUHours),
 			formatRatio(p.EfficiencyMean), leaf, fmt.Sprint(p.PartialGangs),
 		})
 	}
-	if p, ok := s.Suggested(); ok {
-		fmt.Fprintf(b, "\nSuggested preferredWait: **%s**, the longest wait that finished every job whole with an efficiency mean within %.3f of the best and GPU-hours within %.0f%% of the lowest (docs/benchmarks.md, \"The preferredWait sweep\").\n",
-			formatWait(&p.WaitSeconds), suggestEfficiencyTolerance, 100*suggestGPUHoursTolerance)
+	if spread := s.RepeatSpread(); spread > 0 {
+		fmt.Fprintf(b, "\nReplays of one preferredWait differed by %.1f%% in GPU-hours: this run's noise. ", 100*spread)
 	} else {
+		b.WriteString("\nNo preferredWait was replayed twice: this run did not measure its noise. ")
+	}
+	fmt.Fprintf(b, "A wait counts as good when every replay of it finished every job whole, with GPU-hours within %.1f%% of the lowest (the larger of the measured noise and %.0f%%) and an efficiency mean within %.3f of the best.\n",
+		100*s.GPUHoursTolerance(), 100*suggestGPUHoursFloor, suggestEfficiencyTolerance)
+	switch wait, deployed, ok := s.Suggested(); {
+	case !ok:
 		b.WriteString("\nNo preferredWait of the sweep finished every job whole: none is suggested.\n")
+	case deployed:
+		fmt.Fprintf(b, "\nSuggested preferredWait: **%s, as deployed**: it is good, and no other wait is better by more than the noise (docs/benchmarks.md, \"The preferredWait sweep\").\n", formatWait(&wait))
+	default:
+		fmt.Fprintf(b, "\nSuggested preferredWait: **%s**, the good wait nearest the deployed %s, which is not good on this trace (docs/benchmarks.md, \"The preferredWait sweep\").\n",
+			formatWait(&wait), formatWait(&s.DeployedWaitSeconds))
 	}
 }
 
