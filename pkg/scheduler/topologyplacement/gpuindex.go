@@ -20,10 +20,21 @@ type nodeGPUs struct {
 	free topology.GPUSet
 }
 
+// gpuSlot holds a node's nodeGPUs. A NodeTopology update rewrites the slot
+// in place (under gpuIndex.mu), so the planner's snapshot can keep a
+// pointer to it per node instead of looking the name up for each of
+// thousands of nodes on every plan.
+type gpuSlot struct {
+	nodeGPUs
+}
+
 // gpuIndex maps node names to nodeGPUs, fed by the NodeTopology informer.
 type gpuIndex struct {
-	mu        sync.RWMutex
-	nodes     map[string]nodeGPUs
+	mu    sync.RWMutex
+	nodes map[string]*gpuSlot
+	// epoch changes whenever a slot is added or removed, which makes the
+	// pointers kept by snapshotRows stale; updates in place leave it.
+	epoch     uint64
 	selectors map[string]*topology.Selector
 	// specs converts specs, sharing the model of nodes of one profile (nil:
 	// each node converts its own).
@@ -31,14 +42,24 @@ type gpuIndex struct {
 }
 
 func newGPUIndex(specs *specTable) *gpuIndex {
-	return &gpuIndex{nodes: map[string]nodeGPUs{}, selectors: map[string]*topology.Selector{}, specs: specs}
+	return &gpuIndex{nodes: map[string]*gpuSlot{}, selectors: map[string]*topology.Selector{}, specs: specs}
 }
 
 func (x *gpuIndex) get(node string) (nodeGPUs, bool) {
 	x.mu.RLock()
 	defer x.mu.RUnlock()
-	n, ok := x.nodes[node]
-	return n, ok
+	if slot, ok := x.nodes[node]; ok {
+		return slot.nodeGPUs, true
+	}
+	return nodeGPUs{}, false
+}
+
+// drop removes a node's slot. The caller holds x.mu.
+func (x *gpuIndex) drop(name string) {
+	if _, ok := x.nodes[name]; ok {
+		delete(x.nodes, name)
+		x.epoch++
+	}
 }
 
 // set indexes a NodeTopology. A malformed one removes the node from the
@@ -48,7 +69,7 @@ func (x *gpuIndex) set(nt *v1alpha1.NodeTopology) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	if err != nil {
-		delete(x.nodes, nt.Name)
+		x.drop(nt.Name)
 		return
 	}
 	// Nodes of a built-in profile share one selector; other hardware gets its
@@ -60,7 +81,7 @@ func (x *gpuIndex) set(nt *v1alpha1.NodeTopology) {
 	sel, ok := x.selectors[key]
 	if !ok {
 		if sel, err = topology.NewSelector(hw); err != nil {
-			delete(x.nodes, nt.Name)
+			x.drop(nt.Name)
 			return
 		}
 		x.selectors[key] = sel
@@ -74,13 +95,19 @@ func (x *gpuIndex) set(nt *v1alpha1.NodeTopology) {
 			free &^= topology.NewGPUSet(int(g))
 		}
 	}
-	x.nodes[nt.Name] = nodeGPUs{topology: hw, selector: sel, free: free}
+	slot, ok := x.nodes[nt.Name]
+	if !ok {
+		slot = &gpuSlot{}
+		x.nodes[nt.Name] = slot
+		x.epoch++
+	}
+	slot.nodeGPUs = nodeGPUs{topology: hw, selector: sel, free: free}
 }
 
 func (x *gpuIndex) remove(name string) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
-	delete(x.nodes, name)
+	x.drop(name)
 }
 
 // handler keeps the index in step with the informer.

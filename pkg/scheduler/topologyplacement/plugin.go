@@ -72,6 +72,7 @@ type TopologyPlacement struct {
 	books  *books
 	gpus   *gpuIndex
 	trees  *treeCache
+	rows   *snapshotRows
 	// firstSeen is when each gang was first attempted, for Preferred
 	// constraints that widen with time and for the gang wait metric.
 	firstSeen *timeBook
@@ -178,6 +179,7 @@ func build(ctx context.Context, args *Args, handle framework.Handle) (*TopologyP
 		books:      newBooks(),
 		gpus:       gpus,
 		trees:      &treeCache{},
+		rows:       &snapshotRows{},
 		firstSeen:  newTimeBook(),
 		turnedAway: newKeySet(),
 		steered:    newSteerBook(),

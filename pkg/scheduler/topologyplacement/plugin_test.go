@@ -42,7 +42,7 @@ func newTestPlugin(t testing.TB) (*TopologyPlacement, *clocktesting.FakeClock) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &TopologyPlacement{args: args, clock: clock, books: newBooks(), gpus: newGPUIndex(nil), trees: &treeCache{}, firstSeen: newTimeBook(), turnedAway: newKeySet(), steered: newSteerBook(), metrics: m}, clock
+	return &TopologyPlacement{args: args, clock: clock, books: newBooks(), gpus: newGPUIndex(nil), trees: &treeCache{}, rows: &snapshotRows{}, firstSeen: newTimeBook(), turnedAway: newKeySet(), steered: newSteerBook(), metrics: m}, clock
 }
 
 func gpuNode(name string, gpus int64) *v1.Node {

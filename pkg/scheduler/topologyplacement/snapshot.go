@@ -98,7 +98,9 @@ func (p *TopologyPlacement) snapshot(pod *v1.Pod, gang string, nodeInfos []fwk.N
 	// the snapshot, not twice per node.
 	p.gpus.mu.RLock()
 	p.books.mu.Lock()
-	for _, ni := range nodeInfos {
+	p.rows.mu.Lock()
+	rows := p.rows.align(len(nodeInfos), p.gpus.epoch)
+	for i, ni := range nodeInfos {
 		node := ni.Node()
 		if node == nil || node.Spec.Unschedulable {
 			continue
@@ -114,8 +116,9 @@ func (p *TopologyPlacement) snapshot(pod *v1.Pod, gang string, nodeInfos []fwk.N
 		if _, out := excluded[node.Name]; out {
 			continue
 		}
-		nodes = append(nodes, p.plannerNode(ni, gang))
+		nodes = append(nodes, p.plannerNode(&rows[i], ni, node, gang))
 	}
+	p.rows.mu.Unlock()
 	p.books.mu.Unlock()
 	p.gpus.mu.RUnlock()
 	snap.Nodes = make([]*placement.Node, len(nodes))
@@ -251,27 +254,84 @@ func treeFingerprint(nodeInfos []fwk.NodeInfo, levels []topology.Level) uint64 {
 	return h
 }
 
-// plannerNode describes one node for the planner. The caller holds p.gpus
-// for reading and p.books.
-func (p *TopologyPlacement) plannerNode(ni fwk.NodeInfo, gang string) placement.Node {
-	node := ni.Node()
-	alloc, used := ni.GetAllocatable(), ni.GetRequested()
-	gpuCount := int(alloc.GetScalarResources()[lockstep.GPUResource])
-	freeCount := gpuCount - int(used.GetScalarResources()[lockstep.GPUResource])
+// snapshotRows keeps, per position of the scheduler's node list, what the
+// last plan read about that node: its resources from the NodeInfo and a
+// pointer to its GPU index slot. A plan on 5,000 nodes otherwise spent
+// most of its time in map lookups (ScalarResources twice and the GPU index
+// once per node), each a cache miss. A row is valid while the position
+// holds the same NodeInfo at the same generation with the same Node
+// object, and its slot pointer while the GPU index's epoch is unchanged;
+// the scheduler keeps its snapshot's NodeInfos and their order between
+// cycles and bumps a NodeInfo's generation on every change.
+type snapshotRows struct {
+	mu    sync.Mutex
+	epoch uint64
+	rows  []snapshotRow
+}
+
+type snapshotRow struct {
+	info       fwk.NodeInfo
+	generation int64
+	node       *v1.Node
+	// slot is nil for a node without a NodeTopology in the index.
+	slot *gpuSlot
+	// slotNode is the node the slot was looked up for.
+	slotNode *v1.Node
+
+	gpus, usedGPUs        int
+	freeMilliCPU, freeMem int64
+	freePods              int
+}
+
+// align returns n rows, all of whose slot pointers are dropped if the GPU
+// index's epoch moved since the last plan. The caller holds r.mu and the
+// GPU index for reading.
+func (r *snapshotRows) align(n int, epoch uint64) []snapshotRow {
+	if len(r.rows) != n {
+		r.rows = make([]snapshotRow, n)
+	}
+	if r.epoch != epoch {
+		for i := range r.rows {
+			r.rows[i].slotNode = nil
+		}
+		r.epoch = epoch
+	}
+	return r.rows
+}
+
+// plannerNode describes one node for the planner, refreshing row where
+// the node changed. The caller holds p.gpus for reading, p.books and
+// p.rows.
+func (p *TopologyPlacement) plannerNode(row *snapshotRow, ni fwk.NodeInfo, node *v1.Node, gang string) placement.Node {
+	if row.info != ni || row.node != node || row.generation != ni.GetGeneration() {
+		alloc, used := ni.GetAllocatable(), ni.GetRequested()
+		*row = snapshotRow{
+			info: ni, generation: ni.GetGeneration(), node: node,
+			slot: row.slot, slotNode: row.slotNode,
+			gpus:         int(alloc.GetScalarResources()[lockstep.GPUResource]),
+			usedGPUs:     int(used.GetScalarResources()[lockstep.GPUResource]),
+			freeMilliCPU: alloc.GetMilliCPU() - used.GetMilliCPU(),
+			freeMem:      alloc.GetMemory() - used.GetMemory(),
+			freePods:     alloc.GetAllowedPodNumber() - len(ni.GetPods()),
+		}
+	}
+	if row.slotNode != node {
+		row.slot, row.slotNode = p.gpus.nodes[node.Name], node
+	}
 	pn := placement.Node{
 		Name:         node.Name,
-		FreeMilliCPU: alloc.GetMilliCPU() - used.GetMilliCPU(),
-		FreeMemory:   alloc.GetMemory() - used.GetMemory(),
-		FreePods:     alloc.GetAllowedPodNumber() - len(ni.GetPods()),
+		FreeMilliCPU: row.freeMilliCPU,
+		FreeMemory:   row.freeMem,
+		FreePods:     row.freePods,
 	}
-	free := topology.AllGPUs(min(gpuCount, topology.MaxGPUs))
-	if gpus, ok := p.gpus.nodes[node.Name]; ok {
-		pn.Topology, pn.Selector, free = gpus.topology, gpus.selector, gpus.free
+	free := topology.AllGPUs(min(row.gpus, topology.MaxGPUs))
+	if slot := row.slot; slot != nil {
+		pn.Topology, pn.Selector, free = slot.topology, slot.selector, slot.free
 	}
 	free &^= p.books.core.HeldOn(node.Name, gang)
 	// GPUs taken by pods the agent has not reported yet are known only by
 	// count; drop the highest-indexed free GPUs to match it.
-	for free.Len() > max(freeCount, 0) {
+	for free.Len() > max(row.gpus-row.usedGPUs, 0) {
 		free &^= topology.GPUSet(1) << (63 - bits.LeadingZeros64(uint64(free)))
 	}
 	pn.FreeGPUs = free
