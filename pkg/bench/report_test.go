@@ -5,6 +5,8 @@ import (
 	"image/png"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -183,6 +185,12 @@ func TestCheckTargets(t *testing.T) {
 	met.Results[2].GPUHours = 0.9 * met.Results[0].GPUHours
 	if got := met.CheckTargets()[3]; got.Status != TargetMet {
 		t.Errorf("GPU-hours at exactly 0.9× = %+v, want met", got)
+	}
+	unfinished := met
+	unfinished.Results = slices.Clone(met.Results)
+	unfinished.Results[2].IncompleteJobs = 1
+	if got := unfinished.CheckTargets()[3]; got.Status != TargetMissed || !strings.Contains(got.Got, "1 of Lockstep's jobs unfinished") {
+		t.Errorf("GPU-hours of a Lockstep replay that left a job unfinished = %+v, want missed and said", got)
 	}
 	met.Scale.PodsPerSecond[SchedulerLockstep] = 100
 	if got := met.CheckTargets()[4]; got.Status != TargetMet || got.Got != "1.00× (100.0 vs 100.0 pods/s)" {
