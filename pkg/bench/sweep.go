@@ -80,15 +80,17 @@ func (s Sweep) sorted() []SweepPoint {
 	return points
 }
 
-// suggestGPUHoursFloor is the least GPU-hours tolerance of Suggested. Two
-// make bench runs of one configuration on a 2-core machine differed by up
-// to 1.5% in GPU-hours (docs/benchmarks.md, "The preferredWait sweep"), so
-// a 1% tolerance let noise move the suggestion between 30 s and 5 min.
-const suggestGPUHoursFloor = 0.02
-
-// suggestEfficiencyTolerance is how far below the sweep's best efficiency
-// mean a point may be and still be as good as the best.
-const suggestEfficiencyTolerance = 0.005
+// Floors of the tolerances within which a wait is as good as the best
+// (docs/benchmarks.md, "The preferredWait sweep"). Two make bench runs of
+// one configuration on a 2-core machine differed by up to 1.5% in
+// GPU-hours, and two replays of one wait in one run by 0.007 in efficiency
+// mean: one multi-node gang of the default trace's 69 multi-GPU jobs
+// landing across leaves instead of in one moves the mean by about that.
+// With 1% and 0.005, noise moved the suggestion between 30 s and 5 min.
+const (
+	suggestGPUHoursFloor   = 0.02
+	suggestEfficiencyFloor = 0.01
+)
 
 // whole reports whether the replay finished every job with no gang left
 // partial or deadlocked: only such replays are references.
@@ -101,7 +103,8 @@ type waitSummary struct {
 	wait float64
 	// whole is every replay of the wait whole.
 	whole bool
-	// gpuHours is their mean; efficiency their lowest mean.
+	// gpuHours and efficiency are the means of its replays (efficiency
+	// nil when no replay rated a job).
 	gpuHours   float64
 	efficiency *float64
 }
@@ -109,27 +112,41 @@ type waitSummary struct {
 // byWait groups the points by wait, ascending.
 func (s Sweep) byWait() []waitSummary {
 	var out []waitSummary
+	var n, rated []int
+	var effSum []float64
 	for _, p := range s.sorted() {
-		if n := len(out); n == 0 || out[n-1].wait != p.WaitSeconds {
+		if len(out) == 0 || out[len(out)-1].wait != p.WaitSeconds {
 			out = append(out, waitSummary{wait: p.WaitSeconds, whole: true})
+			n, rated, effSum = append(n, 0), append(rated, 0), append(effSum, 0)
 		}
-		w := &out[len(out)-1]
-		w.whole = w.whole && p.whole()
-		w.gpuHours += p.GPUHours
-		if p.EfficiencyMean != nil && (w.efficiency == nil || *p.EfficiencyMean < *w.efficiency) {
-			w.efficiency = p.EfficiencyMean
+		i := len(out) - 1
+		out[i].whole = out[i].whole && p.whole()
+		out[i].gpuHours += p.GPUHours
+		n[i]++
+		if p.EfficiencyMean != nil {
+			effSum[i] += *p.EfficiencyMean
+			rated[i]++
 		}
 	}
 	for i := range out {
-		n := 0
-		for _, p := range s.Points {
-			if p.WaitSeconds == out[i].wait {
-				n++
-			}
+		out[i].gpuHours /= float64(n[i])
+		if rated[i] > 0 {
+			mean := effSum[i] / float64(rated[i])
+			out[i].efficiency = &mean
 		}
-		out[i].gpuHours /= float64(n)
 	}
 	return out
+}
+
+// repeats calls f for every two replays of one wait.
+func (s Sweep) repeats(f func(a, b SweepPoint)) {
+	for i, a := range s.Points {
+		for _, b := range s.Points[i+1:] {
+			if a.WaitSeconds == b.WaitSeconds {
+				f(a, b)
+			}
+		}
+	}
 }
 
 // RepeatSpread is the largest relative difference in GPU-hours between two
@@ -138,39 +155,81 @@ func (s Sweep) byWait() []waitSummary {
 // noise of this machine, measured in this run.
 func (s Sweep) RepeatSpread() float64 {
 	spread := 0.0
-	for i, a := range s.Points {
-		for _, b := range s.Points[i+1:] {
-			if a.WaitSeconds != b.WaitSeconds || min(a.GPUHours, b.GPUHours) <= 0 {
-				continue
-			}
-			spread = max(spread, (max(a.GPUHours, b.GPUHours)-min(a.GPUHours, b.GPUHours))/min(a.GPUHours, b.GPUHours))
+	s.repeats(func(a, b SweepPoint) {
+		if lo := min(a.GPUHours, b.GPUHours); lo > 0 {
+			spread = max(spread, (max(a.GPUHours, b.GPUHours)-lo)/lo)
 		}
-	}
+	})
 	return spread
 }
 
-// GPUHoursTolerance is how much more GPU-hours than the sweep's lowest a
-// wait may cost and still count as good as the best: the larger of
-// suggestGPUHoursFloor and RepeatSpread.
+// RepeatEfficiencySpread is the largest difference in efficiency mean
+// between two replays of one wait, or 0.
+func (s Sweep) RepeatEfficiencySpread() float64 {
+	spread := 0.0
+	s.repeats(func(a, b SweepPoint) {
+		if a.EfficiencyMean != nil && b.EfficiencyMean != nil {
+			spread = max(spread, math.Abs(*a.EfficiencyMean-*b.EfficiencyMean))
+		}
+	})
+	return spread
+}
+
+// GPUHoursTolerance is how much more GPU-hours (relative) than the
+// sweep's lowest a wait may cost and still count as good as the best: the
+// larger of suggestGPUHoursFloor and RepeatSpread.
 func (s Sweep) GPUHoursTolerance() float64 {
 	return max(suggestGPUHoursFloor, s.RepeatSpread())
 }
 
-// Suggested returns the preferredWait the sweep argues for, and whether it
-// is the deployed one. A wait is good when every replay of it finished
-// every job whole, its mean GPU-hours are within GPUHoursTolerance of the
-// lowest such wait's and its efficiency mean within
-// suggestEfficiencyTolerance of the best. The deployed wait stands while it
+// EfficiencyTolerance is how far below the sweep's best efficiency mean a
+// wait may be and still count as good as the best: the larger of
+// suggestEfficiencyFloor and RepeatEfficiencySpread.
+func (s Sweep) EfficiencyTolerance() float64 {
+	return max(suggestEfficiencyFloor, s.RepeatEfficiencySpread())
+}
+
+// Suggestion is the preferredWait a sweep argues for.
+type Suggestion struct {
+	WaitSeconds float64
+	// Outcome says why: one of the Suggest constants.
+	Outcome string
+}
+
+// Outcomes of Sweep.Suggested.
+const (
+	// SuggestDeployedGood: the deployed wait is good; it stands.
+	SuggestDeployedGood = "deployed-good"
+	// SuggestNearestGood: the deployed wait is not good; the good wait
+	// nearest it (the shorter on a tie) is suggested.
+	SuggestNearestGood = "nearest-good"
+	// SuggestDeployedNoneGood: no wait is good (the cheapest is not the
+	// best placed), so the sweep gives no reason to move from the
+	// deployed wait, which finished every job whole.
+	SuggestDeployedNoneGood = "deployed-none-good"
+	// SuggestCheapest: no wait is good and the deployed one did not
+	// finish whole (or was not swept): the whole wait with the fewest
+	// GPU-hours, the currency the sweep is about.
+	SuggestCheapest = "cheapest"
+)
+
+// Suggested returns the preferredWait the sweep argues for; false when no
+// wait of the sweep finished every job whole. A wait is good when every
+// replay of it finished every job whole, its mean GPU-hours are within
+// GPUHoursTolerance of the lowest whole wait's and its mean efficiency
+// within EfficiencyTolerance of the best. The deployed wait stands while it
 // is good: a change must be earned by a difference larger than this run's
-// noise, or the default would follow the noise from run to run. Otherwise
-// the good wait nearest the deployed one (the shorter on a tie) is
-// suggested. False when no wait is whole.
-func (s Sweep) Suggested() (wait float64, deployed, ok bool) {
+// noise, or the default would follow the noise from run to run.
+func (s Sweep) Suggested() (Suggestion, bool) {
 	waits := s.byWait()
 	leastHours, bestEff := -1.0, 0.0
-	for _, w := range waits {
+	var deployed *waitSummary
+	for i, w := range waits {
 		if !w.whole {
 			continue
+		}
+		if w.wait == s.DeployedWaitSeconds {
+			deployed = &waits[i]
 		}
 		if leastHours < 0 || w.gpuHours < leastHours {
 			leastHours = w.gpuHours
@@ -180,27 +239,35 @@ func (s Sweep) Suggested() (wait float64, deployed, ok bool) {
 		}
 	}
 	if leastHours < 0 {
-		return 0, false, false
+		return Suggestion{}, false
 	}
-	tolerance := s.GPUHoursTolerance()
+	hoursTol, effTol := s.GPUHoursTolerance(), s.EfficiencyTolerance()
 	good := func(w waitSummary) bool {
-		return w.whole && w.gpuHours <= leastHours*(1+tolerance) &&
-			(w.efficiency == nil || *w.efficiency >= bestEff-suggestEfficiencyTolerance)
+		return w.whole && w.gpuHours <= leastHours*(1+hoursTol) &&
+			(w.efficiency == nil || *w.efficiency >= bestEff-effTol)
+	}
+	if deployed != nil && good(*deployed) {
+		return Suggestion{WaitSeconds: deployed.wait, Outcome: SuggestDeployedGood}, true
 	}
 	distance := func(w float64) float64 { return math.Abs(w - s.DeployedWaitSeconds) }
+	var pick Suggestion
 	found := false
 	for _, w := range waits {
-		if !good(w) {
-			continue
-		}
-		if w.wait == s.DeployedWaitSeconds {
-			return w.wait, true, true
-		}
-		if !found || distance(w.wait) < distance(wait) {
-			wait, found = w.wait, true
+		if good(w) && (!found || distance(w.wait) < distance(pick.WaitSeconds)) {
+			pick, found = Suggestion{WaitSeconds: w.wait, Outcome: SuggestNearestGood}, true
 		}
 	}
-	return wait, false, found
+	if !found && deployed != nil {
+		return Suggestion{WaitSeconds: deployed.wait, Outcome: SuggestDeployedNoneGood}, true
+	}
+	if !found {
+		for _, w := range waits {
+			if w.whole && w.gpuHours == leastHours {
+				return Suggestion{WaitSeconds: w.wait, Outcome: SuggestCheapest}, true
+			}
+		}
+	}
+	return pick, found
 }
 
 func (s Sweep) writeMarkdown(b *strings.Builder) {
@@ -226,21 +293,30 @@ func (s Sweep) writeMarkdown(b *strings.Builder) {
 			formatRatio(p.EfficiencyMean), leaf, fmt.Sprint(p.PartialGangs),
 		})
 	}
-	if spread := s.RepeatSpread(); spread > 0 {
-		fmt.Fprintf(b, "\nReplays of one preferredWait differed by %.1f%% in GPU-hours: this run's noise. ", 100*spread)
+	if s.RepeatSpread() > 0 || s.RepeatEfficiencySpread() > 0 {
+		fmt.Fprintf(b, "\nReplays of one preferredWait differed by %.1f%% in GPU-hours and %.3f in efficiency mean: this run's noise. ",
+			100*s.RepeatSpread(), s.RepeatEfficiencySpread())
 	} else {
 		b.WriteString("\nNo preferredWait was replayed twice: this run did not measure its noise. ")
 	}
-	fmt.Fprintf(b, "A wait counts as good when every replay of it finished every job whole, with GPU-hours within %.1f%% of the lowest (the larger of the measured noise and %.0f%%) and an efficiency mean within %.3f of the best.\n",
-		100*s.GPUHoursTolerance(), 100*suggestGPUHoursFloor, suggestEfficiencyTolerance)
-	switch wait, deployed, ok := s.Suggested(); {
+	fmt.Fprintf(b, "A wait is good when every replay of it finished every job whole, with mean GPU-hours within %.1f%% of the lowest and mean efficiency within %.3f of the best (each the larger of the noise and a floor of %.0f%% and %.2f).\n",
+		100*s.GPUHoursTolerance(), s.EfficiencyTolerance(), 100*suggestGPUHoursFloor, suggestEfficiencyFloor)
+	sug, ok := s.Suggested()
+	wait := formatWait(&sug.WaitSeconds)
+	const ref = ` (docs/benchmarks.md, "The preferredWait sweep")`
+	switch {
 	case !ok:
 		b.WriteString("\nNo preferredWait of the sweep finished every job whole: none is suggested.\n")
-	case deployed:
-		fmt.Fprintf(b, "\nSuggested preferredWait: **%s, as deployed**: it is good, and no other wait is better by more than the noise (docs/benchmarks.md, \"The preferredWait sweep\").\n", formatWait(&wait))
+	case sug.Outcome == SuggestDeployedGood:
+		fmt.Fprintf(b, "\nSuggested preferredWait: **%s, as deployed**: it is good, so no other wait beats it by more than the noise%s.\n", wait, ref)
+	case sug.Outcome == SuggestDeployedNoneGood:
+		fmt.Fprintf(b, "\nSuggested preferredWait: **%s, as deployed**: no wait is good (the cheapest is not the best placed), so the sweep gives no reason to move%s.\n", wait, ref)
+	case sug.Outcome == SuggestCheapest:
+		fmt.Fprintf(b, "\nSuggested preferredWait: **%s**, the whole wait with the fewest GPU-hours: no wait is good, and the deployed %s did not finish every job whole%s.\n",
+			wait, formatWait(&s.DeployedWaitSeconds), ref)
 	default:
-		fmt.Fprintf(b, "\nSuggested preferredWait: **%s**, the good wait nearest the deployed %s, which is not good on this trace (docs/benchmarks.md, \"The preferredWait sweep\").\n",
-			formatWait(&wait), formatWait(&s.DeployedWaitSeconds))
+		fmt.Fprintf(b, "\nSuggested preferredWait: **%s**, the good wait nearest the deployed %s, which is not good on this trace%s.\n",
+			wait, formatWait(&s.DeployedWaitSeconds), ref)
 	}
 }
 
