@@ -111,31 +111,36 @@ type waitSummary struct {
 
 // byWait groups the points by wait, ascending.
 func (s Sweep) byWait() []waitSummary {
+	points := s.sorted()
 	var out []waitSummary
-	var n, rated []int
-	var effSum []float64
-	for _, p := range s.sorted() {
-		if len(out) == 0 || out[len(out)-1].wait != p.WaitSeconds {
-			out = append(out, waitSummary{wait: p.WaitSeconds, whole: true})
-			n, rated, effSum = append(n, 0), append(rated, 0), append(effSum, 0)
+	for len(points) > 0 {
+		n := 1
+		for n < len(points) && points[n].WaitSeconds == points[0].WaitSeconds {
+			n++
 		}
-		i := len(out) - 1
-		out[i].whole = out[i].whole && p.whole()
-		out[i].gpuHours += p.GPUHours
-		n[i]++
-		if p.EfficiencyMean != nil {
-			effSum[i] += *p.EfficiencyMean
-			rated[i]++
-		}
-	}
-	for i := range out {
-		out[i].gpuHours /= float64(n[i])
-		if rated[i] > 0 {
-			mean := effSum[i] / float64(rated[i])
-			out[i].efficiency = &mean
-		}
+		out = append(out, summarizeWait(points[:n]))
+		points = points[n:]
 	}
 	return out
+}
+
+// summarizeWait takes the replays of one wait together.
+func summarizeWait(replays []SweepPoint) waitSummary {
+	w := waitSummary{wait: replays[0].WaitSeconds, whole: true}
+	effSum, rated := 0.0, 0
+	for _, p := range replays {
+		w.whole = w.whole && p.whole()
+		w.gpuHours += p.GPUHours / float64(len(replays))
+		if p.EfficiencyMean != nil {
+			effSum += *p.EfficiencyMean
+			rated++
+		}
+	}
+	if rated > 0 {
+		mean := effSum / float64(rated)
+		w.efficiency = &mean
+	}
+	return w
 }
 
 // repeats calls f for every two replays of one wait.
@@ -222,52 +227,49 @@ const (
 // noise, or the default would follow the noise from run to run.
 func (s Sweep) Suggested() (Suggestion, bool) {
 	waits := s.byWait()
-	leastHours, bestEff := -1.0, 0.0
-	var deployed *waitSummary
-	for i, w := range waits {
+	var deployed, cheapest *waitSummary
+	bestEff := 0.0
+	for i := range waits {
+		w := &waits[i]
 		if !w.whole {
 			continue
 		}
 		if w.wait == s.DeployedWaitSeconds {
-			deployed = &waits[i]
+			deployed = w
 		}
-		if leastHours < 0 || w.gpuHours < leastHours {
-			leastHours = w.gpuHours
+		if cheapest == nil || w.gpuHours < cheapest.gpuHours {
+			cheapest = w
 		}
 		if w.efficiency != nil {
 			bestEff = max(bestEff, *w.efficiency)
 		}
 	}
-	if leastHours < 0 {
+	if cheapest == nil {
 		return Suggestion{}, false
 	}
 	hoursTol, effTol := s.GPUHoursTolerance(), s.EfficiencyTolerance()
-	good := func(w waitSummary) bool {
-		return w.whole && w.gpuHours <= leastHours*(1+hoursTol) &&
+	good := func(w *waitSummary) bool {
+		return w.whole && w.gpuHours <= cheapest.gpuHours*(1+hoursTol) &&
 			(w.efficiency == nil || *w.efficiency >= bestEff-effTol)
 	}
-	if deployed != nil && good(*deployed) {
+	if deployed != nil && good(deployed) {
 		return Suggestion{WaitSeconds: deployed.wait, Outcome: SuggestDeployedGood}, true
 	}
-	distance := func(w float64) float64 { return math.Abs(w - s.DeployedWaitSeconds) }
-	var pick Suggestion
-	found := false
-	for _, w := range waits {
-		if good(w) && (!found || distance(w.wait) < distance(pick.WaitSeconds)) {
-			pick, found = Suggestion{WaitSeconds: w.wait, Outcome: SuggestNearestGood}, true
+	distance := func(w *waitSummary) float64 { return math.Abs(w.wait - s.DeployedWaitSeconds) }
+	var nearest *waitSummary
+	for i := range waits {
+		if w := &waits[i]; good(w) && (nearest == nil || distance(w) < distance(nearest)) {
+			nearest = w
 		}
 	}
-	if !found && deployed != nil {
+	switch {
+	case nearest != nil:
+		return Suggestion{WaitSeconds: nearest.wait, Outcome: SuggestNearestGood}, true
+	case deployed != nil:
 		return Suggestion{WaitSeconds: deployed.wait, Outcome: SuggestDeployedNoneGood}, true
+	default:
+		return Suggestion{WaitSeconds: cheapest.wait, Outcome: SuggestCheapest}, true
 	}
-	if !found {
-		for _, w := range waits {
-			if w.whole && w.gpuHours == leastHours {
-				return Suggestion{WaitSeconds: w.wait, Outcome: SuggestCheapest}, true
-			}
-		}
-	}
-	return pick, found
 }
 
 func (s Sweep) writeMarkdown(b *strings.Builder) {
