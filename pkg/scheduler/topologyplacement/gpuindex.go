@@ -20,19 +20,14 @@ type nodeGPUs struct {
 	free topology.GPUSet
 }
 
-// gpuSlot holds a node's nodeGPUs. A NodeTopology update rewrites the slot
-// in place (under gpuIndex.mu), so the planner's snapshot can keep a
-// pointer to it per node instead of looking the name up for each of
-// thousands of nodes on every plan.
-type gpuSlot struct {
-	nodeGPUs
-}
-
 // gpuIndex maps node names to nodeGPUs, fed by the NodeTopology informer.
+// A NodeTopology update rewrites the node's entry in place (under mu), so
+// the planner's snapshot can keep a pointer to it per node instead of
+// looking the name up for each of thousands of nodes on every plan.
 type gpuIndex struct {
 	mu    sync.RWMutex
-	nodes map[string]*gpuSlot
-	// epoch changes whenever a slot is added or removed, which makes the
+	nodes map[string]*nodeGPUs
+	// epoch changes whenever an entry is added or removed, which makes the
 	// pointers kept by snapshotRows stale; updates in place leave it.
 	epoch     uint64
 	selectors map[string]*topology.Selector
@@ -42,19 +37,19 @@ type gpuIndex struct {
 }
 
 func newGPUIndex(specs *specTable) *gpuIndex {
-	return &gpuIndex{nodes: map[string]*gpuSlot{}, selectors: map[string]*topology.Selector{}, specs: specs}
+	return &gpuIndex{nodes: map[string]*nodeGPUs{}, selectors: map[string]*topology.Selector{}, specs: specs}
 }
 
 func (x *gpuIndex) get(node string) (nodeGPUs, bool) {
 	x.mu.RLock()
 	defer x.mu.RUnlock()
-	if slot, ok := x.nodes[node]; ok {
-		return slot.nodeGPUs, true
+	if n, ok := x.nodes[node]; ok {
+		return *n, true
 	}
 	return nodeGPUs{}, false
 }
 
-// drop removes a node's slot. The caller holds x.mu.
+// drop removes a node's entry. The caller holds x.mu.
 func (x *gpuIndex) drop(name string) {
 	if _, ok := x.nodes[name]; ok {
 		delete(x.nodes, name)
@@ -95,13 +90,13 @@ func (x *gpuIndex) set(nt *v1alpha1.NodeTopology) {
 			free &^= topology.NewGPUSet(int(g))
 		}
 	}
-	slot, ok := x.nodes[nt.Name]
+	n, ok := x.nodes[nt.Name]
 	if !ok {
-		slot = &gpuSlot{}
-		x.nodes[nt.Name] = slot
+		n = &nodeGPUs{}
+		x.nodes[nt.Name] = n
 		x.epoch++
 	}
-	slot.nodeGPUs = nodeGPUs{topology: hw, selector: sel, free: free}
+	*n = nodeGPUs{topology: hw, selector: sel, free: free}
 }
 
 func (x *gpuIndex) remove(name string) {

@@ -256,13 +256,13 @@ func treeFingerprint(nodeInfos []fwk.NodeInfo, levels []topology.Level) uint64 {
 
 // snapshotRows keeps, per position of the scheduler's node list, what the
 // last plan read about that node: its resources from the NodeInfo and a
-// pointer to its GPU index slot. A plan on 5,000 nodes otherwise spent
+// pointer to its GPU index entry. A plan on 5,000 nodes otherwise spent
 // most of its time in map lookups (ScalarResources twice and the GPU index
 // once per node), each a cache miss. A row is valid while the position
 // holds the same NodeInfo at the same generation with the same Node
-// object, and its slot pointer while the GPU index's epoch is unchanged;
-// the scheduler keeps its snapshot's NodeInfos and their order between
-// cycles and bumps a NodeInfo's generation on every change.
+// object, and while the GPU index's epoch is unchanged; the scheduler keeps
+// its snapshot's NodeInfos and their order between cycles and bumps a
+// NodeInfo's generation on every change.
 type snapshotRows struct {
 	mu    sync.Mutex
 	epoch uint64
@@ -273,28 +273,20 @@ type snapshotRow struct {
 	info       fwk.NodeInfo
 	generation int64
 	node       *v1.Node
-	// slot is nil for a node without a NodeTopology in the index.
-	slot *gpuSlot
-	// slotNode is the node the slot was looked up for.
-	slotNode *v1.Node
+	// gpus is nil for a node without a NodeTopology in the index.
+	gpus *nodeGPUs
 
-	gpus, usedGPUs        int
+	gpuCount, usedGPUs    int
 	freeMilliCPU, freeMem int64
 	freePods              int
 }
 
-// align returns n rows, all of whose slot pointers are dropped if the GPU
-// index's epoch moved since the last plan. The caller holds r.mu and the
-// GPU index for reading.
+// align returns n rows, all of them stale if the GPU index's epoch moved
+// since the last plan (an entry was added or removed, rare next to plans).
+// The caller holds r.mu and the GPU index for reading.
 func (r *snapshotRows) align(n int, epoch uint64) []snapshotRow {
-	if len(r.rows) != n {
-		r.rows = make([]snapshotRow, n)
-	}
-	if r.epoch != epoch {
-		for i := range r.rows {
-			r.rows[i].slotNode = nil
-		}
-		r.epoch = epoch
+	if len(r.rows) != n || r.epoch != epoch {
+		r.rows, r.epoch = make([]snapshotRow, n), epoch
 	}
 	return r.rows
 }
@@ -307,16 +299,13 @@ func (p *TopologyPlacement) plannerNode(row *snapshotRow, ni fwk.NodeInfo, node 
 		alloc, used := ni.GetAllocatable(), ni.GetRequested()
 		*row = snapshotRow{
 			info: ni, generation: ni.GetGeneration(), node: node,
-			slot: row.slot, slotNode: row.slotNode,
-			gpus:         int(alloc.GetScalarResources()[lockstep.GPUResource]),
+			gpus:         p.gpus.nodes[node.Name],
+			gpuCount:     int(alloc.GetScalarResources()[lockstep.GPUResource]),
 			usedGPUs:     int(used.GetScalarResources()[lockstep.GPUResource]),
 			freeMilliCPU: alloc.GetMilliCPU() - used.GetMilliCPU(),
 			freeMem:      alloc.GetMemory() - used.GetMemory(),
 			freePods:     alloc.GetAllowedPodNumber() - len(ni.GetPods()),
 		}
-	}
-	if row.slotNode != node {
-		row.slot, row.slotNode = p.gpus.nodes[node.Name], node
 	}
 	pn := placement.Node{
 		Name:         node.Name,
@@ -324,14 +313,14 @@ func (p *TopologyPlacement) plannerNode(row *snapshotRow, ni fwk.NodeInfo, node 
 		FreeMemory:   row.freeMem,
 		FreePods:     row.freePods,
 	}
-	free := topology.AllGPUs(min(row.gpus, topology.MaxGPUs))
-	if slot := row.slot; slot != nil {
-		pn.Topology, pn.Selector, free = slot.topology, slot.selector, slot.free
+	free := topology.AllGPUs(min(row.gpuCount, topology.MaxGPUs))
+	if gpus := row.gpus; gpus != nil {
+		pn.Topology, pn.Selector, free = gpus.topology, gpus.selector, gpus.free
 	}
 	free &^= p.books.core.HeldOn(node.Name, gang)
 	// GPUs taken by pods the agent has not reported yet are known only by
 	// count; drop the highest-indexed free GPUs to match it.
-	for free.Len() > max(row.gpus-row.usedGPUs, 0) {
+	for free.Len() > max(row.gpuCount-row.usedGPUs, 0) {
 		free &^= topology.GPUSet(1) << (63 - bits.LeadingZeros64(uint64(free)))
 	}
 	pn.FreeGPUs = free
