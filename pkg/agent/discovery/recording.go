@@ -106,25 +106,23 @@ func Record(lib Library, machine string) (rec *Recording, err error) {
 		fabric, err := d.FabricInfo()
 		put("FabricInfo", fabric, err)
 		for l := range MaxNVLinks {
-			key := "/" + strconv.Itoa(l)
 			active, err := d.NVLinkState(l)
-			put("NVLinkState"+key, active, err)
+			put(callKey("NVLinkState", l), active, err)
 			version, err := d.NVLinkVersion(l)
-			put("NVLinkVersion"+key, version, err)
+			put(callKey("NVLinkVersion", l), version, err)
 			remote, err := d.NVLinkRemotePCIBusID(l)
-			put("NVLinkRemotePCIBusID"+key, remote, err)
+			put(callKey("NVLinkRemotePCIBusID", l), remote, err)
 			kind, err := d.NVLinkRemoteDeviceType(l)
-			put("NVLinkRemoteDeviceType"+key, kind, err)
+			put(callKey("NVLinkRemoteDeviceType", l), kind, err)
 		}
 		for j, other := range devices {
 			if j == i || other == nil {
 				continue
 			}
-			key := "/" + strconv.Itoa(j)
 			level, err := d.TopologyCommonAncestor(other)
-			put("TopologyCommonAncestor"+key, level, err)
+			put(callKey("TopologyCommonAncestor", j), level, err)
 			p2p, err := d.NVLinkP2PStatus(other)
-			put("NVLinkP2PStatus"+key, p2p, err)
+			put(callKey("NVLinkP2PStatus", j), p2p, err)
 		}
 		if err := errors.Join(errs...); err != nil {
 			return nil, fmt.Errorf("GPU %d: %w", i, err)
@@ -240,11 +238,16 @@ func replayValue[T any](a Answer, key string) (T, error) {
 	return v, nil
 }
 
-func link(name string, l int) string { return name + "/" + strconv.Itoa(l) }
+// callKey is the key of an NVLink call ("NVLinkState/3", n the link) or
+// of a call about a pair of GPUs ("NVLinkP2PStatus/5", n the other GPU's
+// index), for recording and replay alike.
+func callKey(name string, n int) string { return name + "/" + strconv.Itoa(n) }
 
+// pair is the key of a call about d and other; a device that is not from
+// the replay has none, and the call fails as not recorded.
 func pair(name string, other Device) string {
 	if o, ok := other.(replayDevice); ok {
-		return name + "/" + strconv.Itoa(o.index)
+		return callKey(name, o.index)
 	}
 	return name + "/?"
 }
@@ -265,15 +268,17 @@ func (d replayDevice) MIGMode() (bool, bool, error) {
 	return m.Current, m.Pending, err
 }
 
-func (d replayDevice) NVLinkState(l int) (bool, error) { return call[bool](d, link("NVLinkState", l)) }
+func (d replayDevice) NVLinkState(l int) (bool, error) {
+	return call[bool](d, callKey("NVLinkState", l))
+}
 func (d replayDevice) NVLinkVersion(l int) (NVLinkVersion, error) {
-	return call[NVLinkVersion](d, link("NVLinkVersion", l))
+	return call[NVLinkVersion](d, callKey("NVLinkVersion", l))
 }
 func (d replayDevice) NVLinkRemotePCIBusID(l int) (string, error) {
-	return call[string](d, link("NVLinkRemotePCIBusID", l))
+	return call[string](d, callKey("NVLinkRemotePCIBusID", l))
 }
 func (d replayDevice) NVLinkRemoteDeviceType(l int) (NVLinkDeviceType, error) {
-	return call[NVLinkDeviceType](d, link("NVLinkRemoteDeviceType", l))
+	return call[NVLinkDeviceType](d, callKey("NVLinkRemoteDeviceType", l))
 }
 func (d replayDevice) TopologyCommonAncestor(other Device) (TopologyLevel, error) {
 	return call[TopologyLevel](d, pair("TopologyCommonAncestor", other))

@@ -39,20 +39,25 @@ func recordAndReplay(t *testing.T, lib discovery.Library, sanitize bool) discove
 	return back.Library()
 }
 
+// discoverWith runs discovery on lib with sysfsRoot, failing the test when
+// it reports nothing.
+func discoverWith(t *testing.T, lib discovery.Library, sysfsRoot string) *discovery.Report {
+	t.Helper()
+	r, err := discovery.Discover(context.Background(), discovery.Options{NVML: lib, SysfsRoot: sysfsRoot})
+	if err != nil {
+		t.Fatalf("Discover: %v", err)
+	}
+	return r
+}
+
 // TestRecordingReplaysProfiles records each built-in profile's fake NVML
 // and discovers the replay: the report must be the one the NVML itself
 // gives, and a sanitized recording must give the sanitized report.
 func TestRecordingReplaysProfiles(t *testing.T) {
 	for _, p := range topology.Profiles() {
 		t.Run(p.Name, func(t *testing.T) {
-			discover := func(lib discovery.Library) *discovery.Report {
-				t.Helper()
-				r, err := discovery.Discover(context.Background(), discovery.Options{NVML: lib, SysfsRoot: t.TempDir()})
-				if err != nil {
-					t.Fatalf("Discover: %v", err)
-				}
-				return r
-			}
+			sysfs := t.TempDir()
+			discover := func(lib discovery.Library) *discovery.Report { return discoverWith(t, lib, sysfs) }
 			lib, _ := profileNVML(t, p.Name)
 			want := discover(lib)
 			if diff := cmp.Diff(want, discover(recordAndReplay(t, lib, false))); diff != "" {
@@ -79,14 +84,7 @@ func TestRecordingReplaysFailures(t *testing.T) {
 	lib.Devices[5].HandleErr = discovery.NVMLErrorNoPermission
 	// One empty sysfs for both, as its path is in a warning.
 	sysfs := t.TempDir()
-	discover := func(lib discovery.Library) *discovery.Report {
-		t.Helper()
-		r, err := discovery.Discover(context.Background(), discovery.Options{NVML: lib, SysfsRoot: sysfs})
-		if err != nil {
-			t.Fatalf("Discover: %v", err)
-		}
-		return r
-	}
+	discover := func(lib discovery.Library) *discovery.Report { return discoverWith(t, lib, sysfs) }
 	want := discover(lib)
 	if len(want.Warnings) == 0 {
 		t.Fatal("the failing calls caused no warning: the test checks nothing")
@@ -135,10 +133,7 @@ func TestRecordedMachines(t *testing.T) {
 			readJSON(t, path, &rec)
 			var want discovery.Report
 			readJSON(t, strings.TrimSuffix(path, ".json")+".report.json", &want)
-			got, err := discovery.Discover(context.Background(), discovery.Options{NVML: rec.Library(), SysfsRoot: t.TempDir()})
-			if err != nil {
-				t.Fatalf("Discover: %v", err)
-			}
+			got := discoverWith(t, rec.Library(), t.TempDir())
 			if len(want.Topology.GPUs) == 0 {
 				t.Fatal("the machine's report lists no GPUs")
 			}
