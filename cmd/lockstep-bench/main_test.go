@@ -1,6 +1,7 @@
 package main
 
 import (
+	"github.com/lockstep-dev/lockstep/pkg/localcluster"
 	"os"
 	"path/filepath"
 	"strings"
@@ -172,7 +173,7 @@ func TestCompressedConfigScalesPreferredWait(t *testing.T) {
 			// The wait every profile is given is the one reported: the
 			// profiles share one TopologyPlacement, which refuses differing
 			// args.
-			all := allTopologyPlacementArgs(cfg)
+			all := localcluster.TopologyPlacementArgs(cfg)
 			if len(all) < 2 {
 				t.Errorf("%d profiles configure TopologyPlacement, want lockstep-scheduler and its alias", len(all))
 			}
@@ -241,5 +242,34 @@ func TestRenderRewritesReportFromResults(t *testing.T) {
 	}
 	if err := render(t.TempDir()); err == nil {
 		t.Errorf("render of a directory without results.json: no error")
+	}
+}
+
+// TestReplayBackoffIsCompressed: every scheduler of a replay gets the
+// scheduler's pod backoff divided by the time compression, floored at 1 s.
+func TestReplayBackoffIsCompressed(t *testing.T) {
+	root := filepath.Join("..", "..")
+	for _, tt := range []struct {
+		compression          float64
+		wantInitial, wantMax int64
+	}{
+		{compression: 1, wantInitial: 1, wantMax: 10},
+		{compression: 4, wantInitial: 1, wantMax: 3},
+		{compression: 60, wantInitial: 1, wantMax: 1},
+	} {
+		cfg, _, _, err := compressedConfig(root, tt.compression, -1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := map[string]any{"podInitialBackoffSeconds": tt.wantInitial, "podMaxBackoffSeconds": tt.wantMax}
+		if diff := cmp.Diff(want, replayBackoff(cfg)); diff != "" {
+			t.Errorf("%gx: lockstep's backoff (-want,+got):\n%s", tt.compression, diff)
+		}
+		for _, name := range []string{bench.SchedulerKube, bench.SchedulerCoscheduling} {
+			base := schedulerConfig(replayBackoff(cfg), map[string]any{"schedulerName": name})
+			if diff := cmp.Diff(want, replayBackoff(base)); diff != "" {
+				t.Errorf("%gx: %s's backoff (-want,+got):\n%s", tt.compression, name, diff)
+			}
+		}
 	}
 }

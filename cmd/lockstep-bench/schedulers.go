@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 	"time"
@@ -29,6 +30,7 @@ const coschedulingSchedulerName = "coscheduling"
 // schedulers are the schedulers the benchmark knows, in report order; lockstep
 // runs with lockstepConfig.
 func schedulers(lockstepConfig map[string]any) []scheduler {
+	backoff := replayBackoff(lockstepConfig)
 	return []scheduler{
 		{
 			// The upstream kube-scheduler binary at our Kubernetes pin with its
@@ -36,7 +38,7 @@ func schedulers(lockstepConfig map[string]any) []scheduler {
 			Name:             bench.SchedulerKube,
 			PodSchedulerName: "default-scheduler",
 			component: func(c *localcluster.Cluster) (localcluster.Component, error) {
-				return c.KubeSchedulerComponent("scheduler", "kube-scheduler", schedulerConfig(map[string]any{
+				return c.KubeSchedulerComponent("scheduler", "kube-scheduler", schedulerConfig(backoff, map[string]any{
 					"schedulerName": "default-scheduler",
 				}))
 			},
@@ -49,7 +51,7 @@ func schedulers(lockstepConfig map[string]any) []scheduler {
 			Name:             bench.SchedulerCoscheduling,
 			PodSchedulerName: coschedulingSchedulerName,
 			component: func(c *localcluster.Cluster) (localcluster.Component, error) {
-				return c.KubeSchedulerComponent("scheduler", lockstep.SchedulerName, schedulerConfig(map[string]any{
+				return c.KubeSchedulerComponent("scheduler", lockstep.SchedulerName, schedulerConfig(backoff, map[string]any{
 					"schedulerName": coschedulingSchedulerName,
 					"plugins": map[string]any{
 						"queueSort": map[string]any{
@@ -88,15 +90,10 @@ func compressedConfig(root string, compression float64, wait time.Duration) (cfg
 	if err != nil {
 		return nil, 0, 0, err
 	}
-	all := allTopologyPlacementArgs(cfg)
-	if len(all) == 0 {
-		return nil, 0, 0, fmt.Errorf("deploy/scheduler/config.yaml: no profile configures TopologyPlacement args")
+	if deployed, err = localcluster.DeployedPreferredWait(root); err != nil {
+		return nil, 0, 0, err
 	}
-	raw, _ := all[0]["preferredWait"].(string)
-	deployed, err = time.ParseDuration(raw)
-	if err != nil {
-		return nil, 0, 0, fmt.Errorf("deploy/scheduler/config.yaml: TopologyPlacement args.preferredWait %q: want a duration", raw)
-	}
+	all := localcluster.TopologyPlacementArgs(cfg)
 	if wait < 0 {
 		wait = deployed
 	}
@@ -107,7 +104,41 @@ func compressedConfig(root string, compression float64, wait time.Duration) (cfg
 	for _, args := range all {
 		args["preferredWait"] = scaled.String()
 	}
+	setReplayBackoff(cfg, compression)
 	return cfg, scaled, deployed, nil
+}
+
+// The scheduler's pod backoff, as kube-scheduler defaults it: 1 s after a
+// pod's first failed attempt, doubling up to 10 s.
+const (
+	defaultPodInitialBackoff = time.Second
+	defaultPodMaxBackoff     = 10 * time.Second
+)
+
+// setReplayBackoff sets cfg's pod backoff to the defaults divided by the
+// time compression, floored at the 1 s the configuration API allows, and
+// records the compression (replayBackoff). Left at 10 s, a pod that failed
+// a few attempts would sit out the equivalent of 10 minutes of a 60×
+// replay after capacity frees, idling the GPUs a waiting gang needs; every
+// scheduler of a replay gets the same backoff.
+func setReplayBackoff(cfg map[string]any, compression float64) {
+	backoff := func(d time.Duration) int64 {
+		return max(1, int64(math.Round(d.Seconds()/compression)))
+	}
+	cfg["podInitialBackoffSeconds"] = backoff(defaultPodInitialBackoff)
+	cfg["podMaxBackoffSeconds"] = backoff(defaultPodMaxBackoff)
+}
+
+// replayBackoff returns a configuration made by compressedConfig with its
+// backoff, to give the other schedulers the same: nil when cfg has none.
+func replayBackoff(cfg map[string]any) map[string]any {
+	out := map[string]any{}
+	for _, k := range []string{"podInitialBackoffSeconds", "podMaxBackoffSeconds"} {
+		if v, ok := cfg[k]; ok {
+			out[k] = v
+		}
+	}
+	return out
 }
 
 // parseWaits reads the comma-separated durations of --sweep-preferred-wait,
@@ -129,35 +160,18 @@ func parseWaits(list string) ([]time.Duration, error) {
 	return waits, nil
 }
 
-// allTopologyPlacementArgs returns the args of every TopologyPlacement
-// pluginConfig of a KubeSchedulerConfiguration, one per profile that has
-// one, in profile order.
-func allTopologyPlacementArgs(cfg map[string]any) []map[string]any {
-	var out []map[string]any
-	profiles, _ := cfg["profiles"].([]any)
-	for _, profile := range profiles {
-		pluginConfigs, _ := asMap(profile)["pluginConfig"].([]any)
-		for _, pc := range pluginConfigs {
-			if asMap(pc)["name"] == lockstep.TopologyPlacementPlugin {
-				out = append(out, asMap(asMap(pc)["args"]))
-			}
-		}
-	}
-	return out
-}
-
-func asMap(v any) map[string]any {
-	m, _ := v.(map[string]any)
-	return m
-}
-
-// schedulerConfig is a KubeSchedulerConfiguration with one profile.
-func schedulerConfig(profile map[string]any) map[string]any {
-	return map[string]any{
+// schedulerConfig is a KubeSchedulerConfiguration with one profile and the
+// top-level settings of base (the replay's backoff, replayBackoff).
+func schedulerConfig(base, profile map[string]any) map[string]any {
+	cfg := map[string]any{
 		"apiVersion": "kubescheduler.config.k8s.io/v1",
 		"kind":       "KubeSchedulerConfiguration",
 		"profiles":   []any{profile},
 	}
+	for k, v := range base {
+		cfg[k] = v
+	}
+	return cfg
 }
 
 // selectSchedulers returns the named schedulers in report order, or an error

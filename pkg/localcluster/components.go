@@ -134,6 +134,46 @@ func DeployedSchedulerConfig(repoRoot string) (map[string]any, error) {
 	return cfg, nil
 }
 
+// TopologyPlacementArgs returns the TopologyPlacement args of every profile
+// of a scheduler configuration as DeployedSchedulerConfig decodes it; they
+// are cfg's own maps, so changing them changes cfg.
+func TopologyPlacementArgs(cfg map[string]any) []map[string]any {
+	var out []map[string]any
+	profiles, _ := cfg["profiles"].([]any)
+	for _, profile := range profiles {
+		pluginConfigs, _ := asMap(profile)["pluginConfig"].([]any)
+		for _, pc := range pluginConfigs {
+			if asMap(pc)["name"] == lockstep.TopologyPlacementPlugin {
+				out = append(out, asMap(asMap(pc)["args"]))
+			}
+		}
+	}
+	return out
+}
+
+// DeployedPreferredWait is deploy/'s TopologyPlacement preferredWait.
+func DeployedPreferredWait(repoRoot string) (time.Duration, error) {
+	cfg, err := DeployedSchedulerConfig(repoRoot)
+	if err != nil {
+		return 0, err
+	}
+	all := TopologyPlacementArgs(cfg)
+	if len(all) == 0 {
+		return 0, fmt.Errorf("deploy/scheduler/config.yaml: no profile configures TopologyPlacement args")
+	}
+	raw, _ := all[0]["preferredWait"].(string)
+	wait, err := time.ParseDuration(raw)
+	if err != nil {
+		return 0, fmt.Errorf("deploy/scheduler/config.yaml: TopologyPlacement args.preferredWait %q: want a duration", raw)
+	}
+	return wait, nil
+}
+
+func asMap(v any) map[string]any {
+	m, _ := v.(map[string]any)
+	return m
+}
+
 // KubeSchedulerComponent describes a kube-scheduler build in bin/ (ours, or
 // the stock one the benchmark compares against) run with the
 // KubeSchedulerConfiguration cfg, pointed at this cluster as the scheduler's

@@ -199,6 +199,21 @@ func (t *Tree) Root() *Domain { return t.root }
 // levels, "cluster".
 func (t *Tree) LevelNames() []string { return slices.Clone(t.levelNames) }
 
+// LevelAbsent reports whether no node is labelled for level: each of its
+// domains is the pass-through child of a domain of the level above, with
+// the same nodes, so the level groups nothing its parent does not.
+func (t *Tree) LevelAbsent(level int) bool {
+	if level < 0 || level >= len(t.byLevel) || len(t.byLevel[level]) == 0 {
+		return false
+	}
+	for _, d := range t.byLevel[level] {
+		if !d.absent() {
+			return false
+		}
+	}
+	return true
+}
+
 // Domains returns the domains of a level sorted by ID; nil for a level out of
 // range.
 func (t *Tree) Domains(level int) []*Domain {

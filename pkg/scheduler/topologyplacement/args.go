@@ -34,6 +34,15 @@ type Args struct {
 	// cost no wait: the widening counts from the narrowest level that could
 	// (placement.Gang.Widen). Default 30s.
 	PreferredWait metav1.Duration `json:"preferredWait,omitempty"`
+	// Unconstrained is how a gang that names no topology level (neither
+	// Lockstep's PodGroup annotations nor Kueue's) is placed:
+	// TightestFirst plans it as Preferred from the host, so it waits
+	// PreferredWait per level for the narrowest domain that could hold it,
+	// as a Preferred gang does, because a gang spread over oversubscribed
+	// uplinks runs its collectives slower for its whole life; Anywhere
+	// places it at once in the tightest domain free now. Default
+	// TightestFirst.
+	Unconstrained UnconstrainedPlacement `json:"unconstrained,omitempty"`
 	// PlanTTL is how long a plan holds capacity without every member
 	// reserved before it is dropped, so a stuck gang cannot block others.
 	// Default 90s (Coscheduling's Permit wait plus scheduling time).
@@ -50,6 +59,15 @@ type Args struct {
 	// 0 turns the staleness check off.
 	TopologyMaxAge *metav1.Duration `json:"topologyMaxAge,omitempty"`
 }
+
+// UnconstrainedPlacement is a value of Args.Unconstrained.
+type UnconstrainedPlacement string
+
+// Values of Args.Unconstrained.
+const (
+	TightestFirst UnconstrainedPlacement = "TightestFirst"
+	Anywhere      UnconstrainedPlacement = "Anywhere"
+)
 
 // DefaultTopologyMaxAge is TopologyMaxAge when unset: five of the agent's
 // default heartbeat intervals, so a few lost heartbeats never exclude a
@@ -103,6 +121,9 @@ func (a *Args) setDefaults() {
 	if a.PreferredWait.Duration == 0 {
 		a.PreferredWait.Duration = 30 * time.Second
 	}
+	if a.Unconstrained == "" {
+		a.Unconstrained = TightestFirst
+	}
 	if a.PlanTTL.Duration == 0 {
 		a.PlanTTL.Duration = 90 * time.Second
 	}
@@ -121,6 +142,9 @@ func (a *Args) validate(path *field.Path) field.ErrorList {
 	errs := topologyconfig.Validate(a.TopologyConfig, path)
 	if a.DefaultMode != lockstep.Required && a.DefaultMode != lockstep.Preferred {
 		errs = append(errs, field.NotSupported(path.Child("defaultMode"), a.DefaultMode, []lockstep.ConstraintMode{lockstep.Required, lockstep.Preferred}))
+	}
+	if a.Unconstrained != TightestFirst && a.Unconstrained != Anywhere {
+		errs = append(errs, field.NotSupported(path.Child("unconstrained"), a.Unconstrained, []UnconstrainedPlacement{TightestFirst, Anywhere}))
 	}
 	for _, d := range []struct {
 		name string

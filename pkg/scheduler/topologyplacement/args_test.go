@@ -25,7 +25,7 @@ func TestDecodeArgs(t *testing.T) {
 				if diff := cmp.Diff([]string{"clique", "leaf", "spine", "block"}, levelNames(a)); diff != "" {
 					t.Errorf("levels (-want,+got):\n%s", diff)
 				}
-				if a.DefaultMode != lockstep.Preferred || a.PreferredWait.Duration != 30*time.Second || a.PlanTTL.Duration != 90*time.Second {
+				if a.DefaultMode != lockstep.Preferred || a.PreferredWait.Duration != 30*time.Second || a.PlanTTL.Duration != 90*time.Second || a.Unconstrained != TightestFirst {
 					t.Errorf("defaults = %+v", a)
 				}
 			},
@@ -40,6 +40,16 @@ func TestDecodeArgs(t *testing.T) {
 			},
 		},
 		{name: "bad mode", raw: `{"defaultMode":"Sometimes"}`, wantErr: `args.defaultMode: Unsupported value: "Sometimes"`},
+		{name: "bad unconstrained placement", raw: `{"unconstrained":"Tightest"}`, wantErr: `args.unconstrained: Unsupported value: "Tightest": supported values: "TightestFirst", "Anywhere"`},
+		{
+			name: "unconstrained gangs placed anywhere",
+			raw:  `{"unconstrained":"Anywhere"}`,
+			check: func(t *testing.T, a *Args) {
+				if a.Unconstrained != Anywhere {
+					t.Errorf("unconstrained = %q, want Anywhere", a.Unconstrained)
+				}
+			},
+		},
 		{name: "reserved level name", raw: `{"levels":[{"name":"host","nodeLabel":"a/b"}]}`, wantErr: "args.levels[0].name"},
 		{name: "bad label key", raw: `{"levels":[{"name":"rack","nodeLabel":"not a key"}]}`, wantErr: "args.levels[0].nodeLabel"},
 		{name: "oversubscription of an unknown level", raw: `{"oversubscription":{"pod":2}}`, wantErr: "args.oversubscription[pod]"},

@@ -137,3 +137,40 @@ func (b *books) markPublished(key string) (*gangPlan, bool) {
 	defer b.mu.Unlock()
 	return b.core.MarkPublished(key)
 }
+
+// drain holds domain d for gang key until until (placement.Books.Drain).
+// It reports whether the gang drains d now, and whether another domain it
+// drained before was released.
+func (b *books) drain(key string, d *topology.Domain, until time.Time) (draining, released bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	old, had := b.core.Drained(key)
+	if had && old == d {
+		return true, false
+	}
+	if !b.core.Drain(key, d, until) {
+		return false, false
+	}
+	return true, had
+}
+
+// undrain drops gang key's drain and reports whether it had one.
+func (b *books) undrain(key string) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.core.Undrain(key)
+}
+
+// drainedFor returns the gang node is drained for, "" when none.
+func (b *books) drainedFor(node string) string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.core.DrainedFor(node)
+}
+
+// expiredDrains returns the gangs whose drain ran out at now.
+func (b *books) expiredDrains(now time.Time) []string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.core.ExpiredDrains(now)
+}

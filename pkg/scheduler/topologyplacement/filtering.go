@@ -29,6 +29,9 @@ func (p *TopologyPlacement) Filter(ctx context.Context, state fwk.CycleState, po
 	if s.req.gpus == 0 {
 		return nil
 	}
+	if gang := p.books.drainedFor(node.Name); gang != "" {
+		return fwk.NewStatus(fwk.Unschedulable, fmt.Sprintf("node is drained for PodGroup %s, which waits for its tightest domain", gang))
+	}
 	held := p.books.heldOpen(node.Name)
 	if held == 0 {
 		return nil

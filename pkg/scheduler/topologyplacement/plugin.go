@@ -80,6 +80,9 @@ type TopologyPlacement struct {
 	// capacity a dropped plan releases is in no cluster event, so they are
 	// retried when a plan is dropped.
 	turnedAway *keySet
+	// wakeups are the gangs with a retry pending at their next widening
+	// (retryAfter).
+	wakeups *keySet
 	// steered remembers where PreFilter sent each ranked member, so a
 	// member its rank's node does not take goes to any open slot next time.
 	steered *steerBook
@@ -182,6 +185,7 @@ func build(ctx context.Context, args *Args, handle framework.Handle) (*TopologyP
 		rows:       &snapshotRows{},
 		firstSeen:  newTimeBook(),
 		turnedAway: newKeySet(),
+		wakeups:    newKeySet(),
 		steered:    newSteerBook(),
 		metrics:    m,
 	}
@@ -303,6 +307,12 @@ func (p *TopologyPlacement) sweep(ctx context.Context) {
 		logger.V(2).Info("Plan expired before the gang completed; releasing it", "podGroup", key)
 		p.invalidate(key, dropExpired)
 	}
+	// A drain normally ends at the gang's next attempt (retryAfter); this
+	// ends one whose gang is not tried again.
+	for _, key := range p.books.expiredDrains(p.clock.Now()) {
+		logger.V(2).Info("Drain ran out before the gang was tried again; releasing it", "podGroup", key)
+		p.setDrain(ctx, key, nil)
+	}
 	p.forgetDeletedGangs(ctx)
 	p.health.refresh()
 	plans, gpus := p.books.holding()
@@ -322,6 +332,7 @@ func (p *TopologyPlacement) forgetDeletedGangs(ctx context.Context) {
 		err := p.reader.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &schedv1alpha1.PodGroup{})
 		if apierrors.IsNotFound(err) {
 			p.firstSeen.forget(key)
+			p.setDrain(ctx, key, nil)
 		}
 	}
 }
@@ -372,6 +383,18 @@ func (p *TopologyPlacement) retryTurnedAway(except string) {
 	})
 }
 
+// retryAfter puts the gang's unbound members back in the active queue after
+// delay, once: a later call for a gang with a retry pending does nothing.
+func (p *TopologyPlacement) retryAfter(key string, delay time.Duration) {
+	if delay <= 0 || !p.wakeups.addNew(key) {
+		return
+	}
+	time.AfterFunc(delay, func() {
+		p.wakeups.remove(key)
+		p.activateUnbound(key)
+	})
+}
+
 // activateUnbound moves the gang's pods that are still unbound to the active
 // queue.
 func (p *TopologyPlacement) activateUnbound(key string) {
@@ -407,6 +430,17 @@ func (s *keySet) add(key string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.keys[key] = struct{}{}
+}
+
+// addNew adds key and reports whether it was not in the set.
+func (s *keySet) addNew(key string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.keys[key]; ok {
+		return false
+	}
+	s.keys[key] = struct{}{}
+	return true
 }
 
 func (s *keySet) remove(key string) {

@@ -42,7 +42,7 @@ func newTestPlugin(t testing.TB) (*TopologyPlacement, *clocktesting.FakeClock) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &TopologyPlacement{args: args, clock: clock, books: newBooks(), gpus: newGPUIndex(nil), trees: &treeCache{}, rows: &snapshotRows{}, firstSeen: newTimeBook(), turnedAway: newKeySet(), steered: newSteerBook(), metrics: m}, clock
+	return &TopologyPlacement{args: args, clock: clock, books: newBooks(), gpus: newGPUIndex(nil), trees: &treeCache{}, rows: &snapshotRows{}, firstSeen: newTimeBook(), turnedAway: newKeySet(), wakeups: newKeySet(), steered: newSteerBook(), metrics: m}, clock
 }
 
 func gpuNode(name string, gpus int64) *v1.Node {
@@ -120,9 +120,11 @@ func TestGangRequestWidensPreferredOverTime(t *testing.T) {
 			t.Errorf("after %s: gang %+v, want Widen %d", clock.Since(time.Unix(1000, 0)), gang, step.want)
 		}
 	}
+	// A Required gang widens the same way, from the narrowest level that
+	// could hold it; the planner caps it at its level.
 	pg.Annotations[lockstep.AnnotationTopologyMode] = "Required"
-	if gang, err := p.gangRequest(pg, nil, s); err != nil || gang.Widen != 0 {
-		t.Errorf("Required gang: %+v, %v; want Widen 0", gang, err)
+	if gang, err := p.gangRequest(pg, nil, s); err != nil || gang.Widen != 4 {
+		t.Errorf("Required gang: %+v, %v; want Widen 4", gang, err)
 	}
 }
 
@@ -233,15 +235,17 @@ func TestGangRequestKueueAnnotations(t *testing.T) {
 	p, _ := newTestPlugin(t)
 	s := &cycleState{gang: "ns/g"}
 	type got struct {
-		Level string
-		Mode  lockstep.ConstraintMode
-		Err   bool
+		Level    string
+		Mode     lockstep.ConstraintMode
+		Implicit bool
+		Err      bool
 	}
 	for _, tc := range []struct {
-		name string
-		pg   map[string]string
-		pod  map[string]string
-		want got
+		name          string
+		pg            map[string]string
+		pod           map[string]string
+		unconstrained UnconstrainedPlacement
+		want          got
 	}{
 		{name: "required leaf from the pod", pod: map[string]string{lockstep.AnnotationKueueRequiredTopology: lockstep.LabelFabricTier0},
 			want: got{Level: "leaf", Mode: lockstep.Required}},
@@ -253,15 +257,20 @@ func TestGangRequestKueueAnnotations(t *testing.T) {
 			want: got{Level: "spine", Mode: lockstep.Required}},
 		{name: "unknown label key", pod: map[string]string{lockstep.AnnotationKueueRequiredTopology: "example.com/rack"},
 			want: got{Err: true}},
-		{name: "none", want: got{}},
+		{name: "none: the tightest domain first", want: got{Level: lockstep.LevelHost, Mode: lockstep.Preferred, Implicit: true}},
+		{name: "none, placed anywhere", unconstrained: Anywhere, want: got{}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			p.args.Unconstrained = TightestFirst
+			if tc.unconstrained != "" {
+				p.args.Unconstrained = tc.unconstrained
+			}
 			pg := utiltesting.MakePodGroup("g", "ns", 2).Obj()
 			pg.Annotations = tc.pg
 			pod := utiltesting.MakePod("p", "ns").Obj()
 			pod.Annotations = tc.pod
 			gang, err := p.gangRequest(pg, pod, s)
-			res := got{Level: gang.Level, Mode: gang.Mode, Err: err != nil}
+			res := got{Level: gang.Level, Mode: gang.Mode, Implicit: gang.Implicit, Err: err != nil}
 			if res.Err {
 				res.Level, res.Mode = "", ""
 			}
@@ -467,5 +476,90 @@ func TestForgetDeletedGangs(t *testing.T) {
 	p.forgetDeletedGangs(context.Background())
 	if diff := cmp.Diff([]string{"ns/keep#8"}, p.firstSeen.keys()); diff != "" {
 		t.Errorf("remembered gangs (-want,+got):\n%s", diff)
+	}
+}
+
+// TestWideningClock: a gang widens one level per PreferredWait since it was
+// first attempted, and the plugin retries it when the next level opens,
+// which no cluster event announces.
+func TestWideningClock(t *testing.T) {
+	p, clock := newTestPlugin(t)
+	p.args.PreferredWait.Duration = 30 * time.Second
+	type state struct {
+		Widen int
+		Next  time.Duration
+	}
+	var got []state
+	for _, step := range []time.Duration{0, 10 * time.Second, 20 * time.Second, 15 * time.Second, 60 * time.Second} {
+		clock.Step(step)
+		got = append(got, state{p.widen("ns/g"), p.nextWiden("ns/g")})
+	}
+	want := []state{{0, 30 * time.Second}, {0, 20 * time.Second}, {1, 30 * time.Second}, {1, 15 * time.Second}, {3, 15 * time.Second}}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("widen and time to the next widening at 0, 10, 30, 45, 105 s (-want,+got):\n%s", diff)
+	}
+	p.args.PreferredWait.Duration = 0
+	if w, next := p.widen("ns/g"), p.nextWiden("ns/g"); w != 0 || next != 0 {
+		t.Errorf("without a wait: widen %d, next %v; want 0 and no retry", w, next)
+	}
+	if !p.wakeups.addNew("ns/g") || p.wakeups.addNew("ns/g") {
+		t.Error("addNew: a second retry of one gang was not refused")
+	}
+}
+
+// TestWaitingGangDrainsALeaf: a leaf:Preferred gang that fits no leaf now
+// drains the leaf nearest to holding it for its first preferredWait. A GPU
+// pod outside gangs is kept off that leaf and says why; the other leaf stays
+// open. When the gang widens, it is planned and its drain released.
+func TestWaitingGangDrainsALeaf(t *testing.T) {
+	p := newMetricsPlugin(t, 4, false, nil)
+	pg := utiltesting.MakePodGroup("g", "ns", 4).Obj()
+	pg.Annotations = map[string]string{lockstep.AnnotationTopologyLevel: "leaf", lockstep.AnnotationTopologyMode: "Preferred"}
+	if err := p.client.Create(context.Background(), pg); err != nil {
+		t.Fatal(err)
+	}
+	// l0 has three free nodes, l1 two: the gang of four drains l0.
+	busy := map[string]bool{"n0": true, "n4": true, "n5": true}
+	var nodes []fwk.NodeInfo
+	for i := range 8 {
+		name := fmt.Sprintf("n%d", i)
+		v1node := gpuNode(name, 8)
+		v1node.Labels = map[string]string{lockstep.LabelFabricTier0: fmt.Sprintf("l%d", i/4), lockstep.LabelFabricTier1: "s0"}
+		p.gpus.set(hgxNodeTopology(t, name))
+		var pods []*v1.Pod
+		if busy[name] {
+			pods = append(pods, utiltesting.MakePod("busy-"+name, "other").GPUs(8).Obj())
+		}
+		nodes = append(nodes, nodeInfo(v1node, pods...))
+	}
+	ctx := context.Background()
+	if _, status := p.PreFilter(ctx, framework.NewCycleState(), p.pods[0], nodes); status.Code() != fwk.UnschedulableAndUnresolvable ||
+		!strings.Contains(status.Message(), "draining leaf spine=s0/leaf=l0 for it") {
+		t.Fatalf("first PreFilter: %v; want unschedulable, draining l0", status)
+	}
+	single := utiltesting.MakePod("single", "other").GPUs(1).Obj()
+	state := framework.NewCycleState()
+	if _, status := p.PreFilter(ctx, state, single, nodes); !status.IsSuccess() {
+		t.Fatalf("PreFilter of a pod outside gangs: %v", status)
+	}
+	drained := "node is drained for PodGroup " + planKey(p.pods[0]) + ", which waits for its tightest domain"
+	for i, want := range map[int]string{1: drained, 2: drained, 3: drained, 6: "", 7: ""} {
+		status := p.Filter(ctx, state, single, nodes[i])
+		if got := status.Message(); got != want {
+			t.Errorf("Filter of a pod outside gangs on n%d: %q, want %q", i, got, want)
+		}
+	}
+	p.clock.Step(p.args.PreferredWait.Duration)
+	result, status := p.PreFilter(ctx, framework.NewCycleState(), p.pods[0], nodes)
+	if !status.IsSuccess() {
+		t.Fatalf("PreFilter after the wait: %v; want a plan over the spine", status)
+	}
+	if diff := cmp.Diff([]string{"n1", "n2", "n3", "n6"}, sets.List(result.NodeNames)); diff != "" {
+		t.Errorf("plan after the wait (-want,+got):\n%s", diff)
+	}
+	for _, n := range []string{"n1", "n6", "n7"} {
+		if by := p.books.drainedFor(n); by != "" {
+			t.Errorf("%s still drained for %s after the gang was planned", n, by)
+		}
 	}
 }

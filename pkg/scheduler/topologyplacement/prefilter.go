@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
 
 	v1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -17,6 +18,7 @@ import (
 	schedv1alpha1 "sigs.k8s.io/scheduler-plugins/apis/scheduling/v1alpha1"
 
 	"github.com/lockstep-dev/lockstep/pkg/lockstep"
+	"github.com/lockstep-dev/lockstep/pkg/topology"
 	"github.com/lockstep-dev/lockstep/pkg/topology/placement"
 )
 
@@ -252,6 +254,15 @@ func (p *TopologyPlacement) plan(ctx context.Context, pod *v1.Pod, s *cycleState
 	var unschedulable *placement.Unschedulable
 	if errors.As(err, &unschedulable) {
 		logger.V(2).Info("Gang does not fit; holding nothing", "reason", unschedulable.Reason)
+		if unschedulable.Drain != nil {
+			p.setDrain(ctx, s.gang, unschedulable.Drain)
+		}
+		if gang.Level != "" && (unschedulable.WiderLevel != "" || unschedulable.Drain != nil) {
+			// It fits once it may widen, or its drain ends then, which no
+			// cluster event announces: try it again then, not at the
+			// queue's 5-minute flush.
+			p.retryAfter(s.gang, p.nextWiden(s.gang))
+		}
 		return nil, outcomeUnschedulable, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, fmt.Sprintf("PodGroup %s: %s", s.gang, unschedulable.Reason))
 	}
 	if err != nil {
@@ -261,7 +272,40 @@ func (p *TopologyPlacement) plan(ctx context.Context, pod *v1.Pod, s *cycleState
 	// consecutive ranks share the tightest domain.
 	placement.RankOrder(snap.Tree, plan, snap.NodeTopology)
 	logger.V(2).Info("Planned gang", "members", len(plan.Members), "domain", plan.Domain.ID, "level", plan.LevelName, "efficiency", plan.Efficiency)
+	p.setDrain(ctx, s.gang, nil)
 	return p.books.add(s.gang, plan, p.clock.Now()), outcomePlanned, nil
+}
+
+// drainLifetimeWaits bounds a drain's life in preferredWaits from the gang's
+// first attempt. A gang chooses its drain during its first wait and keeps
+// it after it widens, until it is planned: a domain half drained when the
+// wait ends would otherwise go back to smaller pods, and the gang, still
+// finding no room at its wider level, would wait on for a spread placement.
+// The bound releases a domain whose gang is never tried again or never
+// fits.
+const drainLifetimeWaits = 10
+
+// setDrain makes d the domain drained for the gang, or releases the gang's
+// drain when d is nil (it was planned, or it widened past its base level).
+// Releasing a domain frees capacity no cluster event reports, so the gangs
+// turned away are retried.
+func (p *TopologyPlacement) setDrain(ctx context.Context, gang string, d *topology.Domain) {
+	logger := klog.FromContext(ctx).WithValues("plugin", Name, "podGroup", gang)
+	if d == nil {
+		if p.books.undrain(gang) {
+			logger.V(2).Info("Released the gang's drained domain")
+			p.retryTurnedAway(gang)
+		}
+		return
+	}
+	until := p.firstSeen.firstSeen(gang, p.clock.Now()).Add(drainLifetimeWaits * p.args.PreferredWait.Duration)
+	draining, released := p.books.drain(gang, d, until)
+	if draining {
+		logger.V(2).Info("Draining a domain for the gang", "domain", d.ID, "until", until)
+	}
+	if released {
+		p.retryTurnedAway(gang)
+	}
 }
 
 // gangMembers is what the books need to know of a gang's pods of one size
@@ -343,6 +387,13 @@ func (p *TopologyPlacement) gangRequest(pg *schedv1alpha1.PodGroup, pod *v1.Pod,
 		}
 	}
 	if gang.Level == "" {
+		if p.args.Unconstrained == TightestFirst {
+			// The tightest domain first, as a gang Preferred from the
+			// host: levels too small for it are skipped at once, and
+			// each wider one costs a PreferredWait.
+			gang.Level, gang.Mode, gang.Implicit = lockstep.LevelHost, lockstep.Preferred, true
+			gang.Widen = p.widen(s.gang)
+		}
 		return gang, nil
 	}
 	levelIndex := -1
@@ -364,13 +415,30 @@ func (p *TopologyPlacement) gangRequest(pg *schedv1alpha1.PodGroup, pod *v1.Pod,
 	default:
 		return gang, fmt.Errorf("PodGroup %s: annotation %s=%q must be Required or Preferred", s.gang, lockstep.AnnotationTopologyMode, gang.Mode)
 	}
-	if gang.Mode == lockstep.Preferred {
-		waited := p.clock.Since(p.firstSeen.firstSeen(s.gang, p.clock.Now()))
-		if wait := p.args.PreferredWait.Duration; wait > 0 && waited > 0 {
-			gang.Widen = int(waited / wait)
-		}
-	}
+	// Required gangs widen too, from the narrowest level that could hold
+	// them up to their level (placement.Gang.Widen).
+	gang.Widen = p.widen(s.gang)
 	return gang, nil
+}
+
+// widen is how many levels a Preferred gang may widen now: one per
+// PreferredWait since it was first attempted.
+func (p *TopologyPlacement) widen(gang string) int {
+	waited := p.clock.Since(p.firstSeen.firstSeen(gang, p.clock.Now()))
+	if wait := p.args.PreferredWait.Duration; wait > 0 && waited > 0 {
+		return int(waited / wait)
+	}
+	return 0
+}
+
+// nextWiden is how long until a Preferred gang may widen one more level.
+func (p *TopologyPlacement) nextWiden(gang string) time.Duration {
+	wait := p.args.PreferredWait.Duration
+	if wait <= 0 {
+		return 0
+	}
+	waited := max(p.clock.Since(p.firstSeen.firstSeen(gang, p.clock.Now())), 0)
+	return wait - waited%wait
 }
 
 // PreFilterExtensions is nil: the plan does not depend on other pods being

@@ -318,6 +318,9 @@ func (p *TopologyPlacement) plannerNode(row *snapshotRow, ni fwk.NodeInfo, node 
 		pn.Topology, pn.Selector, free = gpus.topology, gpus.selector, gpus.free
 	}
 	free &^= p.books.core.HeldOn(node.Name, gang)
+	if by := p.books.core.DrainedFor(node.Name); by != "" && by != gang {
+		pn.Drained = true
+	}
 	// GPUs taken by pods the agent has not reported yet are known only by
 	// count; drop the highest-indexed free GPUs to match it.
 	for free.Len() > max(row.gpuCount-row.usedGPUs, 0) {

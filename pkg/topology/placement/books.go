@@ -33,6 +33,16 @@ type Books struct {
 	// O(1) however many pods run.
 	pods   map[string]Reservation
 	podsOn map[string]topology.GPUSet
+	// drains are the domains drained for gangs waiting for their base
+	// level (Drain), by gang; drainedFor names the gang per drained node.
+	drains     map[string]drain
+	drainedFor map[string]string
+}
+
+// drain is one gang's drained domain.
+type drain struct {
+	domain *topology.Domain
+	until  time.Time
 }
 
 // Held is one gang's plan in the books and which member slots pods have
@@ -61,10 +71,12 @@ type Reservation struct {
 // NewBooks returns empty books.
 func NewBooks() *Books {
 	return &Books{
-		gangs:  map[string]*Held{},
-		held:   map[string]topology.GPUSet{},
-		pods:   map[string]Reservation{},
-		podsOn: map[string]topology.GPUSet{},
+		gangs:      map[string]*Held{},
+		held:       map[string]topology.GPUSet{},
+		pods:       map[string]Reservation{},
+		podsOn:     map[string]topology.GPUSet{},
+		drains:     map[string]drain{},
+		drainedFor: map[string]string{},
 	}
 }
 
@@ -143,6 +155,7 @@ func (b *Books) Get(key string) (*Held, bool) {
 // plan's capacity.
 func (b *Books) Add(key string, plan *Plan, now time.Time) *Held {
 	b.Drop(key)
+	b.Undrain(key)
 	h := &Held{key: key, plan: plan, created: now, slots: make([]string, len(plan.Members))}
 	b.gangs[key] = h
 	for _, m := range plan.Members {
@@ -361,10 +374,67 @@ func (b *Books) MarkPublished(key string) (*Held, bool) {
 	return h, true
 }
 
-// Empty reports whether the books hold nothing: no plan, no held GPU and
-// no reserved pod.
+// Drain holds domain d for gang key until the gang is planned (Add), its
+// drain is dropped (Undrain) or until passes (ExpiredDrains): while it
+// holds, planners of other gangs see no free GPU on its nodes (mark them
+// Node.Drained) and pods outside gangs stay off them, so capacity freed
+// there accumulates for the gang instead of going to whichever pod comes
+// next. The place of Place's Unschedulable.Drain. A gang drains one domain:
+// a new drain replaces its old one. It reports false, changing nothing,
+// when a node of d is drained for another gang.
+func (b *Books) Drain(key string, d *topology.Domain, until time.Time) bool {
+	for _, node := range d.Nodes {
+		if other, ok := b.drainedFor[node]; ok && other != key {
+			return false
+		}
+	}
+	b.Undrain(key)
+	b.drains[key] = drain{domain: d, until: until}
+	for _, node := range d.Nodes {
+		b.drainedFor[node] = key
+	}
+	return true
+}
+
+// Undrain drops gang key's drain and reports whether it had one.
+func (b *Books) Undrain(key string) bool {
+	dr, ok := b.drains[key]
+	if !ok {
+		return false
+	}
+	for _, node := range dr.domain.Nodes {
+		delete(b.drainedFor, node)
+	}
+	delete(b.drains, key)
+	return true
+}
+
+// Drained returns the domain drained for gang key.
+func (b *Books) Drained(key string) (*topology.Domain, bool) {
+	dr, ok := b.drains[key]
+	return dr.domain, ok
+}
+
+// DrainedFor returns the gang node is drained for, "" when none.
+func (b *Books) DrainedFor(node string) string { return b.drainedFor[node] }
+
+// ExpiredDrains returns the gangs whose drain's until is before now,
+// sorted. The caller drops them (Undrain).
+func (b *Books) ExpiredDrains(now time.Time) []string {
+	var out []string
+	for key, dr := range b.drains {
+		if dr.until.Before(now) {
+			out = append(out, key)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// Empty reports whether the books hold nothing: no plan, no held GPU, no
+// reserved pod and no drain.
 func (b *Books) Empty() bool {
-	return len(b.gangs) == 0 && len(b.held) == 0 && len(b.pods) == 0 && len(b.podsOn) == 0
+	return len(b.gangs) == 0 && len(b.held) == 0 && len(b.pods) == 0 && len(b.podsOn) == 0 && len(b.drains) == 0
 }
 
 // String dumps the books deterministically, for tests and debugging: the
@@ -400,6 +470,10 @@ func (b *Books) String() string {
 			gang = "no gang"
 		}
 		fmt.Fprintf(&s, "pod %s: %s gpus %s (%s)\n", pod, r.Node, gpuList(r.GPUs), gang)
+	}
+	for _, key := range sortedKeys(b.drains) {
+		dr := b.drains[key]
+		fmt.Fprintf(&s, "drain %s: %s (%s) until %s\n", key, dr.domain.DisplayID(), plural(len(dr.domain.Nodes), "node"), dr.until.UTC().Format(time.TimeOnly))
 	}
 	plans, gpus := b.Holding()
 	fmt.Fprintf(&s, "holding: %s, %s\n", plural(plans, "open plan"), plural(gpus, "GPU"))

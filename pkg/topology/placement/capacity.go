@@ -52,6 +52,9 @@ type domain struct {
 	// clique is the NVLink domain id shared by every such node, or noNodes
 	// or mixed.
 	clique int32
+	// drained counts the nodes below drained for other gangs
+	// (Node.Drained).
+	drained int32
 }
 
 // add folds child c's capacity into d.
@@ -59,6 +62,7 @@ func (d *domain) add(c *domain) {
 	d.free += c.free
 	d.room += c.room
 	d.ever += c.ever
+	d.drained += c.drained
 	if c.room == 0 {
 		return
 	}
@@ -200,7 +204,7 @@ func newPlanner(s *Snapshot, req request) (*planner, error) {
 		}
 		p.noteEver(i)
 	}
-	p.req.settle(p.base)
+	p.req.settle(p.base, sk.absent)
 	return p, nil
 }
 
@@ -241,6 +245,9 @@ type skeleton struct {
 	kids      []int32
 	hosts     map[string]int32
 	hostOrder []int32
+	// absent marks the tree's levels no node is labelled for
+	// (topology.Tree.LevelAbsent): a gang that widens steps over them.
+	absent []bool
 	// order is the host of every snapshot node of the last plan whose
 	// nodes were not all in the order before.
 	order atomic.Pointer[nodeOrder]
@@ -288,6 +295,9 @@ func skeletonOf(t *topology.Tree) *skeleton {
 		hosts: make(map[string]int32),
 	}
 	sk.visit(t.Root())
+	for level := range t.LevelNames() {
+		sk.absent = append(sk.absent, t.LevelAbsent(level))
+	}
 	lastSkeleton.Store(sk)
 	return sk
 }
@@ -322,11 +332,11 @@ func (sk *skeleton) visit(d *topology.Domain) int32 {
 }
 
 // noteEver lowers p.base to domain i's level when i could hold the gang with
-// every GPU free. A domain narrower than req.want counts for want, which
+// every GPU free. A domain narrower than req.from counts for from, which
 // contains it.
 func (p *planner) noteEver(i int32) {
 	if d := &p.doms[i]; d.ever >= p.req.members {
-		p.base = min(p.base, max(d.d.Level, p.req.want))
+		p.base = min(p.base, max(d.d.Level, p.req.from))
 	}
 }
 
@@ -334,6 +344,10 @@ func (p *planner) noteEver(i int32) {
 func (p *planner) initHost(i, n int32) {
 	node := p.s.Nodes[n]
 	free := node.FreeGPUs
+	if node.Drained {
+		free = 0
+		p.doms[i].drained = 1
+	}
 	if node.Topology != nil {
 		free &= node.Topology.AllGPUs()
 	}

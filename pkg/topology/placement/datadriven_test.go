@@ -41,12 +41,15 @@ import (
 //	  cpu=4000 mem=64 pods=2             free millicores, GiB and pod slots
 //	  starts afresh: new nodes and empty books.
 //	place gang=ns/b members=4 gpus=8 [cpu=m] [mem=GiB] [level=leaf]
-//	      [mode=Required|Preferred] [widen=N] [now=30s] [ranked]
+//	      [mode=Required|Preferred] [widen=N] [implicit] [now=30s] [ranked]
 //	  plans the gang on the free GPUs net of what the books hold for other
 //	  gangs (Books.HeldOn, as the plugin's snapshot does) and, if it fits,
 //	  adds the plan to the books; prints the plan or why it does not fit.
 //	  ranked puts the members in rank order (RankOrder) first, as the
-//	  plugin does.
+//	  plugin does. A gang that does not fit drains the domain Place names
+//	  (Books.Drain) until now plus drainLifetime and keeps it while Place
+//	  names none, as the plugin does; planning sees the nodes drained for
+//	  other gangs as Node.Drained.
 //	hold gang=ns/a [now=0s]
 //	  adds an explicit plan, one member per input line "n1 0-3".
 //	reserve gang=ns/b [pod=p node=n [slot=i]]
@@ -59,11 +62,18 @@ import (
 //	                        allocated, so the books forget them
 //	single pod=p node=n gpus=k
 //	                        a GPU pod outside gangs takes the best k GPUs
+//	                        (none on a node drained for a gang)
 //	set-free node=n free=k  other pods took GPUs: k stay free
 //	node-gone node=n        the node is deleted
 //	validate                drops the plans that no longer fit (Held.Fits)
 //	expire now=10m ttl=5m   drops the incomplete plans older than ttl
+//	expire-drains now=1m    drops the drains that ran out (ExpiredDrains)
 //	books                   dumps the books (Books.String)
+//
+// drainLifetime is how long a drain in the scripts lasts at most: ten
+// deployed preferredWaits, as the plugin bounds it.
+const drainLifetime = 5 * time.Minute
+
 func TestDataDriven(t *testing.T) {
 	files, err := filepath.Glob("testdata/*.txt")
 	if err != nil || len(files) == 0 {
@@ -187,6 +197,17 @@ func (s *script) run(t *testing.T, d *datadriven.TestData) (string, error) {
 		for _, key := range expired {
 			s.books.Drop(key)
 			fmt.Fprintf(&b, "expired %s\n", key)
+		}
+		return b.String(), nil
+	case "expire-drains":
+		expired := s.books.ExpiredDrains(timeArg(t, d))
+		if len(expired) == 0 {
+			return "no drain expired", nil
+		}
+		var b strings.Builder
+		for _, key := range expired {
+			s.books.Undrain(key)
+			fmt.Fprintf(&b, "expired the drain of %s\n", key)
 		}
 		return b.String(), nil
 	case "books":
@@ -362,6 +383,9 @@ func (s *script) snapshot(except string) (*Snapshot, error) {
 		labels[i] = topology.NodeLabels{Name: n.node.Name, Labels: n.labels}
 		node := n.node
 		node.FreeGPUs &^= s.books.HeldOn(node.Name, except)
+		if by := s.books.DrainedFor(node.Name); by != "" && by != except {
+			node.Drained = true
+		}
 		snap.Nodes[i] = &node
 	}
 	tree, err := topology.NewTree(s.levels, labels)
@@ -382,6 +406,7 @@ func (s *script) place(t *testing.T, d *datadriven.TestData) (string, error) {
 		g.MemoryPerMember <<= 30
 	}
 	d.MaybeScanArgs(t, "widen", &g.Widen)
+	g.Implicit = d.HasArg("implicit")
 	snap, err := s.snapshot(key)
 	if err != nil {
 		return "", err
@@ -393,6 +418,18 @@ func (s *script) place(t *testing.T, d *datadriven.TestData) (string, error) {
 		out := "unschedulable: " + u.Reason
 		if u.WiderLevel != "" {
 			out += "\nwould fit at: " + u.WiderLevel
+		}
+		// As the plugin: a gang chooses its drain in its first wait and
+		// keeps it until it is planned (or the drain runs out).
+		switch {
+		case u.Drain == nil:
+			if dom, ok := s.books.Drained(key); ok {
+				out += "\nkeeps draining " + dom.DisplayID()
+			}
+		case s.books.Drain(key, u.Drain, timeArg(t, d).Add(drainLifetime)):
+			out += "\ndrains: " + u.Drain.DisplayID()
+		default:
+			out += "\ncannot drain " + u.Drain.DisplayID()
 		}
 		return out, nil
 	case err != nil:
@@ -531,6 +568,9 @@ func (s *script) single(t *testing.T, d *datadriven.TestData) (string, error) {
 	n, ok := s.node(name)
 	if !ok {
 		return "", errors.New("no such node")
+	}
+	if by := s.books.DrainedFor(name); by != "" {
+		return fmt.Sprintf("pod %s: %s is drained for %s", pod, name, by), nil
 	}
 	free := n.node.FreeGPUs &^ s.books.HeldOn(name, "")
 	set, _, ok := pickGPUs(&n.node, free, k)

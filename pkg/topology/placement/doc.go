@@ -21,9 +21,10 @@
 //     domain has room for every member wins, so a gang that fits on one node
 //     is placed on one node and a GB200 gang that fits in one NVLink clique
 //     stays in it. The stop is the cluster for a gang without Gang.Level,
-//     Gang.Level for Required, and for Preferred Gang.Widen levels past the
-//     base level (at most the cluster). The base level is the narrowest at
-//     or above Gang.Level where some domain could hold the gang with every
+//     and Gang.Widen levels past the base level otherwise: at most the
+//     cluster for Preferred, at most Gang.Level for Required. The base
+//     level is the narrowest at or above Gang.Level (for Required, at or
+//     above the host) where some domain could hold the gang with every
 //     GPU free: levels no domain could ever hold it at are skipped at once,
 //     as waiting cannot make them fit, while a level that could hold it once
 //     other jobs finish is kept until the plugin raises Widen. A 256-GPU
@@ -59,6 +60,19 @@
 // missing in the cluster, or the level the constraint stops at, the room of
 // its best domain and what limits it, the levels a Preferred gang skipped,
 // and the narrowest wider level that would fit (Unschedulable.WiderLevel).
+// A gang in its first wait (Widen 0) is also given a domain of its base
+// level to drain (Unschedulable.Drain).
+//
+// # Drains
+//
+// A gang waiting for a domain of its base level would otherwise wait in
+// vain: capacity freed in any domain goes to whichever pod comes next,
+// usually a smaller one, so a domain rarely frees whole. Books.Drain holds
+// the domain Place named for the waiting gang; planners of other gangs see
+// its nodes as Node.Drained (no GPU free, no drain of theirs may include
+// them) and pods outside gangs are kept off them, until the gang is planned
+// (Books.Add) or the drain is dropped or runs out. A domain is drained for
+// one gang at a time.
 //
 // # Books
 //

@@ -9,8 +9,19 @@ import (
 )
 
 // unschedulable explains why choose found no domain: the cluster cannot
-// hold the gang at all, or it can but not within the constraint.
+// hold the gang at all, or it can but not within the constraint. A gang in
+// its first wait for its base level is given a domain to drain.
 func (p *planner) unschedulable() error {
+	u := p.why()
+	if i := p.drainable(); i >= 0 {
+		u.Drain = labelled(p.doms[i].d)
+		u.Reason += fmt.Sprintf("; draining %s %s for it: no other pod takes GPUs there while it waits", p.noun(u.Drain.Level), u.Drain.DisplayID())
+	}
+	return u
+}
+
+// why is unschedulable without the drain.
+func (p *planner) why() *Unschedulable {
 	r := &p.req
 	gang := describeGang(r.members, r.gpus)
 	root := &p.doms[0]
@@ -38,9 +49,17 @@ func (p *planner) unschedulable() error {
 	}
 	if r.mode == lockstep.Required {
 		b.WriteString("; Required constraint")
+		if r.stop < r.want {
+			fmt.Fprintf(&b, " on %s, tightest first: kept to %s, the narrowest level that could ever hold it, for its first wait", r.levelNames[r.want], r.levelNames[r.stop])
+		}
 	} else {
-		fmt.Fprintf(&b, "; Preferred constraint on %s", r.levelNames[r.want])
-		if r.base > r.want {
+		switch {
+		case r.implicit:
+			fmt.Fprintf(&b, "; no topology constraint, so the tightest domain first: from %s, the narrowest level that could ever hold it", r.levelNames[r.base])
+		default:
+			fmt.Fprintf(&b, "; Preferred constraint on %s", r.levelNames[r.want])
+		}
+		if r.base > r.want && !r.implicit {
 			fmt.Fprintf(&b, ", skipped to %s as no %s could hold it even with every GPU free", r.levelNames[r.base], p.noun(r.base-1))
 		}
 		if r.stop > r.base {
@@ -55,6 +74,29 @@ func (p *planner) unschedulable() error {
 	}
 	u.Reason = b.String()
 	return u
+}
+
+// drainable returns the domain a gang in its first wait for its base level
+// should drain (Unschedulable.Drain), or -1: at the base level, a domain
+// that could ever hold the gang, holds its Near nodes and no node drained
+// for another gang, with room for the most members now, then the most free
+// GPUs; the first in tree order (lowest ID) on ties.
+func (p *planner) drainable() int32 {
+	r := &p.req
+	if !r.widens || r.widen > 0 || r.gpus == 0 || r.base > r.limit {
+		return -1
+	}
+	best := int32(-1)
+	for i := range p.doms {
+		d := &p.doms[i]
+		if d.d.Level != r.base || d.ever < r.members || d.drained > 0 || !p.holdsNear(int32(i)) {
+			continue
+		}
+		if best < 0 || d.room > p.doms[best].room || (d.room == p.doms[best].room && d.free > p.doms[best].free) {
+			best = int32(i)
+		}
+	}
+	return best
 }
 
 // labelled returns d or, when d stands for a level no node is labelled for,

@@ -20,6 +20,22 @@ func diff(want, got any) string {
 	return fmt.Sprintf("-want %+v\n+got  %+v", want, got)
 }
 
+// withoutDrain returns a copy of u without its Drain, which tests compare
+// by ID (drainID).
+func withoutDrain(u *Unschedulable) *Unschedulable {
+	c := *u
+	c.Drain = nil
+	return &c
+}
+
+// drainID is the DisplayID of u's Drain, "" without one.
+func drainID(u *Unschedulable) string {
+	if u.Drain == nil {
+		return ""
+	}
+	return u.Drain.DisplayID()
+}
+
 // at is where a test node sits: its clique, leaf and spine label values,
 // each left out when empty.
 type at struct{ clique, leaf, spine string }

@@ -33,6 +33,10 @@ type Node struct {
 	FreeMilliCPU int64
 	FreeMemory   int64 // bytes
 	FreePods     int
+	// Drained marks a node of a domain drained for another gang
+	// (Books.Drain): Place counts none of its GPUs free, whatever
+	// FreeGPUs says, and drains no domain holding it.
+	Drained bool
 }
 
 // Snapshot is the cluster as the planner sees it. Place only reads it.
@@ -91,9 +95,16 @@ type Gang struct {
 	// the base are skipped at once, since waiting cannot make them fit. So a
 	// Preferred gang may use levels up to base + Widen (the cluster at
 	// most), and with Widen 0 it keeps to Level whenever some domain of
-	// Level could ever hold it. Ignored for Required gangs and without a
-	// Level; negative is invalid.
+	// Level could ever hold it. A Required gang widens the same way from
+	// the narrowest level that could ever hold it, and never past Level, so
+	// it too is placed tightest first. Ignored without a Level; negative is
+	// invalid.
 	Widen int
+	// Implicit says the constraint is the scheduler's default for a gang
+	// that names none (Preferred from the host, so the tightest domain
+	// first): explanations say so instead of naming a constraint the user
+	// never wrote.
+	Implicit bool
 	// Near names the nodes of members placed earlier: bound before a
 	// scheduler restart, or the running members of an elastic gang that
 	// grew. The new members go in the narrowest domain that holds Near too,
@@ -139,6 +150,17 @@ type Unschedulable struct {
 	// which the gang would fit now; "" when the constraint is not what stops
 	// it. A Preferred gang fits once Widen is enough to reach it.
 	WiderLevel string
+	// Drain is the domain a gang waiting for its base level should drain
+	// (Books.Drain), nil when it should drain none. A gang that widens and
+	// is still in its first wait (Widen 0) gets one: of the domains at its
+	// base level that could ever hold it, hold no node drained for another
+	// gang and hold its Near nodes, the one with room for the most members
+	// now, then the most free GPUs, then the lowest ID. Without a drain,
+	// capacity freed in a domain goes to whichever pod the scheduler tries
+	// next, usually a smaller one, so a gang waiting for a whole domain
+	// would wait its full Preferred wait and widen anyway. The plugin keeps
+	// the drain after the gang widens, until it is planned.
+	Drain *topology.Domain
 }
 
 func (u *Unschedulable) Error() string { return u.Reason }
@@ -186,10 +208,15 @@ type request struct {
 	// at or above want that could ever hold the gang (planner.settle); base
 	// is want for every other gang.
 	want, base, stop int
-	widens           bool
-	widen            int
-	mode             lockstep.ConstraintMode
-	messageBytes     int64
+	// from is the level the widening counts from (want for Preferred, the
+	// host for Required) and limit the widest it may reach (want for
+	// Required, the root otherwise).
+	from, limit  int
+	widens       bool
+	widen        int
+	implicit     bool
+	mode         lockstep.ConstraintMode
+	messageBytes int64
 	// levelNames are the tree's level names by index and labelKeys their
 	// node labels ("" for host, cluster and unknown keys); levels are the
 	// configured levels (see Snapshot.Levels), without host and cluster.
@@ -247,22 +274,27 @@ func newRequest(s *Snapshot, g Gang, opts Options) (request, error) {
 		messageBytes: opts.MessageBytes,
 		levelNames:   names,
 		near:         g.Near,
+		implicit:     g.Implicit,
 	}
-	r.base = r.want
+	r.base, r.from, r.limit = r.want, r.want, top
 	if r.messageBytes == 0 {
 		r.messageBytes = DefaultMessageBytes
 	}
 	if g.Level != "" {
 		switch g.Mode {
 		case "", lockstep.Required:
-			r.mode, r.stop = lockstep.Required, r.want
+			// The level caps the gang; below it the gang is placed
+			// tightest first, widening from the narrowest level that
+			// could ever hold it as a Preferred gang does.
+			r.mode, r.stop, r.from, r.limit = lockstep.Required, r.want, 0, r.want
+			r.widens, r.widen = true, g.Widen
 		case lockstep.Preferred:
-			if g.Widen < 0 {
-				errs = append(errs, fmt.Errorf("widen = %d: want at least 0", g.Widen))
-			}
 			r.widens, r.widen, r.stop = true, g.Widen, r.want
 		default:
 			errs = append(errs, fmt.Errorf("mode %q: want %s or %s", g.Mode, lockstep.Required, lockstep.Preferred))
+		}
+		if g.Widen < 0 {
+			errs = append(errs, fmt.Errorf("widen = %d: want at least 0", g.Widen))
 		}
 	}
 	levels, keys, err := configuredLevels(s.Levels, names)
@@ -279,16 +311,27 @@ func newRequest(s *Snapshot, g Gang, opts Options) (request, error) {
 // settle fixes the levels of a gang that widens, given base: the narrowest
 // level at or above want at which some domain could hold the gang with every
 // GPU free (planner.base). A wait can only help at levels where some domain
-// could hold the gang, so the widening counts from there.
-func (r *request) settle(base int) {
+// could hold the gang, so the widening counts from there. Levels no node is
+// labelled for (absent) hold the same nodes as the level above, so a wait
+// spent widening into one would buy nothing: base and every step of the
+// widening pass over them.
+func (r *request) settle(base int, absent []bool) {
 	if !r.widens {
 		return
 	}
 	top := len(r.levelNames) - 1
-	r.base, r.stop = base, top
-	if r.widen < top-base {
-		r.stop = base + r.widen
+	skip := func(level int) int {
+		for level < top && level < len(absent) && absent[level] {
+			level++
+		}
+		return level
 	}
+	r.base = skip(base)
+	r.stop = r.base
+	for w := r.widen; w > 0 && r.stop < r.limit; w-- {
+		r.stop = skip(r.stop + 1)
+	}
+	r.stop = min(r.stop, r.limit)
 }
 
 // configuredLevels returns the levels of a tree with the given level names,

@@ -339,6 +339,8 @@ func TestPlaceConstraint(t *testing.T) {
 		gang      Gang
 		wantLevel string
 		wantErr   *Unschedulable
+		// wantDrain is the DisplayID of wantErr's Drain, "" for none.
+		wantDrain string
 	}{
 		{
 			name:      "Required leaf met",
@@ -368,9 +370,11 @@ func TestPlaceConstraint(t *testing.T) {
 			gang: Gang{Members: 3, GPUsPerMember: 8, Level: "leaf", Mode: lockstep.Preferred},
 			wantErr: &Unschedulable{
 				Reason: "gang of 3 x 8 GPUs does not fit in any leaf (fabric.topograph.run/tier-0): " +
-					"the best leaf has room for 2 members (16 of 24 GPUs free); Preferred constraint on leaf; it would fit in one spine",
+					"the best leaf has room for 2 members (16 of 24 GPUs free); Preferred constraint on leaf; it would fit in one spine" +
+					"; draining leaf spine=s1/leaf=l1 for it: no other pod takes GPUs there while it waits",
 				WiderLevel: "spine",
 			},
+			wantDrain: "spine=s1/leaf=l1",
 		},
 		{
 			name:      "Preferred leaf widened to spine",
@@ -410,8 +414,11 @@ func TestPlaceConstraint(t *testing.T) {
 				if !errors.As(err, &u) {
 					t.Fatalf("Place = %v, %v; want *Unschedulable", plan, err)
 				}
-				if d := diff(tt.wantErr, u); d != "" {
+				if d := diff(tt.wantErr, withoutDrain(u)); d != "" {
 					t.Errorf("Unschedulable (-want,+got):\n%s", d)
+				}
+				if got := drainID(u); got != tt.wantDrain {
+					t.Errorf("Unschedulable.Drain = %q, want %q", got, tt.wantDrain)
 				}
 				return
 			}
@@ -549,6 +556,8 @@ func TestPlacePreferredSkipsLevelsNoDomainCanHold(t *testing.T) {
 		wantLevel string
 		wantID    string
 		wantErr   *Unschedulable
+		// wantDrain is the DisplayID of wantErr's Drain, "" for none.
+		wantDrain string
 	}{
 		{
 			// 256 GPUs fit no leaf even when empty: the widening starts at
@@ -573,9 +582,10 @@ func TestPlacePreferredSkipsLevelsNoDomainCanHold(t *testing.T) {
 				Reason: "gang of 50 x 8 GPUs does not fit in any spine (fabric.topograph.run/tier-1): " +
 					"the best spine has room for 49 members (392 of 400 GPUs free); " +
 					"Preferred constraint on leaf, skipped to spine as no leaf could hold it even with every GPU free; " +
-					"it would fit in the cluster",
+					"it would fit in the cluster; draining spine spine=s1 for it: no other pod takes GPUs there while it waits",
 				WiderLevel: "cluster",
 			},
+			wantDrain: "spine=s1",
 		},
 		{
 			// Widen counts from spine, the level skipped to, not from leaf.
@@ -590,9 +600,11 @@ func TestPlacePreferredSkipsLevelsNoDomainCanHold(t *testing.T) {
 			gang: Gang{Members: 8, GPUsPerMember: 8, Level: "leaf", Mode: lockstep.Preferred},
 			wantErr: &Unschedulable{
 				Reason: "gang of 8 x 8 GPUs does not fit in any leaf (fabric.topograph.run/tier-0): " +
-					"the best leaf has room for 7 members (56 of 64 GPUs free); Preferred constraint on leaf; it would fit in one spine",
+					"the best leaf has room for 7 members (56 of 64 GPUs free); Preferred constraint on leaf; it would fit in one spine" +
+					"; draining leaf spine=s1/leaf=s1-l1 for it: no other pod takes GPUs there while it waits",
 				WiderLevel: "spine",
 			},
+			wantDrain: "spine=s1/leaf=s1-l1",
 		},
 		{
 			name:      "fits an empty leaf, widened once",
@@ -624,8 +636,11 @@ func TestPlacePreferredSkipsLevelsNoDomainCanHold(t *testing.T) {
 				if !errors.As(err, &u) {
 					t.Fatalf("Place = %v, %v; want *Unschedulable", plan, err)
 				}
-				if d := diff(tt.wantErr, u); d != "" {
+				if d := diff(tt.wantErr, withoutDrain(u)); d != "" {
 					t.Errorf("Unschedulable (-want,+got):\n%s", d)
+				}
+				if got := drainID(u); got != tt.wantDrain {
+					t.Errorf("Unschedulable.Drain = %q, want %q", got, tt.wantDrain)
 				}
 				return
 			}
