@@ -186,30 +186,11 @@ func (s *script) run(t *testing.T, d *datadriven.TestData) (string, error) {
 	case "validate":
 		return s.validate(sortedKeys(s.books.gangs)), nil
 	case "expire":
-		now := timeArg(t, d)
 		var ttl time.Duration
 		d.ScanArgs(t, "ttl", &ttl)
-		expired := s.books.Expired(now, ttl)
-		if len(expired) == 0 {
-			return "nothing expired", nil
-		}
-		var b strings.Builder
-		for _, key := range expired {
-			s.books.Drop(key)
-			fmt.Fprintf(&b, "expired %s\n", key)
-		}
-		return b.String(), nil
+		return dropEach(s.books.Expired(timeArg(t, d), ttl), s.books.Drop, "nothing expired", "expired %s"), nil
 	case "expire-drains":
-		expired := s.books.ExpiredDrains(timeArg(t, d))
-		if len(expired) == 0 {
-			return "no drain expired", nil
-		}
-		var b strings.Builder
-		for _, key := range expired {
-			s.books.Undrain(key)
-			fmt.Fprintf(&b, "expired the drain of %s\n", key)
-		}
-		return b.String(), nil
+		return dropEach(s.books.ExpiredDrains(timeArg(t, d)), s.books.Undrain, "no drain expired", "expired the drain of %s"), nil
 	case "books":
 		return s.books.String(), nil
 	}
@@ -615,6 +596,19 @@ func arg(t *testing.T, d *datadriven.TestData, key, def string) string {
 }
 
 // timeArg reads now=<duration since the epoch>; 0 when absent.
+// dropEach drops each key and lists them with format, or says none.
+func dropEach(keys []string, drop func(string) bool, none, format string) string {
+	if len(keys) == 0 {
+		return none
+	}
+	var b strings.Builder
+	for _, key := range keys {
+		drop(key)
+		fmt.Fprintf(&b, format+"\n", key)
+	}
+	return b.String()
+}
+
 func timeArg(t *testing.T, d *datadriven.TestData) time.Time {
 	var since time.Duration
 	d.MaybeScanArgs(t, "now", &since)
