@@ -77,13 +77,17 @@ func (p *planner) why() *Unschedulable {
 }
 
 // drainable returns the domain a gang in its first wait for its base level
-// should drain (Unschedulable.Drain), or -1: at the base level, a domain
+// should drain (Unschedulable.Drain), or -1: at the base level, below the
+// root, a domain
 // that could ever hold the gang, holds its Near nodes and no node drained
 // for another gang, with room for the most members now, then the most free
 // GPUs; the first in tree order (lowest ID) on ties.
 func (p *planner) drainable() int32 {
 	r := &p.req
-	if !r.widens || r.widen > 0 || r.gpus == 0 || r.base > r.limit {
+	// The root is never drained: a gang whose base is the whole cluster
+	// has no tighter domain to wait for, and draining it would stop every
+	// other pod.
+	if !r.widens || r.widen > 0 || r.gpus == 0 || r.base > r.limit || r.base >= len(r.levelNames)-1 {
 		return -1
 	}
 	best := int32(-1)
