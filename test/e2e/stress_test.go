@@ -230,8 +230,10 @@ func TestSoakPodNodeEvents(t *testing.T) {
 	rng := rand.New(rand.NewPCG(10000, 5))
 	nodes := cluster.Model.Nodes()
 	podEvents := countPodEvents(t, ns)
-	// Required in the one spine: no gang waits out preferredWait for a leaf.
-	spine := map[string]string{lockstep.AnnotationTopologyLevel: "spine", lockstep.AnnotationTopologyMode: "Required"}
+	// Preferred on the one spine: a gang is placed anywhere in it at once,
+	// and no gang waits out preferredWait for a leaf (a Required level is
+	// a cap below which gangs are placed tightest first).
+	spine := map[string]string{lockstep.AnnotationTopologyLevel: "spine", lockstep.AnnotationTopologyMode: "Preferred"}
 	cordoned := map[string]bool{}
 	t.Cleanup(func() {
 		for name := range cordoned {

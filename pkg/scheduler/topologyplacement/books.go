@@ -138,20 +138,17 @@ func (b *books) markPublished(key string) (*gangPlan, bool) {
 	return b.core.MarkPublished(key)
 }
 
-// drain holds domain d for gang key until until (placement.Books.Drain).
-// It reports whether the gang drains d now, and whether another domain it
-// drained before was released.
-func (b *books) drain(key string, d *topology.Domain, until time.Time) (draining, released bool) {
+// drain holds domain d, with room for room members now, for gang key
+// (placement.Books.Drain). It reports whether the gang drains d now, and
+// whether another domain it drained before was released.
+func (b *books) drain(key string, d *topology.Domain, room int, now, until time.Time) (draining, released bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	old, had := b.core.Drained(key)
-	if had && old == d {
-		return true, false
-	}
-	if !b.core.Drain(key, d, until) {
+	if !b.core.Drain(key, d, room, now, until) {
 		return false, false
 	}
-	return true, had
+	return true, had && old.ID != d.ID
 }
 
 // undrain drops gang key's drain and reports whether it had one.
@@ -173,4 +170,12 @@ func (b *books) expiredDrains(now time.Time) []string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.core.ExpiredDrains(now)
+}
+
+// drainProgress returns when gang key's drained domain last gained room
+// and when the drain runs out (placement.Books.DrainProgress).
+func (b *books) drainProgress(key string) (progressed, until time.Time, ok bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.core.DrainProgress(key)
 }

@@ -311,7 +311,7 @@ func (p *TopologyPlacement) sweep(ctx context.Context) {
 	// ends one whose gang is not tried again.
 	for _, key := range p.books.expiredDrains(p.clock.Now()) {
 		logger.V(2).Info("Drain ran out before the gang was tried again; releasing it", "podGroup", key)
-		p.setDrain(ctx, key, nil)
+		p.setDrain(ctx, key, nil, 0)
 	}
 	p.forgetDeletedGangs(ctx)
 	p.health.refresh()
@@ -332,7 +332,7 @@ func (p *TopologyPlacement) forgetDeletedGangs(ctx context.Context) {
 		err := p.reader.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &schedv1alpha1.PodGroup{})
 		if apierrors.IsNotFound(err) {
 			p.firstSeen.forget(key)
-			p.setDrain(ctx, key, nil)
+			p.setDrain(ctx, key, nil, 0)
 		}
 	}
 }

@@ -156,7 +156,7 @@ func TestPreFilterPreferredGangSkipsLevelsTooSmall(t *testing.T) {
 		},
 		{
 			// Each leaf of 4 nodes could hold 32 GPUs but has one busy node.
-			name: "a leaf could hold the gang: wait, then spread",
+			name: "a leaf could hold the gang: drain it, then spread",
 			nodes: []node{
 				{"n0", "l0", true}, {"n1", "l0", false}, {"n2", "l0", false}, {"n3", "l0", false},
 				{"n4", "l1", true}, {"n5", "l1", false}, {"n6", "l1", false}, {"n7", "l1", false},
@@ -185,6 +185,8 @@ func TestPreFilterPreferredGangSkipsLevelsTooSmall(t *testing.T) {
 			}
 			for i, want := range [][]string{tc.wantFirst, tc.wantLater} {
 				if i == 1 {
+					// The gang drains a leaf that gains no room: it
+					// widens after one wait.
 					p.clock.Step(p.args.PreferredWait.Duration)
 				}
 				result, status := p.PreFilter(context.Background(), framework.NewCycleState(), p.pods[0], nodes)
@@ -508,9 +510,10 @@ func TestWideningClock(t *testing.T) {
 }
 
 // TestWaitingGangDrainsALeaf: a leaf:Preferred gang that fits no leaf now
-// drains the leaf nearest to holding it for its first preferredWait. A GPU
-// pod outside gangs is kept off that leaf and says why; the other leaf stays
-// open. When the gang widens, it is planned and its drain released.
+// drains the leaf nearest to holding it. A GPU pod outside gangs is kept off
+// that leaf and says why; the other leaf stays open. While the leaf keeps
+// gaining room the gang does not widen; once it stalls for a preferredWait
+// the gang widens, is planned and releases the leaf.
 func TestWaitingGangDrainsALeaf(t *testing.T) {
 	p := newMetricsPlugin(t, 4, false, nil)
 	pg := utiltesting.MakePodGroup("g", "ns", 4).Obj()
@@ -518,44 +521,65 @@ func TestWaitingGangDrainsALeaf(t *testing.T) {
 	if err := p.client.Create(context.Background(), pg); err != nil {
 		t.Fatal(err)
 	}
-	// l0 has three free nodes, l1 two: the gang of four drains l0.
-	busy := map[string]bool{"n0": true, "n4": true, "n5": true}
-	var nodes []fwk.NodeInfo
-	for i := range 8 {
+	// Both leaves have room for two members; l0 is drained, the first.
+	nodes := make([]fwk.NodeInfo, 8)
+	setNode := func(i int, busy bool) {
 		name := fmt.Sprintf("n%d", i)
 		v1node := gpuNode(name, 8)
 		v1node.Labels = map[string]string{lockstep.LabelFabricTier0: fmt.Sprintf("l%d", i/4), lockstep.LabelFabricTier1: "s0"}
-		p.gpus.set(hgxNodeTopology(t, name))
 		var pods []*v1.Pod
-		if busy[name] {
+		if busy {
 			pods = append(pods, utiltesting.MakePod("busy-"+name, "other").GPUs(8).Obj())
 		}
-		nodes = append(nodes, nodeInfo(v1node, pods...))
+		nodes[i] = nodeInfo(v1node, pods...)
+	}
+	for i := range nodes {
+		p.gpus.set(hgxNodeTopology(t, fmt.Sprintf("n%d", i)))
+		setNode(i, i == 0 || i == 1 || i == 4 || i == 5)
 	}
 	ctx := context.Background()
-	if _, status := p.PreFilter(ctx, framework.NewCycleState(), p.pods[0], nodes); status.Code() != fwk.UnschedulableAndUnresolvable ||
-		!strings.Contains(status.Message(), "draining leaf spine=s0/leaf=l0 for it") {
-		t.Fatalf("first PreFilter: %v; want unschedulable, draining l0", status)
+	key := planKey(p.pods[0])
+	stillDraining := func(when string) {
+		t.Helper()
+		_, status := p.PreFilter(ctx, framework.NewCycleState(), p.pods[0], nodes)
+		if status.Code() != fwk.UnschedulableAndUnresolvable || !strings.Contains(status.Message(), "draining leaf spine=s0/leaf=l0 for it") {
+			t.Fatalf("PreFilter %s: %v; want unschedulable, draining l0", when, status)
+		}
 	}
+	stillDraining("at first")
+
 	single := utiltesting.MakePod("single", "other").GPUs(1).Obj()
 	state := framework.NewCycleState()
 	if _, status := p.PreFilter(ctx, state, single, nodes); !status.IsSuccess() {
 		t.Fatalf("PreFilter of a pod outside gangs: %v", status)
 	}
-	drained := "node is drained for PodGroup " + planKey(p.pods[0]) + ", which waits for its tightest domain"
-	for i, want := range map[int]string{1: drained, 2: drained, 3: drained, 6: "", 7: ""} {
-		status := p.Filter(ctx, state, single, nodes[i])
-		if got := status.Message(); got != want {
+	drained := "node is drained for PodGroup " + key + ", which waits for its tightest domain"
+	for i, want := range map[int]string{2: drained, 3: drained, 6: "", 7: ""} {
+		if got := p.Filter(ctx, state, single, nodes[i]).Message(); got != want {
 			t.Errorf("Filter of a pod outside gangs on n%d: %q, want %q", i, got, want)
 		}
 	}
-	p.clock.Step(p.args.PreferredWait.Duration)
+
+	// n1's job ends 20 s in: l0 gains room, so the gang is held there a
+	// preferredWait from then, past its own first wait.
+	wait := p.args.PreferredWait.Duration
+	p.clock.Step(20 * time.Second)
+	setNode(1, false)
+	stillDraining("as l0 gains room")
+	p.clock.Step(wait - time.Second)
+	stillDraining("within a preferredWait of l0's progress")
+	if got := p.nextWiden(key); got != time.Second {
+		t.Errorf("next retry in %v, want 1s, when the hold ends", got)
+	}
+
+	// l0 stalls: the gang widens, is planned and releases l0.
+	p.clock.Step(time.Second)
 	result, status := p.PreFilter(ctx, framework.NewCycleState(), p.pods[0], nodes)
 	if !status.IsSuccess() {
-		t.Fatalf("PreFilter after the wait: %v; want a plan over the spine", status)
+		t.Fatalf("PreFilter once l0 stalled: %v; want a plan over the spine", status)
 	}
 	if diff := cmp.Diff([]string{"n1", "n2", "n3", "n6"}, sets.List(result.NodeNames)); diff != "" {
-		t.Errorf("plan after the wait (-want,+got):\n%s", diff)
+		t.Errorf("plan once l0 stalled (-want,+got):\n%s", diff)
 	}
 	for _, n := range []string{"n1", "n6", "n7"} {
 		if by := p.books.drainedFor(n); by != "" {

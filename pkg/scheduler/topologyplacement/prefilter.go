@@ -218,6 +218,7 @@ func (p *TopologyPlacement) planGang(ctx context.Context, pod *v1.Pod, s *cycleS
 // label of plan_duration_seconds.
 func (p *TopologyPlacement) plan(ctx context.Context, pod *v1.Pod, s *cycleState, nodes []fwk.NodeInfo) (g *gangPlan, outcome string, status *fwk.Status) {
 	logger := klog.FromContext(ctx).WithValues("plugin", Name, "podGroup", s.gang)
+	p.endDrainIfDue(ctx, s.gang)
 	pg, err := p.gangSpec(ctx, pod)
 	if apierrors.IsNotFound(err) {
 		return nil, outcomeUnschedulable, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, fmt.Sprintf("PodGroup %s not found", s.gang))
@@ -255,7 +256,7 @@ func (p *TopologyPlacement) plan(ctx context.Context, pod *v1.Pod, s *cycleState
 	if errors.As(err, &unschedulable) {
 		logger.V(2).Info("Gang does not fit; holding nothing", "reason", unschedulable.Reason)
 		if unschedulable.Drain != nil {
-			p.setDrain(ctx, s.gang, unschedulable.Drain)
+			p.setDrain(ctx, s.gang, unschedulable.Drain, unschedulable.DrainRoom)
 		}
 		if gang.Level != "" && (unschedulable.WiderLevel != "" || unschedulable.Drain != nil) {
 			// It fits once it may widen, or its drain ends then, which no
@@ -272,24 +273,25 @@ func (p *TopologyPlacement) plan(ctx context.Context, pod *v1.Pod, s *cycleState
 	// consecutive ranks share the tightest domain.
 	placement.RankOrder(snap.Tree, plan, snap.NodeTopology)
 	logger.V(2).Info("Planned gang", "members", len(plan.Members), "domain", plan.Domain.ID, "level", plan.LevelName, "efficiency", plan.Efficiency)
-	p.setDrain(ctx, s.gang, nil)
+	p.setDrain(ctx, s.gang, nil, 0)
 	return p.books.add(s.gang, plan, p.clock.Now()), outcomePlanned, nil
 }
 
 // drainLifetimeWaits bounds a drain's life in preferredWaits from the gang's
 // first attempt. A gang chooses its drain during its first wait and keeps
-// it after it widens, until it is planned: a domain half drained when the
-// wait ends would otherwise go back to smaller pods, and the gang, still
-// finding no room at its wider level, would wait on for a spread placement.
-// The bound releases a domain whose gang is never tried again or never
-// fits.
+// it until it is planned or the drain runs out; while the domain keeps
+// gaining room for it, the gang does not widen (widen). A domain that is
+// emptying is worth a longer wait than one a smaller pod may fill at any
+// time: a gang that widened after one wait usually found no room at its
+// wider level either, and ended up spread later. The bound releases a
+// domain whose gang never fits or is never tried again, and caps the wait.
 const drainLifetimeWaits = 10
 
-// setDrain makes d the domain drained for the gang, or releases the gang's
-// drain when d is nil (it was planned, or it widened past its base level).
-// Releasing a domain frees capacity no cluster event reports, so the gangs
-// turned away are retried.
-func (p *TopologyPlacement) setDrain(ctx context.Context, gang string, d *topology.Domain) {
+// setDrain makes d, with room for room members now, the domain drained for
+// the gang, or releases the gang's drain when d is nil (it was planned, or
+// is gone). Releasing a domain frees capacity no cluster event reports, so
+// the gangs turned away are retried.
+func (p *TopologyPlacement) setDrain(ctx context.Context, gang string, d *topology.Domain, room int) {
 	logger := klog.FromContext(ctx).WithValues("plugin", Name, "podGroup", gang)
 	if d == nil {
 		if p.books.undrain(gang) {
@@ -298,10 +300,11 @@ func (p *TopologyPlacement) setDrain(ctx context.Context, gang string, d *topolo
 		}
 		return
 	}
-	until := p.firstSeen.firstSeen(gang, p.clock.Now()).Add(drainLifetimeWaits * p.args.PreferredWait.Duration)
-	draining, released := p.books.drain(gang, d, until)
+	now := p.clock.Now()
+	until := p.firstSeen.firstSeen(gang, now).Add(drainLifetimeWaits * p.args.PreferredWait.Duration)
+	draining, released := p.books.drain(gang, d, room, now, until)
 	if draining {
-		logger.V(2).Info("Draining a domain for the gang", "domain", d.ID, "until", until)
+		logger.V(2).Info("Draining a domain for the gang", "domain", d.ID, "room", room, "until", until)
 	}
 	if released {
 		p.retryTurnedAway(gang)
@@ -421,9 +424,15 @@ func (p *TopologyPlacement) gangRequest(pg *schedv1alpha1.PodGroup, pod *v1.Pod,
 	return gang, nil
 }
 
-// widen is how many levels a Preferred gang may widen now: one per
-// PreferredWait since it was first attempted.
+// widen is how many levels a gang may widen now: one per PreferredWait
+// since it was first attempted, and none while the domain drained for it
+// keeps emptying (it gained room within the last PreferredWait, and the
+// drain has not run out). Waiting for a domain others keep filling is a
+// gamble worth one wait; waiting for one that empties is worth more.
 func (p *TopologyPlacement) widen(gang string) int {
+	if _, ok := p.holdUntil(gang); ok {
+		return 0
+	}
 	waited := p.clock.Since(p.firstSeen.firstSeen(gang, p.clock.Now()))
 	if wait := p.args.PreferredWait.Duration; wait > 0 && waited > 0 {
 		return int(waited / wait)
@@ -431,14 +440,41 @@ func (p *TopologyPlacement) widen(gang string) int {
 	return 0
 }
 
-// nextWiden is how long until a Preferred gang may widen one more level.
+// holdUntil returns until when a gang whose drained domain is emptying is
+// held at its base level: a PreferredWait after the domain last gained
+// room, at most to the drain's end. False when it is not held.
+func (p *TopologyPlacement) holdUntil(gang string) (time.Time, bool) {
+	progressed, until, ok := p.books.drainProgress(gang)
+	if !ok {
+		return time.Time{}, false
+	}
+	hold := progressed.Add(p.args.PreferredWait.Duration)
+	if until.Before(hold) {
+		hold = until
+	}
+	return hold, p.clock.Now().Before(hold)
+}
+
+// nextWiden is how long until a gang may widen one more level: the end of
+// its hold while its drained domain is emptying.
 func (p *TopologyPlacement) nextWiden(gang string) time.Duration {
+	if hold, ok := p.holdUntil(gang); ok {
+		return hold.Sub(p.clock.Now())
+	}
 	wait := p.args.PreferredWait.Duration
 	if wait <= 0 {
 		return 0
 	}
 	waited := max(p.clock.Since(p.firstSeen.firstSeen(gang, p.clock.Now())), 0)
 	return wait - waited%wait
+}
+
+// endDrainIfDue releases the gang's drain once it has run out, before the
+// gang is planned with the widening that allows.
+func (p *TopologyPlacement) endDrainIfDue(ctx context.Context, gang string) {
+	if _, until, ok := p.books.drainProgress(gang); ok && !p.clock.Now().Before(until) {
+		p.setDrain(ctx, gang, nil, 0)
+	}
 }
 
 // PreFilterExtensions is nil: the plan does not depend on other pods being

@@ -43,6 +43,10 @@ type Books struct {
 type drain struct {
 	domain *topology.Domain
 	until  time.Time
+	// room is the most members the domain had room for at any Drain call,
+	// and progressed when that most was first reached.
+	room       int
+	progressed time.Time
 }
 
 // Held is one gang's plan in the books and which member slots pods have
@@ -379,21 +383,37 @@ func (b *Books) MarkPublished(key string) (*Held, bool) {
 // holds, planners of other gangs see no free GPU on its nodes (mark them
 // Node.Drained) and pods outside gangs stay off them, so capacity freed
 // there accumulates for the gang instead of going to whichever pod comes
-// next. The place of Place's Unschedulable.Drain. A gang drains one domain:
-// a new drain replaces its old one. It reports false, changing nothing,
-// when a node of d is drained for another gang.
-func (b *Books) Drain(key string, d *topology.Domain, until time.Time) bool {
+// next. The place of Place's Unschedulable.Drain, with room its
+// DrainRoom. A gang drains one domain: a new domain replaces its old one,
+// while the same domain (by ID) again keeps its until and records progress
+// when room grew (DrainProgress). It reports false, changing nothing, when
+// a node of d is drained for another gang.
+func (b *Books) Drain(key string, d *topology.Domain, room int, now, until time.Time) bool {
 	for _, node := range d.Nodes {
 		if other, ok := b.drainedFor[node]; ok && other != key {
 			return false
 		}
 	}
+	dr := drain{domain: d, until: until, room: room, progressed: now}
+	if old, ok := b.drains[key]; ok && old.domain.ID == d.ID {
+		dr.until = old.until
+		if room <= old.room {
+			dr.room, dr.progressed = old.room, old.progressed
+		}
+	}
 	b.Undrain(key)
-	b.drains[key] = drain{domain: d, until: until}
+	b.drains[key] = dr
 	for _, node := range d.Nodes {
 		b.drainedFor[node] = key
 	}
 	return true
+}
+
+// DrainProgress returns when gang key's drained domain last had room for
+// more members than before, and when the drain runs out.
+func (b *Books) DrainProgress(key string) (progressed, until time.Time, ok bool) {
+	dr, ok := b.drains[key]
+	return dr.progressed, dr.until, ok
 }
 
 // Undrain drops gang key's drain and reports whether it had one.
@@ -473,7 +493,8 @@ func (b *Books) String() string {
 	}
 	for _, key := range sortedKeys(b.drains) {
 		dr := b.drains[key]
-		fmt.Fprintf(&s, "drain %s: %s (%s) until %s\n", key, dr.domain.DisplayID(), plural(len(dr.domain.Nodes), "node"), dr.until.UTC().Format(time.TimeOnly))
+		fmt.Fprintf(&s, "drain %s: %s (%s), room for %s since %s, until %s\n", key, dr.domain.DisplayID(), plural(len(dr.domain.Nodes), "node"),
+			plural(dr.room, "member"), dr.progressed.UTC().Format(time.TimeOnly), dr.until.UTC().Format(time.TimeOnly))
 	}
 	plans, gpus := b.Holding()
 	fmt.Fprintf(&s, "holding: %s, %s\n", plural(plans, "open plan"), plural(gpus, "GPU"))

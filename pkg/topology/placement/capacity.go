@@ -332,10 +332,11 @@ func (sk *skeleton) visit(d *topology.Domain) int32 {
 }
 
 // noteEver lowers p.base to domain i's level when i could hold the gang with
-// every GPU free. A domain narrower than req.from counts for from, which
-// contains it.
+// every GPU free, and holds its Near nodes (members placed before), without
+// which no domain of that level may take it. A domain narrower than
+// req.from counts for from, which contains it.
 func (p *planner) noteEver(i int32) {
-	if d := &p.doms[i]; d.ever >= p.req.members {
+	if d := &p.doms[i]; d.ever >= p.req.members && p.holdsNear(i) {
 		p.base = min(p.base, max(d.d.Level, p.req.from))
 	}
 }

@@ -407,8 +407,8 @@ func (s *script) place(t *testing.T, d *datadriven.TestData) (string, error) {
 			if dom, ok := s.books.Drained(key); ok {
 				out += "\nkeeps draining " + dom.DisplayID()
 			}
-		case s.books.Drain(key, u.Drain, timeArg(t, d).Add(drainLifetime)):
-			out += "\ndrains: " + u.Drain.DisplayID()
+		case s.books.Drain(key, u.Drain, u.DrainRoom, timeArg(t, d), timeArg(t, d).Add(drainLifetime)):
+			out += fmt.Sprintf("\ndrains: %s, room for %s", u.Drain.DisplayID(), plural(u.DrainRoom, "member"))
 		default:
 			out += "\ncannot drain " + u.Drain.DisplayID()
 		}

@@ -14,7 +14,7 @@ import (
 func (p *planner) unschedulable() error {
 	u := p.why()
 	if i := p.drainable(); i >= 0 {
-		u.Drain = labelled(p.doms[i].d)
+		u.Drain, u.DrainRoom = labelled(p.doms[i].d), p.doms[i].room
 		u.Reason += fmt.Sprintf("; draining %s %s for it: no other pod takes GPUs there while it waits", p.noun(u.Drain.Level), u.Drain.DisplayID())
 	}
 	return u
@@ -77,23 +77,24 @@ func (p *planner) why() *Unschedulable {
 }
 
 // drainable returns the domain a gang in its first wait for its base level
-// should drain (Unschedulable.Drain), or -1: at the base level, below the
-// root, a domain
-// that could ever hold the gang, holds its Near nodes and no node drained
-// for another gang, with room for the most members now, then the most free
-// GPUs; the first in tree order (lowest ID) on ties.
+// should drain (Unschedulable.Drain), or -1: at the base level, a domain
+// short of the whole cluster that could ever hold the gang, holds its Near
+// nodes and no node drained for another gang, with room for the most
+// members now, then the most free GPUs; the first in tree order (lowest
+// ID) on ties.
 func (p *planner) drainable() int32 {
 	r := &p.req
-	// The root is never drained: a gang whose base is the whole cluster
-	// has no tighter domain to wait for, and draining it would stop every
-	// other pod.
-	if !r.widens || r.widen > 0 || r.gpus == 0 || r.base > r.limit || r.base >= len(r.levelNames)-1 {
+	if !r.widens || r.widen > 0 || r.gpus == 0 || r.base > r.limit {
 		return -1
 	}
+	// A domain holding every node (the root, or the one spine of a small
+	// cluster) is never drained: a gang only it could hold has no tighter
+	// domain to wait for, and draining it would stop every other pod.
+	all := len(p.doms[0].d.Nodes)
 	best := int32(-1)
 	for i := range p.doms {
 		d := &p.doms[i]
-		if d.d.Level != r.base || d.ever < r.members || d.drained > 0 || !p.holdsNear(int32(i)) {
+		if d.d.Level != r.base || len(d.d.Nodes) == all || d.ever < r.members || d.drained > 0 || !p.holdsNear(int32(i)) {
 			continue
 		}
 		if best < 0 || d.room > p.doms[best].room || (d.room == p.doms[best].room && d.free > p.doms[best].free) {

@@ -161,6 +161,9 @@ type Unschedulable struct {
 	// would wait its full Preferred wait and widen anyway. The plugin keeps
 	// the drain after the gang widens, until it is planned.
 	Drain *topology.Domain
+	// DrainRoom is how many members Drain has room for now: the plugin
+	// keeps a gang from widening while it grows (Books.DrainProgress).
+	DrainRoom int
 }
 
 func (u *Unschedulable) Error() string { return u.Reason }

@@ -733,6 +733,13 @@ func TestPlaceNear(t *testing.T) {
 		wantNodes:  []string{"a2-0", "a2-1", "a2-2"},
 		wantDomain: "block=()/spine=s-a/leaf=l-a2",
 	}, {
+		// Tightest first counts from the narrowest domain holding the
+		// members placed before: no wait for a leaf that cannot hold
+		// them all.
+		name:      "tightest first beside members on two leaves: their spine at once",
+		gang:      Gang{Members: 2, GPUsPerMember: 8, Level: "host", Mode: lockstep.Preferred, Implicit: true, Near: []string{"b1-bound", "b2-bound"}},
+		wantNodes: []string{"b1-0", "b1-1"}, wantDomain: "block=()/spine=s-b/leaf=l-b1",
+	}, {
 		name:    "a Required leaf counts the members placed before",
 		gang:    Gang{Members: 3, GPUsPerMember: 8, Level: "leaf", Mode: lockstep.Required, Near: []string{"a1-bound"}},
 		wantErr: "kept beside the gang's 1 members placed before",
