@@ -116,6 +116,13 @@ func (b *books) heldOpen(node string) int {
 	return b.core.HeldOpen(node)
 }
 
+// drainedNodes counts the nodes drained for gangs.
+func (b *books) drainedNodes() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.core.DrainedNodes()
+}
+
 // holding counts the incomplete plans and the GPUs they hold.
 func (b *books) holding() (plans, gpus int) {
 	b.mu.Lock()

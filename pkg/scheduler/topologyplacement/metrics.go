@@ -54,6 +54,7 @@ type pluginMetrics struct {
 	plansInvalidated    *metrics.CounterVec
 	plansHeld           *metrics.Gauge
 	heldGPUs            *metrics.Gauge
+	drainedNodes        *metrics.Gauge
 	nodesExcluded       *metrics.GaugeVec
 }
 
@@ -106,6 +107,13 @@ func newPluginMetrics() *pluginMetrics {
 			Help:           "GPUs held for plans' open slots, invisible to the scheduler's own accounting until members are reserved; sampled every few seconds.",
 			StabilityLevel: metrics.ALPHA,
 		}),
+		drainedNodes: metrics.NewGauge(&metrics.GaugeOpts{
+			Namespace:      metricsNamespace,
+			Subsystem:      metricsSubsystem,
+			Name:           "drained_nodes",
+			Help:           "Nodes of domains drained for gangs waiting for their tightest domain: pods of other gangs and GPU pods outside gangs are kept off them; sampled every few seconds.",
+			StabilityLevel: metrics.ALPHA,
+		}),
 		nodesExcluded: metrics.NewGaugeVec(&metrics.GaugeOpts{
 			Namespace:      metricsNamespace,
 			Subsystem:      metricsSubsystem,
@@ -144,6 +152,7 @@ func registerMetrics(register func(metrics.Registerable) error) (*pluginMetrics,
 	add(m.plansInvalidated, adoptAs(&m.plansInvalidated))
 	add(m.plansHeld, adoptAs(&m.plansHeld))
 	add(m.heldGPUs, adoptAs(&m.heldGPUs))
+	add(m.drainedNodes, adoptAs(&m.drainedNodes))
 	add(m.nodesExcluded, adoptAs(&m.nodesExcluded))
 	if err := errors.Join(errs...); err != nil {
 		return nil, fmt.Errorf("%s: registering metrics: %w", Name, err)

@@ -318,6 +318,7 @@ func (p *TopologyPlacement) sweep(ctx context.Context) {
 	plans, gpus := p.books.holding()
 	p.metrics.plansHeld.Set(float64(plans))
 	p.metrics.heldGPUs.Set(float64(gpus))
+	p.metrics.drainedNodes.Set(float64(p.books.drainedNodes()))
 }
 
 // forgetDeletedGangs drops the first-attempt times of gangs whose PodGroup

@@ -547,6 +547,13 @@ func TestWaitingGangDrainsALeaf(t *testing.T) {
 		}
 	}
 	stillDraining("at first")
+	drainedGauge := func() float64 {
+		p.sweep(ctx)
+		return observed(t, p.reg, "lockstep_scheduler_drained_nodes")["lockstep_scheduler_drained_nodes{}"]
+	}
+	if got := drainedGauge(); got != 4 {
+		t.Errorf("drained_nodes = %v, want l0's 4", got)
+	}
 
 	single := utiltesting.MakePod("single", "other").GPUs(1).Obj()
 	state := framework.NewCycleState()
@@ -585,5 +592,8 @@ func TestWaitingGangDrainsALeaf(t *testing.T) {
 		if by := p.books.drainedFor(n); by != "" {
 			t.Errorf("%s still drained for %s after the gang was planned", n, by)
 		}
+	}
+	if got := drainedGauge(); got != 0 {
+		t.Errorf("drained_nodes = %v after the gang was planned, want 0", got)
 	}
 }

@@ -435,6 +435,9 @@ func (b *Books) Drained(key string) (*topology.Domain, bool) {
 	return dr.domain, ok
 }
 
+// DrainedNodes counts the nodes drained for gangs.
+func (b *Books) DrainedNodes() int { return len(b.drainedFor) }
+
 // DrainedFor returns the gang node is drained for, "" when none.
 func (b *Books) DrainedFor(node string) string { return b.drainedFor[node] }
 
