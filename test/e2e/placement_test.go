@@ -413,3 +413,77 @@ func TestMixedSizeGang(t *testing.T) {
 		used[p.Spec.NodeName] |= set
 	}
 }
+
+// TestWaitingGangDrainsItsLeaf: a gang of five whole nodes names no level,
+// so it is placed tightest first; no leaf has five free nodes. It drains
+// leaf-0, the leaf nearest to holding it, and says so. A GPU pod outside
+// gangs arriving meanwhile is kept off leaf-0's free nodes, so when two of
+// leaf-0's jobs end, the gang lands whole in leaf-0 rather than spread.
+func TestWaitingGangDrainsItsLeaf(t *testing.T) {
+	ns := cluster.NewNamespace(t)
+	ctx := context.Background()
+	leaves := nodesByLeaf()
+	fill(t, ns, "busy0", 8, leaves["leaf-0"][:5])
+	busy := 5
+	for _, leaf := range []string{"leaf-1", "leaf-2", "leaf-3"} {
+		fill(t, ns, "busy-"+leaf, 8, leaves[leaf][:6])
+		busy += 6
+	}
+	waitRunningAllocated(t, ns, busy)
+	nodeLeaf := map[string]string{}
+	for _, n := range cluster.Model.Nodes() {
+		nodeLeaf[n.Name] = n.Labels[leafLabel]
+	}
+
+	createGang(t, ns, "ddp", 5, 8, nil)
+	var message string
+	err := localcluster.Poll(ctx, 200*time.Millisecond, time.Minute, "the gang draining leaf-0", func(ctx context.Context) (bool, error) {
+		pods, err := gangPods(ctx, ns, "ddp")
+		if err != nil {
+			return false, nil
+		}
+		for i := range pods {
+			if c := podScheduledCondition(&pods[i]); c != nil && strings.Contains(c.Message, "draining leaf") {
+				message = c.Message
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	if err != nil {
+		t.Fatalf("%v: no member's PodScheduled condition names a drained leaf", err)
+	}
+	if !strings.Contains(message, "leaf=leaf-0 for it") {
+		t.Errorf("the gang drains another leaf than leaf-0, the one with room for the most members: %q", message)
+	}
+
+	single := utiltesting.MakePod("single", ns).GPUs(8).SchedulerName(localcluster.SchedulerName).Obj()
+	cluster.CreatePods(t, single)
+	var node string
+	err = localcluster.Poll(ctx, 200*time.Millisecond, time.Minute, "the single pod bound", func(ctx context.Context) (bool, error) {
+		p, err := cluster.Clientset.CoreV1().Pods(ns).Get(ctx, "single", metav1.GetOptions{})
+		if err != nil {
+			return false, nil
+		}
+		node = p.Spec.NodeName
+		return node != "", nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if nodeLeaf[node] == "leaf-0" {
+		t.Errorf("the single pod was bound to %s in the drained leaf-0", node)
+	}
+
+	// Two of leaf-0's jobs end: the leaf now holds the gang.
+	for _, name := range []string{"busy0-0", "busy0-1"} {
+		if err := cluster.Clientset.CoreV1().Pods(ns).Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, p := range waitGangBound(t, ns, "ddp", 5, time.Minute) {
+		if nodeLeaf[p.Spec.NodeName] != "leaf-0" {
+			t.Errorf("member %s on %s in %s, want leaf-0", p.Name, p.Spec.NodeName, nodeLeaf[p.Spec.NodeName])
+		}
+	}
+}
