@@ -172,11 +172,12 @@ func (b *books) drainedFor(node string) string {
 	return b.core.DrainedFor(node)
 }
 
-// expiredDrains returns the gangs whose drain ran out at now.
-func (b *books) expiredDrains(now time.Time) []string {
+// expiredDrains returns the gangs whose drain ran out at now, or gained
+// no room for stall (placement.Books.ExpiredDrains).
+func (b *books) expiredDrains(now time.Time, stall time.Duration) []string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return b.core.ExpiredDrains(now)
+	return b.core.ExpiredDrains(now, stall)
 }
 
 // drainProgress returns when gang key's drained domain last gained room

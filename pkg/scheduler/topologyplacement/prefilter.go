@@ -278,13 +278,14 @@ func (p *TopologyPlacement) plan(ctx context.Context, pod *v1.Pod, s *cycleState
 }
 
 // drainLifetimeWaits bounds a drain's life in preferredWaits from the gang's
-// first attempt. A gang chooses its drain during its first wait and keeps
-// it until it is planned or the drain runs out; while the domain keeps
-// gaining room for it, the gang does not widen (widen). A domain that is
-// emptying is worth a longer wait than one a smaller pod may fill at any
-// time: a gang that widened after one wait usually found no room at its
-// wider level either, and ended up spread later. The bound releases a
-// domain whose gang never fits or is never tried again, and caps the wait.
+// first attempt. A gang chooses its drain during its first wait and, while
+// the domain keeps gaining room for it (within a PreferredWait of the last
+// gain), does not widen (widen): a domain that is emptying is worth a
+// longer wait than one a smaller pod may fill at any time. When the domain
+// stalls, or the bound is reached, the drain is released and the gang
+// widens as its time allows: a domain waiting on pods that are not ending
+// would otherwise keep other gangs off room they could use now. The bound
+// caps the wait and releases the domain of a gang never tried again.
 const drainLifetimeWaits = 10
 
 // setDrain makes d, with room for room members now, the domain drained for
@@ -469,10 +470,11 @@ func (p *TopologyPlacement) nextWiden(gang string) time.Duration {
 	return wait - waited%wait
 }
 
-// endDrainIfDue releases the gang's drain once it has run out, before the
-// gang is planned with the widening that allows.
+// endDrainIfDue releases the gang's drain once it has run out or its
+// domain stalled for a PreferredWait, before the gang is planned with the
+// widening that allows.
 func (p *TopologyPlacement) endDrainIfDue(ctx context.Context, gang string) {
-	if _, until, ok := p.books.drainProgress(gang); ok && !p.clock.Now().Before(until) {
+	if _, held := p.holdUntil(gang); !held {
 		p.setDrain(ctx, gang, nil, 0)
 	}
 }

@@ -379,7 +379,7 @@ func (b *Books) MarkPublished(key string) (*Held, bool) {
 }
 
 // Drain holds domain d for gang key until the gang is planned (Add), its
-// drain is dropped (Undrain) or until passes (ExpiredDrains): while it
+// drain is dropped (Undrain) or runs out (ExpiredDrains): while it
 // holds, planners of other gangs see no free GPU on its nodes (mark them
 // Node.Drained) and pods outside gangs stay off them, so capacity freed
 // there accumulates for the gang instead of going to whichever pod comes
@@ -441,12 +441,14 @@ func (b *Books) DrainedNodes() int { return len(b.drainedFor) }
 // DrainedFor returns the gang node is drained for, "" when none.
 func (b *Books) DrainedFor(node string) string { return b.drainedFor[node] }
 
-// ExpiredDrains returns the gangs whose drain's until is before now,
-// sorted. The caller drops them (Undrain).
-func (b *Books) ExpiredDrains(now time.Time) []string {
+// ExpiredDrains returns the gangs whose drain ran out at now, sorted: its
+// until passed, or its domain gained no room for stall (the domain waits on
+// pods that are not ending, and holding it would only keep other gangs off
+// room they could use now). The caller drops them (Undrain).
+func (b *Books) ExpiredDrains(now time.Time, stall time.Duration) []string {
 	var out []string
 	for key, dr := range b.drains {
-		if dr.until.Before(now) {
+		if !now.Before(dr.until) || !now.Before(dr.progressed.Add(stall)) {
 			out = append(out, key)
 		}
 	}

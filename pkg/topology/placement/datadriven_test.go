@@ -47,9 +47,9 @@ import (
 //	  adds the plan to the books; prints the plan or why it does not fit.
 //	  ranked puts the members in rank order (RankOrder) first, as the
 //	  plugin does. A gang that does not fit drains the domain Place names
-//	  (Books.Drain) until now plus drainLifetime and keeps it while Place
-//	  names none, as the plugin does; planning sees the nodes drained for
-//	  other gangs as Node.Drained.
+//	  (Books.Drain) until now plus drainLifetime, and releases it when
+//	  Place names none; planning sees the nodes drained for other gangs as
+//	  Node.Drained.
 //	hold gang=ns/a [now=0s]
 //	  adds an explicit plan, one member per input line "n1 0-3".
 //	reserve gang=ns/b [pod=p node=n [slot=i]]
@@ -67,12 +67,17 @@ import (
 //	node-gone node=n        the node is deleted
 //	validate                drops the plans that no longer fit (Held.Fits)
 //	expire now=10m ttl=5m   drops the incomplete plans older than ttl
-//	expire-drains now=1m    drops the drains that ran out (ExpiredDrains)
+//	expire-drains now=1m    drops the drains that ran out or gained no room
+//	                        for firstWait (ExpiredDrains)
 //	books                   dumps the books (Books.String)
 //
-// drainLifetime is how long a drain in the scripts lasts at most: ten
-// deployed preferredWaits, as the plugin bounds it.
-const drainLifetime = 5 * time.Minute
+// drainLifetime is how long a drain in the scripts lasts at most, ten
+// deployed preferredWaits as the plugin bounds it, and firstWait how long
+// one may go without gaining room (expire-drains).
+const (
+	drainLifetime = 5 * time.Minute
+	firstWait     = 30 * time.Second
+)
 
 func TestDataDriven(t *testing.T) {
 	files, err := filepath.Glob("testdata/*.txt")
@@ -190,7 +195,7 @@ func (s *script) run(t *testing.T, d *datadriven.TestData) (string, error) {
 		d.ScanArgs(t, "ttl", &ttl)
 		return dropEach(s.books.Expired(timeArg(t, d), ttl), s.books.Drop, "nothing expired", "expired %s"), nil
 	case "expire-drains":
-		return dropEach(s.books.ExpiredDrains(timeArg(t, d)), s.books.Undrain, "no drain expired", "expired the drain of %s"), nil
+		return dropEach(s.books.ExpiredDrains(timeArg(t, d), firstWait), s.books.Undrain, "no drain expired", "expired the drain of %s"), nil
 	case "books":
 		return s.books.String(), nil
 	}
@@ -400,12 +405,12 @@ func (s *script) place(t *testing.T, d *datadriven.TestData) (string, error) {
 		if u.WiderLevel != "" {
 			out += "\nwould fit at: " + u.WiderLevel
 		}
-		// As the plugin: a gang chooses its drain in its first wait and
-		// keeps it until it is planned (or the drain runs out).
+		// As the plugin: a gang chooses its drain in its first wait; one
+		// that widened had its drain released first.
 		switch {
 		case u.Drain == nil:
-			if dom, ok := s.books.Drained(key); ok {
-				out += "\nkeeps draining " + dom.DisplayID()
+			if s.books.Undrain(key) {
+				out += "\nreleased its drain"
 			}
 		case s.books.Drain(key, u.Drain, u.DrainRoom, timeArg(t, d), timeArg(t, d).Add(drainLifetime)):
 			out += fmt.Sprintf("\ndrains: %s, room for %s", u.Drain.DisplayID(), plural(u.DrainRoom, "member"))

@@ -71,8 +71,9 @@
 // the domain Place named for the waiting gang; planners of other gangs see
 // its nodes as Node.Drained (no GPU free, no drain of theirs may include
 // them) and pods outside gangs are kept off them, until the gang is planned
-// (Books.Add) or the drain is dropped or runs out. A domain is drained for
-// one gang at a time.
+// (Books.Add) or the drain is dropped or runs out (ExpiredDrains: its bound
+// passed, or the domain stalled). A domain is drained for one gang at a
+// time.
 //
 // # Books
 //

@@ -159,7 +159,8 @@ type Unschedulable struct {
 	// capacity freed in a domain goes to whichever pod the scheduler tries
 	// next, usually a smaller one, so a gang waiting for a whole domain
 	// would wait its full Preferred wait and widen anyway. The plugin keeps
-	// the drain after the gang widens, until it is planned.
+	// the drain while the domain gains room, and releases it when the gang
+	// is planned or widens.
 	Drain *topology.Domain
 	// DrainRoom is how many members Drain has room for now: the plugin
 	// keeps a gang from widening while it grows (Books.DrainProgress).
