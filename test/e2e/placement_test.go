@@ -459,19 +459,7 @@ func TestWaitingGangDrainsItsLeaf(t *testing.T) {
 
 	single := utiltesting.MakePod("single", ns).GPUs(8).SchedulerName(localcluster.SchedulerName).Obj()
 	cluster.CreatePods(t, single)
-	var node string
-	err = localcluster.Poll(ctx, 200*time.Millisecond, time.Minute, "the single pod bound", func(ctx context.Context) (bool, error) {
-		p, err := cluster.Clientset.CoreV1().Pods(ns).Get(ctx, "single", metav1.GetOptions{})
-		if err != nil {
-			return false, nil
-		}
-		node = p.Spec.NodeName
-		return node != "", nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if nodeLeaf[node] == "leaf-0" {
+	if node := waitBound(t, ns, "single"); nodeLeaf[node] == "leaf-0" {
 		t.Errorf("the single pod was bound to %s in the drained leaf-0", node)
 	}
 
