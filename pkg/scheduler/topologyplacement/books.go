@@ -180,10 +180,10 @@ func (b *books) expiredDrains(now time.Time, stall time.Duration) []string {
 	return b.core.ExpiredDrains(now, stall)
 }
 
-// drainProgress returns when gang key's drained domain last gained room
-// and when the drain runs out (placement.Books.DrainProgress).
-func (b *books) drainProgress(key string) (progressed, until time.Time, ok bool) {
+// drainHeld reports whether gang key's drain still holds at now, and
+// until when (placement.Books.DrainHeld).
+func (b *books) drainHeld(key string, now time.Time, stall time.Duration) (time.Time, bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return b.core.DrainProgress(key)
+	return b.core.DrainHeld(key, now, stall)
 }

@@ -443,17 +443,10 @@ func (p *TopologyPlacement) widen(gang string) int {
 
 // holdUntil returns until when a gang whose drained domain is emptying is
 // held at its base level: a PreferredWait after the domain last gained
-// room, at most to the drain's end. False when it is not held.
+// room, at most to the drain's end (placement.Books.DrainHeld, the rule the
+// sweep expires drains by). False when it is not held.
 func (p *TopologyPlacement) holdUntil(gang string) (time.Time, bool) {
-	progressed, until, ok := p.books.drainProgress(gang)
-	if !ok {
-		return time.Time{}, false
-	}
-	hold := progressed.Add(p.args.PreferredWait.Duration)
-	if until.Before(hold) {
-		hold = until
-	}
-	return hold, p.clock.Now().Before(hold)
+	return p.books.drainHeld(gang, p.clock.Now(), p.args.PreferredWait.Duration)
 }
 
 // nextWiden is how long until a gang may widen one more level: the end of

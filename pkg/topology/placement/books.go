@@ -386,7 +386,7 @@ func (b *Books) MarkPublished(key string) (*Held, bool) {
 // next. The place of Place's Unschedulable.Drain, with room its
 // DrainRoom. A gang drains one domain: a new domain replaces its old one,
 // while the same domain (by ID) again keeps its until and records progress
-// when room grew (DrainProgress). It reports false, changing nothing, when
+// when room grew (DrainHeld). It reports false, changing nothing, when
 // a node of d is drained for another gang.
 func (b *Books) Drain(key string, d *topology.Domain, room int, now, until time.Time) bool {
 	for _, node := range d.Nodes {
@@ -407,13 +407,6 @@ func (b *Books) Drain(key string, d *topology.Domain, room int, now, until time.
 		b.drainedFor[node] = key
 	}
 	return true
-}
-
-// DrainProgress returns when gang key's drained domain last had room for
-// more members than before, and when the drain runs out.
-func (b *Books) DrainProgress(key string) (progressed, until time.Time, ok bool) {
-	dr, ok := b.drains[key]
-	return dr.progressed, dr.until, ok
 }
 
 // Undrain drops gang key's drain and reports whether it had one.
@@ -441,19 +434,33 @@ func (b *Books) DrainedNodes() int { return len(b.drainedFor) }
 // DrainedFor returns the gang node is drained for, "" when none.
 func (b *Books) DrainedFor(node string) string { return b.drainedFor[node] }
 
-// ExpiredDrains returns the gangs whose drain ran out at now, sorted: its
-// until passed, or its domain gained no room for stall (the domain waits on
-// pods that are not ending, and holding it would only keep other gangs off
-// room they could use now). The caller drops them (Undrain).
+// ExpiredDrains returns the gangs whose drain ran out at now (DrainHeld),
+// sorted. The caller drops them (Undrain).
 func (b *Books) ExpiredDrains(now time.Time, stall time.Duration) []string {
 	var out []string
-	for key, dr := range b.drains {
-		if !now.Before(dr.until) || !now.Before(dr.progressed.Add(stall)) {
+	for key := range b.drains {
+		if _, held := b.DrainHeld(key, now, stall); !held {
 			out = append(out, key)
 		}
 	}
 	slices.Sort(out)
 	return out
+}
+
+// DrainHeld reports whether gang key's drain still holds at now, and until
+// when: until it gained no room for stall (its domain waits on pods that
+// are not ending, and holding it would only keep other gangs off room they
+// could use now), at most until its own bound. False without a drain.
+func (b *Books) DrainHeld(key string, now time.Time, stall time.Duration) (time.Time, bool) {
+	dr, ok := b.drains[key]
+	if !ok {
+		return time.Time{}, false
+	}
+	hold := dr.progressed.Add(stall)
+	if dr.until.Before(hold) {
+		hold = dr.until
+	}
+	return hold, now.Before(hold)
 }
 
 // Empty reports whether the books hold nothing: no plan, no held GPU, no

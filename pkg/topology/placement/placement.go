@@ -163,7 +163,7 @@ type Unschedulable struct {
 	// is planned or widens.
 	Drain *topology.Domain
 	// DrainRoom is how many members Drain has room for now: the plugin
-	// keeps a gang from widening while it grows (Books.DrainProgress).
+	// keeps a gang from widening while it grows (Books.DrainHeld).
 	DrainRoom int
 }
 
