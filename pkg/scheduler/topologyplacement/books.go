@@ -109,11 +109,13 @@ func (b *books) heldOn(node, except string) topology.GPUSet {
 	return b.core.HeldOn(node, except)
 }
 
-// heldOpen counts the GPUs on node held for plans' open slots.
-func (b *books) heldOpen(node string) int {
+// offLimits returns what keeps GPU pods outside gangs off node's free
+// GPUs: the gang the node is drained for ("" when none) and the GPUs held
+// for plans' open slots. One lock for both, as Filter asks per node.
+func (b *books) offLimits(node string) (drainedFor string, heldOpen int) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return b.core.HeldOpen(node)
+	return b.core.DrainedFor(node), b.core.HeldOpen(node)
 }
 
 // drainedNodes counts the nodes drained for gangs.

@@ -29,10 +29,10 @@ func (p *TopologyPlacement) Filter(ctx context.Context, state fwk.CycleState, po
 	if s.req.gpus == 0 {
 		return nil
 	}
-	if gang := p.books.drainedFor(node.Name); gang != "" {
+	gang, held := p.books.offLimits(node.Name)
+	if gang != "" {
 		return fwk.NewStatus(fwk.Unschedulable, fmt.Sprintf("node is drained for PodGroup %s, which waits for its tightest domain", gang))
 	}
-	held := p.books.heldOpen(node.Name)
 	if held == 0 {
 		return nil
 	}
