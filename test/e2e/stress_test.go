@@ -102,12 +102,30 @@ func boundByGang(ctx context.Context, ns string) (map[string]int, error) {
 	return out, nil
 }
 
+// drainingGangs returns the gangs whose unbound members' PodScheduled
+// condition says the scheduler drains a domain for them.
+func drainingGangs(ctx context.Context, ns string) (map[string]bool, error) {
+	pods, err := cluster.Pods(ctx, ns)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]bool{}
+	for i := range pods {
+		g := pods[i].Labels[schedv1alpha1.PodGroupLabel]
+		if c := podScheduledCondition(&pods[i]); g != "" && pods[i].Spec.NodeName == "" && c != nil && strings.Contains(c.Message, "; draining ") {
+			out[g] = true
+		}
+	}
+	return out, nil
+}
+
 // TestCompetingGangsStress: 20 rounds (E2E_STRESS_ROUNDS) of three or four
 // gangs of random sizes (seeded per round), created concurrently in random
 // order, competing for the one leaf left free (8 nodes; the three others
 // are filled) with more demand than it holds. Whenever the scheduler
 // settles, every gang is either bound whole or holds no pod, and no waiting
-// gang would fit what is free (else it is a deadlock); the running gangs
+// gang would fit what is free (else it is a deadlock) unless another
+// waiting gang drains the leaf; the running gangs
 // are then deleted and the waiting ones must run, until every gang has run.
 // At the end the plugin's books are empty.
 func TestCompetingGangsStress(t *testing.T) {
@@ -169,15 +187,21 @@ func TestCompetingGangsStress(t *testing.T) {
 
 // settle waits until the pending gangs settle: each bound whole or not at
 // all, at least one running, and every waiting one larger than the free
-// nodes left (all members of 8 GPUs, free nodes in all). A gang left part
-// bound, or a waiting gang that fits but is not placed, fails the test
-// after a minute. It returns the running gangs.
+// nodes left (all members of 8 GPUs, free nodes in all) unless a waiting
+// gang drains the leaf: then the leaf's free nodes are its own, and a
+// smaller gang that would fit them waits too. A gang left part bound, or a
+// waiting gang that fits but is not placed while no gang drains, fails
+// the test after a minute. It returns the running gangs.
 func settle(t *testing.T, ns string, pending map[string]gangSpec, free int) []string {
 	t.Helper()
 	var running []string
 	var state string
 	err := localcluster.Poll(context.Background(), 200*time.Millisecond, time.Minute, "gangs settled whole or waiting", func(ctx context.Context) (bool, error) {
 		bound, err := boundByGang(ctx, ns)
+		if err != nil {
+			return false, nil
+		}
+		draining, err := drainingGangs(ctx, ns)
 		if err != nil {
 			return false, nil
 		}
@@ -200,6 +224,11 @@ func settle(t *testing.T, ns string, pending map[string]gangSpec, free int) []st
 		state = strings.Join(parts, ", ")
 		if !settled || len(running) == 0 {
 			return false, nil
+		}
+		for name := range pending {
+			if bound[name] == 0 && draining[name] {
+				return true, nil // the leaf's free nodes are held for it
+			}
 		}
 		for name, g := range pending {
 			if bound[name] == 0 && g.members <= left {

@@ -147,14 +147,14 @@ func (b *books) markPublished(key string) (*gangPlan, bool) {
 	return b.core.MarkPublished(key)
 }
 
-// drain holds domain d, with room for room members now, for gang key
+// drain holds domain d, with free GPUs free now, for gang key
 // (placement.Books.Drain). It reports whether the gang drains d now, and
 // whether another domain it drained before was released.
-func (b *books) drain(key string, d *topology.Domain, room int, now, until time.Time) (draining, released bool) {
+func (b *books) drain(key string, d *topology.Domain, free int, now, until time.Time) (draining, released bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	old, had := b.core.Drained(key)
-	if !b.core.Drain(key, d, room, now, until) {
+	if !b.core.Drain(key, d, free, now, until) {
 		return false, false
 	}
 	return true, had && old.ID != d.ID
@@ -172,6 +172,22 @@ func (b *books) drainedFor(node string) string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.core.DrainedFor(node)
+}
+
+// expireDrain ends gang key's drain when it no longer holds at now
+// (placement.Books.ExpireDrain) and reports whether it did.
+func (b *books) expireDrain(key string, now time.Time, stall time.Duration) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.core.ExpireDrain(key, now, stall)
+}
+
+// stalled reports whether gang key's last drain stalled less than stall
+// before now (placement.Books.Stalled).
+func (b *books) stalled(key string, now time.Time, stall time.Duration) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.core.Stalled(key, now, stall)
 }
 
 // expiredDrains returns the gangs whose drain ran out at now, or gained

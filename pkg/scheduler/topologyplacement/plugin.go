@@ -309,9 +309,11 @@ func (p *TopologyPlacement) sweep(ctx context.Context) {
 	}
 	// A drain normally ends at the gang's next attempt (retryAfter); this
 	// ends one whose gang is not tried again.
-	for _, key := range p.books.expiredDrains(p.clock.Now(), p.args.PreferredWait.Duration) {
-		logger.V(2).Info("Drain ran out before the gang was tried again; releasing it", "podGroup", key)
-		p.setDrain(ctx, key, nil, 0)
+	for _, key := range p.books.expiredDrains(p.clock.Now(), p.drainStall()) {
+		if p.books.expireDrain(key, p.clock.Now(), p.drainStall()) {
+			logger.V(2).Info("Drain ran out before the gang was tried again; releasing it", "podGroup", key, "stalled", p.stalled(key))
+			p.retryTurnedAway(key)
+		}
 	}
 	p.forgetDeletedGangs(ctx)
 	p.health.refresh()

@@ -185,9 +185,9 @@ func TestPreFilterPreferredGangSkipsLevelsTooSmall(t *testing.T) {
 			}
 			for i, want := range [][]string{tc.wantFirst, tc.wantLater} {
 				if i == 1 {
-					// The gang drains a leaf that gains no room: it
-					// widens after one wait.
-					p.clock.Step(p.args.PreferredWait.Duration)
+					// The gang drains a leaf that frees no GPU: it
+					// widens once the drain stalls.
+					p.clock.Step(p.drainStall())
 				}
 				result, status := p.PreFilter(context.Background(), framework.NewCycleState(), p.pods[0], nodes)
 				switch {
@@ -567,14 +567,14 @@ func TestWaitingGangDrainsALeaf(t *testing.T) {
 		}
 	}
 
-	// n1's job ends 20 s in: l0 gains room, so the gang is held there a
-	// preferredWait from then, past its own first wait.
-	wait := p.args.PreferredWait.Duration
+	// n1's job ends 20 s in: l0 frees GPUs, so the gang is held there a
+	// drainStall from then, long past its own first wait.
+	stall := p.drainStall()
 	p.clock.Step(20 * time.Second)
 	setNode(1, false)
-	stillDraining("as l0 gains room")
-	p.clock.Step(wait - time.Second)
-	stillDraining("within a preferredWait of l0's progress")
+	stillDraining("as l0 frees GPUs")
+	p.clock.Step(stall - time.Second)
+	stillDraining("within a drainStall of l0's progress")
 	if got := p.nextWiden(key); got != time.Second {
 		t.Errorf("next retry in %v, want 1s, when the hold ends", got)
 	}
@@ -596,4 +596,53 @@ func TestWaitingGangDrainsALeaf(t *testing.T) {
 	if got := drainedGauge(); got != 0 {
 		t.Errorf("drained_nodes = %v after the gang was planned, want 0", got)
 	}
+}
+
+// TestStalledDrainRestsADrainStall checks that a gang whose drained leaf
+// freed no GPU for a drainStall releases it, drains nothing for the next
+// drainStall (the leaf waits on pods that are not ending, so it stays open
+// to others), then drains again: it still fits nowhere, even widened.
+func TestStalledDrainRestsADrainStall(t *testing.T) {
+	p := newMetricsPlugin(t, 4, false, nil)
+	pg := utiltesting.MakePodGroup("g", "ns", 4).Obj()
+	pg.Annotations = map[string]string{lockstep.AnnotationTopologyLevel: "leaf", lockstep.AnnotationTopologyMode: "Preferred"}
+	if err := p.client.Create(context.Background(), pg); err != nil {
+		t.Fatal(err)
+	}
+	// Three of each leaf's four nodes are busy: the gang of four fits
+	// neither a leaf nor the spine.
+	var nodes []fwk.NodeInfo
+	for i := range 8 {
+		name := fmt.Sprintf("n%d", i)
+		p.gpus.set(hgxNodeTopology(t, name))
+		v1node := gpuNode(name, 8)
+		v1node.Labels = map[string]string{lockstep.LabelFabricTier0: fmt.Sprintf("l%d", i/4), lockstep.LabelFabricTier1: "s0"}
+		var pods []*v1.Pod
+		if i%4 != 3 {
+			pods = append(pods, utiltesting.MakePod("busy-"+name, "other").GPUs(8).Obj())
+		}
+		nodes = append(nodes, nodeInfo(v1node, pods...))
+	}
+	ctx := context.Background()
+	key := planKey(p.pods[0])
+	attempt := func(when string, wantDrain bool) {
+		t.Helper()
+		_, status := p.PreFilter(ctx, framework.NewCycleState(), p.pods[0], nodes)
+		if status.Code() != fwk.UnschedulableAndUnresolvable {
+			t.Fatalf("PreFilter %s: %v; want unschedulable", when, status)
+		}
+		if got := strings.Contains(status.Message(), "draining leaf spine=s0/leaf=l0 for it"); got != wantDrain {
+			t.Errorf("PreFilter %s: draining l0 = %v, want %v: %s", when, got, wantDrain, status.Message())
+		}
+		if _, drained := p.books.core.Drained(key); drained != wantDrain {
+			t.Errorf("%s: the books hold a drain = %v, want %v", when, drained, wantDrain)
+		}
+	}
+	attempt("at first", true)
+	p.clock.Step(p.drainStall())
+	attempt("once l0 stalled", false)
+	p.clock.Step(p.drainStall() - time.Second)
+	attempt("within a drainStall of the stall", false)
+	p.clock.Step(time.Second)
+	attempt("a drainStall after the stall", true)
 }

@@ -256,7 +256,7 @@ func (p *TopologyPlacement) plan(ctx context.Context, pod *v1.Pod, s *cycleState
 	if errors.As(err, &unschedulable) {
 		logger.V(2).Info("Gang does not fit; holding nothing", "reason", unschedulable.Reason)
 		if unschedulable.Drain != nil {
-			p.setDrain(ctx, s.gang, unschedulable.Drain, unschedulable.DrainRoom)
+			p.setDrain(ctx, s.gang, unschedulable.Drain, unschedulable.DrainFree)
 		}
 		if gang.Level != "" && (unschedulable.WiderLevel != "" || unschedulable.Drain != nil) {
 			// It fits once it may widen, or its drain ends then, which no
@@ -277,22 +277,41 @@ func (p *TopologyPlacement) plan(ctx context.Context, pod *v1.Pod, s *cycleState
 	return p.books.add(s.gang, plan, p.clock.Now()), outcomePlanned, nil
 }
 
-// drainLifetimeWaits bounds a drain's life in preferredWaits from the gang's
-// first attempt. A gang chooses its drain during its first wait and, while
-// the domain keeps gaining room for it (within a PreferredWait of the last
-// gain), does not widen (widen): a domain that is emptying is worth a
-// longer wait than one a smaller pod may fill at any time. When the domain
-// stalls, or the bound is reached, the drain is released and the gang
-// widens as its time allows: a domain waiting on pods that are not ending
-// would otherwise keep other gangs off room they could use now. The bound
-// caps the wait and releases the domain of a gang never tried again.
-const drainLifetimeWaits = 10
+// drainStallWaits and drainLifetimeWaits, in PreferredWaits, bound a
+// drain. A gang that does not fit drains a domain of its base level, and
+// while the domain keeps freeing GPUs (within drainStallWaits of the last
+// GPU freed) it is held there and does not widen (widen): a domain that is
+// emptying is worth a longer wait than one a smaller pod may fill at any
+// time, and training jobs end minutes apart, so a domain that freed no GPU
+// for one PreferredWait is not yet stalled. When the domain stalls, the
+// drain is released and the gang drains nothing for another drainStall
+// (placement.Books.Stalled): the domain waits on pods that are not ending,
+// and holding it would keep other gangs off room they could use now. After
+// drainLifetimeWaits the drain is released too, and the gang, let widen as
+// its time allows, takes wider room that fits now or drains again: however
+// long it waits, it looks past its base level that often.
+const (
+	drainStallWaits    = 8
+	drainLifetimeWaits = 10
+)
 
-// setDrain makes d, with room for room members now, the domain drained for
+// stalled reports whether the gang's last drain stalled within the last
+// drainStall: it may not drain yet (placement.Gang.NoDrain).
+func (p *TopologyPlacement) stalled(gang string) bool {
+	return p.books.stalled(gang, p.clock.Now(), p.drainStall())
+}
+
+// drainStall is how long a drained domain may free no GPU before its
+// drain is released: drainStallWaits PreferredWaits.
+func (p *TopologyPlacement) drainStall() time.Duration {
+	return drainStallWaits * p.args.PreferredWait.Duration
+}
+
+// setDrain makes d, with free GPUs free now, the domain drained for
 // the gang, or releases the gang's drain when d is nil (it was planned, or
 // is gone). Releasing a domain frees capacity no cluster event reports, so
 // the gangs turned away are retried.
-func (p *TopologyPlacement) setDrain(ctx context.Context, gang string, d *topology.Domain, room int) {
+func (p *TopologyPlacement) setDrain(ctx context.Context, gang string, d *topology.Domain, free int) {
 	logger := klog.FromContext(ctx).WithValues("plugin", Name, "podGroup", gang)
 	if d == nil {
 		if p.books.undrain(gang) {
@@ -302,10 +321,10 @@ func (p *TopologyPlacement) setDrain(ctx context.Context, gang string, d *topolo
 		return
 	}
 	now := p.clock.Now()
-	until := p.firstSeen.firstSeen(gang, now).Add(drainLifetimeWaits * p.args.PreferredWait.Duration)
-	draining, released := p.books.drain(gang, d, room, now, until)
+	until := now.Add(drainLifetimeWaits * p.args.PreferredWait.Duration)
+	draining, released := p.books.drain(gang, d, free, now, until)
 	if draining {
-		logger.V(2).Info("Draining a domain for the gang", "domain", d.ID, "room", room, "until", until)
+		logger.V(2).Info("Draining a domain for the gang", "domain", d.ID, "freeGPUs", free, "until", until)
 	}
 	if released {
 		p.retryTurnedAway(gang)
@@ -396,7 +415,7 @@ func (p *TopologyPlacement) gangRequest(pg *schedv1alpha1.PodGroup, pod *v1.Pod,
 			// host: levels too small for it are skipped at once, and
 			// each wider one costs a PreferredWait.
 			gang.Level, gang.Mode, gang.Implicit = lockstep.LevelHost, lockstep.Preferred, true
-			gang.Widen = p.widen(s.gang)
+			gang.Widen, gang.NoDrain = p.widen(s.gang), p.stalled(s.gang)
 		}
 		return gang, nil
 	}
@@ -421,13 +440,13 @@ func (p *TopologyPlacement) gangRequest(pg *schedv1alpha1.PodGroup, pod *v1.Pod,
 	}
 	// Required gangs widen too, from the narrowest level that could hold
 	// them up to their level (placement.Gang.Widen).
-	gang.Widen = p.widen(s.gang)
+	gang.Widen, gang.NoDrain = p.widen(s.gang), p.stalled(s.gang)
 	return gang, nil
 }
 
 // widen is how many levels a gang may widen now: one per PreferredWait
 // since it was first attempted, and none while the domain drained for it
-// keeps emptying (it gained room within the last PreferredWait, and the
+// keeps emptying (it freed a GPU within the last drainStall, and the
 // drain has not run out). Waiting for a domain others keep filling is a
 // gamble worth one wait; waiting for one that empties is worth more.
 func (p *TopologyPlacement) widen(gang string) int {
@@ -442,11 +461,11 @@ func (p *TopologyPlacement) widen(gang string) int {
 }
 
 // holdUntil returns until when a gang whose drained domain is emptying is
-// held at its base level: a PreferredWait after the domain last gained
-// room, at most to the drain's end (placement.Books.DrainHeld, the rule the
+// held at its base level: drainStall after the domain last freed a GPU, at
+// most to the drain's bound (placement.Books.DrainHeld, the rule the
 // sweep expires drains by). False when it is not held.
 func (p *TopologyPlacement) holdUntil(gang string) (time.Time, bool) {
-	return p.books.drainHeld(gang, p.clock.Now(), p.args.PreferredWait.Duration)
+	return p.books.drainHeld(gang, p.clock.Now(), p.drainStall())
 }
 
 // nextWiden is how long until a gang may widen one more level: the end of
@@ -464,11 +483,12 @@ func (p *TopologyPlacement) nextWiden(gang string) time.Duration {
 }
 
 // endDrainIfDue releases the gang's drain once it has run out or its
-// domain stalled for a PreferredWait, before the gang is planned with the
-// widening that allows.
+// domain stalled (placement.Books.ExpireDrain), before the gang is planned
+// with the widening that allows.
 func (p *TopologyPlacement) endDrainIfDue(ctx context.Context, gang string) {
-	if _, held := p.holdUntil(gang); !held {
-		p.setDrain(ctx, gang, nil, 0)
+	if p.books.expireDrain(gang, p.clock.Now(), p.drainStall()) {
+		klog.FromContext(ctx).V(2).Info("Released the gang's drained domain: it stalled or ran out", "plugin", Name, "podGroup", gang, "stalled", p.stalled(gang))
+		p.retryTurnedAway(gang)
 	}
 }
 

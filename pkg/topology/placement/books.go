@@ -37,15 +37,18 @@ type Books struct {
 	// level (Drain), by gang; drainedFor names the gang per drained node.
 	drains     map[string]drain
 	drainedFor map[string]string
+	// stalled are when the gangs whose last drain ended on a stall
+	// (ExpireDrain), and that were not planned or dropped since, stalled.
+	stalled map[string]time.Time
 }
 
 // drain is one gang's drained domain.
 type drain struct {
 	domain *topology.Domain
 	until  time.Time
-	// room is the most members the domain had room for at any Drain call,
-	// and progressed when that most was first reached.
-	room       int
+	// free is the most GPUs the domain had free at any Drain call, and
+	// progressed when that most was first reached.
+	free       int
 	progressed time.Time
 }
 
@@ -80,6 +83,7 @@ func NewBooks() *Books {
 		pods:       map[string]Reservation{},
 		podsOn:     map[string]topology.GPUSet{},
 		drains:     map[string]drain{},
+		stalled:    map[string]time.Time{},
 		drainedFor: map[string]string{},
 	}
 }
@@ -383,22 +387,22 @@ func (b *Books) MarkPublished(key string) (*Held, bool) {
 // holds, planners of other gangs see no free GPU on its nodes (mark them
 // Node.Drained) and pods outside gangs stay off them, so capacity freed
 // there accumulates for the gang instead of going to whichever pod comes
-// next. The place of Place's Unschedulable.Drain, with room its
-// DrainRoom. A gang drains one domain: a new domain replaces its old one,
+// next. The place of Place's Unschedulable.Drain, with free its
+// DrainFree. A gang drains one domain: a new domain replaces its old one,
 // while the same domain (by ID) again keeps its until and records progress
-// when room grew (DrainHeld). It reports false, changing nothing, when
+// when its free GPUs grew (DrainHeld). It reports false, changing nothing, when
 // a node of d is drained for another gang.
-func (b *Books) Drain(key string, d *topology.Domain, room int, now, until time.Time) bool {
+func (b *Books) Drain(key string, d *topology.Domain, free int, now, until time.Time) bool {
 	for _, node := range d.Nodes {
 		if other, ok := b.drainedFor[node]; ok && other != key {
 			return false
 		}
 	}
-	dr := drain{domain: d, until: until, room: room, progressed: now}
+	dr := drain{domain: d, until: until, free: free, progressed: now}
 	if old, ok := b.drains[key]; ok && old.domain.ID == d.ID {
 		dr.until = old.until
-		if room <= old.room {
-			dr.room, dr.progressed = old.room, old.progressed
+		if free <= old.free {
+			dr.free, dr.progressed = old.free, old.progressed
 		}
 	}
 	b.Undrain(key)
@@ -409,8 +413,10 @@ func (b *Books) Drain(key string, d *topology.Domain, room int, now, until time.
 	return true
 }
 
-// Undrain drops gang key's drain and reports whether it had one.
+// Undrain drops gang key's drain, and forgets that its last one stalled: it
+// was planned, or is gone. It reports whether the gang had a drain.
 func (b *Books) Undrain(key string) bool {
+	delete(b.stalled, key)
 	dr, ok := b.drains[key]
 	if !ok {
 		return false
@@ -435,7 +441,7 @@ func (b *Books) DrainedNodes() int { return len(b.drainedFor) }
 func (b *Books) DrainedFor(node string) string { return b.drainedFor[node] }
 
 // ExpiredDrains returns the gangs whose drain ran out at now (DrainHeld),
-// sorted. The caller drops them (Undrain).
+// sorted. The caller ends them (ExpireDrain).
 func (b *Books) ExpiredDrains(now time.Time, stall time.Duration) []string {
 	var out []string
 	for key := range b.drains {
@@ -447,8 +453,38 @@ func (b *Books) ExpiredDrains(now time.Time, stall time.Duration) []string {
 	return out
 }
 
+// ExpireDrain ends gang key's drain when it no longer holds at now
+// (DrainHeld) and reports whether it did. When the domain stalled, rather
+// than the drain reaching its bound, the gang is marked Stalled for the
+// next stall: a domain that freed no GPU for stall waits on pods that are
+// not ending, and is left to other pods for as long before the gang may
+// drain again.
+func (b *Books) ExpireDrain(key string, now time.Time, stall time.Duration) bool {
+	dr, ok := b.drains[key]
+	if !ok {
+		return false
+	}
+	hold, held := b.DrainHeld(key, now, stall)
+	if held {
+		return false
+	}
+	b.Undrain(key)
+	if hold.Before(dr.until) {
+		b.stalled[key] = hold
+	}
+	return true
+}
+
+// Stalled reports whether gang key's last drain ended on a stall
+// (ExpireDrain) less than stall before now, and the gang was neither
+// planned nor dropped since: it should not drain yet (Gang.NoDrain).
+func (b *Books) Stalled(key string, now time.Time, stall time.Duration) bool {
+	at, ok := b.stalled[key]
+	return ok && now.Before(at.Add(stall))
+}
+
 // DrainHeld reports whether gang key's drain still holds at now, and until
-// when: until it gained no room for stall (its domain waits on pods that
+// when: until it freed no GPU for stall (its domain waits on pods that
 // are not ending, and holding it would only keep other gangs off room they
 // could use now), at most until its own bound. False without a drain.
 func (b *Books) DrainHeld(key string, now time.Time, stall time.Duration) (time.Time, bool) {
@@ -464,9 +500,9 @@ func (b *Books) DrainHeld(key string, now time.Time, stall time.Duration) (time.
 }
 
 // Empty reports whether the books hold nothing: no plan, no held GPU, no
-// reserved pod and no drain.
+// reserved pod, no drain and no gang marked Stalled.
 func (b *Books) Empty() bool {
-	return len(b.gangs) == 0 && len(b.held) == 0 && len(b.pods) == 0 && len(b.podsOn) == 0 && len(b.drains) == 0
+	return len(b.gangs) == 0 && len(b.held) == 0 && len(b.pods) == 0 && len(b.podsOn) == 0 && len(b.drains) == 0 && len(b.stalled) == 0
 }
 
 // String dumps the books deterministically, for tests and debugging: the
@@ -505,8 +541,11 @@ func (b *Books) String() string {
 	}
 	for _, key := range sortedKeys(b.drains) {
 		dr := b.drains[key]
-		fmt.Fprintf(&s, "drain %s: %s (%s), room for %s since %s, until %s\n", key, dr.domain.DisplayID(), plural(len(dr.domain.Nodes), "node"),
-			plural(dr.room, "member"), dr.progressed.UTC().Format(time.TimeOnly), dr.until.UTC().Format(time.TimeOnly))
+		fmt.Fprintf(&s, "drain %s: %s (%s), %s free since %s, until %s\n", key, dr.domain.DisplayID(), plural(len(dr.domain.Nodes), "node"),
+			plural(dr.free, "GPU"), dr.progressed.UTC().Format(time.TimeOnly), dr.until.UTC().Format(time.TimeOnly))
+	}
+	for _, key := range sortedKeys(b.stalled) {
+		fmt.Fprintf(&s, "stalled %s: at %s\n", key, b.stalled[key].UTC().Format(time.TimeOnly))
 	}
 	plans, gpus := b.Holding()
 	fmt.Fprintf(&s, "holding: %s, %s\n", plural(plans, "open plan"), plural(gpus, "GPU"))

@@ -49,7 +49,8 @@ import (
 //	  plugin does. A gang that does not fit drains the domain Place names
 //	  (Books.Drain) until now plus drainLifetime, and releases it when
 //	  Place names none; planning sees the nodes drained for other gangs as
-//	  Node.Drained.
+//	  Node.Drained. As the plugin, a gang whose drain stalled less than
+//	  drainStall ago drains nothing (Gang.NoDrain, Books.Stalled).
 //	hold gang=ns/a [now=0s]
 //	  adds an explicit plan, one member per input line "n1 0-3".
 //	reserve gang=ns/b [pod=p node=n [slot=i]]
@@ -67,16 +68,16 @@ import (
 //	node-gone node=n        the node is deleted
 //	validate                drops the plans that no longer fit (Held.Fits)
 //	expire now=10m ttl=5m   drops the incomplete plans older than ttl
-//	expire-drains now=1m    drops the drains that ran out or gained no room
-//	                        for firstWait (ExpiredDrains)
+//	expire-drains now=1m    ends the drains that ran out or freed no GPU
+//	                        for drainStall (ExpiredDrains, ExpireDrain)
 //	books                   dumps the books (Books.String)
 //
-// drainLifetime is how long a drain in the scripts lasts at most, ten
-// deployed preferredWaits as the plugin bounds it, and firstWait how long
-// one may go without gaining room (expire-drains).
+// drainLifetime is how long a drain in the scripts lasts at most, and
+// drainStall how long one may go without freeing a GPU (expire-drains): ten
+// and eight deployed preferredWaits, as the plugin bounds them.
 const (
 	drainLifetime = 5 * time.Minute
-	firstWait     = 30 * time.Second
+	drainStall    = 4 * time.Minute
 )
 
 func TestDataDriven(t *testing.T) {
@@ -195,7 +196,21 @@ func (s *script) run(t *testing.T, d *datadriven.TestData) (string, error) {
 		d.ScanArgs(t, "ttl", &ttl)
 		return dropEach(s.books.Expired(timeArg(t, d), ttl), s.books.Drop, "nothing expired", "expired %s"), nil
 	case "expire-drains":
-		return dropEach(s.books.ExpiredDrains(timeArg(t, d), firstWait), s.books.Undrain, "no drain expired", "expired the drain of %s"), nil
+		now := timeArg(t, d)
+		keys := s.books.ExpiredDrains(now, drainStall)
+		if len(keys) == 0 {
+			return "no drain expired", nil
+		}
+		var b strings.Builder
+		for _, key := range keys {
+			s.books.ExpireDrain(key, now, drainStall)
+			how := "ran out"
+			if s.books.Stalled(key, now, drainStall) {
+				how = "stalled"
+			}
+			fmt.Fprintf(&b, "expired the drain of %s: %s\n", key, how)
+		}
+		return b.String(), nil
 	case "books":
 		return s.books.String(), nil
 	}
@@ -393,6 +408,7 @@ func (s *script) place(t *testing.T, d *datadriven.TestData) (string, error) {
 	}
 	d.MaybeScanArgs(t, "widen", &g.Widen)
 	g.Implicit = d.HasArg("implicit")
+	g.NoDrain = s.books.Stalled(key, timeArg(t, d), drainStall)
 	snap, err := s.snapshot(key)
 	if err != nil {
 		return "", err
@@ -405,15 +421,13 @@ func (s *script) place(t *testing.T, d *datadriven.TestData) (string, error) {
 		if u.WiderLevel != "" {
 			out += "\nwould fit at: " + u.WiderLevel
 		}
-		// As the plugin: a gang chooses its drain in its first wait; one
-		// that widened had its drain released first.
 		switch {
 		case u.Drain == nil:
 			if s.books.Undrain(key) {
 				out += "\nreleased its drain"
 			}
-		case s.books.Drain(key, u.Drain, u.DrainRoom, timeArg(t, d), timeArg(t, d).Add(drainLifetime)):
-			out += fmt.Sprintf("\ndrains: %s, room for %s", u.Drain.DisplayID(), plural(u.DrainRoom, "member"))
+		case s.books.Drain(key, u.Drain, u.DrainFree, timeArg(t, d), timeArg(t, d).Add(drainLifetime)):
+			out += fmt.Sprintf("\ndrains: %s, %s free", u.Drain.DisplayID(), plural(u.DrainFree, "GPU"))
 		default:
 			out += "\ncannot drain " + u.Drain.DisplayID()
 		}

@@ -60,8 +60,8 @@
 // missing in the cluster, or the level the constraint stops at, the room of
 // its best domain and what limits it, the levels a Preferred gang skipped,
 // and the narrowest wider level that would fit (Unschedulable.WiderLevel).
-// A gang in its first wait (Widen 0) is also given a domain of its base
-// level to drain (Unschedulable.Drain).
+// A gang that widens is also given a domain of its base level to drain
+// (Unschedulable.Drain), unless its last drain stalled (Gang.NoDrain).
 //
 // # Drains
 //
@@ -71,9 +71,14 @@
 // the domain Place named for the waiting gang; planners of other gangs see
 // its nodes as Node.Drained (no GPU free, no drain of theirs may include
 // them) and pods outside gangs are kept off them, until the gang is planned
-// (Books.Add) or the drain is dropped or runs out (ExpiredDrains: its bound
+// (Books.Add) or the drain is dropped or runs out (ExpireDrain: its bound
 // passed, or the domain stalled). A domain is drained for one gang at a
-// time.
+// time. A gang drains again whenever it is turned away, however far it has
+// widened, so a big gang is not starved by smaller pods that take every GPU
+// as it frees; but not after a stall (Books.Stalled): a domain that gained
+// no room for the whole stall waits on pods that are not ending, and
+// draining it again would keep other pods off room they could use for
+// nothing.
 //
 // # Books
 //

@@ -10,11 +10,11 @@ import (
 
 // unschedulable explains why choose found no domain: the cluster cannot
 // hold the gang at all, or it can but not within the constraint. A gang in
-// its first wait for its base level is given a domain to drain.
+// widens is given a domain of its base level to drain.
 func (p *planner) unschedulable() error {
 	u := p.why()
 	if i := p.drainable(); i >= 0 {
-		u.Drain, u.DrainRoom = labelled(p.doms[i].d), p.doms[i].room
+		u.Drain, u.DrainFree = labelled(p.doms[i].d), p.doms[i].free
 		u.Reason += fmt.Sprintf("; draining %s %s for it: no other pod takes GPUs there while it waits", p.noun(u.Drain.Level), u.Drain.DisplayID())
 	}
 	return u
@@ -76,15 +76,15 @@ func (p *planner) why() *Unschedulable {
 	return u
 }
 
-// drainable returns the domain a gang in its first wait for its base level
-// should drain (Unschedulable.Drain), or -1: at the base level, a domain
+// drainable returns the domain a waiting gang that widens, and whose last
+// drain did not stall (Gang.NoDrain), should drain (Unschedulable.Drain), or -1: at the base level, a domain
 // short of the whole cluster that could ever hold the gang, holds its Near
 // nodes and no node drained for another gang, with room for the most
 // members now, then the most free GPUs; the first in tree order (lowest
 // ID) on ties.
 func (p *planner) drainable() int32 {
 	r := &p.req
-	if !r.widens || r.widen > 0 || r.gpus == 0 || r.base > r.limit {
+	if !r.widens || r.noDrain || r.gpus == 0 || r.base > r.limit {
 		return -1
 	}
 	// A domain holding every node (the root, or the one spine of a small

@@ -21,10 +21,10 @@ func diff(want, got any) string {
 }
 
 // withoutDrain returns a copy of u without its Drain, which tests compare
-// by ID (drainID), and DrainRoom.
+// by ID (drainID), and DrainFree.
 func withoutDrain(u *Unschedulable) *Unschedulable {
 	c := *u
-	c.Drain, c.DrainRoom = nil, 0
+	c.Drain, c.DrainFree = nil, 0
 	return &c
 }
 

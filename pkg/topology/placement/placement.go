@@ -105,6 +105,10 @@ type Gang struct {
 	// first): explanations say so instead of naming a constraint the user
 	// never wrote.
 	Implicit bool
+	// NoDrain keeps a waiting gang from draining a domain (Unschedulable.Drain):
+	// its last drain stalled (Books.Stalled), so waiting for that domain
+	// was not worth keeping other pods off it.
+	NoDrain bool
 	// Near names the nodes of members placed earlier: bound before a
 	// scheduler restart, or the running members of an elastic gang that
 	// grew. The new members go in the narrowest domain that holds Near too,
@@ -150,21 +154,27 @@ type Unschedulable struct {
 	// which the gang would fit now; "" when the constraint is not what stops
 	// it. A Preferred gang fits once Widen is enough to reach it.
 	WiderLevel string
-	// Drain is the domain a gang waiting for its base level should drain
-	// (Books.Drain), nil when it should drain none. A gang that widens and
-	// is still in its first wait (Widen 0) gets one: of the domains at its
-	// base level that could ever hold it, hold no node drained for another
-	// gang and hold its Near nodes, the one with room for the most members
-	// now, then the most free GPUs, then the lowest ID. Without a drain,
-	// capacity freed in a domain goes to whichever pod the scheduler tries
-	// next, usually a smaller one, so a gang waiting for a whole domain
-	// would wait its full Preferred wait and widen anyway. The plugin keeps
-	// the drain while the domain gains room, and releases it when the gang
-	// is planned or widens.
+	// Drain is the domain a gang that does not fit should drain
+	// (Books.Drain), nil when it should drain none. A gang that widens gets
+	// one, however far it has widened, unless Gang.NoDrain: of the domains
+	// at its base level (its tightest) that could ever hold it, hold no
+	// node drained for another gang and hold its Near nodes, the one with
+	// room for the most members now, then the most free GPUs, then the
+	// lowest ID. Without a drain, capacity freed in a domain goes to
+	// whichever pod the scheduler tries next, usually a smaller one, so a
+	// gang waiting for a whole domain would wait its full Preferred wait
+	// and widen anyway; and a gang that widened and still does not fit
+	// would wait for room anywhere while smaller pods take every GPU that
+	// frees. The plugin keeps the drain while the domain gains room, and
+	// releases it when the gang is planned or the domain stalls.
 	Drain *topology.Domain
-	// DrainRoom is how many members Drain has room for now: the plugin
-	// keeps a gang from widening while it grows (Books.DrainHeld).
-	DrainRoom int
+	// DrainFree is how many GPUs of Drain are free now, for the gang (a
+	// domain's free GPUs only grow while it is drained): the plugin keeps
+	// a gang from widening while they grow (Books.DrainHeld). Free GPUs,
+	// not room for members, measure progress because a domain nears
+	// holding the gang with every pod that ends there, long before a whole
+	// node frees.
+	DrainFree int
 }
 
 func (u *Unschedulable) Error() string { return u.Reason }
@@ -219,6 +229,7 @@ type request struct {
 	widens       bool
 	widen        int
 	implicit     bool
+	noDrain      bool
 	mode         lockstep.ConstraintMode
 	messageBytes int64
 	// levelNames are the tree's level names by index and labelKeys their
@@ -279,6 +290,7 @@ func newRequest(s *Snapshot, g Gang, opts Options) (request, error) {
 		levelNames:   names,
 		near:         g.Near,
 		implicit:     g.Implicit,
+		noDrain:      g.NoDrain,
 	}
 	r.base, r.from, r.limit = r.want, r.want, top
 	if r.messageBytes == 0 {

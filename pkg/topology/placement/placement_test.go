@@ -348,8 +348,9 @@ func TestPlaceConstraint(t *testing.T) {
 			wantLevel: "leaf",
 		},
 		{
-			name: "Required leaf not met",
-			gang: Gang{Members: 3, GPUsPerMember: 8, Level: "leaf", Mode: lockstep.Required, Widen: 1},
+			// Its last drain stalled: it waits without one.
+			name: "Required leaf not met, no drain",
+			gang: Gang{Members: 3, GPUsPerMember: 8, Level: "leaf", Mode: lockstep.Required, Widen: 1, NoDrain: true},
 			wantErr: &Unschedulable{
 				Reason: "gang of 3 x 8 GPUs does not fit in any leaf (fabric.topograph.run/tier-0): " +
 					"the best leaf has room for 2 members (16 of 24 GPUs free); Required constraint; it would fit in one spine",
@@ -391,9 +392,14 @@ func TestPlaceConstraint(t *testing.T) {
 			gang: Gang{Members: 5, GPUsPerMember: 8, Level: "leaf", Mode: lockstep.Preferred, Widen: 1},
 			wantErr: &Unschedulable{
 				Reason: "gang of 5 x 8 GPUs does not fit in any spine (fabric.topograph.run/tier-1): " +
-					"the best spine has room for 4 members (32 of 40 GPUs free); Preferred constraint on leaf, widened so far to spine; it would fit in the cluster",
+					"the best spine has room for 4 members (32 of 40 GPUs free); Preferred constraint on leaf, widened so far to spine; it would fit in the cluster" +
+					"; draining leaf spine=s1/leaf=l1 for it: no other pod takes GPUs there while it waits",
 				WiderLevel: "cluster",
 			},
+			// It widened and still does not fit: it drains its tightest
+			// domain again, so smaller pods do not take every GPU that
+			// frees.
+			wantDrain: "spine=s1/leaf=l1",
 		},
 		{
 			name:    "not enough GPUs",
