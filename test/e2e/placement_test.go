@@ -10,6 +10,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	schedulingv1 "k8s.io/api/scheduling/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	schedv1alpha1 "sigs.k8s.io/scheduler-plugins/apis/scheduling/v1alpha1"
@@ -417,8 +418,9 @@ func TestMixedSizeGang(t *testing.T) {
 // TestWaitingGangDrainsItsLeaf: a gang of five whole nodes names no level,
 // so it is placed tightest first; no leaf has five free nodes. It drains
 // leaf-0, the leaf nearest to holding it, and says so. A GPU pod outside
-// gangs arriving meanwhile is kept off leaf-0's free nodes, so when two of
-// leaf-0's jobs end, the gang lands whole in leaf-0 rather than spread.
+// gangs arriving meanwhile is kept off leaf-0's free nodes, but one of
+// higher priority is not; when two of leaf-0's jobs end, the gang lands
+// whole in leaf-0 rather than spread.
 func TestWaitingGangDrainsItsLeaf(t *testing.T) {
 	ns := cluster.NewNamespace(t)
 	ctx := context.Background()
@@ -461,6 +463,24 @@ func TestWaitingGangDrainsItsLeaf(t *testing.T) {
 	cluster.CreatePods(t, single)
 	if node := waitBound(t, ns, "single"); nodeLeaf[node] == "leaf-0" {
 		t.Errorf("the single pod was bound to %s in the drained leaf-0", node)
+	}
+
+	// A pod that outranks the gang is not kept off: pinned to leaf-0 by
+	// its node selector, it binds there. It then ends, before the jobs.
+	pc := &schedulingv1.PriorityClass{ObjectMeta: metav1.ObjectMeta{Name: ns + "-urgent"}, Value: 1000}
+	if err := cluster.Client.Create(ctx, pc); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cluster.Client.Delete(context.Background(), pc) })
+	urgent := utiltesting.MakePod("urgent", ns).GPUs(1).SchedulerName(localcluster.SchedulerName).Obj()
+	urgent.Spec.PriorityClassName = pc.Name
+	urgent.Spec.NodeSelector = map[string]string{leafLabel: "leaf-0"}
+	cluster.CreatePods(t, urgent)
+	if node := waitBound(t, ns, "urgent"); nodeLeaf[node] != "leaf-0" {
+		t.Errorf("the urgent pod was bound to %s, outside leaf-0", node)
+	}
+	if err := cluster.Clientset.CoreV1().Pods(ns).Delete(ctx, "urgent", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
 	}
 
 	// Two of leaf-0's jobs end: the leaf now holds the gang.

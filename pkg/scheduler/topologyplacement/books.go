@@ -109,13 +109,14 @@ func (b *books) heldOn(node, except string) topology.GPUSet {
 	return b.core.HeldOn(node, except)
 }
 
-// offLimits returns what keeps GPU pods outside gangs off node's free
-// GPUs: the gang the node is drained for ("" when none) and the GPUs held
-// for plans' open slots. One lock for both, as Filter asks per node.
-func (b *books) offLimits(node string) (drainedFor string, heldOpen int) {
+// offLimits returns what keeps a GPU pod outside gangs, of the given
+// priority, off node's free GPUs: the gang whose drain keeps it off ("" when
+// none; placement.Books.KeptOff) and the GPUs held for plans' open slots.
+// One lock for both, as Filter asks per node.
+func (b *books) offLimits(node string, priority int32) (drainedFor string, heldOpen int) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return b.core.DrainedFor(node), b.core.HeldOpen(node)
+	return b.core.KeptOff(node, "", priority), b.core.HeldOpen(node)
 }
 
 // drainedNodes counts the nodes drained for gangs.
@@ -147,14 +148,15 @@ func (b *books) markPublished(key string) (*gangPlan, bool) {
 	return b.core.MarkPublished(key)
 }
 
-// drain holds domain d, with free GPUs free now, for gang key
+// drain holds domain d, with free GPUs free now, for gang key of the given
+// priority
 // (placement.Books.Drain). It reports whether the gang drains d now, and
 // whether another domain it drained before was released.
-func (b *books) drain(key string, d *topology.Domain, free int, now, until time.Time) (draining, released bool) {
+func (b *books) drain(key string, d *topology.Domain, priority int32, free int, now, until time.Time) (draining, released bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	old, had := b.core.Drained(key)
-	if !b.core.Drain(key, d, free, now, until) {
+	if !b.core.Drain(key, d, priority, free, now, until) {
 		return false, false
 	}
 	return true, had && old.ID != d.ID

@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	v1 "k8s.io/api/core/v1"
+	corev1helpers "k8s.io/component-helpers/scheduling/corev1"
 	fwk "k8s.io/kube-scheduler/framework"
 
 	"github.com/lockstep-dev/lockstep/pkg/lockstep"
@@ -29,7 +30,7 @@ func (p *TopologyPlacement) Filter(ctx context.Context, state fwk.CycleState, po
 	if s.req.gpus == 0 {
 		return nil
 	}
-	gang, held := p.books.offLimits(node.Name)
+	gang, held := p.books.offLimits(node.Name, corev1helpers.PodPriority(pod))
 	if gang != "" {
 		return fwk.NewStatus(fwk.Unschedulable, fmt.Sprintf("node is drained for PodGroup %s, which waits for its tightest domain", gang))
 	}

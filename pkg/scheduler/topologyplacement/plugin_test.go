@@ -19,6 +19,7 @@ import (
 	fwk "k8s.io/kube-scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
 	clocktesting "k8s.io/utils/clock/testing"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	schedv1alpha1 "sigs.k8s.io/scheduler-plugins/apis/scheduling/v1alpha1"
 
@@ -565,6 +566,18 @@ func TestWaitingGangDrainsALeaf(t *testing.T) {
 		if got := p.Filter(ctx, state, single, nodes[i]).Message(); got != want {
 			t.Errorf("Filter of a pod outside gangs on n%d: %q, want %q", i, got, want)
 		}
+	}
+
+	// A pod that outranks the gang may take l0's GPUs: it could preempt
+	// the gang's pods once they ran.
+	urgent := utiltesting.MakePod("urgent", "other").GPUs(1).Obj()
+	urgent.Spec.Priority = ptr.To[int32](1000)
+	urgentState := framework.NewCycleState()
+	if _, status := p.PreFilter(ctx, urgentState, urgent, nodes); !status.IsSuccess() {
+		t.Fatalf("PreFilter of an urgent pod outside gangs: %v", status)
+	}
+	if got := p.Filter(ctx, urgentState, urgent, nodes[2]).Message(); got != "" {
+		t.Errorf("Filter of a pod outranking the gang on drained n2: %q, want it to fit", got)
 	}
 
 	// n1's job ends 20 s in: l0 frees GPUs, so the gang is held there a

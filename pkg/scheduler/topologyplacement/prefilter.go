@@ -12,6 +12,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/sets"
+	corev1helpers "k8s.io/component-helpers/scheduling/corev1"
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
@@ -256,7 +257,7 @@ func (p *TopologyPlacement) plan(ctx context.Context, pod *v1.Pod, s *cycleState
 	if errors.As(err, &unschedulable) {
 		logger.V(2).Info("Gang does not fit; holding nothing", "reason", unschedulable.Reason)
 		if unschedulable.Drain != nil {
-			p.setDrain(ctx, s.gang, unschedulable.Drain, unschedulable.DrainFree)
+			p.setDrain(ctx, s.gang, corev1helpers.PodPriority(pod), unschedulable.Drain, unschedulable.DrainFree)
 		}
 		if gang.Level != "" && (unschedulable.WiderLevel != "" || unschedulable.Drain != nil) {
 			// It fits once it may widen, or its drain ends then, which no
@@ -273,7 +274,7 @@ func (p *TopologyPlacement) plan(ctx context.Context, pod *v1.Pod, s *cycleState
 	// consecutive ranks share the tightest domain.
 	placement.RankOrder(snap.Tree, plan, snap.NodeTopology)
 	logger.V(2).Info("Planned gang", "members", len(plan.Members), "domain", plan.Domain.ID, "level", plan.LevelName, "efficiency", plan.Efficiency)
-	p.setDrain(ctx, s.gang, nil, 0)
+	p.setDrain(ctx, s.gang, 0, nil, 0)
 	return p.books.add(s.gang, plan, p.clock.Now()), outcomePlanned, nil
 }
 
@@ -308,10 +309,11 @@ func (p *TopologyPlacement) drainStall() time.Duration {
 }
 
 // setDrain makes d, with free GPUs free now, the domain drained for
-// the gang, or releases the gang's drain when d is nil (it was planned, or
+// the gang of the given priority (it keeps off pods that do not outrank
+// it), or releases the gang's drain when d is nil (it was planned, or
 // is gone). Releasing a domain frees capacity no cluster event reports, so
 // the gangs turned away are retried.
-func (p *TopologyPlacement) setDrain(ctx context.Context, gang string, d *topology.Domain, free int) {
+func (p *TopologyPlacement) setDrain(ctx context.Context, gang string, priority int32, d *topology.Domain, free int) {
 	logger := klog.FromContext(ctx).WithValues("plugin", Name, "podGroup", gang)
 	if d == nil {
 		if p.books.undrain(gang) {
@@ -322,7 +324,7 @@ func (p *TopologyPlacement) setDrain(ctx context.Context, gang string, d *topolo
 	}
 	now := p.clock.Now()
 	until := now.Add(drainLifetimeWaits * p.args.PreferredWait.Duration)
-	draining, released := p.books.drain(gang, d, free, now, until)
+	draining, released := p.books.drain(gang, d, priority, free, now, until)
 	if draining {
 		logger.V(2).Info("Draining a domain for the gang", "domain", d.ID, "freeGPUs", free, "until", until)
 	}

@@ -84,6 +84,8 @@ func (p *TopologyPlacement) gangSpec(ctx context.Context, pod *v1.Pod) (*schedv1
 // reserved through plans, and of capacity other plans hold.
 func (p *TopologyPlacement) snapshot(pod *v1.Pod, gang string, nodeInfos []fwk.NodeInfo) (*placement.Snapshot, error) {
 	affinity := nodeaffinity.GetRequiredNodeAffinity(pod)
+	// Drains keep the gang off only if it does not outrank them.
+	priority := corev1helpers.PodPriority(pod)
 	// Nodes whose NodeTopology is stale or invalid are not planned onto:
 	// judged once per plan, not per node per pod.
 	excluded := p.health.refresh()
@@ -116,7 +118,7 @@ func (p *TopologyPlacement) snapshot(pod *v1.Pod, gang string, nodeInfos []fwk.N
 		if _, out := excluded[node.Name]; out {
 			continue
 		}
-		nodes = append(nodes, p.plannerNode(&rows[i], ni, node, gang))
+		nodes = append(nodes, p.plannerNode(&rows[i], ni, node, gang, priority))
 	}
 	p.rows.mu.Unlock()
 	p.books.mu.Unlock()
@@ -294,7 +296,7 @@ func (r *snapshotRows) align(n int, epoch uint64) []snapshotRow {
 // plannerNode describes one node for the planner, refreshing row where
 // the node changed. The caller holds p.gpus for reading, p.books and
 // p.rows.
-func (p *TopologyPlacement) plannerNode(row *snapshotRow, ni fwk.NodeInfo, node *v1.Node, gang string) placement.Node {
+func (p *TopologyPlacement) plannerNode(row *snapshotRow, ni fwk.NodeInfo, node *v1.Node, gang string, priority int32) placement.Node {
 	if row.info != ni || row.node != node || row.generation != ni.GetGeneration() {
 		alloc, used := ni.GetAllocatable(), ni.GetRequested()
 		*row = snapshotRow{
@@ -318,9 +320,7 @@ func (p *TopologyPlacement) plannerNode(row *snapshotRow, ni fwk.NodeInfo, node 
 		pn.Topology, pn.Selector, free = gpus.topology, gpus.selector, gpus.free
 	}
 	free &^= p.books.core.HeldOn(node.Name, gang)
-	if by := p.books.core.DrainedFor(node.Name); by != "" && by != gang {
-		pn.Drained = true
-	}
+	pn.Drained = p.books.core.KeptOff(node.Name, gang, priority) != ""
 	// GPUs taken by pods the agent has not reported yet are known only by
 	// count; drop the highest-indexed free GPUs to match it.
 	for free.Len() > max(row.gpuCount-row.usedGPUs, 0) {

@@ -45,7 +45,10 @@ type Books struct {
 // drain is one gang's drained domain.
 type drain struct {
 	domain *topology.Domain
-	until  time.Time
+	// priority is the gang's: the drain keeps off pods of this priority
+	// or lower (KeptOff).
+	priority int32
+	until    time.Time
 	// free is the most GPUs the domain had free at any Drain call, and
 	// progressed when that most was first reached.
 	free       int
@@ -392,13 +395,13 @@ func (b *Books) MarkPublished(key string) (*Held, bool) {
 // while the same domain (by ID) again keeps its until and records progress
 // when its free GPUs grew (DrainHeld). It reports false, changing nothing, when
 // a node of d is drained for another gang.
-func (b *Books) Drain(key string, d *topology.Domain, free int, now, until time.Time) bool {
+func (b *Books) Drain(key string, d *topology.Domain, priority int32, free int, now, until time.Time) bool {
 	for _, node := range d.Nodes {
 		if other, ok := b.drainedFor[node]; ok && other != key {
 			return false
 		}
 	}
-	dr := drain{domain: d, until: until, free: free, progressed: now}
+	dr := drain{domain: d, priority: priority, until: until, free: free, progressed: now}
 	if old, ok := b.drains[key]; ok && old.domain.ID == d.ID {
 		dr.until = old.until
 		if free <= old.free {
@@ -439,6 +442,20 @@ func (b *Books) DrainedNodes() int { return len(b.drainedFor) }
 
 // DrainedFor returns the gang node is drained for, "" when none.
 func (b *Books) DrainedFor(node string) string { return b.drainedFor[node] }
+
+// KeptOff returns the gang whose drain keeps a pod of gang key ("" for a
+// pod outside gangs) with the given priority off node's free GPUs, "" when
+// none does. A drain keeps off other gangs and pods of its gang's priority
+// or lower; a pod of higher priority may take the drained GPUs, as it could
+// preempt the waiting gang's pods once they run: a drain orders the gang
+// before its peers, never before those that outrank it.
+func (b *Books) KeptOff(node, key string, priority int32) string {
+	by, ok := b.drainedFor[node]
+	if !ok || by == key || priority > b.drains[by].priority {
+		return ""
+	}
+	return by
+}
 
 // ExpiredDrains returns the gangs whose drain ran out at now (DrainHeld),
 // sorted. The caller ends them (ExpireDrain).

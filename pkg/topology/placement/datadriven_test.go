@@ -42,6 +42,7 @@ import (
 //	  starts afresh: new nodes and empty books.
 //	place gang=ns/b members=4 gpus=8 [cpu=m] [mem=GiB] [level=leaf]
 //	      [mode=Required|Preferred] [widen=N] [implicit] [now=30s] [ranked]
+//	      [priority=N]
 //	  plans the gang on the free GPUs net of what the books hold for other
 //	  gangs (Books.HeldOn, as the plugin's snapshot does) and, if it fits,
 //	  adds the plan to the books; prints the plan or why it does not fit.
@@ -49,7 +50,8 @@ import (
 //	  plugin does. A gang that does not fit drains the domain Place names
 //	  (Books.Drain) until now plus drainLifetime, and releases it when
 //	  Place names none; planning sees the nodes drained for other gangs as
-//	  Node.Drained. As the plugin, a gang whose drain stalled less than
+//	  Node.Drained unless the gang's priority (default 0) is higher than
+//	  theirs (Books.KeptOff). As the plugin, a gang whose drain stalled less than
 //	  drainStall ago drains nothing (Gang.NoDrain, Books.Stalled).
 //	hold gang=ns/a [now=0s]
 //	  adds an explicit plan, one member per input line "n1 0-3".
@@ -61,9 +63,10 @@ import (
 //	forget pod=(p1,p2)      the pods are gone: their GPUs are free again
 //	report pod=(p1,p2)      the node's topology shows the pods' GPUs
 //	                        allocated, so the books forget them
-//	single pod=p node=n gpus=k
+//	single pod=p node=n gpus=k [priority=N]
 //	                        a GPU pod outside gangs takes the best k GPUs
-//	                        (none on a node drained for a gang)
+//	                        (none on a node drained for a gang of its
+//	                        priority or higher)
 //	set-free node=n free=k  other pods took GPUs: k stay free
 //	node-gone node=n        the node is deleted
 //	validate                drops the plans that no longer fit (Held.Fits)
@@ -250,7 +253,7 @@ func (s *script) topology(d *datadriven.TestData) (string, error) {
 		}
 		s.nodes = append(s.nodes, nodes...)
 	}
-	if _, err := s.snapshot(""); err != nil {
+	if _, err := s.snapshot("", 0); err != nil {
 		return "", err
 	}
 	return b.String(), nil
@@ -377,16 +380,14 @@ func (s *script) nodeLine(line string) ([]*scriptNode, error) {
 
 // snapshot is the planner's view for gang except: every node, its free
 // GPUs net of what the books hold for other gangs and give reserved pods.
-func (s *script) snapshot(except string) (*Snapshot, error) {
+func (s *script) snapshot(except string, priority int32) (*Snapshot, error) {
 	labels := make([]topology.NodeLabels, len(s.nodes))
 	snap := &Snapshot{Levels: s.levels, Nodes: make([]*Node, len(s.nodes))}
 	for i, n := range s.nodes {
 		labels[i] = topology.NodeLabels{Name: n.node.Name, Labels: n.labels}
 		node := n.node
 		node.FreeGPUs &^= s.books.HeldOn(node.Name, except)
-		if by := s.books.DrainedFor(node.Name); by != "" && by != except {
-			node.Drained = true
-		}
+		node.Drained = s.books.KeptOff(node.Name, except, priority) != ""
 		snap.Nodes[i] = &node
 	}
 	tree, err := topology.NewTree(s.levels, labels)
@@ -409,7 +410,9 @@ func (s *script) place(t *testing.T, d *datadriven.TestData) (string, error) {
 	d.MaybeScanArgs(t, "widen", &g.Widen)
 	g.Implicit = d.HasArg("implicit")
 	g.NoDrain = s.books.Stalled(key, timeArg(t, d), drainStall)
-	snap, err := s.snapshot(key)
+	var priority int32
+	d.MaybeScanArgs(t, "priority", &priority)
+	snap, err := s.snapshot(key, priority)
 	if err != nil {
 		return "", err
 	}
@@ -426,7 +429,7 @@ func (s *script) place(t *testing.T, d *datadriven.TestData) (string, error) {
 			if s.books.Undrain(key) {
 				out += "\nreleased its drain"
 			}
-		case s.books.Drain(key, u.Drain, u.DrainFree, timeArg(t, d), timeArg(t, d).Add(drainLifetime)):
+		case s.books.Drain(key, u.Drain, priority, u.DrainFree, timeArg(t, d), timeArg(t, d).Add(drainLifetime)):
 			out += fmt.Sprintf("\ndrains: %s, %s free", u.Drain.DisplayID(), plural(u.DrainFree, "GPU"))
 		default:
 			out += "\ncannot drain " + u.Drain.DisplayID()
@@ -489,7 +492,7 @@ func (s *script) hold(t *testing.T, d *datadriven.TestData) (string, error) {
 		plan.Members = append(plan.Members, Assignment{Node: name, GPUs: set})
 		nodes = append(nodes, name)
 	}
-	snap, err := s.snapshot(key)
+	snap, err := s.snapshot(key, 0)
 	if err != nil {
 		return "", err
 	}
@@ -569,7 +572,9 @@ func (s *script) single(t *testing.T, d *datadriven.TestData) (string, error) {
 	if !ok {
 		return "", errors.New("no such node")
 	}
-	if by := s.books.DrainedFor(name); by != "" {
+	var priority int32
+	d.MaybeScanArgs(t, "priority", &priority)
+	if by := s.books.KeptOff(name, "", priority); by != "" {
 		return fmt.Sprintf("pod %s: %s is drained for %s", pod, name, by), nil
 	}
 	free := n.node.FreeGPUs &^ s.books.HeldOn(name, "")
