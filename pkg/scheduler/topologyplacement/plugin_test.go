@@ -129,6 +129,33 @@ func TestGangRequestWidensPreferredOverTime(t *testing.T) {
 	}
 }
 
+// newLeafPreferredGang returns a plugin with a PodGroup ns/g of four
+// 8-GPU pods that prefers a leaf.
+func newLeafPreferredGang(t *testing.T) *metricsPlugin {
+	t.Helper()
+	p := newMetricsPlugin(t, 4, false, nil)
+	pg := utiltesting.MakePodGroup("g", "ns", 4).Obj()
+	pg.Annotations = map[string]string{lockstep.AnnotationTopologyLevel: "leaf", lockstep.AnnotationTopologyMode: "Preferred"}
+	if err := p.client.Create(context.Background(), pg); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// leafNode returns an HGX H100 node in leaf under spine s0, its
+// NodeTopology known to p, running one 8-GPU pod when busy.
+func leafNode(t *testing.T, p *metricsPlugin, name, leaf string, busy bool) fwk.NodeInfo {
+	t.Helper()
+	v1node := gpuNode(name, 8)
+	v1node.Labels = map[string]string{lockstep.LabelFabricTier0: leaf, lockstep.LabelFabricTier1: "s0"}
+	p.gpus.set(hgxNodeTopology(t, name))
+	var pods []*v1.Pod
+	if busy {
+		pods = append(pods, utiltesting.MakePod("busy-"+name, "other").GPUs(8).Obj())
+	}
+	return nodeInfo(v1node, pods...)
+}
+
 // TestPreFilterPreferredGangSkipsLevelsTooSmall plans a leaf:Preferred gang
 // of 4 x 8 GPUs on 8-GPU nodes at the fake clock's first instant and again
 // one preferredWait later. The gang waits for a leaf only when some leaf
@@ -167,22 +194,10 @@ func TestPreFilterPreferredGangSkipsLevelsTooSmall(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			p := newMetricsPlugin(t, 4, false, nil)
-			pg := utiltesting.MakePodGroup("g", "ns", 4).Obj()
-			pg.Annotations = map[string]string{lockstep.AnnotationTopologyLevel: "leaf", lockstep.AnnotationTopologyMode: "Preferred"}
-			if err := p.client.Create(context.Background(), pg); err != nil {
-				t.Fatal(err)
-			}
+			p := newLeafPreferredGang(t)
 			var nodes []fwk.NodeInfo
 			for _, n := range tc.nodes {
-				v1node := gpuNode(n.name, 8)
-				v1node.Labels = map[string]string{lockstep.LabelFabricTier0: n.leaf, lockstep.LabelFabricTier1: "s0"}
-				p.gpus.set(hgxNodeTopology(t, n.name))
-				var pods []*v1.Pod
-				if n.busy {
-					pods = append(pods, utiltesting.MakePod("busy-"+n.name, "other").GPUs(8).Obj())
-				}
-				nodes = append(nodes, nodeInfo(v1node, pods...))
+				nodes = append(nodes, leafNode(t, p, n.name, n.leaf, n.busy))
 			}
 			for i, want := range [][]string{tc.wantFirst, tc.wantLater} {
 				if i == 1 {
@@ -516,26 +531,13 @@ func TestWideningClock(t *testing.T) {
 // gaining room the gang does not widen; once it stalls for a preferredWait
 // the gang widens, is planned and releases the leaf.
 func TestWaitingGangDrainsALeaf(t *testing.T) {
-	p := newMetricsPlugin(t, 4, false, nil)
-	pg := utiltesting.MakePodGroup("g", "ns", 4).Obj()
-	pg.Annotations = map[string]string{lockstep.AnnotationTopologyLevel: "leaf", lockstep.AnnotationTopologyMode: "Preferred"}
-	if err := p.client.Create(context.Background(), pg); err != nil {
-		t.Fatal(err)
-	}
+	p := newLeafPreferredGang(t)
 	// Both leaves have room for two members; l0 is drained, the first.
 	nodes := make([]fwk.NodeInfo, 8)
 	setNode := func(i int, busy bool) {
-		name := fmt.Sprintf("n%d", i)
-		v1node := gpuNode(name, 8)
-		v1node.Labels = map[string]string{lockstep.LabelFabricTier0: fmt.Sprintf("l%d", i/4), lockstep.LabelFabricTier1: "s0"}
-		var pods []*v1.Pod
-		if busy {
-			pods = append(pods, utiltesting.MakePod("busy-"+name, "other").GPUs(8).Obj())
-		}
-		nodes[i] = nodeInfo(v1node, pods...)
+		nodes[i] = leafNode(t, p, fmt.Sprintf("n%d", i), fmt.Sprintf("l%d", i/4), busy)
 	}
 	for i := range nodes {
-		p.gpus.set(hgxNodeTopology(t, fmt.Sprintf("n%d", i)))
 		setNode(i, i == 0 || i == 1 || i == 4 || i == 5)
 	}
 	ctx := context.Background()
@@ -616,25 +618,12 @@ func TestWaitingGangDrainsALeaf(t *testing.T) {
 // drainStall (the leaf waits on pods that are not ending, so it stays open
 // to others), then drains again: it still fits nowhere, even widened.
 func TestStalledDrainRestsADrainStall(t *testing.T) {
-	p := newMetricsPlugin(t, 4, false, nil)
-	pg := utiltesting.MakePodGroup("g", "ns", 4).Obj()
-	pg.Annotations = map[string]string{lockstep.AnnotationTopologyLevel: "leaf", lockstep.AnnotationTopologyMode: "Preferred"}
-	if err := p.client.Create(context.Background(), pg); err != nil {
-		t.Fatal(err)
-	}
+	p := newLeafPreferredGang(t)
 	// Three of each leaf's four nodes are busy: the gang of four fits
 	// neither a leaf nor the spine.
 	var nodes []fwk.NodeInfo
 	for i := range 8 {
-		name := fmt.Sprintf("n%d", i)
-		p.gpus.set(hgxNodeTopology(t, name))
-		v1node := gpuNode(name, 8)
-		v1node.Labels = map[string]string{lockstep.LabelFabricTier0: fmt.Sprintf("l%d", i/4), lockstep.LabelFabricTier1: "s0"}
-		var pods []*v1.Pod
-		if i%4 != 3 {
-			pods = append(pods, utiltesting.MakePod("busy-"+name, "other").GPUs(8).Obj())
-		}
-		nodes = append(nodes, nodeInfo(v1node, pods...))
+		nodes = append(nodes, leafNode(t, p, fmt.Sprintf("n%d", i), fmt.Sprintf("l%d", i/4), i%4 != 3))
 	}
 	ctx := context.Background()
 	key := planKey(p.pods[0])
