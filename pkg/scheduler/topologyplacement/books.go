@@ -152,11 +152,11 @@ func (b *books) markPublished(key string) (*gangPlan, bool) {
 // priority
 // (placement.Books.Drain). It reports whether the gang drains d now, and
 // whether another domain it drained before was released.
-func (b *books) drain(key string, d *topology.Domain, priority int32, free int, now, until time.Time) (draining, released bool) {
+func (b *books) drain(key string, d *topology.Domain, priority int32, free int, now time.Time) (draining, released bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	old, had := b.core.Drained(key)
-	if !b.core.Drain(key, d, priority, free, now, until) {
+	if !b.core.Drain(key, d, priority, free, now) {
 		return false, false
 	}
 	return true, had && old.ID != d.ID
@@ -192,8 +192,8 @@ func (b *books) stalled(key string, now time.Time, stall time.Duration) bool {
 	return b.core.Stalled(key, now, stall)
 }
 
-// expiredDrains returns the gangs whose drain ran out at now, or gained
-// no room for stall (placement.Books.ExpiredDrains).
+// expiredDrains returns the gangs whose drain freed no GPU for stall at now
+// (placement.Books.ExpiredDrains).
 func (b *books) expiredDrains(now time.Time, stall time.Duration) []string {
 	b.mu.Lock()
 	defer b.mu.Unlock()

@@ -311,7 +311,7 @@ func (p *TopologyPlacement) sweep(ctx context.Context) {
 	// ends one whose gang is not tried again.
 	for _, key := range p.books.expiredDrains(p.clock.Now(), p.drainStall()) {
 		if p.books.expireDrain(key, p.clock.Now(), p.drainStall()) {
-			logger.V(2).Info("Drain ran out before the gang was tried again; releasing it", "podGroup", key, "stalled", p.stalled(key))
+			logger.V(2).Info("Drain stalled before the gang was tried again; releasing it", "podGroup", key)
 			p.retryTurnedAway(key)
 		}
 	}

@@ -278,23 +278,19 @@ func (p *TopologyPlacement) plan(ctx context.Context, pod *v1.Pod, s *cycleState
 	return p.books.add(s.gang, plan, p.clock.Now()), outcomePlanned, nil
 }
 
-// drainStallWaits and drainLifetimeWaits, in PreferredWaits, bound a
-// drain. A gang that does not fit drains a domain of its base level, and
-// while the domain keeps freeing GPUs (within drainStallWaits of the last
-// GPU freed) it is held there and does not widen (widen): a domain that is
-// emptying is worth a longer wait than one a smaller pod may fill at any
-// time, and training jobs end minutes apart, so a domain that freed no GPU
-// for one PreferredWait is not yet stalled. When the domain stalls, the
-// drain is released and the gang drains nothing for another drainStall
-// (placement.Books.Stalled): the domain waits on pods that are not ending,
-// and holding it would keep other gangs off room they could use now. After
-// drainLifetimeWaits the drain is released too, and the gang, let widen as
-// its time allows, takes wider room that fits now or drains again: however
-// long it waits, it looks past its base level that often.
-const (
-	drainStallWaits    = 8
-	drainLifetimeWaits = 10
-)
+// drainStallWaits, in PreferredWaits, bounds a drain. A gang that does not
+// fit drains a domain of its base level, and while the domain keeps
+// freeing GPUs (within drainStallWaits of the last GPU freed) it is held
+// there and does not widen (widen): a domain that is emptying is worth a
+// longer wait than one a smaller pod may fill at any time, and training
+// jobs end minutes apart, so a domain that freed no GPU for one
+// PreferredWait is not yet stalled. When the domain stalls, the drain is
+// released, the gang widens as its time allows, and it drains nothing for
+// another drainStall (placement.Books.Stalled): the domain waits on pods
+// that are not ending, and holding it would keep other gangs off room they
+// could use now. No other bound is needed, as nothing but pods that
+// outrank the gang enters the domain (placement.Books.Drain).
+const drainStallWaits = 8
 
 // stalled reports whether the gang's last drain stalled within the last
 // drainStall: it may not drain yet (placement.Gang.NoDrain).
@@ -323,10 +319,9 @@ func (p *TopologyPlacement) setDrain(ctx context.Context, gang string, priority 
 		return
 	}
 	now := p.clock.Now()
-	until := now.Add(drainLifetimeWaits * p.args.PreferredWait.Duration)
-	draining, released := p.books.drain(gang, d, priority, free, now, until)
+	draining, released := p.books.drain(gang, d, priority, free, now)
 	if draining {
-		logger.V(2).Info("Draining a domain for the gang", "domain", d.ID, "freeGPUs", free, "until", until)
+		logger.V(2).Info("Draining a domain for the gang", "domain", d.ID, "freeGPUs", free)
 	}
 	if released {
 		p.retryTurnedAway(gang)
@@ -448,8 +443,7 @@ func (p *TopologyPlacement) gangRequest(pg *schedv1alpha1.PodGroup, pod *v1.Pod,
 
 // widen is how many levels a gang may widen now: one per PreferredWait
 // since it was first attempted, and none while the domain drained for it
-// keeps emptying (it freed a GPU within the last drainStall, and the
-// drain has not run out). Waiting for a domain others keep filling is a
+// keeps emptying (it freed a GPU within the last drainStall). Waiting for a domain others keep filling is a
 // gamble worth one wait; waiting for one that empties is worth more.
 func (p *TopologyPlacement) widen(gang string) int {
 	if _, ok := p.holdUntil(gang); ok {
@@ -484,12 +478,12 @@ func (p *TopologyPlacement) nextWiden(gang string) time.Duration {
 	return wait - waited%wait
 }
 
-// endDrainIfDue releases the gang's drain once it has run out or its
-// domain stalled (placement.Books.ExpireDrain), before the gang is planned
-// with the widening that allows.
+// endDrainIfDue releases the gang's drain once its domain stalled
+// (placement.Books.ExpireDrain), before the gang is planned with the
+// widening that allows.
 func (p *TopologyPlacement) endDrainIfDue(ctx context.Context, gang string) {
 	if p.books.expireDrain(gang, p.clock.Now(), p.drainStall()) {
-		klog.FromContext(ctx).V(2).Info("Released the gang's drained domain: it stalled or ran out", "plugin", Name, "podGroup", gang, "stalled", p.stalled(gang))
+		klog.FromContext(ctx).V(2).Info("Released the gang's drained domain: it freed no GPU for a drainStall", "plugin", Name, "podGroup", gang)
 		p.retryTurnedAway(gang)
 	}
 }

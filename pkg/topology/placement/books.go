@@ -48,7 +48,6 @@ type drain struct {
 	// priority is the gang's: the drain keeps off pods of this priority
 	// or lower (KeptOff).
 	priority int32
-	until    time.Time
 	// free is the most GPUs the domain had free at any Drain call, and
 	// progressed when that most was first reached.
 	free       int
@@ -386,24 +385,27 @@ func (b *Books) MarkPublished(key string) (*Held, bool) {
 }
 
 // Drain holds domain d for gang key until the gang is planned (Add), its
-// drain is dropped (Undrain) or runs out (ExpiredDrains): while it
+// drain is dropped (Undrain) or stalls (ExpireDrain): while it
 // holds, planners of other gangs see no free GPU on its nodes (mark them
 // Node.Drained) and pods outside gangs stay off them, so capacity freed
 // there accumulates for the gang instead of going to whichever pod comes
 // next. The place of Place's Unschedulable.Drain, with free its
 // DrainFree. A gang drains one domain: a new domain replaces its old one,
-// while the same domain (by ID) again keeps its until and records progress
-// when its free GPUs grew (DrainHeld). It reports false, changing nothing, when
-// a node of d is drained for another gang.
-func (b *Books) Drain(key string, d *topology.Domain, priority int32, free int, now, until time.Time) bool {
+// while the same domain (by ID) again records progress when its free GPUs
+// grew past their most so far (DrainHeld). It reports false, changing
+// nothing, when a node of d is drained for another gang.
+//
+// A drain needs no other bound: nothing enters the domain but pods that
+// outrank the gang (KeptOff), so its free GPUs can grow past their most only
+// as often as it has GPUs, and a domain that stops freeing them stalls.
+func (b *Books) Drain(key string, d *topology.Domain, priority int32, free int, now time.Time) bool {
 	for _, node := range d.Nodes {
 		if other, ok := b.drainedFor[node]; ok && other != key {
 			return false
 		}
 	}
-	dr := drain{domain: d, priority: priority, until: until, free: free, progressed: now}
+	dr := drain{domain: d, priority: priority, free: free, progressed: now}
 	if old, ok := b.drains[key]; ok && old.domain.ID == d.ID {
-		dr.until = old.until
 		if free <= old.free {
 			dr.free, dr.progressed = old.free, old.progressed
 		}
@@ -457,7 +459,7 @@ func (b *Books) KeptOff(node, key string, priority int32) string {
 	return by
 }
 
-// ExpiredDrains returns the gangs whose drain ran out at now (DrainHeld),
+// ExpiredDrains returns the gangs whose drain stalled at now (DrainHeld),
 // sorted. The caller ends them (ExpireDrain).
 func (b *Books) ExpiredDrains(now time.Time, stall time.Duration) []string {
 	var out []string
@@ -470,25 +472,20 @@ func (b *Books) ExpiredDrains(now time.Time, stall time.Duration) []string {
 	return out
 }
 
-// ExpireDrain ends gang key's drain when it no longer holds at now
-// (DrainHeld) and reports whether it did. When the domain stalled, rather
-// than the drain reaching its bound, the gang is marked Stalled for the
-// next stall: a domain that freed no GPU for stall waits on pods that are
-// not ending, and is left to other pods for as long before the gang may
-// drain again.
+// ExpireDrain ends gang key's drain when it stalled at now (DrainHeld) and
+// reports whether it did. The gang is marked Stalled for the next stall: a
+// domain that freed no GPU for stall waits on pods that are not ending, and
+// is left to other pods for as long before the gang may drain again.
 func (b *Books) ExpireDrain(key string, now time.Time, stall time.Duration) bool {
-	dr, ok := b.drains[key]
-	if !ok {
-		return false
-	}
 	hold, held := b.DrainHeld(key, now, stall)
 	if held {
 		return false
 	}
-	b.Undrain(key)
-	if hold.Before(dr.until) {
-		b.stalled[key] = hold
+	if _, ok := b.drains[key]; !ok {
+		return false
 	}
+	b.Undrain(key)
+	b.stalled[key] = hold
 	return true
 }
 
@@ -503,16 +500,13 @@ func (b *Books) Stalled(key string, now time.Time, stall time.Duration) bool {
 // DrainHeld reports whether gang key's drain still holds at now, and until
 // when: until it freed no GPU for stall (its domain waits on pods that
 // are not ending, and holding it would only keep other gangs off room they
-// could use now), at most until its own bound. False without a drain.
+// could use now). False without a drain.
 func (b *Books) DrainHeld(key string, now time.Time, stall time.Duration) (time.Time, bool) {
 	dr, ok := b.drains[key]
 	if !ok {
 		return time.Time{}, false
 	}
 	hold := dr.progressed.Add(stall)
-	if dr.until.Before(hold) {
-		hold = dr.until
-	}
 	return hold, now.Before(hold)
 }
 
@@ -558,8 +552,8 @@ func (b *Books) String() string {
 	}
 	for _, key := range sortedKeys(b.drains) {
 		dr := b.drains[key]
-		fmt.Fprintf(&s, "drain %s: %s (%s), %s free since %s, until %s\n", key, dr.domain.DisplayID(), plural(len(dr.domain.Nodes), "node"),
-			plural(dr.free, "GPU"), dr.progressed.UTC().Format(time.TimeOnly), dr.until.UTC().Format(time.TimeOnly))
+		fmt.Fprintf(&s, "drain %s: %s (%s), %s free since %s\n", key, dr.domain.DisplayID(), plural(len(dr.domain.Nodes), "node"),
+			plural(dr.free, "GPU"), dr.progressed.UTC().Format(time.TimeOnly))
 	}
 	for _, key := range sortedKeys(b.stalled) {
 		fmt.Fprintf(&s, "stalled %s: at %s\n", key, b.stalled[key].UTC().Format(time.TimeOnly))

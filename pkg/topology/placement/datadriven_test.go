@@ -48,7 +48,7 @@ import (
 //	  adds the plan to the books; prints the plan or why it does not fit.
 //	  ranked puts the members in rank order (RankOrder) first, as the
 //	  plugin does. A gang that does not fit drains the domain Place names
-//	  (Books.Drain) until now plus drainLifetime, and releases it when
+//	  (Books.Drain) from now, and releases it when
 //	  Place names none; planning sees the nodes drained for other gangs as
 //	  Node.Drained unless the gang's priority (default 0) is higher than
 //	  theirs (Books.KeptOff). As the plugin, a gang whose drain stalled less than
@@ -71,17 +71,14 @@ import (
 //	node-gone node=n        the node is deleted
 //	validate                drops the plans that no longer fit (Held.Fits)
 //	expire now=10m ttl=5m   drops the incomplete plans older than ttl
-//	expire-drains now=1m    ends the drains that ran out or freed no GPU
-//	                        for drainStall (ExpiredDrains, ExpireDrain)
+//	expire-drains now=1m    ends the drains that freed no GPU for
+//	                        drainStall (ExpiredDrains, ExpireDrain)
 //	books                   dumps the books (Books.String)
 //
-// drainLifetime is how long a drain in the scripts lasts at most, and
-// drainStall how long one may go without freeing a GPU (expire-drains): ten
-// and eight deployed preferredWaits, as the plugin bounds them.
-const (
-	drainLifetime = 5 * time.Minute
-	drainStall    = 4 * time.Minute
-)
+// drainStall is how long a drain in the scripts may go without freeing a
+// GPU (expire-drains): eight deployed preferredWaits, as the plugin bounds
+// it.
+const drainStall = 4 * time.Minute
 
 func TestDataDriven(t *testing.T) {
 	files, err := filepath.Glob("testdata/*.txt")
@@ -207,11 +204,7 @@ func (s *script) run(t *testing.T, d *datadriven.TestData) (string, error) {
 		var b strings.Builder
 		for _, key := range keys {
 			s.books.ExpireDrain(key, now, drainStall)
-			how := "ran out"
-			if s.books.Stalled(key, now, drainStall) {
-				how = "stalled"
-			}
-			fmt.Fprintf(&b, "expired the drain of %s: %s\n", key, how)
+			fmt.Fprintf(&b, "expired the drain of %s; stalled: %v\n", key, s.books.Stalled(key, now, drainStall))
 		}
 		return b.String(), nil
 	case "books":
@@ -429,7 +422,7 @@ func (s *script) place(t *testing.T, d *datadriven.TestData) (string, error) {
 			if s.books.Undrain(key) {
 				out += "\nreleased its drain"
 			}
-		case s.books.Drain(key, u.Drain, priority, u.DrainFree, timeArg(t, d), timeArg(t, d).Add(drainLifetime)):
+		case s.books.Drain(key, u.Drain, priority, u.DrainFree, timeArg(t, d)):
 			out += fmt.Sprintf("\ndrains: %s, %s free", u.Drain.DisplayID(), plural(u.DrainFree, "GPU"))
 		default:
 			out += "\ncannot drain " + u.Drain.DisplayID()

@@ -71,14 +71,15 @@
 // the domain Place named for the waiting gang; planners of other gangs see
 // its nodes as Node.Drained (no GPU free, no drain of theirs may include
 // them) and pods outside gangs are kept off them, until the gang is planned
-// (Books.Add) or the drain is dropped or runs out (ExpireDrain: its bound
-// passed, or the domain stalled). A domain is drained for one gang at a
-// time. A gang drains again whenever it is turned away, however far it has
-// widened, so a big gang is not starved by smaller pods that take every GPU
-// as it frees; but not after a stall (Books.Stalled): a domain that gained
-// no room for the whole stall waits on pods that are not ending, and
-// draining it again would keep other pods off room they could use for
-// nothing.
+// (Books.Add) or the drain is dropped or stalls (ExpireDrain: the domain
+// freed no GPU for the stall the caller passes). A domain is drained for
+// one gang at a time. A gang drains again whenever it is turned away,
+// however far it has widened, so a big gang is not starved by smaller pods
+// that take every GPU as it frees; but not for a stall after its last
+// drain stalled (Books.Stalled): that domain waits on pods that are not
+// ending, and draining it again at once would keep other pods off room
+// they could use, for nothing. Pods that outrank the gang are not kept off
+// (Books.KeptOff).
 //
 // # Books
 //
