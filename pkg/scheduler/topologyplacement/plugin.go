@@ -335,7 +335,7 @@ func (p *TopologyPlacement) forgetDeletedGangs(ctx context.Context) {
 		err := p.reader.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &schedv1alpha1.PodGroup{})
 		if apierrors.IsNotFound(err) {
 			p.firstSeen.forget(key)
-			p.setDrain(ctx, key, 0, nil, 0)
+			p.releaseDrain(ctx, key)
 		}
 	}
 }

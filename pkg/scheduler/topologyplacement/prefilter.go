@@ -274,7 +274,7 @@ func (p *TopologyPlacement) plan(ctx context.Context, pod *v1.Pod, s *cycleState
 	// consecutive ranks share the tightest domain.
 	placement.RankOrder(snap.Tree, plan, snap.NodeTopology)
 	logger.V(2).Info("Planned gang", "members", len(plan.Members), "domain", plan.Domain.ID, "level", plan.LevelName, "efficiency", plan.Efficiency)
-	p.setDrain(ctx, s.gang, 0, nil, 0)
+	p.releaseDrain(ctx, s.gang)
 	return p.books.add(s.gang, plan, p.clock.Now()), outcomePlanned, nil
 }
 
@@ -304,26 +304,25 @@ func (p *TopologyPlacement) drainStall() time.Duration {
 	return drainStallWaits * p.args.PreferredWait.Duration
 }
 
-// setDrain makes d, with free GPUs free now, the domain drained for
-// the gang of the given priority (it keeps off pods that do not outrank
-// it), or releases the gang's drain when d is nil (it was planned, or
-// is gone). Releasing a domain frees capacity no cluster event reports, so
-// the gangs turned away are retried.
+// setDrain makes d, with free GPUs free now, the domain drained for the
+// gang of the given priority: it keeps off pods that do not outrank it.
+// Releasing another domain the gang drained before frees capacity no
+// cluster event reports, so the gangs turned away are retried.
 func (p *TopologyPlacement) setDrain(ctx context.Context, gang string, priority int32, d *topology.Domain, free int) {
-	logger := klog.FromContext(ctx).WithValues("plugin", Name, "podGroup", gang)
-	if d == nil {
-		if p.books.undrain(gang) {
-			logger.V(2).Info("Released the gang's drained domain")
-			p.retryTurnedAway(gang)
-		}
-		return
-	}
-	now := p.clock.Now()
-	draining, released := p.books.drain(gang, d, priority, free, now)
+	draining, released := p.books.drain(gang, d, priority, free, p.clock.Now())
 	if draining {
-		logger.V(2).Info("Draining a domain for the gang", "domain", d.ID, "freeGPUs", free)
+		klog.FromContext(ctx).V(2).Info("Draining a domain for the gang", "plugin", Name, "podGroup", gang, "domain", d.ID, "freeGPUs", free)
 	}
 	if released {
+		p.retryTurnedAway(gang)
+	}
+}
+
+// releaseDrain releases the gang's drain, if any: it was planned, or is
+// gone. The gangs turned away are retried, as for setDrain.
+func (p *TopologyPlacement) releaseDrain(ctx context.Context, gang string) {
+	if p.books.undrain(gang) {
+		klog.FromContext(ctx).V(2).Info("Released the gang's drained domain", "plugin", Name, "podGroup", gang)
 		p.retryTurnedAway(gang)
 	}
 }
@@ -443,8 +442,9 @@ func (p *TopologyPlacement) gangRequest(pg *schedv1alpha1.PodGroup, pod *v1.Pod,
 
 // widen is how many levels a gang may widen now: one per PreferredWait
 // since it was first attempted, and none while the domain drained for it
-// keeps emptying (it freed a GPU within the last drainStall). Waiting for a domain others keep filling is a
-// gamble worth one wait; waiting for one that empties is worth more.
+// keeps emptying (it freed a GPU within the last drainStall). Waiting for
+// a domain others keep filling is a gamble worth one wait; waiting for one
+// that empties is worth more.
 func (p *TopologyPlacement) widen(gang string) int {
 	if _, ok := p.holdUntil(gang); ok {
 		return 0
@@ -457,9 +457,9 @@ func (p *TopologyPlacement) widen(gang string) int {
 }
 
 // holdUntil returns until when a gang whose drained domain is emptying is
-// held at its base level: drainStall after the domain last freed a GPU, at
-// most to the drain's bound (placement.Books.DrainHeld, the rule the
-// sweep expires drains by). False when it is not held.
+// held at its base level: drainStall after the domain last freed a GPU
+// (placement.Books.DrainHeld, the rule the sweep expires drains by). False
+// when it is not held.
 func (p *TopologyPlacement) holdUntil(gang string) (time.Time, bool) {
 	return p.books.drainHeld(gang, p.clock.Now(), p.drainStall())
 }
