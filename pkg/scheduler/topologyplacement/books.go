@@ -192,12 +192,12 @@ func (b *books) stalled(key string, now time.Time, stall time.Duration) bool {
 	return b.core.Stalled(key, now, stall)
 }
 
-// expiredDrains returns the gangs whose drain freed no GPU for stall at now
-// (placement.Books.ExpiredDrains).
-func (b *books) expiredDrains(now time.Time, stall time.Duration) []string {
+// expireDrains ends the drains that freed no GPU for stall at now and
+// returns their gangs (placement.Books.ExpireDrains).
+func (b *books) expireDrains(now time.Time, stall time.Duration) []string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return b.core.ExpiredDrains(now, stall)
+	return b.core.ExpireDrains(now, stall)
 }
 
 // drainHeld reports whether gang key's drain still holds at now, and

@@ -309,11 +309,9 @@ func (p *TopologyPlacement) sweep(ctx context.Context) {
 	}
 	// A drain normally ends at the gang's next attempt (retryAfter); this
 	// ends one whose gang is not tried again.
-	for _, key := range p.books.expiredDrains(p.clock.Now(), p.drainStall()) {
-		if p.books.expireDrain(key, p.clock.Now(), p.drainStall()) {
-			logger.V(2).Info("Drain stalled before the gang was tried again; releasing it", "podGroup", key)
-			p.retryTurnedAway(key)
-		}
+	for _, key := range p.books.expireDrains(p.clock.Now(), p.drainStall()) {
+		logger.V(2).Info("Drain stalled before the gang was tried again; released it", "podGroup", key)
+		p.retryTurnedAway(key)
 	}
 	p.forgetDeletedGangs(ctx)
 	p.health.refresh()

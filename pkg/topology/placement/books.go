@@ -459,12 +459,12 @@ func (b *Books) KeptOff(node, key string, priority int32) string {
 	return by
 }
 
-// ExpiredDrains returns the gangs whose drain stalled at now (DrainHeld),
-// sorted. The caller ends them (ExpireDrain).
-func (b *Books) ExpiredDrains(now time.Time, stall time.Duration) []string {
+// ExpireDrains ends every drain that stalled at now (ExpireDrain) and
+// returns their gangs, sorted.
+func (b *Books) ExpireDrains(now time.Time, stall time.Duration) []string {
 	var out []string
 	for key := range b.drains {
-		if _, held := b.DrainHeld(key, now, stall); !held {
+		if b.ExpireDrain(key, now, stall) {
 			out = append(out, key)
 		}
 	}

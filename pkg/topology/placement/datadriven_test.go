@@ -72,7 +72,7 @@ import (
 //	validate                drops the plans that no longer fit (Held.Fits)
 //	expire now=10m ttl=5m   drops the incomplete plans older than ttl
 //	expire-drains now=1m    ends the drains that freed no GPU for
-//	                        drainStall (ExpiredDrains, ExpireDrain)
+//	                        drainStall (ExpireDrains)
 //	books                   dumps the books (Books.String)
 //
 // drainStall is how long a drain in the scripts may go without freeing a
@@ -197,13 +197,12 @@ func (s *script) run(t *testing.T, d *datadriven.TestData) (string, error) {
 		return dropEach(s.books.Expired(timeArg(t, d), ttl), s.books.Drop, "nothing expired", "expired %s"), nil
 	case "expire-drains":
 		now := timeArg(t, d)
-		keys := s.books.ExpiredDrains(now, drainStall)
+		keys := s.books.ExpireDrains(now, drainStall)
 		if len(keys) == 0 {
 			return "no drain expired", nil
 		}
 		var b strings.Builder
 		for _, key := range keys {
-			s.books.ExpireDrain(key, now, drainStall)
 			fmt.Fprintf(&b, "expired the drain of %s; stalled: %v\n", key, s.books.Stalled(key, now, drainStall))
 		}
 		return b.String(), nil
