@@ -153,17 +153,28 @@ func clearBurst(ctx context.Context, c *localcluster.Cluster) error {
 			return err
 		}
 	}
-	if err := c.Client.DeleteAllOf(ctx, &v1alpha1.TrainingJob{}, client.InNamespace(benchNamespace)); err != nil {
-		return fmt.Errorf("deleting the burst's jobs: %w", err)
-	}
-	if err := c.Client.DeleteAllOf(ctx, &corev1.Pod{}, client.InNamespace(benchNamespace), client.GracePeriodSeconds(0)); err != nil {
-		return fmt.Errorf("deleting the burst's pods: %w", err)
-	}
-	return localcluster.Poll(ctx, time.Second, 5*time.Minute, "the burst's pods to go", func(ctx context.Context) (bool, error) {
+	// A collection delete of hundreds of objects on an apiserver still
+	// busy with 5,000 nodes can fail midway (a reset HTTP/2 stream, a
+	// timeout) after deleting some; it is repeated until the namespace is
+	// empty rather than losing the run's results.
+	var lastErr error
+	err := localcluster.Poll(ctx, time.Second, 5*time.Minute, "the burst's jobs and pods to go", func(ctx context.Context) (bool, error) {
+		if lastErr = c.Client.DeleteAllOf(ctx, &v1alpha1.TrainingJob{}, client.InNamespace(benchNamespace)); lastErr != nil {
+			lastErr = fmt.Errorf("deleting the burst's jobs: %w", lastErr)
+			return false, nil
+		}
+		if lastErr = c.Client.DeleteAllOf(ctx, &corev1.Pod{}, client.InNamespace(benchNamespace), client.GracePeriodSeconds(0)); lastErr != nil {
+			lastErr = fmt.Errorf("deleting the burst's pods: %w", lastErr)
+			return false, nil
+		}
 		pods := &corev1.PodList{}
-		if err := c.Client.List(ctx, pods, client.InNamespace(benchNamespace)); err != nil {
+		if lastErr = c.Client.List(ctx, pods, client.InNamespace(benchNamespace)); lastErr != nil {
 			return false, nil
 		}
 		return len(pods.Items) == 0, nil
 	})
+	if err != nil && lastErr != nil {
+		return fmt.Errorf("%w (last error: %w)", err, lastErr)
+	}
+	return err
 }

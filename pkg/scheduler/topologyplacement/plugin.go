@@ -140,6 +140,9 @@ func build(ctx context.Context, args *Args, handle framework.Handle) (*TopologyP
 	if _, err := objCache.GetInformer(ctx, &schedv1alpha1.PodGroup{}); err != nil {
 		return nil, fmt.Errorf("watching PodGroups: %w", err)
 	}
+	if err := slimNodeInformer(handle.SharedInformerFactory()); err != nil {
+		logger.Info("Node informer keeps managedFields", "reason", err)
+	}
 	specs := newSpecTable()
 	ntInformer, err := newNodeTopologyInformer(handle.KubeConfig(), scheme, specs)
 	if err != nil {
