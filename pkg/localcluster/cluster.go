@@ -62,7 +62,10 @@ type Cluster struct {
 
 	mu         sync.Mutex
 	components map[string]*Process
-	stopped    bool
+	// suite describes, by name, the components StartComponents started:
+	// those ReviveComponents watches.
+	suite   map[string]func() (Component, error)
+	stopped bool
 }
 
 // Scheme knows every type the tests read or write.

@@ -4,12 +4,16 @@ import (
 	"context"
 	"crypto/tls"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"maps"
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"sigs.k8s.io/yaml"
@@ -301,7 +305,9 @@ func (c *Cluster) FakeAgentComponent() (Component, error) {
 	if err != nil {
 		return Component{}, err
 	}
-	return c.managerComponent("topology-agent", "lockstep-topology-agent", FakeAgentIdentity(),
+	// Its /readyz waits for every node's first publication, minutes on the
+	// 5,000-node model; callers wait for topology themselves.
+	return c.managerComponent("topology-agent", "lockstep-topology-agent", FakeAgentIdentity(), "/healthz",
 		"--mode=fake", "--node-selector="+lockstep.LabelProfile, "--topology-config="+topo,
 		"--workers=16", "--kube-api-qps=300", "--kube-api-burst=600")
 }
@@ -321,14 +327,23 @@ func (c *Cluster) ControllerComponentFor(schedulerName string) (Component, error
 	if err != nil {
 		return Component{}, err
 	}
-	return c.managerComponent("controller", "lockstep-controller", ControllerIdentity(),
+	return c.managerComponent("controller", "lockstep-controller", ControllerIdentity(), controllerProbe,
 		"--leader-elect=false", "--scheduler-name="+schedulerName, "--topology-config="+topo)
 }
 
+// controllerProbe is the TrainingJob controller's endpoint that says it has
+// started: /readyz, its caches synced (on a standby replica too). /healthz
+// answers as soon as the probe server runs, before the caches sync; the
+// manager acts on a failed runnable (a metrics listener that could not
+// bind) only after they have, so a controller about to exit passes that
+// check more easily.
+const controllerProbe = "/readyz"
+
 // managerComponent describes one of our controller-runtime binaries: a
 // kubeconfig of its ServiceAccount on this cluster, metrics and health
-// probes on loopback ports, and its own args.
-func (c *Cluster) managerComponent(name, binary string, id Identity, args ...string) (Component, error) {
+// probes on loopback ports, started once probe (/healthz or /readyz)
+// answers, and its own args.
+func (c *Cluster) managerComponent(name, binary string, id Identity, probe string, args ...string) (Component, error) {
 	ports, err := freePorts(2)
 	if err != nil {
 		return Component{}, err
@@ -346,7 +361,7 @@ func (c *Cluster) managerComponent(name, binary string, id Identity, args ...str
 			fmt.Sprintf("--health-probe-bind-address=127.0.0.1:%d", ports[1]),
 			"--v=2",
 		}, args...),
-		HealthURL: fmt.Sprintf("http://127.0.0.1:%d/healthz", ports[1]),
+		HealthURL: fmt.Sprintf("http://127.0.0.1:%d%s", ports[1], probe),
 	}, nil
 }
 
@@ -358,11 +373,92 @@ func (c *Cluster) StartComponents(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
+		c.mu.Lock()
+		if c.suite == nil {
+			c.suite = map[string]func() (Component, error){}
+		}
+		c.suite[comp.Name] = describe
+		c.mu.Unlock()
 		if _, err := c.StartComponent(ctx, comp); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// ReviveComponents looks for components StartComponents started that have
+// exited though nothing stopped them, starts each again (as its describe
+// function now says, so with fresh ports), and returns an error naming each
+// with its exit status and the end of its log. Without it a component that
+// dies shows up only as every later test timing out, with its log left in
+// an artifact directory CI does not print. Components killed or stopped on
+// purpose (KillComponent, StopComponent) are no longer running and are left
+// to whoever stopped them.
+func (c *Cluster) ReviveComponents(ctx context.Context) error {
+	type dead struct {
+		p        *Process
+		describe func() (Component, error)
+	}
+	var found []dead
+	c.mu.Lock()
+	for name, describe := range c.suite {
+		p, ok := c.components[name]
+		if !ok {
+			continue
+		}
+		if exited, _ := p.Exited(); exited {
+			delete(c.components, name)
+			found = append(found, dead{p, describe})
+		}
+	}
+	c.mu.Unlock()
+	slices.SortFunc(found, func(a, b dead) int { return strings.Compare(a.p.Name, b.p.Name) })
+	var errs []error
+	for _, d := range found {
+		_, exitErr := d.p.Exited()
+		report := fmt.Sprintf("component %s exited unexpectedly (%v), %s after it started; the end of %s:\n%s",
+			d.p.Name, exitErr, d.p.Ran().Round(time.Millisecond), d.p.LogPath, logTail(d.p.LogPath, componentLogTailLines))
+		comp, err := d.describe()
+		if err == nil {
+			_, err = c.StartComponent(ctx, comp)
+		}
+		if err != nil {
+			report += fmt.Sprintf("\nstarting it again: %v", err)
+		} else {
+			report += "\nstarted it again"
+		}
+		errs = append(errs, errors.New(report))
+	}
+	return errors.Join(errs...)
+}
+
+// componentLogTailLines is how much of a dead component's log
+// ReviveComponents quotes: its last error and what led to it.
+const componentLogTailLines = 30
+
+// logTail returns the last n lines of the file at path, reading at most its
+// last 64 KiB (component logs at --v=2 run to megabytes).
+func logTail(path string, n int) string {
+	f, err := os.Open(path)
+	if err != nil {
+		return fmt.Sprintf("(log unreadable: %v)", err)
+	}
+	defer f.Close()
+	const window = 64 << 10
+	if info, err := f.Stat(); err == nil && info.Size() > window {
+		if _, err := f.Seek(-window, io.SeekEnd); err != nil {
+			return fmt.Sprintf("(log unreadable: %v)", err)
+		}
+	}
+	data, err := io.ReadAll(f)
+	if err != nil {
+		return fmt.Sprintf("(log unreadable: %v)", err)
+	}
+	lines := strings.Split(strings.TrimRight(string(data), "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
 }
 
 // renderSchedulerConfig writes the scheduler configuration cfg with

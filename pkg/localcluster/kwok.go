@@ -3,7 +3,6 @@ package localcluster
 import (
 	"context"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -221,25 +220,4 @@ func (k *kwokCluster) pids() (map[string]int, error) {
 func (k *kwokCluster) logFiles() []string {
 	files, _ := filepath.Glob(filepath.Join(k.clusterDir(), "logs", "*.log"))
 	return files
-}
-
-// freePorts returns n distinct free TCP ports on 127.0.0.1. The listeners are
-// held until all are chosen so the kernel does not hand out one port twice.
-func freePorts(n int) ([]int, error) {
-	ports := make([]int, 0, n)
-	var listeners []net.Listener
-	defer func() {
-		for _, l := range listeners {
-			l.Close()
-		}
-	}()
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, fmt.Errorf("finding a free port: %w", err)
-		}
-		listeners = append(listeners, l)
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
-	}
-	return ports, nil
 }

@@ -22,6 +22,7 @@ type Process struct {
 	cmd     *exec.Cmd
 	done    chan struct{}
 	waitErr error
+	ended   time.Time // set before done closes
 }
 
 // StartOptions say how a process relates to the harness.
@@ -62,6 +63,7 @@ func StartProcess(name, logDir, bin string, args []string, opts StartOptions) (*
 	// keeps Exited truthful and reaps it if it dies early.
 	go func() {
 		p.waitErr = cmd.Wait()
+		p.ended = time.Now()
 		close(p.done)
 	}()
 	return p, nil
@@ -105,6 +107,14 @@ func (p *Process) Exited() (bool, error) {
 	default:
 		return false, nil
 	}
+}
+
+// Ran returns how long the process ran: until it exited, or until now.
+func (p *Process) Ran() time.Duration {
+	if exited, _ := p.Exited(); exited {
+		return p.ended.Sub(p.Started)
+	}
+	return time.Since(p.Started)
 }
 
 // Stop sends SIGTERM to the process group, waits up to grace, then SIGKILLs

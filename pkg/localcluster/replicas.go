@@ -52,7 +52,7 @@ func (c *Cluster) ControllerReplicaComponent(name string, le LeaderElection) (Co
 	if err != nil {
 		return Component{}, err
 	}
-	return c.managerComponent(name, "lockstep-controller", ControllerIdentity(),
+	return c.managerComponent(name, "lockstep-controller", ControllerIdentity(), controllerProbe,
 		"--leader-elect=true",
 		"--leader-election-namespace="+ControllerLeaseNamespace,
 		"--leader-elect-lease-duration="+le.LeaseDuration.String(),

@@ -28,9 +28,16 @@ type TB interface {
 // NewNamespace creates a namespace for one test and, when the test ends,
 // deletes it and waits until its pods are gone so the next test starts with
 // every GPU free. It returns once pods can be created there.
+//
+// It also reports, as a failure of the test, a suite component (see
+// ReviveComponents) that exited before the test or during it, and starts it
+// again so that later tests are not blamed for it.
 func (c *Cluster) NewNamespace(t TB) string {
 	t.Helper()
 	ctx := context.Background()
+	if err := c.ReviveComponents(ctx); err != nil {
+		t.Errorf("before this test: %v", err)
+	}
 	name := strings.ToLower(strings.NewReplacer("/", "-", "_", "-").Replace(t.Name()))
 	if len(name) > 40 {
 		name = name[:40]
@@ -41,7 +48,12 @@ func (c *Cluster) NewNamespace(t TB) string {
 	if err != nil {
 		t.Fatalf("creating namespace: %v", err)
 	}
-	t.Cleanup(func() { c.deleteNamespace(t, ns.Name) })
+	t.Cleanup(func() {
+		if err := c.ReviveComponents(ctx); err != nil {
+			t.Errorf("during this test: %v", err)
+		}
+		c.deleteNamespace(t, ns.Name)
+	})
 	// Pod admission needs the namespace's default ServiceAccount, which
 	// kube-controller-manager creates shortly after the namespace.
 	err = Poll(ctx, 100*time.Millisecond, 30*time.Second, "default ServiceAccount in "+ns.Name, func(ctx context.Context) (bool, error) {
