@@ -368,7 +368,13 @@ func (c *Cluster) managerComponent(name, binary string, id Identity, probe strin
 // StartComponents starts every component the suite runs: the scheduler, the
 // fake topology agent and the TrainingJob controller.
 func (c *Cluster) StartComponents(ctx context.Context) error {
-	for _, describe := range []func() (Component, error){c.SchedulerComponent, c.FakeAgentComponent, c.ControllerComponent} {
+	return c.startSuite(ctx, c.SchedulerComponent, c.FakeAgentComponent, c.ControllerComponent)
+}
+
+// startSuite starts the components describes says, in order, and records
+// them for ReviveComponents.
+func (c *Cluster) startSuite(ctx context.Context, describes ...func() (Component, error)) error {
+	for _, describe := range describes {
 		comp, err := describe()
 		if err != nil {
 			return err

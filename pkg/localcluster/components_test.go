@@ -28,19 +28,17 @@ func scriptCluster(t *testing.T, scripts map[string]string) *Cluster {
 	return &Cluster{Options: Options{RepoRoot: dir}, LogDir: filepath.Join(dir, "logs"), components: map[string]*Process{}}
 }
 
-// startSuiteComponent starts a component as StartComponents does, so
-// ReviveComponents watches it.
-func startSuiteComponent(t *testing.T, c *Cluster, name, binary string) *Process {
+// described is a describe function for a component running binary.
+func described(name, binary string) func() (Component, error) {
+	return func() (Component, error) { return Component{Name: name, Binary: binary}, nil }
+}
+
+// running returns the process of a component that must be running.
+func running(t *testing.T, c *Cluster, name string) *Process {
 	t.Helper()
-	describe := func() (Component, error) { return Component{Name: name, Binary: binary}, nil }
-	if c.suite == nil {
-		c.suite = map[string]func() (Component, error){}
-	}
-	c.suite[name] = describe
-	comp, _ := describe()
-	p, err := c.StartComponent(context.Background(), comp)
-	if err != nil {
-		t.Fatal(err)
+	p, ok := c.Component(name)
+	if !ok {
+		t.Fatalf("component %s is not running", name)
 	}
 	return p
 }
@@ -65,15 +63,18 @@ func TestReviveComponentsReportsAndRestartsTheDead(t *testing.T) {
 		"steady": "exec sleep 600",
 	})
 	t.Cleanup(func() { _ = c.Stop(context.Background()) })
-	flaky := startSuiteComponent(t, c, "controller", "flaky")
-	steady := startSuiteComponent(t, c, "scheduler", "steady")
-	killed := startSuiteComponent(t, c, "topology-agent", "steady")
+	err := c.startSuite(context.Background(),
+		described("controller", "flaky"), described("scheduler", "steady"), described("topology-agent", "steady"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	flaky, steady, killed := running(t, c, "controller"), running(t, c, "scheduler"), running(t, c, "topology-agent")
 	if err := c.KillComponent("topology-agent"); err != nil {
 		t.Fatal(err)
 	}
 	waitExited(t, flaky)
 
-	err := c.ReviveComponents(context.Background())
+	err = c.ReviveComponents(context.Background())
 	if err == nil {
 		t.Fatal("ReviveComponents found nothing dead")
 	}
