@@ -91,6 +91,9 @@ type TrainingJobReconciler struct {
 	placements placementCache
 	// created holds the createdKeys of create-only objects made.
 	created sync.Map
+	// failedCreates are the pods whose creation failed in their job's
+	// current incarnation.
+	failedCreates failedCreates
 }
 
 // SetupWithManager registers the reconciler, watching jobs, their pods and
@@ -140,6 +143,7 @@ func (r *TrainingJobReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 	if job.DeletionTimestamp != nil {
 		r.expectations.Forget(job.UID)
 		r.forgetCreated(job.UID)
+		r.failedCreates.forget(job.UID)
 		return ctrl.Result{}, r.releaseWorkloads(ctx, req.Namespace, req.Name)
 	}
 	ctx = ctrl.LoggerInto(ctx, ctrl.LoggerFrom(ctx).WithValues("job", klog.KObj(job)))
@@ -240,6 +244,7 @@ func (r *TrainingJobReconciler) ensureRunning(ctx context.Context, job *v1alpha1
 		r.Recorder.Event(job, corev1.EventTypeNormal, ReasonResumed, "Resumed: recreating the pods")
 	}
 	obs := observe(job, pods, framework.EffectiveRestartScope(a, job))
+	obs.excuse(r.failedCreates.neverCreated(job))
 	r.recordReplicas(job, obs)
 	if !r.expectations.Satisfied(job.UID, pods) {
 		// The cache has not caught up with our writes: decide on the next
@@ -255,18 +260,27 @@ func (r *TrainingJobReconciler) ensureRunning(ctx context.Context, job *v1alpha1
 	case d.incident != "":
 		return ctrl.Result{}, r.ensureRestart(ctx, job, d)
 	}
-	if err := r.ensurePods(ctx, job, a, obs); err != nil {
-		return ctrl.Result{}, err
+	wait, err := r.ensurePods(ctx, job, a, obs)
+	if wait > 0 {
+		// Pods of a restart wait out their backoff; so does the rest of
+		// this pass, which concerns a gang that is not there yet.
+		if d.requeueAfter > 0 && d.requeueAfter < wait {
+			wait = d.requeueAfter
+		}
+		return ctrl.Result{RequeueAfter: wait}, nil
 	}
-	if err := r.ensureExcessDeleted(ctx, job, obs.excess); err != nil {
-		return ctrl.Result{}, err
+	if err == nil {
+		err = r.ensureExcessDeleted(ctx, job, obs.excess)
 	}
+	// Also when a pod could not be created: a gang that started without
+	// it (minAvailable below the replica count) runs and says so, while
+	// the failed create is retried with the workqueue's backoff.
 	r.ensureScheduledCondition(ctx, job, obs)
 	requeue := d.requeueAfter
 	if retry := r.ensureRunningConditions(ctx, job, obs); retry > 0 && (requeue == 0 || retry < requeue) {
 		requeue = retry
 	}
-	return ctrl.Result{RequeueAfter: requeue}, nil
+	return ctrl.Result{RequeueAfter: requeue}, err
 }
 
 // ensureRunningConditions marks the job Running once its gang runs, which
@@ -309,8 +323,13 @@ func (r *TrainingJobReconciler) ensureRestart(ctx context.Context, job *v1alpha1
 	if d.gangRestart {
 		scope = v1alpha1.RestartScopeGang
 	}
+	var runningSince *time.Time
+	if c := meta.FindStatusCondition(job.Status.Conditions, string(v1alpha1.JobRunning)); c != nil && c.Status == metav1.ConditionTrue {
+		runningSince = &c.LastTransitionTime.Time
+	}
+	job.Status.RestartBackoff = nextRestartBackoff(job.Spec.RunPolicy.RestartBackoff, job.Status.RestartBackoff, runningSince, r.Clock.Now())
 	job.Status.RestartCount++
-	msg := fmt.Sprintf("restart %d (%s scope): %s", job.Status.RestartCount, scope, d.incident)
+	msg := fmt.Sprintf("restart %d (%s scope): %s; %s", job.Status.RestartCount, scope, d.incident, describeBackoff(job.Status.RestartBackoff))
 	setCondition(&job.Status, job.Generation, v1alpha1.JobRestarting, metav1.ConditionTrue, ReasonRestarting, msg)
 	if meta.IsStatusConditionTrue(job.Status.Conditions, string(v1alpha1.JobRunning)) {
 		setCondition(&job.Status, job.Generation, v1alpha1.JobRunning, metav1.ConditionFalse, ReasonRestarting, msg)
@@ -420,7 +439,24 @@ func (r *TrainingJobReconciler) ensureFinished(ctx context.Context, job *v1alpha
 // activeDeadlineSeconds counts from the resume. Deleting a suspended job's
 // pods is no failure: no restart is counted.
 func (r *TrainingJobReconciler) ensureSuspended(ctx context.Context, job *v1alpha1.TrainingJob, pods []*corev1.Pod, reason, message string) error {
-	if c := meta.FindStatusCondition(job.Status.Conditions, string(v1alpha1.JobSuspended)); c == nil || c.Status != metav1.ConditionTrue || c.Reason != reason || c.Message != message {
+	c := meta.FindStatusCondition(job.Status.Conditions, string(v1alpha1.JobSuspended))
+	if c == nil || c.Status != metav1.ConditionTrue {
+		// A new suspension: its count is recorded before any pod is
+		// deleted, so that the pods of this run, however long they take
+		// to terminate, are never taken for members of the next one.
+		job.Status.Suspensions++
+		setCondition(&job.Status, job.Generation, v1alpha1.JobSuspended, metav1.ConditionTrue, reason, message)
+		if meta.IsStatusConditionTrue(job.Status.Conditions, string(v1alpha1.JobRunning)) {
+			setCondition(&job.Status, job.Generation, v1alpha1.JobRunning, metav1.ConditionFalse, reason, message)
+		}
+		if err := r.Client.Status().Update(ctx, job); err != nil {
+			if apierrors.IsConflict(err) {
+				return errStaleJob
+			}
+			return fmt.Errorf("recording suspension of %s: %w", klog.KObj(job), err)
+		}
+		r.Recorder.Event(job, corev1.EventTypeNormal, reason, "Suspended: "+message)
+	} else if c.Reason != reason || c.Message != message {
 		setCondition(&job.Status, job.Generation, v1alpha1.JobSuspended, metav1.ConditionTrue, reason, message)
 		if meta.IsStatusConditionTrue(job.Status.Conditions, string(v1alpha1.JobRunning)) {
 			setCondition(&job.Status, job.Generation, v1alpha1.JobRunning, metav1.ConditionFalse, reason, message)

@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -395,6 +396,7 @@ func (r *TrainingJobReconciler) desiredPod(job *v1alpha1.TrainingJob, a framewor
 	pod.Labels[lockstep.LabelReplicaType] = string(role)
 	pod.Labels[lockstep.LabelReplicaIndex] = strconv.Itoa(int(index))
 	pod.Labels[lockstep.LabelIncarnation] = strconv.Itoa(int(job.Status.RestartCount))
+	pod.Labels[lockstep.LabelSuspensions] = strconv.Itoa(int(job.Status.Suspensions))
 	pod.Labels[schedv1alpha1.PodGroupLabel] = job.Name
 	// The rank the pod's environment carries, for the scheduler to place
 	// ranks in topology order (docs/scheduler.md, Ranks).
@@ -430,7 +432,7 @@ func addSearchDomain(spec *corev1.PodSpec, domain string) {
 // ensurePods creates the job's missing pods, in the adapter's role order,
 // at most CreateParallelism at a time. A name still held by a pod being
 // deleted is left for a later pass.
-func (r *TrainingJobReconciler) ensurePods(ctx context.Context, job *v1alpha1.TrainingJob, a framework.Adapter, obs observation) error {
+func (r *TrainingJobReconciler) ensurePods(ctx context.Context, job *v1alpha1.TrainingJob, a framework.Adapter, obs observation) (wait time.Duration, err error) {
 	var missing []*corev1.Pod
 	taken := func(name string) bool { _, ok := obs.live[name]; return ok }
 	for _, role := range a.Roles() {
@@ -444,7 +446,7 @@ func (r *TrainingJobReconciler) ensurePods(ctx context.Context, job *v1alpha1.Tr
 			}
 			pod, err := r.desiredPod(job, a, role, i)
 			if err != nil {
-				return fmt.Errorf("pod %s %d of %s: %w", role, i, klog.KObj(job), err)
+				return 0, fmt.Errorf("pod %s %d of %s: %w", role, i, klog.KObj(job), err)
 			}
 			missing = append(missing, pod)
 		}
@@ -458,7 +460,12 @@ func (r *TrainingJobReconciler) ensurePods(ctx context.Context, job *v1alpha1.Tr
 			job.Status.StartTime = &now
 		}
 		markCreated(job)
-		return nil
+		clearBackoff(job)
+		return 0, nil
+	}
+	if wait := backoffWait(&job.Status, r.Clock.Now()); wait > 0 {
+		ctrl.LoggerFrom(ctx).V(5).Info("Pods wait out the restart backoff", "pods", len(missing), "wait", wait)
+		return wait, nil
 	}
 	if job.Status.StartTime == nil {
 		now := metav1.NewTime(r.Clock.Now())
@@ -474,6 +481,7 @@ func (r *TrainingJobReconciler) ensurePods(ctx context.Context, job *v1alpha1.Tr
 		if err != nil {
 			r.expectations.CreationFailed(job.UID, p.Name)
 		}
+		r.failedCreates.record(job, p.Name, err != nil && !apierrors.IsAlreadyExists(err))
 		return err
 	})
 	if created > 0 {
@@ -487,10 +495,19 @@ func (r *TrainingJobReconciler) ensurePods(ctx context.Context, job *v1alpha1.Tr
 		msg := fmt.Sprintf("creating pods failed: %v", err)
 		r.Recorder.Event(job, corev1.EventTypeWarning, ReasonFailedCreatePod, msg)
 		setCondition(&job.Status, job.Generation, v1alpha1.JobCreated, metav1.ConditionFalse, ReasonFailedCreatePod, truncateMessage(msg))
-		return fmt.Errorf("creating pods of %s: %w", klog.KObj(job), err)
+		return 0, fmt.Errorf("creating pods of %s: %w", klog.KObj(job), err)
 	}
 	markCreated(job)
-	return nil
+	clearBackoff(job)
+	return 0, nil
+}
+
+// clearBackoff records that the pods of the latest restart exist: the
+// backoff's next attempt is behind it.
+func clearBackoff(job *v1alpha1.TrainingJob) {
+	if b := job.Status.RestartBackoff; b != nil {
+		b.NextAttemptTime = nil
+	}
 }
 
 // markCreated records that every object of the job exists.

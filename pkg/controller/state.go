@@ -40,6 +40,9 @@ type jobPod struct {
 	// lockstep.LabelIncarnation label; the current count for a pod made
 	// before the label existed).
 	incarnation int32
+	// suspensions is the job's suspension count when the pod was created
+	// (lockstep.LabelSuspensions; 0 for a pod made before the label).
+	suspensions int32
 }
 
 // observation is a job's pods sorted out for the decisions.
@@ -49,8 +52,10 @@ type observation struct {
 	// terminating counts pods of this incarnation being deleted.
 	terminating int
 	// stale are the live pods of an earlier incarnation under a gang
-	// restart scope: a gang restart is under way, and they go before the
-	// new gang is created. staleTerminating counts those being deleted.
+	// restart scope, or of a run the job was suspended from under any
+	// scope: a gang restart or a resume is under way, and they go before
+	// the new pods are created. staleTerminating counts those being
+	// deleted.
 	stale            []jobPod
 	staleTerminating int
 	// lost names the members of this incarnation that are missing or being
@@ -92,7 +97,8 @@ func observe(job *v1alpha1.TrainingJob, pods []*corev1.Pod, scope v1alpha1.Resta
 	var terminating []string
 	for _, p := range pods {
 		jp, known := podRole(job, p)
-		if scope == v1alpha1.RestartScopeGang && jp.incarnation < job.Status.RestartCount {
+		earlierRun := jp.suspensions < job.Status.Suspensions
+		if earlierRun || scope == v1alpha1.RestartScopeGang && jp.incarnation < job.Status.RestartCount {
 			if p.DeletionTimestamp != nil {
 				obs.staleTerminating++
 			} else {
@@ -150,12 +156,24 @@ func observe(job *v1alpha1.TrainingJob, pods []*corev1.Pod, scope v1alpha1.Resta
 	return obs
 }
 
+// excuse takes the members whose creation the controller tried and failed
+// in this incarnation out of lost: a pod that never existed was not lost.
+// With minAvailable below the replica count the gang starts without them,
+// and a create that keeps failing (a ResourceQuota) is retried and
+// reported (FailedCreatePod), not turned into gang restarts.
+func (o *observation) excuse(neverCreated func(name string) bool) {
+	o.lost = slices.DeleteFunc(o.lost, neverCreated)
+}
+
 // podRole reads a pod's role and index; false when the job's spec has no
 // such pod (a role removed or scaled down while suspended).
 func podRole(job *v1alpha1.TrainingJob, p *corev1.Pod) (jobPod, bool) {
 	jp := jobPod{Pod: p, role: v1alpha1.ReplicaType(p.Labels[lockstep.LabelReplicaType]), incarnation: job.Status.RestartCount}
 	if n, err := strconv.ParseInt(p.Labels[lockstep.LabelIncarnation], 10, 32); err == nil && n >= 0 {
 		jp.incarnation = int32(n)
+	}
+	if n, err := strconv.ParseInt(p.Labels[lockstep.LabelSuspensions], 10, 32); err == nil && n >= 0 {
+		jp.suspensions = int32(n)
 	}
 	i, err := strconv.ParseInt(p.Labels[lockstep.LabelReplicaIndex], 10, 32)
 	spec, ok := job.Spec.ReplicaSpecs[jp.role]

@@ -82,6 +82,12 @@ func TestDecide(t *testing.T) {
 		}
 		return pods
 	}
+	suspensions := func(n string, pods []*corev1.Pod) []*corev1.Pod {
+		for _, p := range pods {
+			p.Labels[lockstep.LabelSuspensions] = n
+		}
+		return pods
+	}
 	restarted := func(count int32) func(*v1alpha1.TrainingJob) {
 		return func(j *v1alpha1.TrainingJob) { j.Status.RestartCount = count }
 	}
@@ -190,6 +196,25 @@ func TestDecide(t *testing.T) {
 		job:  testJob("", restarted(1)),
 		pods: incarnation("1", testGang(run, run, run)),
 		want: want{Result: framework.Running, Reason: "Running"},
+	}, {
+		name: "pods of a suspended run still terminating at resume are waited for, not lost",
+		job:  testJob("", func(j *v1alpha1.TrainingJob) { j.Status.Suspensions = 1 }),
+		pods: suspensions("0", deleting(deleting(deleting(testGang(run, run, run), 0), 1), 2)),
+		want: want{Result: framework.Running, WaitStale: true},
+	}, {
+		name: "so are they under a pod restart scope, and live ones are deleted",
+		job: testJob("", func(j *v1alpha1.TrainingJob) {
+			j.Status.Suspensions = 2
+			j.Spec.FailurePolicy = &v1alpha1.FailurePolicy{Restart: v1alpha1.RestartScopePod}
+		}),
+		pods: suspensions("1", deleting(testGang(run, run, run), 0)),
+		want: want{Result: framework.Running, Stale: []string{"j-worker-0", "j-worker-1"}, WaitStale: true},
+	}, {
+		name: "pods of the current run are members",
+		job:  testJob("", func(j *v1alpha1.TrainingJob) { j.Status.Suspensions = 1 }),
+		pods: suspensions("1", gone(testGang(run, run, run), 2)),
+		want: want{Result: framework.Running, Reason: "Running", Restart: []string{"j-master-0", "j-worker-0"}, Gang: true,
+			Incident: "pod j-worker-1 was lost (deleted, evicted, preempted or its node gone)"},
 	}, {
 		name: "pods from before the incarnation label count as current",
 		job:  testJob("", restarted(3)),
@@ -316,3 +341,41 @@ type fakeClock struct{ now time.Time }
 
 func (c *fakeClock) Now() time.Time                  { return c.now }
 func (c *fakeClock) Since(t time.Time) time.Duration { return c.now.Sub(t) }
+
+// TestExcuseNeverCreated: with minAvailable below the replica count the gang
+// starts without a member whose creation keeps failing (a ResourceQuota);
+// that member was never lost, so no restart follows, while a member that
+// existed and went is still an incident.
+func TestExcuseNeverCreated(t *testing.T) {
+	run := corev1.PodRunning
+	job := testJob("", func(j *v1alpha1.TrainingJob) {
+		j.Spec.RunPolicy = &v1alpha1.RunPolicy{SchedulingPolicy: &v1alpha1.SchedulingPolicy{MinAvailable: ptr.To[int32](2)}}
+	})
+	pods := testGang(run, run, run)[:2]
+	var f failedCreates
+	f.record(job, "j-worker-1", true)
+	a := mustAdapter(t, job)
+	obs := observe(job, pods, framework.EffectiveRestartScope(a, job))
+	if diff := cmp.Diff([]string{"j-worker-1"}, obs.lost); diff != "" {
+		t.Fatalf("lost before excuse (-want,+got):\n%s", diff)
+	}
+	obs.excuse(f.neverCreated(job))
+	if d := decide(job, a, obs, t0); d.incident != "" {
+		t.Errorf("a member that was never created restarted the job: %q", d.incident)
+	}
+
+	// Created at last, then lost: an incident again.
+	f.record(job, "j-worker-1", false)
+	obs = observe(job, pods, framework.EffectiveRestartScope(a, job))
+	obs.excuse(f.neverCreated(job))
+	if d := decide(job, a, obs, t0); !d.gangRestart {
+		t.Errorf("a member that existed and is gone: want a gang restart, got %+v", d)
+	}
+
+	// What was remembered belongs to one incarnation.
+	f.record(job, "j-worker-1", true)
+	job.Status.RestartCount++
+	if f.neverCreated(job)("j-worker-1") {
+		t.Error("a failed create of an earlier incarnation excused a member of the next")
+	}
+}

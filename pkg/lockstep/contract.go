@@ -41,6 +41,10 @@ const (
 	// after a gang restart, pods of an earlier incarnation are removed
 	// before the new gang is created, whoever's event comes first.
 	LabelIncarnation = "lockstep.dev/incarnation"
+	// LabelSuspensions is the job's suspension count when the pod was
+	// created: pods of a run that was suspended are waited for when the
+	// job resumes, never counted as members lost from the new run.
+	LabelSuspensions = "lockstep.dev/suspensions"
 
 	// LabelProfile names a simulated node's hardware profile; LabelPool the
 	// cluster-model pool it came from.
@@ -139,6 +143,16 @@ const (
 	// ends the pod with success that long after it was annotated or
 	// started, whichever is later (deploy/kwok/stages.yaml).
 	AnnotationSimulatedRuntime = "lockstep.dev/simulated-runtime"
+	// AnnotationSimulatedExitCode beside AnnotationSimulatedRuntime makes
+	// the pod fail with that exit code instead of succeeding, as a rank
+	// whose script crashes on every start does.
+	AnnotationSimulatedExitCode = "lockstep.dev/simulated-exit-code"
+	// AnnotationSimulatedShutdown on a pod on a fake node is how long its
+	// containers take to exit once the pod is deleted (a Go duration; keep
+	// it under the pod's termination grace period, after which a kubelet
+	// would kill them): the pod stays Terminating that long, as one that
+	// checkpoints on SIGTERM does. Without it a deleted pod goes at once.
+	AnnotationSimulatedShutdown = "lockstep.dev/simulated-shutdown"
 )
 
 // ConstraintMode says how strictly a gang keeps to its topology level.

@@ -13,6 +13,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
 	schedv1alpha1 "sigs.k8s.io/scheduler-plugins/apis/scheduling/v1alpha1"
 
 	"github.com/lockstep-dev/lockstep/pkg/apis/lockstep/v1alpha1"
@@ -298,7 +299,14 @@ func TestControllerFailover(t *testing.T) {
 	var jobs []string
 	addJob := func(workers int32) string {
 		name := fmt.Sprintf("fo%d", len(jobs))
-		createJob(t, pytorchJob(ns, name, workers))
+		job := pytorchJob(ns, name, workers)
+		// Every kill restarts a job again within seconds: the test is about
+		// counting each restart once across failovers, not about spacing
+		// them (TestCrashLoopingRankBacksOff), so restarts come back after
+		// a second and are not limited.
+		job.Spec.RunPolicy.BackoffLimit = ptr.To[int32](1000)
+		job.Spec.RunPolicy.RestartBackoff = &v1alpha1.RestartBackoff{InitialSeconds: ptr.To[int32](1), MaxSeconds: ptr.To[int32](1)}
+		createJob(t, job)
 		jobs = append(jobs, name)
 		ranks[name] = int(workers) + 1
 		return name

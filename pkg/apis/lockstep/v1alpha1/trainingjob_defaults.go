@@ -29,6 +29,21 @@ func (j *TrainingJob) Default() {
 	if s.RunPolicy.Suspend == nil {
 		s.RunPolicy.Suspend = ptr.To(false)
 	}
+	if s.RunPolicy.BackoffLimit == nil {
+		s.RunPolicy.BackoffLimit = ptr.To(DefaultBackoffLimit)
+	}
+	if s.RunPolicy.RestartBackoff == nil {
+		s.RunPolicy.RestartBackoff = &RestartBackoff{}
+	}
+	if b := s.RunPolicy.RestartBackoff; b.InitialSeconds == nil {
+		b.InitialSeconds = ptr.To(DefaultRestartInitialSeconds)
+	}
+	if b := s.RunPolicy.RestartBackoff; b.MaxSeconds == nil {
+		b.MaxSeconds = ptr.To(max(DefaultRestartMaxSeconds, *b.InitialSeconds))
+	}
+	if b := s.RunPolicy.RestartBackoff; b.ResetAfterSeconds == nil {
+		b.ResetAfterSeconds = ptr.To(DefaultRestartResetAfterSeconds)
+	}
 	if e := s.ElasticPolicy; e != nil {
 		// Kubeflow's rule: a missing bound copies the other; with neither,
 		// both are the Worker replicas.

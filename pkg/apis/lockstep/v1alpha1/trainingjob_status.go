@@ -33,6 +33,20 @@ type TrainingJobStatus struct {
 	// +optional
 	RestartCount int32 `json:"restartCount,omitempty"`
 
+	// RestartBackoff is where the restart backoff stands: when the pods of
+	// the latest restart are created again. Unset before the first restart.
+	// +optional
+	RestartBackoff *RestartBackoffStatus `json:"restartBackoff,omitempty"`
+
+	// Suspensions counts how often the job was suspended (by its spec or by
+	// a queue). Pods carry the count they were created under
+	// (lockstep.dev/suspensions), so pods of a run that was stopped and are
+	// still terminating when the job resumes are waited for, never taken
+	// for members lost from the new run: a suspension is no failure.
+	// +kubebuilder:validation:Minimum=0
+	// +optional
+	Suspensions int32 `json:"suspensions,omitempty"`
+
 	// StartTime is when the controller first started the job's pods; it is
 	// reset when the job is suspended.
 	// +optional
@@ -49,6 +63,25 @@ type TrainingJobStatus struct {
 	// ObservedGeneration is the spec generation the status describes.
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+}
+
+// RestartBackoffStatus is the state of a job's restart backoff.
+type RestartBackoffStatus struct {
+	// ConsecutiveRestarts counts the restarts since the gang last ran for
+	// runPolicy.restartBackoff.resetAfterSeconds; the delay doubles with
+	// each.
+	// +kubebuilder:validation:Minimum=0
+	// +optional
+	ConsecutiveRestarts int32 `json:"consecutiveRestarts,omitempty"`
+
+	// LastRestartTime is when the latest restart was recorded.
+	// +optional
+	LastRestartTime *metav1.Time `json:"lastRestartTime,omitempty"`
+
+	// NextAttemptTime is when the pods of the latest restart are created
+	// again; unset once they have been.
+	// +optional
+	NextAttemptTime *metav1.Time `json:"nextAttemptTime,omitempty"`
 }
 
 // JobState is a one-word summary of a job.

@@ -65,6 +65,8 @@ type TrainingJobList struct {
 // +kubebuilder:validation:XValidation:rule="!has(self.nprocPerNode) || self.framework == 'PyTorch'",message="nprocPerNode applies to PyTorch jobs only",fieldPath=`.nprocPerNode`
 // +kubebuilder:validation:XValidation:rule="!has(self.mpi) || self.framework == 'MPI'",message="mpi applies to MPI jobs only",fieldPath=`.mpi`
 // +kubebuilder:validation:XValidation:rule="(has(oldSelf.runPolicy) && has(oldSelf.runPolicy.suspend) && oldSelf.runPolicy.suspend) || (self.replicaSpecs.size() == oldSelf.replicaSpecs.size() && self.replicaSpecs.all(r, r in oldSelf.replicaSpecs && self.replicaSpecs[r].template == oldSelf.replicaSpecs[r].template))",message="roles and pod templates are immutable unless the job is suspended (runPolicy.suspend)",fieldPath=`.replicaSpecs`
+// +kubebuilder:validation:XValidation:rule="(has(oldSelf.runPolicy) && has(oldSelf.runPolicy.suspend) && oldSelf.runPolicy.suspend) || self.replicaSpecs.all(r, !(r in oldSelf.replicaSpecs) || (has(self.elasticPolicy) && r == 'Worker') || (has(self.replicaSpecs[r].replicas) ? self.replicaSpecs[r].replicas : 1) == (has(oldSelf.replicaSpecs[r].replicas) ? oldSelf.replicaSpecs[r].replicas : 1))",message="replicas can change only while the job is suspended (runPolicy.suspend), or for the Workers of an elastic job: the running pods were started with the old world size; suspend the job, change replicas, then resume it",fieldPath=`.replicaSpecs`
+// +kubebuilder:validation:XValidation:rule="self.replicaSpecs.map(r, has(self.replicaSpecs[r].replicas) ? self.replicaSpecs[r].replicas : 1).sum() >= 1",message="the job has no pods: at least one role needs replicas of 1 or more",fieldPath=`.replicaSpecs`
 type TrainingJobSpec struct {
 	// Framework is the training framework. Immutable.
 	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="framework is immutable"
@@ -186,10 +188,20 @@ type RunPolicy struct {
 	ActiveDeadlineSeconds *int64 `json:"activeDeadlineSeconds,omitempty"`
 
 	// BackoffLimit is how many restarts (status.restartCount) the job may
-	// have before it fails. Unset: no limit.
+	// have before it fails. Defaults to 6, as for a Job: a job that fails
+	// on every start must end, not restart forever. Restarts are spaced
+	// by restartBackoff.
+	// +kubebuilder:default=6
 	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=1000000
 	// +optional
 	BackoffLimit *int32 `json:"backoffLimit,omitempty"`
+
+	// RestartBackoff spaces the restarts of a job that keeps failing.
+	// Defaults: 10 s, doubling, at most 360 s, reset after 600 s of the
+	// gang running.
+	// +optional
+	RestartBackoff *RestartBackoff `json:"restartBackoff,omitempty"`
 
 	// Suspend stops the job: no pods run while it is true, and pods that
 	// run are deleted when it becomes true. It stays mutable. Defaults to
@@ -202,6 +214,48 @@ type RunPolicy struct {
 	// +optional
 	SchedulingPolicy *SchedulingPolicy `json:"schedulingPolicy,omitempty"`
 }
+
+// RestartBackoff spaces the restarts of a job, as the Job controller spaces
+// the retries of a Job's failed pods: pods pass restartPolicy Never to the
+// kubelet, so its crash-loop backoff never applies, and without a delay a
+// rank that fails on every start would replan and recreate the whole gang
+// in a tight loop. After a restart the old pods are deleted at once (they
+// free their GPUs), and the new ones are created initialSeconds later,
+// doubling with each restart in a row up to maxSeconds. A gang that ran
+// for resetAfterSeconds before failing starts again at initialSeconds.
+//
+// +kubebuilder:validation:XValidation:rule="!has(self.initialSeconds) || !has(self.maxSeconds) || self.initialSeconds <= self.maxSeconds",message="initialSeconds must not exceed maxSeconds",fieldPath=`.initialSeconds`
+type RestartBackoff struct {
+	// InitialSeconds is the delay after the first restart in a row.
+	// Defaults to 10. At least 1: a restart without delay is what this
+	// guards against.
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=3600
+	// +optional
+	InitialSeconds *int32 `json:"initialSeconds,omitempty"`
+
+	// MaxSeconds caps the delay. Defaults to 360 (a Job's cap).
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=86400
+	// +optional
+	MaxSeconds *int32 `json:"maxSeconds,omitempty"`
+
+	// ResetAfterSeconds is how long the gang must have been Running before
+	// a failure for the delay to start over at initialSeconds. Defaults to
+	// 600, as the kubelet resets a container's crash-loop backoff.
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=86400
+	// +optional
+	ResetAfterSeconds *int32 `json:"resetAfterSeconds,omitempty"`
+}
+
+// Restart backoff defaults (RestartBackoff) and the default backoffLimit.
+const (
+	DefaultBackoffLimit             int32 = 6
+	DefaultRestartInitialSeconds    int32 = 10
+	DefaultRestartMaxSeconds        int32 = 360
+	DefaultRestartResetAfterSeconds int32 = 600
+)
 
 // IsSuspended says whether runPolicy.suspend is true.
 func (s *TrainingJobSpec) IsSuspended() bool {

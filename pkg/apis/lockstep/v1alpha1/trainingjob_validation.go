@@ -74,6 +74,9 @@ func (j *TrainingJob) Validate() field.ErrorList {
 	case s.Framework == FrameworkMPI && !s.HasRole(ReplicaLauncher):
 		errs = append(errs, field.Required(rolesPath.Key(string(ReplicaLauncher)), "an MPI job needs a Launcher replica"))
 	}
+	if len(s.ReplicaSpecs) > 0 && s.TotalReplicas() < 1 {
+		errs = append(errs, field.Invalid(rolesPath, s.TotalReplicas(), "the job has no pods: at least one role needs replicas of 1 or more"))
+	}
 	if s.HasRole(ReplicaChief) && s.HasRole(ReplicaMaster) {
 		errs = append(errs, field.Invalid(rolesPath, "Chief, Master", "Chief and Master are the same role in TensorFlow; give one of them"))
 	}
@@ -191,8 +194,27 @@ func (r *RunPolicy) validate(p *field.Path, totalReplicas int32) field.ErrorList
 	if v := r.ActiveDeadlineSeconds; v != nil && *v < 1 {
 		errs = append(errs, field.Invalid(p.Child("activeDeadlineSeconds"), *v, "must be at least 1"))
 	}
-	if v := r.BackoffLimit; v != nil && *v < 0 {
-		errs = append(errs, field.Invalid(p.Child("backoffLimit"), *v, "must not be negative"))
+	if v := r.BackoffLimit; v != nil && (*v < 0 || *v > 1000000) {
+		errs = append(errs, field.Invalid(p.Child("backoffLimit"), *v, "must be between 0 and 1000000"))
+	}
+	if b := r.RestartBackoff; b != nil {
+		p := p.Child("restartBackoff")
+		for _, f := range []struct {
+			name     string
+			v        *int32
+			min, max int32
+		}{
+			{"initialSeconds", b.InitialSeconds, 1, 3600},
+			{"maxSeconds", b.MaxSeconds, 1, 86400},
+			{"resetAfterSeconds", b.ResetAfterSeconds, 1, 86400},
+		} {
+			if f.v != nil && (*f.v < f.min || *f.v > f.max) {
+				errs = append(errs, field.Invalid(p.Child(f.name), *f.v, fmt.Sprintf("must be between %d and %d", f.min, f.max)))
+			}
+		}
+		if b.InitialSeconds != nil && b.MaxSeconds != nil && *b.InitialSeconds > *b.MaxSeconds {
+			errs = append(errs, field.Invalid(p.Child("initialSeconds"), *b.InitialSeconds, "initialSeconds must not exceed maxSeconds"))
+		}
 	}
 	if sp := r.SchedulingPolicy; sp != nil {
 		p := p.Child("schedulingPolicy")
@@ -232,6 +254,15 @@ func (j *TrainingJob) ValidateUpdate(old *TrainingJob) field.ErrorList {
 	if !same {
 		errs = append(errs, field.Forbidden(specPath.Child("replicaSpecs"),
 			"roles and pod templates are immutable unless the job is suspended (runPolicy.suspend)"))
+	}
+	for role, r := range j.Spec.ReplicaSpecs {
+		o, ok := old.Spec.ReplicaSpecs[role]
+		if !ok || (j.Spec.ElasticPolicy != nil && role == ReplicaWorker) || r.DesiredReplicas() == o.DesiredReplicas() {
+			continue
+		}
+		errs = append(errs, field.Forbidden(specPath.Child("replicaSpecs"),
+			"replicas can change only while the job is suspended (runPolicy.suspend), or for the Workers of an elastic job: the running pods were started with the old world size; suspend the job, change replicas, then resume it"))
+		break
 	}
 	return errs
 }

@@ -44,6 +44,38 @@ func TestValidationRules(t *testing.T) {
 	}{
 		{name: "pytorch master and workers", job: validPyTorch()},
 		{
+			name: "no pods at all",
+			job:  newJob(FrameworkJAX, map[ReplicaType]ReplicaSpec{ReplicaWorker: replicas(0)}),
+			want: "the job has no pods: at least one role needs replicas of 1 or more",
+		},
+		{
+			name: "restart backoff within bounds",
+			job: func() *TrainingJob {
+				j := validPyTorch()
+				j.Spec.RunPolicy = &RunPolicy{BackoffLimit: ptr.To[int32](20), RestartBackoff: &RestartBackoff{
+					InitialSeconds: ptr.To[int32](1), MaxSeconds: ptr.To[int32](60), ResetAfterSeconds: ptr.To[int32](120)}}
+				return j
+			}(),
+		},
+		{
+			name: "restart backoff of zero seconds",
+			job: func() *TrainingJob {
+				j := validPyTorch()
+				j.Spec.RunPolicy = &RunPolicy{RestartBackoff: &RestartBackoff{InitialSeconds: ptr.To[int32](0)}}
+				return j
+			}(),
+			want: "initialSeconds", wantAPI: "should be greater than or equal to 1",
+		},
+		{
+			name: "restart backoff starting above its cap",
+			job: func() *TrainingJob {
+				j := validPyTorch()
+				j.Spec.RunPolicy = &RunPolicy{RestartBackoff: &RestartBackoff{InitialSeconds: ptr.To[int32](60), MaxSeconds: ptr.To[int32](30)}}
+				return j
+			}(),
+			want: "initialSeconds must not exceed maxSeconds",
+		},
+		{
 			name: "pytorch without master",
 			job:  newJob(FrameworkPyTorch, map[ReplicaType]ReplicaSpec{ReplicaWorker: replicas(2)}),
 			want: "a PyTorch job needs a Master replica unless elasticPolicy is set",
@@ -245,6 +277,10 @@ func TestUpdateRules(t *testing.T) {
 		j.Spec.RunPolicy = &RunPolicy{Suspend: ptr.To(true)}
 		return j
 	}
+	elastic := func(j *TrainingJob) *TrainingJob {
+		j.Spec.ElasticPolicy = &ElasticPolicy{MinReplicas: ptr.To[int32](1), MaxReplicas: ptr.To[int32](8)}
+		return j
+	}
 	withImage := func(j *TrainingJob, image string) *TrainingJob {
 		w := j.Spec.ReplicaSpecs[ReplicaWorker]
 		w.Template = template(image)
@@ -256,11 +292,32 @@ func TestUpdateRules(t *testing.T) {
 		old, new *TrainingJob
 		want     string
 	}{
-		{name: "scale workers", old: validPyTorch(), new: func() *TrainingJob {
-			j := validPyTorch()
+		{
+			name: "scale a running job's workers", old: validPyTorch(), new: func() *TrainingJob {
+				j := validPyTorch()
+				j.Spec.ReplicaSpecs[ReplicaWorker] = replicas(7)
+				return j
+			}(),
+			want: "replicas can change only while the job is suspended (runPolicy.suspend), or for the Workers of an elastic job",
+		},
+		{name: "scale a suspended job's workers", old: suspended(validPyTorch()), new: func() *TrainingJob {
+			j := suspended(validPyTorch())
 			j.Spec.ReplicaSpecs[ReplicaWorker] = replicas(7)
 			return j
 		}()},
+		{name: "scale an elastic job's workers", old: elastic(validPyTorch()), new: func() *TrainingJob {
+			j := elastic(validPyTorch())
+			j.Spec.ReplicaSpecs[ReplicaWorker] = replicas(7)
+			return j
+		}()},
+		{
+			name: "an elastic job's master is not elastic", old: elastic(validPyTorch()), new: func() *TrainingJob {
+				j := elastic(validPyTorch())
+				j.Spec.ReplicaSpecs[ReplicaMaster] = replicas(0)
+				return j
+			}(),
+			want: "replicas can change only while the job is suspended",
+		},
 		{name: "suspend a running job", old: validPyTorch(), new: suspended(validPyTorch())},
 		{
 			name: "change framework", old: validPyTorch(),
@@ -316,7 +373,7 @@ func TestDefault(t *testing.T) {
 					ReplicaMaster: {Replicas: ptr.To[int32](1), RestartPolicy: RestartOnFailure, Template: template("t")},
 					ReplicaWorker: {Replicas: ptr.To[int32](1), RestartPolicy: RestartOnFailure, Template: template("t")},
 				},
-				RunPolicy: &RunPolicy{CleanPodPolicy: ptr.To(CleanPodPolicyNone), Suspend: ptr.To(false)},
+				RunPolicy: withRestartDefaults(&RunPolicy{CleanPodPolicy: ptr.To(CleanPodPolicyNone), Suspend: ptr.To(false)}),
 			},
 		},
 		{
@@ -328,7 +385,7 @@ func TestDefault(t *testing.T) {
 					ReplicaLauncher: {Replicas: ptr.To[int32](1), RestartPolicy: RestartOnFailure, Template: template("t")},
 					ReplicaWorker:   {Replicas: ptr.To[int32](2), RestartPolicy: RestartNever, Template: template("registry.example/train:v1")},
 				},
-				RunPolicy: &RunPolicy{CleanPodPolicy: ptr.To(CleanPodPolicyNone), Suspend: ptr.To(false)},
+				RunPolicy: withRestartDefaults(&RunPolicy{CleanPodPolicy: ptr.To(CleanPodPolicyNone), Suspend: ptr.To(false)}),
 				MPI: &MPIPolicy{SlotsPerWorker: ptr.To[int32](1), SSHAuthMountPath: "/root/.ssh",
 					Implementation: MPIImplementationOpenMPI, RunLauncherAsWorker: ptr.To(false)},
 			},
@@ -346,7 +403,7 @@ func TestDefault(t *testing.T) {
 				ReplicaSpecs: map[ReplicaType]ReplicaSpec{
 					ReplicaWorker: {Replicas: ptr.To[int32](3), RestartPolicy: RestartExitCode, Template: template("t")},
 				},
-				RunPolicy:     &RunPolicy{CleanPodPolicy: ptr.To(CleanPodPolicyNone), Suspend: ptr.To(false)},
+				RunPolicy:     withRestartDefaults(&RunPolicy{CleanPodPolicy: ptr.To(CleanPodPolicyNone), Suspend: ptr.To(false)}),
 				ElasticPolicy: &ElasticPolicy{MinReplicas: ptr.To[int32](3), MaxReplicas: ptr.To[int32](3), RDZVBackend: ptr.To(RDZVBackendC10D)},
 				Topology:      &TopologyConstraint{Level: "leaf", Mode: TopologyPreferred},
 			},
@@ -364,7 +421,7 @@ func TestDefault(t *testing.T) {
 				ReplicaSpecs: map[ReplicaType]ReplicaSpec{
 					ReplicaWorker: {Replicas: ptr.To[int32](2), RestartPolicy: RestartNever, Template: template("t")},
 				},
-				RunPolicy:     &RunPolicy{CleanPodPolicy: ptr.To(CleanPodPolicyAll), Suspend: ptr.To(true)},
+				RunPolicy:     withRestartDefaults(&RunPolicy{CleanPodPolicy: ptr.To(CleanPodPolicyAll), Suspend: ptr.To(true)}),
 				ElasticPolicy: &ElasticPolicy{MinReplicas: ptr.To[int32](2), MaxReplicas: ptr.To[int32](2), RDZVBackend: ptr.To(RDZVBackendETCD)},
 			},
 		},
@@ -426,4 +483,16 @@ func TestTotalReplicas(t *testing.T) {
 	if got := j.Spec.TotalReplicas(); got != 5 {
 		t.Errorf("TotalReplicas = %d, want 5 (unset counts as 1)", got)
 	}
+}
+
+// withRestartDefaults adds the restart defaults Default fills to a run
+// policy a test expects.
+func withRestartDefaults(p *RunPolicy) *RunPolicy {
+	p.BackoffLimit = ptr.To(DefaultBackoffLimit)
+	p.RestartBackoff = &RestartBackoff{
+		InitialSeconds:    ptr.To(DefaultRestartInitialSeconds),
+		MaxSeconds:        ptr.To(DefaultRestartMaxSeconds),
+		ResetAfterSeconds: ptr.To(DefaultRestartResetAfterSeconds),
+	}
+	return p
 }
