@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -199,8 +200,15 @@ func TestQuotaBlockedMemberIsNoLoss(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	quota.Spec.Hard[corev1.ResourcePods] = resource.MustParse("3")
-	if err := cluster.Client.Update(ctx, quota); err != nil {
+	// The quota controller writes the quota's status as pods come and go.
+	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		if err := cluster.Client.Get(ctx, client.ObjectKeyFromObject(quota), quota); err != nil {
+			return err
+		}
+		quota.Spec.Hard[corev1.ResourcePods] = resource.MustParse("3")
+		return cluster.Client.Update(ctx, quota)
+	})
+	if err != nil {
 		t.Fatal(err)
 	}
 	after := waitPods(t, ns, job.Name, 3, 2*time.Minute)
