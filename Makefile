@@ -35,8 +35,12 @@ build: ## Build our binaries into bin/.
 	done
 
 .PHONY: tools
-tools: ## Build the test-cluster tools (etcd, kube-apiserver, kwok, ...) into bin/, skipping those at the pinned version.
-	hack/tools.sh $(BIN)
+tools: ## Build every tool (cluster tools, stock kube-scheduler, controller-gen, peer operators) into bin/, skipping those at the pinned version.
+	hack/tools.sh $(BIN) all
+
+.PHONY: cluster-tools
+cluster-tools: ## Build only what a local cluster runs (etcd, kube-apiserver, kube-controller-manager, kubectl, kwok) into bin/.
+	hack/tools.sh $(BIN) cluster
 
 .PHONY: generate
 generate: tools ## Regenerate deepcopy code and CRD manifests with controller-gen.
@@ -91,7 +95,7 @@ test: lint unit image-check e2e ## Everything CI runs: lint, unit tests, image c
 ##@ Local cluster
 
 .PHONY: cluster-up
-cluster-up: tools build ## Start a local cluster with MODEL's nodes and our components; prints the KUBECONFIG path.
+cluster-up: cluster-tools build ## Start a local cluster with MODEL's nodes and our components; prints the KUBECONFIG path.
 	$(GO) run ./hack/localcluster up --dir $(CLUSTER_DIR) --model $(MODEL) --bin $(BIN)
 
 .PHONY: cluster-down
@@ -103,9 +107,9 @@ cluster-down: ## Stop the local cluster started by cluster-up.
 DEMO_DIR ?= $(ROOT)/.demo
 
 .PHONY: demo
-demo: tools build ## Start a local cluster of MODEL, run the example jobs on it and show where they landed (table and SVG).
+demo: cluster-tools build ## Start a local cluster of MODEL, run the example jobs on it and show where they landed (table and SVG).
 	$(BIN)/lockstep-demo up --dir $(DEMO_DIR) --model $(MODEL) --bin $(BIN) \
-	  --examples deploy/examples --kubeflow $(ROOT)/../shared/examples/kubeflow
+	  --examples deploy/examples --kubeflow deploy/examples/kubeflow
 
 .PHONY: demo-down
 demo-down: ## Stop and remove the cluster started by demo.

@@ -9,11 +9,25 @@
 # rebuilt only when the module version recorded in its build info differs from
 # the pinned one, so a warm bin/ costs a few `go version -m` calls.
 #
-# Usage: hack/tools.sh [BIN_DIR]
+# Usage: hack/tools.sh [BIN_DIR [GROUP]]
+#
+# GROUP is what to build: "cluster", the local cluster alone (etcd,
+# kube-apiserver, kube-controller-manager, kubectl, kwok, kwokctl: what
+# make demo and make cluster-up run), or "all" (the default), which adds
+# the stock kube-scheduler the benchmark compares against, controller-gen,
+# and the peer operators of the interop tests.
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
 bin=${1:-$root/bin}
+group=${2:-all}
+case $group in
+cluster | all) ;;
+*)
+	echo "tools: unknown group $group (want cluster or all)" >&2
+	exit 2
+	;;
+esac
 mkdir -p "$bin"
 
 # pinned_version DIR MODULE: the version MODULE resolves to in DIR's module,
@@ -82,11 +96,15 @@ kube_ldflags="-s -w \
  -X k8s.io/component-base/version.gitMinor=$kube_minor \
  -X k8s.io/component-base/version.gitTreeState=clean"
 
-ensure "$root" k8s.io/kubernetes "$kube_ldflags" \
-	kube-apiserver=k8s.io/kubernetes/cmd/kube-apiserver \
-	kube-controller-manager=k8s.io/kubernetes/cmd/kube-controller-manager \
-	kube-scheduler=k8s.io/kubernetes/cmd/kube-scheduler \
+kube_tools=(
+	kube-apiserver=k8s.io/kubernetes/cmd/kube-apiserver
+	kube-controller-manager=k8s.io/kubernetes/cmd/kube-controller-manager
 	kubectl=k8s.io/kubernetes/cmd/kubectl
+)
+if [ "$group" = all ]; then
+	kube_tools+=(kube-scheduler=k8s.io/kubernetes/cmd/kube-scheduler)
+fi
+ensure "$root" k8s.io/kubernetes "$kube_ldflags" "${kube_tools[@]}"
 
 ensure "$root/hack/tools/etcd" go.etcd.io/etcd/server/v3 "-s -w" \
 	etcd=go.etcd.io/etcd/server/v3
@@ -94,6 +112,10 @@ ensure "$root/hack/tools/etcd" go.etcd.io/etcd/server/v3 "-s -w" \
 ensure "$root/hack/tools/kwok" sigs.k8s.io/kwok "-s -w" \
 	kwok=sigs.k8s.io/kwok/cmd/kwok \
 	kwokctl=sigs.k8s.io/kwok/cmd/kwokctl
+
+if [ "$group" = cluster ]; then
+	exit 0
+fi
 
 ensure "$root/hack/tools/controller-gen" sigs.k8s.io/controller-tools "-s -w" \
 	controller-gen=sigs.k8s.io/controller-tools/cmd/controller-gen

@@ -13,6 +13,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
@@ -116,11 +117,13 @@ func ensureNamespace(ctx context.Context, c client.Client, ns string) error {
 }
 
 // observe reads the jobs and their pods back. A job is placed when all its
-// pods run on nodes and its status.placement is filled.
-func observe(ctx context.Context, c client.Client, submitted []*v1alpha1.TrainingJob) (out []Job, placed int, err error) {
+// pods run on nodes and its status.placement is filled; it is held when the
+// controller holds it on purpose (Suspended=True: its spec says so, or it
+// waits for a queue's admission), which the demo shows with the reason.
+func observe(ctx context.Context, c client.Client, submitted []*v1alpha1.TrainingJob) (out []Job, placed, held int, err error) {
 	pods := &corev1.PodList{}
 	if err := c.List(ctx, pods, client.InNamespace(demoNamespace)); err != nil {
-		return nil, 0, err
+		return nil, 0, 0, err
 	}
 	byJob := map[string][]corev1.Pod{}
 	for _, p := range pods.Items {
@@ -131,7 +134,7 @@ func observe(ctx context.Context, c client.Client, submitted []*v1alpha1.Trainin
 	for _, s := range submitted {
 		tj := &v1alpha1.TrainingJob{}
 		if err := c.Get(ctx, client.ObjectKeyFromObject(s), tj); err != nil {
-			return nil, 0, err
+			return nil, 0, 0, err
 		}
 		j := Job{Name: tj.Namespace + "/" + tj.Name, Framework: string(tj.Spec.Framework)}
 		if pl := tj.Status.Placement; pl != nil {
@@ -143,19 +146,23 @@ func observe(ctx context.Context, c client.Client, submitted []*v1alpha1.Trainin
 		for _, p := range jobPods {
 			gpus, err := ParseGPUs(p.Annotations[lockstep.AnnotationGPUs])
 			if err != nil {
-				return nil, 0, fmt.Errorf("pod %s: %w", p.Name, err)
+				return nil, 0, 0, fmt.Errorf("pod %s: %w", p.Name, err)
 			}
 			j.Ranks = append(j.Ranks, Rank{Pod: p.Name, Node: p.Spec.NodeName, GPUs: gpus})
 			if p.Spec.NodeName != "" && p.Status.Phase == corev1.PodRunning {
 				running++
 			}
 		}
-		if running > 0 && running == len(jobPods) && running >= int(tj.Spec.TotalReplicas()) && tj.Status.Placement != nil && tj.Status.Placement.Domain != "" {
+		switch c := meta.FindStatusCondition(tj.Status.Conditions, string(v1alpha1.JobSuspended)); {
+		case c != nil && c.Status == metav1.ConditionTrue && len(jobPods) == 0:
+			j.Held = c.Reason + ": " + c.Message
+			held++
+		case running > 0 && running == len(jobPods) && running >= int(tj.Spec.TotalReplicas()) && tj.Status.Placement != nil && tj.Status.Placement.Domain != "":
 			placed++
 		}
 		out = append(out, j)
 	}
-	return out, placed, nil
+	return out, placed, held, nil
 }
 
 // sortPods orders a job's pods by role (Master, Chief and Launcher first)

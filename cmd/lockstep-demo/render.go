@@ -43,6 +43,10 @@ type Job struct {
 	Level      string
 	Efficiency string
 	Ranks      []Rank
+	// Held says why a job runs no pods by design, e.g. "WaitingForAdmission:
+	// ..." for a job queued in a Kueue LocalQueue no Kueue serves; empty
+	// for a job that is placed or on its way.
+	Held string
 }
 
 // Rank is one pod of a job.
@@ -123,7 +127,11 @@ func WriteTable(w io.Writer, jobs []Job) error {
 			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", job, r.Pod, orDash(r.Node), formatGPUs(r.GPUs), domain, eff)
 		}
 		if len(j.Ranks) == 0 {
-			fmt.Fprintf(tw, "%s\t-\t-\t-\t%s\t%s\n", j.Name, orDash(j.Domain), orDash(j.Efficiency))
+			domain := orDash(j.Domain)
+			if j.Held != "" {
+				domain = "held (see below)"
+			}
+			fmt.Fprintf(tw, "%s\t-\t-\t-\t%s\t%s\n", j.Name, domain, orDash(j.Efficiency))
 		}
 	}
 	if err := tw.Flush(); err != nil {
@@ -136,8 +144,17 @@ func WriteTable(w io.Writer, jobs []Job) error {
 			lines[i] = strings.TrimRight(l, " \n") + "\n"
 		}
 	}
-	_, err := io.WriteString(w, strings.Join(lines, ""))
-	return err
+	if _, err := io.WriteString(w, strings.Join(lines, "")); err != nil {
+		return err
+	}
+	for _, j := range jobs {
+		if j.Held != "" {
+			if _, err := fmt.Fprintf(w, "%s is held: %s\n", j.Name, j.Held); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 // palette holds well-separated colours, one per job (cycled beyond 12).

@@ -15,7 +15,8 @@ import (
 var update = flag.Bool("update", false, "rewrite testdata/*.golden")
 
 // fixture is a fixed placement: a 4-node job in one leaf, a 2-node job
-// across leaves, and a job with a pod without GPUs and one not yet placed.
+// across leaves, a job with a pod without GPUs and one not yet placed, and
+// a job held for admission.
 func fixture() (Tree, []Job) {
 	tree := Tree{Name: "fixture", Spines: []Spine{{Name: "spine-0", Leaves: []Leaf{
 		{Name: "leaf-0", Nodes: []Node{{"h100-00", 8}, {"h100-01", 8}, {"h100-02", 8}, {"h100-03", 8}}},
@@ -38,6 +39,7 @@ func fixture() (Tree, []Job) {
 			{Pod: "tf-ps-0", Node: "h100-04"},
 			{Pod: "tf-worker-0"},
 		}},
+		{Name: "demo/queued", Framework: "PyTorch", Held: "WaitingForAdmission: waiting for Kueue to admit the job in LocalQueue user-queue"},
 	}
 	return tree, jobs
 }

@@ -16,15 +16,17 @@ import (
 
 var update = flag.Bool("update", false, "rewrite the golden files in testdata/golden")
 
-// TestGolden converts every input in testdata/input, the users' manifests
-// of /work/shared/examples/kubeflow among them, and compares the output
-// with testdata/golden. Each output decodes strictly into TrainingJobs
-// that pass validation.
+// TestGolden converts every input in testdata/input and the users'
+// manifests the demo submits (deploy/examples/kubeflow), and compares the
+// output with testdata/golden. Each output decodes strictly into
+// TrainingJobs that pass validation.
 func TestGolden(t *testing.T) {
 	inputs, err := filepath.Glob("testdata/input/*.yaml")
-	if err != nil || len(inputs) == 0 {
-		t.Fatalf("no inputs: %v", err)
+	users, usersErr := filepath.Glob("../../deploy/examples/kubeflow/*.yaml")
+	if err != nil || usersErr != nil || len(inputs) == 0 || len(users) == 0 {
+		t.Fatalf("no inputs: %v %v", err, usersErr)
 	}
+	inputs = append(inputs, users...)
 	for _, in := range inputs {
 		name := filepath.Base(in)
 		t.Run(strings.TrimSuffix(name, ".yaml"), func(t *testing.T) {
@@ -74,7 +76,7 @@ func TestWarnings(t *testing.T) {
 		want  []string
 	}{
 		{
-			input: "restricted-kueue.yaml",
+			input: "../../deploy/examples/kubeflow/restricted-kueue.yaml",
 			want: []string{
 				"document 1 (PyTorchJob bookstore-ml/train): a failed pod restarts the whole gang (failurePolicy.restart defaults to Gang for PyTorch); Kubeflow restarted the pod alone. Set failurePolicy.restart: Pod to keep that",
 				"document 1 (PyTorchJob bookstore-ml/train): label kueue.x-k8s.io/queue-name=bookstore-ml-lq kept: the job is queued in that Kueue LocalQueue and starts once Kueue admits its Workload (Kueue must list TrainingJob.v1alpha1.lockstep.dev in integrations.externalFrameworks); without Kueue it waits",
@@ -103,7 +105,11 @@ func TestWarnings(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.input, func(t *testing.T) {
-			f, err := os.Open(filepath.Join("testdata", "input", tc.input))
+			path := tc.input
+			if !strings.Contains(path, "/") {
+				path = filepath.Join("testdata", "input", path)
+			}
+			f, err := os.Open(path)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -20,18 +20,12 @@ import (
 	"github.com/lockstep-dev/lockstep/pkg/lockstep"
 )
 
-// exampleFiles are the Kubeflow manifests users already have: every one in
-// shared/ beside the repository when it is there, else the converter's
-// copies of the same files.
+// exampleFiles are the Kubeflow manifests users already have, as the demo
+// submits them (deploy/examples/kubeflow).
 func exampleFiles(t *testing.T) []string {
-	shared := filepath.Join(cluster.RepoRoot, "..", "shared", "examples", "kubeflow")
-	if files, _ := filepath.Glob(filepath.Join(shared, "*.yaml")); len(files) > 0 {
-		return files
-	}
-	t.Logf("no manifests in %s: using the copies in pkg/convert/testdata/input", shared)
-	var files []string
-	for _, name := range []string{"elastic.yaml", "pytorch-mnist.yaml", "resnet50-ddp.yaml", "restricted-kueue.yaml"} {
-		files = append(files, filepath.Join(cluster.RepoRoot, "pkg", "convert", "testdata", "input", name))
+	files, err := filepath.Glob(filepath.Join(cluster.RepoRoot, "deploy", "examples", "kubeflow", "*.yaml"))
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no Kubeflow manifests in deploy/examples/kubeflow: %v", err)
 	}
 	return files
 }
