@@ -10,10 +10,11 @@ import (
 
 const module = "github.com/lockstep-dev/lockstep"
 
-// deps lists every package pattern links (go list -deps), tests excluded.
+// deps lists every package the space-separated patterns link (go list
+// -deps), tests excluded.
 func deps(t *testing.T, pattern string) []string {
 	t.Helper()
-	cmd := exec.Command("go", "list", "-deps", pattern)
+	cmd := exec.Command("go", append([]string{"list", "-deps"}, strings.Fields(pattern)...)...)
 	cmd.Dir = "../.."
 	out, err := cmd.CombinedOutput()
 	if err != nil {
@@ -36,6 +37,14 @@ func TestArrows(t *testing.T) {
 		pattern:   "./cmd/...",
 		forbidden: []string{module + "/test/"},
 		why:       "shipped commands use pkg/localcluster, never the test tree",
+	}, {
+		// The binaries we ship in images: the harness (a local cluster,
+		// its peers and fault proxy), envtest and the benchmarks are for
+		// tests and developers only, and would bloat and widen them.
+		pattern: "./cmd/scheduler ./cmd/controller ./cmd/topology-agent ./cmd/kubectl-lockstep",
+		forbidden: []string{module + "/pkg/localcluster", module + "/pkg/util/envtest", "sigs.k8s.io/controller-runtime/pkg/envtest",
+			module + "/pkg/bench", module + "/pkg/scheduler/perf", module + "/test/"},
+		why: "shipped binaries never link the test harness, envtest or the benchmarks",
 	}, {
 		pattern:   "./pkg/...",
 		forbidden: []string{module + "/test/", module + "/cmd/"},
