@@ -42,6 +42,14 @@ tools: ## Build every tool (cluster tools, stock kube-scheduler, controller-gen,
 cluster-tools: ## Build only what a local cluster runs (etcd, kube-apiserver, kube-controller-manager, kubectl, kwok) into bin/.
 	hack/tools.sh $(BIN) cluster
 
+.PHONY: first-run
+first-run: ## Say what make demo and make test would build first on this machine (nothing is built).
+	@echo "make demo and make cluster-up build our binaries (go build ./cmd/...) and:"
+	@TOOLS_DRY_RUN=1 hack/tools.sh $(BIN) cluster | sed 's/^/  /'
+	@echo "make test, make e2e and make bench build our binaries and:"
+	@TOOLS_DRY_RUN=1 hack/tools.sh $(BIN) all | sed 's/^/  /'
+	@echo "Only lines saying 'would build' cost time; 'present' tools are kept."
+
 .PHONY: generate
 generate: tools ## Regenerate deepcopy code and CRD manifests with controller-gen.
 	hack/generate.sh $(BIN)

@@ -11,6 +11,8 @@
 #
 # Usage: hack/tools.sh [BIN_DIR [GROUP]]
 #
+# With TOOLS_DRY_RUN=1 it only says what it would build (make first-run).
+#
 # GROUP is what to build: "cluster", the local cluster alone (etcd,
 # kube-apiserver, kube-controller-manager, kubectl, kwok, kwokctl: what
 # make demo and make cluster-up run), or "all" (the default), which adds
@@ -28,7 +30,7 @@ cluster | all) ;;
 	exit 2
 	;;
 esac
-mkdir -p "$bin"
+[ -n "${TOOLS_DRY_RUN:-}" ] || mkdir -p "$bin"
 
 # pinned_version DIR MODULE: the version MODULE resolves to in DIR's module,
 # after replace directives.
@@ -78,6 +80,10 @@ ensure() {
 		pkgs+=("$pkg")
 	done
 	[ ${#pkgs[@]} -gt 0 ] || return 0
+	if [ -n "${TOOLS_DRY_RUN:-}" ]; then
+		echo "tools: would build ${names[*]} ($module@$want)"
+		return 0
+	fi
 	echo "tools: building ${names[*]} ($module@$want)"
 	local out
 	out=$(mktemp -d)
