@@ -19,6 +19,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	schedv1alpha1 "sigs.k8s.io/scheduler-plugins/apis/scheduling/v1alpha1"
@@ -523,9 +524,11 @@ func reservedGPUs(ctx context.Context, cq string) (int64, error) {
 // are reserved; scaled to 6 (48 GPUs, beyond quota), the replacement slice
 // stays pending, the job says so (Resizing=True WaitingForQuota with
 // Kueue's reason) and the 4 Workers keep running; scaled back to 4, the
-// wait ends. Throughout, no Worker that kept its index is recreated (UIDs
-// compared), restartCount stays 0, and the quota reserved is 8 GPUs per
-// Worker the job may run.
+// wait ends; scaled to 6 again and the ClusterQueue grown to 48 GPUs, the
+// waiting slice is admitted and all 6 run. Throughout, no Worker that kept
+// its index is recreated (UIDs compared), restartCount stays 0, the job is
+// never suspended, and the quota reserved is 8 GPUs per Worker the job may
+// run.
 func TestKueueElasticJobResizesInPlace(t *testing.T) {
 	startKueue(t)
 	ctx := context.Background()
@@ -608,6 +611,7 @@ func TestKueueElasticJobResizesInPlace(t *testing.T) {
 	reserved(24)
 
 	// Down to 2: the same Workload, smaller; Worker 2 goes, 0 and 1 stay.
+	begin := time.Now()
 	if err := scaleJob(ctx, ns, "elastic", 2); err != nil {
 		t.Fatalf("scaling to 2: %v", err)
 	}
@@ -616,9 +620,11 @@ func TestKueueElasticJobResizesInPlace(t *testing.T) {
 		t.Errorf("scale-down replaced Workload %s by %s, want it shrunk in place", first.GetName(), w.GetName())
 	}
 	running(2)
+	t.Logf("scaled down to 2 in %s", time.Since(begin).Round(time.Millisecond))
 	notRestarted("after scaling down")
 
 	// Up to 4, within quota: a replacement slice for 32 GPUs, admitted.
+	begin = time.Now()
 	if err := scaleJob(ctx, ns, "elastic", 4); err != nil {
 		t.Fatalf("scaling to 4: %v", err)
 	}
@@ -628,10 +634,12 @@ func TestKueueElasticJobResizesInPlace(t *testing.T) {
 	}
 	running(4)
 	reserved(32)
+	t.Logf("scaled up to 4 (slice admitted, 4 Workers running) in %s", time.Since(begin).Round(time.Millisecond))
 	notRestarted("after scaling up")
 
 	// Up to 6, beyond quota: the slice for 48 GPUs waits, the job says why,
 	// and its 4 Workers run on.
+	begin = time.Now()
 	if err := scaleJob(ctx, ns, "elastic", 6); err != nil {
 		t.Fatalf("scaling to 6: %v", err)
 	}
@@ -640,7 +648,7 @@ func TestKueueElasticJobResizesInPlace(t *testing.T) {
 		return c != nil && c.Status == metav1.ConditionTrue && c.Reason == controller.ReasonWaitingForQuota && strings.Contains(c.Message, "insufficient")
 	})
 	msg := meta.FindStatusCondition(waiting.Status.Conditions, v1alpha1.ConditionResizing).Message
-	t.Logf("Resizing: %s", msg)
+	t.Logf("Resizing after %s: %s", time.Since(begin).Round(time.Millisecond), msg)
 	if !strings.Contains(msg, "2 of 6 worker pods") {
 		t.Errorf("Resizing message %q, want it to count the 2 of 6 worker pods waiting", msg)
 	}
@@ -671,5 +679,42 @@ func TestKueueElasticJobResizesInPlace(t *testing.T) {
 	})
 	running(4)
 	reserved(32)
+	notRestarted("after scaling back")
+
+	// Up to 6 again, then the ClusterQueue grows to 48 GPUs: Kueue admits
+	// the waiting slice and the 2 Workers that waited join the 4.
+	if err := scaleJob(ctx, ns, "elastic", 6); err != nil {
+		t.Fatalf("scaling to 6 again: %v", err)
+	}
+	waitJob(t, ns, "elastic", time.Minute, "Resizing=True again", func(j *v1alpha1.TrainingJob) bool {
+		c := meta.FindStatusCondition(j.Status.Conditions, v1alpha1.ConditionResizing)
+		return c != nil && c.Status == metav1.ConditionTrue && c.Reason == controller.ReasonWaitingForQuota
+	})
+	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		u := kueueObject("ClusterQueue", "", cq, nil)
+		if err := cluster.Client.Get(ctx, client.ObjectKeyFromObject(u), u); err != nil {
+			return err
+		}
+		groups, _, _ := unstructured.NestedSlice(u.Object, "spec", "resourceGroups")
+		flavors, _, _ := unstructured.NestedSlice(groups[0].(map[string]any), "flavors")
+		res, _, _ := unstructured.NestedSlice(flavors[0].(map[string]any), "resources")
+		res[0].(map[string]any)["nominalQuota"] = "48"
+		_ = unstructured.SetNestedSlice(flavors[0].(map[string]any), res, "resources")
+		_ = unstructured.SetNestedSlice(groups[0].(map[string]any), flavors, "flavors")
+		_ = unstructured.SetNestedSlice(u.Object, groups, "spec", "resourceGroups")
+		return cluster.Client.Update(ctx, u)
+	})
+	if err != nil {
+		t.Fatalf("growing ClusterQueue %s to 48 GPUs: %v", cq, err)
+	}
+	begin = time.Now()
+	admittedAt(6)
+	running(6)
+	reserved(48)
+	t.Logf("waiting Workers running %s after the quota grew", time.Since(begin).Round(time.Millisecond))
+	waitJob(t, ns, "elastic", time.Minute, "Resizing=False once admitted", func(j *v1alpha1.TrainingJob) bool {
+		c := meta.FindStatusCondition(j.Status.Conditions, v1alpha1.ConditionResizing)
+		return c != nil && c.Status == metav1.ConditionFalse && c.Reason == controller.ReasonResized
+	})
 	notRestarted("at the end")
 }
