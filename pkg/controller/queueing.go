@@ -111,28 +111,38 @@ func (r *TrainingJobReconciler) reader() client.Reader {
 // ensureQueued runs the protocol for a queued job and returns its decision.
 // The Workload writes are done; holding or running the job is the caller's.
 func (r *TrainingJobReconciler) ensureQueued(ctx context.Context, job *v1alpha1.TrainingJob, pods []*corev1.Pod) (kueue.Decision, error) {
+	d, _, err := r.runProtocol(ctx, job, pods)
+	return d, err
+}
+
+// runProtocol is ensureQueued, also saying why Kueue refused a resize ("" when
+// it did not).
+func (r *TrainingJobReconciler) runProtocol(ctx context.Context, job *v1alpha1.TrainingJob, pods []*corev1.Pod) (kueue.Decision, string, error) {
 	if !r.queue.served.Load() {
 		return kueue.Decision{HeldReason: kueue.HeldWaitingForAdmission, HeldMessage: fmt.Sprintf(
 			"label %s=%s queues the job in Kueue, but Kueue's Workload API (%s) is not served: install Kueue, or remove the label",
-			lockstep.LabelKueueQueueName, queueName(job), kueue.GroupVersion)}, nil
+			lockstep.LabelKueueQueueName, queueName(job), kueue.GroupVersion)}, "", nil
 	}
 	var prio *kueue.Priority
 	if sp := job.Spec.RunPolicy.SchedulingPolicy; sp != nil && sp.PriorityClass != "" {
 		pc := &schedulingv1.PriorityClass{}
 		if err := r.reader().Get(ctx, client.ObjectKey{Name: sp.PriorityClass}, pc); err != nil {
-			return kueue.Decision{}, fmt.Errorf("spec.runPolicy.schedulingPolicy.priorityClass %q: %w", sp.PriorityClass, err)
+			return kueue.Decision{}, "", fmt.Errorf("spec.runPolicy.schedulingPolicy.priorityClass %q: %w", sp.PriorityClass, err)
 		}
 		prio = &kueue.Priority{ClassName: pc.Name, Value: pc.Value}
 	}
 	want, err := kueue.WantedWorkload(job, queueName(job), prio)
 	if err != nil {
-		return kueue.Decision{}, err
+		return kueue.Decision{}, "", err
 	}
 	objs, mirrors, err := r.jobWorkloads(ctx, job.Namespace, job.Name, job.UID)
 	if err != nil {
-		return kueue.Decision{}, err
+		return kueue.Decision{}, "", err
 	}
 	in := kueue.Job{SpecHash: want.Annotations[lockstep.AnnotationSpecHash], Active: len(pods) > 0}
+	if kueue.Elastic(job) {
+		in.Elastic, in.Counts = true, want.Counts()
+	}
 	if isFinished(&job.Status) {
 		in.Finished = true
 		in.Succeeded = meta.IsStatusConditionTrue(job.Status.Conditions, string(v1alpha1.JobSucceeded))
@@ -143,7 +153,8 @@ func (r *TrainingJobReconciler) ensureQueued(ctx context.Context, job *v1alpha1.
 		}
 	}
 	d := kueue.Decide(in, mirrors)
-	return d, r.carryOut(ctx, job, want, objs, d)
+	refused, err := r.carryOut(ctx, job, want, objs, d)
+	return d, refused, err
 }
 
 // jobWorkloads lists the Workloads a TrainingJob named name controls: the
@@ -172,23 +183,54 @@ func (r *TrainingJobReconciler) jobWorkloads(ctx context.Context, namespace, nam
 	return objs, mirrors, nil
 }
 
-// carryOut does the Workload writes of decision d.
-func (r *TrainingJobReconciler) carryOut(ctx context.Context, job *v1alpha1.TrainingJob, want *kueue.Workload, objs map[string]*unstructured.Unstructured, d kueue.Decision) error {
+// carryOut does the Workload writes of decision d. refused says why Kueue
+// refused a resize ("" when it did not).
+func (r *TrainingJobReconciler) carryOut(ctx context.Context, job *v1alpha1.TrainingJob, want *kueue.Workload, objs map[string]*unstructured.Unstructured, d kueue.Decision) (refused string, err error) {
 	logger := ctrl.LoggerFrom(ctx)
 	if d.Create {
+		if kueue.Elastic(job) {
+			slice := want.Name
+			if d.ReplaceSlice != "" {
+				want.Annotations[lockstep.AnnotationKueueSliceReplacementFor] = job.Namespace + "/" + d.ReplaceSlice
+				slice = d.SliceName
+			}
+			want.Annotations[lockstep.AnnotationKueueSliceName] = slice
+		}
 		u, err := kueue.ToUnstructured(want)
 		if err != nil {
-			return err
+			return "", err
 		}
 		if err := r.Client.Create(ctx, u); err != nil && !apierrors.IsAlreadyExists(err) {
-			return fmt.Errorf("creating Workload %s for TrainingJob %s: %w", want.Name, klog.KObj(job), err)
+			return "", fmt.Errorf("creating Workload %s for TrainingJob %s: %w", want.Name, klog.KObj(job), err)
 		}
-		logger.V(2).Info("Created Workload", "workload", want.Name, "queue", want.Spec.QueueName)
-		r.Recorder.Eventf(job, corev1.EventTypeNormal, "CreatedWorkload", "Created Workload %s in queue %s", want.Name, want.Spec.QueueName)
+		if d.ReplaceSlice != "" {
+			logger.V(2).Info("Created a Workload slice for a scale-up", "workload", want.Name, "replaces", d.ReplaceSlice, "counts", want.Counts())
+			r.Recorder.Eventf(job, corev1.EventTypeNormal, "CreatedWorkloadSlice",
+				"Created Workload %s for %v pods, replacing admitted Workload %s once Kueue admits it; the running pods keep running", want.Name, want.Counts(), d.ReplaceSlice)
+		} else {
+			logger.V(2).Info("Created Workload", "workload", want.Name, "queue", want.Spec.QueueName)
+			r.Recorder.Eventf(job, corev1.EventTypeNormal, "CreatedWorkload", "Created Workload %s in queue %s", want.Name, want.Spec.QueueName)
+		}
+	}
+	if rs := d.Resize; rs != nil {
+		if err := r.resizeWorkload(ctx, objs[rs.Name], rs.Counts); err != nil {
+			if errors.Is(err, errStaleJob) || !apierrors.IsInvalid(err) && !apierrors.IsForbidden(err) {
+				return "", fmt.Errorf("resizing Workload %s of TrainingJob %s to %v: %w", rs.Name, klog.KObj(job), rs.Counts, err)
+			}
+			// Kueue's webhook refuses it without the
+			// ElasticJobsViaWorkloadSlices gate. Not an error of the job's:
+			// it runs on (a scale-down's extra pods go, their quota stays
+			// reserved) and says why.
+			refused = fmt.Sprintf("Kueue refused to resize Workload %s to %v (is Kueue's ElasticJobsViaWorkloadSlices feature gate on?): %v", rs.Name, rs.Counts, err)
+			logger.V(2).Info("Kueue refused to resize a Workload", "workload", rs.Name, "counts", rs.Counts, "err", err)
+		} else {
+			logger.V(2).Info("Resized Workload", "workload", rs.Name, "counts", rs.Counts)
+			r.Recorder.Eventf(job, corev1.EventTypeNormal, "ResizedWorkload", "Set the pod counts of Workload %s to %v", rs.Name, rs.Counts)
+		}
 	}
 	for _, name := range d.Delete {
 		if err := r.Client.Delete(ctx, objs[name]); client.IgnoreNotFound(err) != nil {
-			return fmt.Errorf("deleting stale Workload %s of TrainingJob %s: %w", name, klog.KObj(job), err)
+			return "", fmt.Errorf("deleting stale Workload %s of TrainingJob %s: %w", name, klog.KObj(job), err)
 		}
 		logger.V(2).Info("Deleted stale Workload", "workload", name)
 	}
@@ -199,7 +241,7 @@ func (r *TrainingJobReconciler) carryOut(ctx context.Context, job *v1alpha1.Trai
 			c.LastTransitionTime, c.ObservedGeneration = now, w.Generation
 			meta.SetStatusCondition(&w.Status.Conditions, c)
 		}); err != nil {
-			return fmt.Errorf("finishing Workload %s: %w", d.FinishWorkload, err)
+			return "", fmt.Errorf("finishing Workload %s: %w", d.FinishWorkload, err)
 		}
 		logger.V(2).Info("Finished Workload", "workload", d.FinishWorkload, "reason", d.Finish.Reason)
 	}
@@ -211,16 +253,16 @@ func (r *TrainingJobReconciler) carryOut(ctx context.Context, job *v1alpha1.Trai
 			}
 			unstructured.RemoveNestedField(u.Object, "status", "admission")
 		}); err != nil {
-			return fmt.Errorf("clearing the quota reservation of Workload %s: %w", cl.Name, err)
+			return "", fmt.Errorf("clearing the quota reservation of Workload %s: %w", cl.Name, err)
 		}
 		logger.V(2).Info("Cleared the quota reservation of an evicted Workload", "workload", cl.Name)
 	}
 	for _, name := range d.RemoveFinalizer {
 		if err := r.removeWorkloadFinalizer(ctx, objs[name]); err != nil {
-			return err
+			return "", err
 		}
 	}
-	return nil
+	return refused, nil
 }
 
 // writeWorkloadStatus changes the conditions (and whatever else edit does
@@ -237,6 +279,39 @@ func (r *TrainingJobReconciler) writeWorkloadStatus(ctx context.Context, u *unst
 		return err
 	}
 	if err := r.Client.Status().Update(ctx, u); err != nil {
+		if apierrors.IsConflict(err) {
+			return errStaleJob
+		}
+		return err
+	}
+	return nil
+}
+
+// resizeWorkload sets the pod counts of u's pod sets. Kueue's webhook
+// admits a lower count on an admitted slice only with its
+// ElasticJobsViaWorkloadSlices feature gate on: its refusal is returned
+// as it is, naming the field.
+func (r *TrainingJobReconciler) resizeWorkload(ctx context.Context, u *unstructured.Unstructured, counts map[string]int32) error {
+	u = u.DeepCopy()
+	sets, _, err := unstructured.NestedSlice(u.Object, "spec", "podSets")
+	if err != nil {
+		return err
+	}
+	for i, s := range sets {
+		ps, ok := s.(map[string]any)
+		if !ok {
+			continue
+		}
+		name, _ := ps["name"].(string)
+		if n, ok := counts[name]; ok {
+			ps["count"] = int64(n)
+			sets[i] = ps
+		}
+	}
+	if err := unstructured.SetNestedSlice(u.Object, sets, "spec", "podSets"); err != nil {
+		return err
+	}
+	if err := r.Client.Update(ctx, u); err != nil {
 		if apierrors.IsConflict(err) {
 			return errStaleJob
 		}
@@ -329,7 +404,7 @@ func (r *TrainingJobReconciler) applyAdmission(ctx context.Context, job *v1alpha
 // holds it (no pods, Suspended=True with Kueue's reason) otherwise. An
 // eviction deletes the pods whole, like a suspend: no restart is counted.
 func (r *TrainingJobReconciler) ensureAdmitted(ctx context.Context, job *v1alpha1.TrainingJob, a framework.Adapter, pods []*corev1.Pod) (ctrl.Result, error) {
-	d, err := r.ensureQueued(ctx, job, pods)
+	d, refused, err := r.runProtocol(ctx, job, pods)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
@@ -340,8 +415,58 @@ func (r *TrainingJobReconciler) ensureAdmitted(ctx context.Context, job *v1alpha
 		}
 		return res, r.ensureSuspended(ctx, job, pods, d.HeldReason, d.HeldMessage)
 	}
+	limitToAdmitted(job, d.Allowed)
+	r.ensureResizingCondition(job, d.ResizePending, refused)
 	if err := r.applyAdmission(ctx, job, pods, d.Assignments); err != nil {
 		return ctrl.Result{}, err
 	}
 	return r.ensureRunning(ctx, job, a, pods)
+}
+
+// Reasons of the Resizing condition.
+const (
+	ReasonWaitingForQuota = "WaitingForQuota"
+	ReasonResized         = "Resized"
+	ReasonResizeRefused   = "ResizeRefused"
+)
+
+// limitToAdmitted lowers each role's replicas in the in-memory job (the
+// pods made from it, never the stored spec) to what Kueue admitted of it:
+// an elastic job scaled up runs at its admitted size until Kueue admits
+// the larger one, and pods already running are not touched.
+func limitToAdmitted(job *v1alpha1.TrainingJob, allowed map[string]int32) {
+	for role, rs := range job.Spec.ReplicaSpecs {
+		n, ok := allowed[kueue.PodSetName(role)]
+		if !ok || n >= rs.DesiredReplicas() {
+			continue
+		}
+		rs.Replicas = &n
+		job.Spec.ReplicaSpecs[role] = rs
+	}
+}
+
+// ensureResizingCondition says on the job which pods wait for Kueue to
+// admit a larger size (pending, "" when none do) or why Kueue refused a
+// smaller one (refused), and when neither holds any more.
+func (r *TrainingJobReconciler) ensureResizingCondition(job *v1alpha1.TrainingJob, pending, refused string) {
+	old := meta.FindStatusCondition(job.Status.Conditions, v1alpha1.ConditionResizing)
+	switch {
+	case refused != "":
+		if old == nil || old.Status != metav1.ConditionTrue || old.Message != refused {
+			r.Recorder.Event(job, corev1.EventTypeWarning, ReasonResizeRefused, refused)
+		}
+		meta.SetStatusCondition(&job.Status.Conditions, metav1.Condition{Type: v1alpha1.ConditionResizing, Status: metav1.ConditionTrue,
+			Reason: ReasonResizeRefused, Message: refused, ObservedGeneration: job.Generation})
+	case pending != "":
+		if old == nil || old.Status != metav1.ConditionTrue || old.Message != pending {
+			r.Recorder.Event(job, corev1.EventTypeNormal, ReasonWaitingForQuota, pending)
+		}
+		meta.SetStatusCondition(&job.Status.Conditions, metav1.Condition{Type: v1alpha1.ConditionResizing, Status: metav1.ConditionTrue,
+			Reason: ReasonWaitingForQuota, Message: pending, ObservedGeneration: job.Generation})
+	case old != nil && old.Status == metav1.ConditionTrue:
+		msg := fmt.Sprintf("Kueue admitted the job's size (%d pods)", job.Spec.TotalReplicas())
+		r.Recorder.Event(job, corev1.EventTypeNormal, ReasonResized, msg)
+		meta.SetStatusCondition(&job.Status.Conditions, metav1.Condition{Type: v1alpha1.ConditionResizing, Status: metav1.ConditionFalse,
+			Reason: ReasonResized, Message: msg, ObservedGeneration: job.Generation})
+	}
 }

@@ -102,7 +102,8 @@ type kueuePorts struct{ health, metrics, webhook int }
 // an external framework, no leader election, webhook certificates made
 // here (internalCertManagement off: it would need a Service in front of
 // the webhook server), and the visibility API server off (its own
-// aggregated apiserver, which nothing here uses). It also returns the
+// aggregated apiserver, which nothing here uses), and Kueue's elastic
+// Workload slices on (ElasticJobsViaWorkloadSlices). It also returns the
 // webhook server's port and CA for RegisterKueueWebhooks.
 func (c *Cluster) KueueComponent() (Component, int, []byte, error) {
 	ports, err := freePorts(3)
@@ -146,7 +147,10 @@ func (c *Cluster) KueueComponent() (Component, int, []byte, error) {
 			"frameworks":         []any{"batch/job"},
 			"externalFrameworks": []any{lockstep.KueueExternalFramework},
 		},
-		"featureGates": map[string]any{"VisibilityOnDemand": false},
+		// ElasticJobsViaWorkloadSlices (alpha, off by default in v0.17):
+		// elastic TrainingJobs resize as Workload slices, which Kueue's
+		// webhook and scheduler accept only with it on.
+		"featureGates": map[string]any{"VisibilityOnDemand": false, "ElasticJobsViaWorkloadSlices": true},
 	}
 	out, err := yaml.Marshal(cfg)
 	if err != nil {

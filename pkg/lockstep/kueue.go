@@ -31,6 +31,24 @@ const (
 
 	// LabelHostname is the node label Kueue TAS names the host level by.
 	LabelHostname = "kubernetes.io/hostname"
+
+	// AnnotationKueueElasticJob ("true") marks a Workload as one slice of an
+	// elastic job (Kueue's ElasticJobsViaWorkloadSlices feature gate): Kueue
+	// then lets its pod counts shrink while admitted, and admits a
+	// replacement slice for a larger size without stopping the first. The
+	// controller sets it on the Workloads of TrainingJobs with an
+	// elasticPolicy.
+	AnnotationKueueElasticJob = "kueue.x-k8s.io/elastic-job"
+
+	// AnnotationKueueSliceReplacementFor on a new slice is the namespace/name
+	// of the admitted slice it replaces: Kueue admits it for the difference
+	// only and finishes the old slice (reason WorkloadSliceReplaced) in the
+	// same step.
+	AnnotationKueueSliceReplacementFor = "kueue.x-k8s.io/workload-slice-replacement-for"
+
+	// AnnotationKueueSliceName is the name of the first Workload of a slice
+	// chain, carried by every slice of it.
+	AnnotationKueueSliceName = "kueue.x-k8s.io/workload-slice-name"
 )
 
 // KueueTopologyConstraint reads Kueue TAS's topology annotations of a pod

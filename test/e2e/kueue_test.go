@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -17,6 +18,8 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	schedv1alpha1 "sigs.k8s.io/scheduler-plugins/apis/scheduling/v1alpha1"
@@ -453,4 +456,265 @@ func TestKueueControllerIdentityWritesOnlyOwnedWorkloads(t *testing.T) {
 		t.Fatal(err)
 	}
 	wantRefused(t, "controller deleting someone else's Workload", ctl.Delete(ctx, foreign), "may only update or delete objects a TrainingJob already controls")
+}
+
+// jobWorkloads lists the Workloads of a job not being deleted, oldest
+// first.
+func jobWorkloads(ctx context.Context, ns, job string) ([]unstructured.Unstructured, error) {
+	list := kueue.NewWorkloadList()
+	if err := cluster.Client.List(ctx, list, client.InNamespace(ns), client.MatchingLabels{lockstep.LabelJobName: job}); err != nil {
+		return nil, err
+	}
+	var live []unstructured.Unstructured
+	for _, w := range list.Items {
+		if w.GetDeletionTimestamp() == nil {
+			live = append(live, w)
+		}
+	}
+	slices.SortFunc(live, func(a, b unstructured.Unstructured) int {
+		return a.GetCreationTimestamp().Compare(b.GetCreationTimestamp().Time)
+	})
+	return live, nil
+}
+
+// workerCount is the Worker pod set's count of a Workload.
+func workerCount(u *unstructured.Unstructured) int64 {
+	sets, _, _ := unstructured.NestedSlice(u.Object, "spec", "podSets")
+	for _, s := range sets {
+		m, _ := s.(map[string]any)
+		if m["name"] == kueue.ElasticPodSet {
+			n, _ := m["count"].(int64)
+			return n
+		}
+	}
+	return -1
+}
+
+// reservedGPUs is the GPU quota a ClusterQueue's status says its admitted
+// Workloads reserve.
+func reservedGPUs(ctx context.Context, cq string) (int64, error) {
+	u := kueueObject("ClusterQueue", "", cq, nil)
+	if err := cluster.Client.Get(ctx, client.ObjectKeyFromObject(u), u); err != nil {
+		return 0, err
+	}
+	var total int64
+	flavors, _, _ := unstructured.NestedSlice(u.Object, "status", "flavorsReservation")
+	for _, f := range flavors {
+		res, _, _ := unstructured.NestedSlice(f.(map[string]any), "resources")
+		for _, r := range res {
+			m := r.(map[string]any)
+			if m["name"] == string(lockstep.GPUResource) {
+				q, err := resource.ParseQuantity(fmt.Sprint(m["total"]))
+				if err != nil {
+					return 0, err
+				}
+				total += q.Value()
+			}
+		}
+	}
+	return total, nil
+}
+
+// TestKueueElasticJobResizesInPlace: an elastic TrainingJob admitted by
+// Kueue (ElasticJobsViaWorkloadSlices on) is resized through its /scale
+// subresource without being stopped. In a 32-GPU ClusterQueue, 3 x 8-GPU
+// Workers run; scaled to 2, the admitted Workload shrinks in place (same
+// object) and the ClusterQueue reserves 16 GPUs; scaled to 4, a replacement
+// slice is admitted for the difference, the old slice goes, and 32 GPUs
+// are reserved; scaled to 6 (48 GPUs, beyond quota), the replacement slice
+// stays pending, the job says so (Resizing=True WaitingForQuota with
+// Kueue's reason) and the 4 Workers keep running; scaled back to 4, the
+// wait ends; scaled to 6 again and the ClusterQueue grown to 48 GPUs, the
+// waiting slice is admitted and all 6 run. Throughout, no Worker that kept
+// its index is recreated (UIDs compared), restartCount stays 0, the job is
+// never suspended, and the quota reserved is 8 GPUs per Worker the job may
+// run.
+func TestKueueElasticJobResizesInPlace(t *testing.T) {
+	startKueue(t)
+	ctx := context.Background()
+	ns := cluster.NewNamespace(t)
+	kueueQueues(t, ns, "lq", 32)
+	cq := ns + "-cq"
+
+	job := elasticJob(ns, "elastic", 3, 1, 6)
+	job.Spec.ElasticPolicy.Metrics = nil // resized by hand here, as an HPA would
+	rs := job.Spec.ReplicaSpecs[v1alpha1.ReplicaWorker]
+	rs.Template.Spec.Containers[0].Resources.Requests = nil // the ClusterQueue covers GPUs only
+	job.Spec.ReplicaSpecs[v1alpha1.ReplicaWorker] = rs
+	createJob(t, queued(job, "lq"))
+
+	uids := map[string]types.UID{}
+	// running waits for n Workers, all Running, and checks that those that
+	// were running before are the same pods; Workers scaled away are
+	// forgotten (the same name later is a new Worker).
+	running := func(n int) {
+		t.Helper()
+		pods := waitPods(t, ns, "elastic", n, time.Minute)
+		for name, uid := range uids {
+			p, ok := pods[name]
+			switch {
+			case !ok:
+				delete(uids, name)
+			case p.UID != uid:
+				t.Errorf("Worker %s was recreated (UID %s, was %s): a resize must not restart it", name, p.UID, uid)
+			}
+		}
+		for name, p := range pods {
+			uids[name] = p.UID
+		}
+	}
+	// reserved waits for the ClusterQueue to reserve gpus GPUs.
+	reserved := func(gpus int64) {
+		t.Helper()
+		var got int64
+		err := localcluster.Poll(ctx, 200*time.Millisecond, time.Minute, fmt.Sprintf("ClusterQueue reserving %d GPUs", gpus), func(ctx context.Context) (bool, error) {
+			var err error
+			got, err = reservedGPUs(ctx, cq)
+			return err == nil && got == gpus, nil
+		})
+		if err != nil {
+			t.Fatalf("%v (reserves %d)", err, got)
+		}
+	}
+	// admittedAt waits for the job to have one Workload, admitted, for
+	// workers Workers, and returns it.
+	admittedAt := func(workers int64) *unstructured.Unstructured {
+		t.Helper()
+		var wls []unstructured.Unstructured
+		err := localcluster.Poll(ctx, 200*time.Millisecond, time.Minute, fmt.Sprintf("one Workload admitted for %d Workers", workers), func(ctx context.Context) (bool, error) {
+			var err error
+			wls, err = jobWorkloads(ctx, ns, "elastic")
+			return err == nil && len(wls) == 1 && conditionTrue(&wls[0], kueue.ConditionAdmitted) && workerCount(&wls[0]) == workers, nil
+		})
+		if err != nil {
+			t.Fatalf("%v; Workloads: %v", err, wls)
+		}
+		return &wls[0]
+	}
+	notRestarted := func(what string) *v1alpha1.TrainingJob {
+		t.Helper()
+		j := &v1alpha1.TrainingJob{}
+		if err := cluster.Client.Get(ctx, clientKey(ns, "elastic"), j); err != nil {
+			t.Fatal(err)
+		}
+		if j.Status.RestartCount != 0 || meta.IsStatusConditionTrue(j.Status.Conditions, string(v1alpha1.JobSuspended)) {
+			t.Errorf("%s: restartCount %d, conditions %v; want 0 restarts and not suspended", what, j.Status.RestartCount, j.Status.Conditions)
+		}
+		return j
+	}
+
+	first := admittedAt(3)
+	if first.GetAnnotations()[lockstep.AnnotationKueueElasticJob] != "true" {
+		t.Errorf("Workload %s annotations %v, want %s=true", first.GetName(), first.GetAnnotations(), lockstep.AnnotationKueueElasticJob)
+	}
+	running(3)
+	reserved(24)
+
+	// Down to 2: the same Workload, smaller; Worker 2 goes, 0 and 1 stay.
+	begin := time.Now()
+	if err := scaleJob(ctx, ns, "elastic", 2); err != nil {
+		t.Fatalf("scaling to 2: %v", err)
+	}
+	reserved(16)
+	if w := admittedAt(2); w.GetUID() != first.GetUID() {
+		t.Errorf("scale-down replaced Workload %s by %s, want it shrunk in place", first.GetName(), w.GetName())
+	}
+	running(2)
+	t.Logf("scaled down to 2 in %s", time.Since(begin).Round(time.Millisecond))
+	notRestarted("after scaling down")
+
+	// Up to 4, within quota: a replacement slice for 32 GPUs, admitted.
+	begin = time.Now()
+	if err := scaleJob(ctx, ns, "elastic", 4); err != nil {
+		t.Fatalf("scaling to 4: %v", err)
+	}
+	second := admittedAt(4)
+	if second.GetUID() == first.GetUID() || second.GetAnnotations()[lockstep.AnnotationKueueSliceReplacementFor] != ns+"/"+first.GetName() {
+		t.Errorf("after scaling up: Workload %s annotations %v, want a new slice replacing %s", second.GetName(), second.GetAnnotations(), first.GetName())
+	}
+	running(4)
+	reserved(32)
+	t.Logf("scaled up to 4 (slice admitted, 4 Workers running) in %s", time.Since(begin).Round(time.Millisecond))
+	notRestarted("after scaling up")
+
+	// Up to 6, beyond quota: the slice for 48 GPUs waits, the job says why,
+	// and its 4 Workers run on.
+	begin = time.Now()
+	if err := scaleJob(ctx, ns, "elastic", 6); err != nil {
+		t.Fatalf("scaling to 6: %v", err)
+	}
+	waiting := waitJob(t, ns, "elastic", time.Minute, "Resizing=True with Kueue's reason", func(j *v1alpha1.TrainingJob) bool {
+		c := meta.FindStatusCondition(j.Status.Conditions, v1alpha1.ConditionResizing)
+		return c != nil && c.Status == metav1.ConditionTrue && c.Reason == controller.ReasonWaitingForQuota && strings.Contains(c.Message, "insufficient")
+	})
+	msg := meta.FindStatusCondition(waiting.Status.Conditions, v1alpha1.ConditionResizing).Message
+	t.Logf("Resizing after %s: %s", time.Since(begin).Round(time.Millisecond), msg)
+	if !strings.Contains(msg, "2 of 6 worker pods") {
+		t.Errorf("Resizing message %q, want it to count the 2 of 6 worker pods waiting", msg)
+	}
+	wls, err := jobWorkloads(ctx, ns, "elastic")
+	if err != nil || len(wls) != 2 || wls[0].GetUID() != second.GetUID() || !conditionTrue(&wls[0], kueue.ConditionAdmitted) ||
+		workerCount(&wls[1]) != 6 || condition(&wls[1], kueue.ConditionQuotaReserved) != "False" {
+		t.Errorf("beyond quota: Workloads %v (%v), want %s admitted for 4 and a pending slice for 6", wls, err, second.GetName())
+	}
+	running(4)
+	reserved(32)
+	if pods, _ := jobPodsOf(ctx, ns, "elastic"); len(pods) != 4 {
+		t.Errorf("beyond quota: %d Workers exist, want the 4 admitted", len(pods))
+	}
+	if rs := waiting.Status.ReplicaStatuses[v1alpha1.ReplicaWorker]; rs.Active != 4 {
+		t.Errorf("replicaStatuses.Worker.active %d, want 4", rs.Active)
+	}
+	notRestarted("beyond quota")
+
+	// Back to 4: the pending slice takes the admitted size, Kueue admits it
+	// in place of the running one, and the job no longer waits.
+	if err := scaleJob(ctx, ns, "elastic", 4); err != nil {
+		t.Fatalf("scaling back to 4: %v", err)
+	}
+	admittedAt(4)
+	waitJob(t, ns, "elastic", time.Minute, "Resizing=False", func(j *v1alpha1.TrainingJob) bool {
+		c := meta.FindStatusCondition(j.Status.Conditions, v1alpha1.ConditionResizing)
+		return c != nil && c.Status == metav1.ConditionFalse && c.Reason == controller.ReasonResized
+	})
+	running(4)
+	reserved(32)
+	notRestarted("after scaling back")
+
+	// Up to 6 again, then the ClusterQueue grows to 48 GPUs: Kueue admits
+	// the waiting slice and the 2 Workers that waited join the 4.
+	if err := scaleJob(ctx, ns, "elastic", 6); err != nil {
+		t.Fatalf("scaling to 6 again: %v", err)
+	}
+	waitJob(t, ns, "elastic", time.Minute, "Resizing=True again", func(j *v1alpha1.TrainingJob) bool {
+		c := meta.FindStatusCondition(j.Status.Conditions, v1alpha1.ConditionResizing)
+		return c != nil && c.Status == metav1.ConditionTrue && c.Reason == controller.ReasonWaitingForQuota
+	})
+	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		u := kueueObject("ClusterQueue", "", cq, nil)
+		if err := cluster.Client.Get(ctx, client.ObjectKeyFromObject(u), u); err != nil {
+			return err
+		}
+		groups, _, _ := unstructured.NestedSlice(u.Object, "spec", "resourceGroups")
+		flavors, _, _ := unstructured.NestedSlice(groups[0].(map[string]any), "flavors")
+		res, _, _ := unstructured.NestedSlice(flavors[0].(map[string]any), "resources")
+		res[0].(map[string]any)["nominalQuota"] = "48"
+		_ = unstructured.SetNestedSlice(flavors[0].(map[string]any), res, "resources")
+		_ = unstructured.SetNestedSlice(groups[0].(map[string]any), flavors, "flavors")
+		_ = unstructured.SetNestedSlice(u.Object, groups, "spec", "resourceGroups")
+		return cluster.Client.Update(ctx, u)
+	})
+	if err != nil {
+		t.Fatalf("growing ClusterQueue %s to 48 GPUs: %v", cq, err)
+	}
+	begin = time.Now()
+	admittedAt(6)
+	running(6)
+	reserved(48)
+	t.Logf("waiting Workers running %s after the quota grew", time.Since(begin).Round(time.Millisecond))
+	waitJob(t, ns, "elastic", time.Minute, "Resizing=False once admitted", func(j *v1alpha1.TrainingJob) bool {
+		c := meta.FindStatusCondition(j.Status.Conditions, v1alpha1.ConditionResizing)
+		return c != nil && c.Status == metav1.ConditionFalse && c.Reason == controller.ReasonResized
+	})
+	notRestarted("at the end")
 }

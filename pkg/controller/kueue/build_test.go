@@ -81,3 +81,44 @@ func TestWantedWorkload(t *testing.T) {
 		t.Errorf("name of %d characters, want at most 253", len(lw.Name))
 	}
 }
+
+// TestWantedWorkloadElastic: an elastic job's hash leaves the Worker count
+// out (a resize is a slice of the same Workload, not a new spec) but not
+// the rest of the spec; its Workloads are marked elastic, carry the
+// counts, and are named after the generation too, one per scale-up.
+func TestWantedWorkloadElastic(t *testing.T) {
+	elastic := func(workers int32, gen int64) *v1alpha1.TrainingJob {
+		j := testJob(workers)
+		j.Generation = gen
+		j.Spec.ElasticPolicy = &v1alpha1.ElasticPolicy{MinReplicas: ptr.To[int32](1), MaxReplicas: ptr.To[int32](8)}
+		return j
+	}
+	w2, _ := WantedWorkload(elastic(2, 1), "lq", nil)
+	w4, _ := WantedWorkload(elastic(4, 2), "lq", nil)
+	hash := w2.Annotations[lockstep.AnnotationSpecHash]
+	if w4.Annotations[lockstep.AnnotationSpecHash] != hash {
+		t.Errorf("hashes %s (2 Workers), %s (4 Workers): want the Worker count out of an elastic job's hash", hash, w4.Annotations[lockstep.AnnotationSpecHash])
+	}
+	if diff := cmp.Diff(map[string]int32{"master": 1, "worker": 4}, w4.Counts()); diff != "" {
+		t.Errorf("counts (-want,+got):\n%s", diff)
+	}
+	if w2.Name != "trainingjob-j-"+hash+"-1" || w4.Name != "trainingjob-j-"+hash+"-2" {
+		t.Errorf("names %s, %s: want trainingjob-j-%s-<generation>", w2.Name, w4.Name, hash)
+	}
+	if w2.Annotations[lockstep.AnnotationKueueElasticJob] != "true" {
+		t.Errorf("annotations %v, want %s=true", w2.Annotations, lockstep.AnnotationKueueElasticJob)
+	}
+	masters := elastic(2, 1)
+	rs := masters.Spec.ReplicaSpecs[v1alpha1.ReplicaMaster]
+	rs.Template = *rs.Template.DeepCopy()
+	rs.Template.Spec.Containers[0].Image = "other"
+	masters.Spec.ReplicaSpecs[v1alpha1.ReplicaMaster] = rs
+	other, _ := WantedWorkload(masters, "lq", nil)
+	if other.Annotations[lockstep.AnnotationSpecHash] == hash {
+		t.Errorf("a new Master template kept hash %s: only the Worker count is left out", hash)
+	}
+	plain, _ := WantedWorkload(testJob(2), "lq", nil)
+	if _, ok := plain.Annotations[lockstep.AnnotationKueueElasticJob]; ok || plain.Annotations[lockstep.AnnotationSpecHash] == hash {
+		t.Errorf("a job without elasticPolicy: annotations %v, want no slice marking and the counts in the hash", plain.Annotations)
+	}
+}

@@ -23,6 +23,12 @@ type Job struct {
 	// Active is whether any of the job's pods still exists: quota of an
 	// evicted Workload is given back only once they are gone.
 	Active bool
+
+	// Elastic: the job's Workloads are slices (WantedWorkload leaves the
+	// Worker count out of SpecHash), and Counts is the pod count of each
+	// pod set the job wants now.
+	Elastic bool
+	Counts  map[string]int32
 }
 
 // Held reasons: why a queued job has no pods (its Suspended condition).
@@ -55,6 +61,30 @@ type Decision struct {
 	ClearReservation *Clear
 	// RemoveFinalizer from these Workloads (finished, or being deleted).
 	RemoveFinalizer []string
+
+	// Elastic jobs only.
+	//
+	// Allowed, when Run, is how many pods of each pod set Kueue admitted
+	// and the job may run now; the job wants more of those in
+	// ResizePending, which says why they wait ("" when none does).
+	Allowed       map[string]int32
+	ResizePending string
+	// ReplaceSlice, with Create, makes the new Workload a slice replacing
+	// the admitted Workload of that name (a scale-up): Kueue admits it for
+	// the difference and then finishes the old one. SliceName is the first
+	// Workload of the chain, which every slice names.
+	ReplaceSlice string
+	SliceName    string
+	// Resize sets the pod counts of Workload Resize.Name: a slice not
+	// admitted yet, or an admitted one scaled down, whose freed quota Kueue
+	// then gives back.
+	Resize *Resize
+}
+
+// Resize is a Workload's new pod counts.
+type Resize struct {
+	Name   string
+	Counts map[string]int32
 }
 
 // Clear is the status write that returns an evicted Workload to its queue.
@@ -78,7 +108,13 @@ type Clear struct {
 //     its pods are gone the quota reservation is cleared so Kueue can queue
 //     it again;
 //   - the job runs only while its Workload is Admitted.
+//
+// An elastic job's Workloads are slices (decideSlices): a resize keeps the
+// admitted Workload and its pods.
 func Decide(job Job, workloads []*Workload) Decision {
+	if job.Elastic {
+		return decideSlices(job, workloads)
+	}
 	var d Decision
 	var match *Workload
 	for _, w := range workloads {
@@ -94,10 +130,15 @@ func Decide(job Job, workloads []*Workload) Decision {
 		}
 		d.Delete = append(d.Delete, w.Name)
 	}
+	decideMatch(&d, job, match)
+	return d
+}
 
+// decideMatch decides on the job's own Workload match (nil: none yet).
+func decideMatch(d *Decision, job Job, match *Workload) {
 	if job.Finished {
 		if match == nil {
-			return d
+			return
 		}
 		if !match.IsTrue(ConditionFinished) {
 			reason := ReasonSucceeded
@@ -110,13 +151,13 @@ func Decide(job Job, workloads []*Workload) Decision {
 		if match.HasFinalizer() {
 			d.RemoveFinalizer = append(d.RemoveFinalizer, match.Name)
 		}
-		return d
+		return
 	}
 
 	if match == nil {
 		d.Create = true
 		d.HeldReason, d.HeldMessage = HeldWaitingForAdmission, "waiting for Kueue to admit the job's Workload"
-		return d
+		return
 	}
 	if match.IsTrue(ConditionFinished) {
 		// Kueue finished it (e.g. it could not start): the job stays held.
@@ -125,7 +166,7 @@ func Decide(job Job, workloads []*Workload) Decision {
 		if match.HasFinalizer() {
 			d.RemoveFinalizer = append(d.RemoveFinalizer, match.Name)
 		}
-		return d
+		return
 	}
 	if ev := meta.FindStatusCondition(match.Status.Conditions, ConditionEvicted); ev != nil && ev.Status == metav1.ConditionTrue {
 		d.HeldReason = HeldEvicted
@@ -142,17 +183,16 @@ func Decide(job Job, workloads []*Workload) Decision {
 				Admitted: metav1.Condition{Type: ConditionAdmitted, Status: metav1.ConditionFalse, Reason: "NoReservation", Message: "The workload has no reservation"},
 			}
 		}
-		return d
+		return
 	}
 	if match.IsTrue(ConditionAdmitted) && match.Status.Admission != nil {
 		d.Run = true
 		d.Assignments = slices.Clone(match.Status.Admission.PodSetAssignments)
-		return d
+		return
 	}
 	d.HeldReason = HeldWaitingForAdmission
 	d.HeldMessage = fmt.Sprintf("waiting for Kueue to admit Workload %s", match.Name)
 	if c := meta.FindStatusCondition(match.Status.Conditions, ConditionQuotaReserved); c != nil && c.Message != "" {
 		d.HeldMessage += ": " + c.Message
 	}
-	return d
 }

@@ -103,6 +103,12 @@ const (
 // with the reason while the scheduler cannot place it. It is not a state.
 const ConditionScheduled = "Scheduled"
 
+// ConditionResizing is True while an elastic job queued in Kueue runs
+// fewer pods than it asks for, the rest waiting for Kueue to admit the
+// larger size (the message says how many and Kueue's reason), and False
+// once the resize is done. It is not a state.
+const ConditionResizing = "Resizing"
+
 // ReplicaStatus counts the pods of one role by phase.
 type ReplicaStatus struct {
 	// Active pods are pending or running.
