@@ -280,9 +280,8 @@ func TestKueueQueuesTrainingJobs(t *testing.T) {
 func TestKueueConvertedManifestIsQueued(t *testing.T) {
 	startKueue(t)
 	ns := cluster.NewNamespace(t)
-	// The converter's copy of the user's manifest: always in the
-	// repository, unlike shared/ beside it.
-	f, err := os.Open(filepath.Join(cluster.RepoRoot, "pkg", "convert", "testdata", "input", "restricted-kueue.yaml"))
+	// The user's manifest as the demo submits it.
+	f, err := os.Open(filepath.Join(cluster.RepoRoot, "deploy", "examples", "kubeflow", "restricted-kueue.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}
