@@ -133,8 +133,15 @@ func (p *TopologyPlacement) takeReportedAllocations() cache.ResourceEventHandler
 			for _, g := range a.GPUs {
 				gpus |= topology.NewGPUSet(int(g))
 			}
-			if p.books.report(types.UID(a.PodUID), nt.Name, gpus) {
-				p.logger.V(2).Info("The node's agent reported a pod's GPUs; they replace the scheduler's choice", "pod", klog.KRef(a.Namespace, a.Pod), "node", nt.Name, "gpus", gpus.String())
+			before, known := p.books.assignmentOf(types.UID(a.PodUID))
+			if !known || !p.books.report(types.UID(a.PodUID), nt.Name, gpus) {
+				continue
+			}
+			p.logger.V(2).Info("The node's agent reported a pod's GPUs; they replace the scheduler's choice", "pod", klog.KRef(a.Namespace, a.Pod), "node", nt.Name, "gpus", gpus.String(), "chosen", before.GPUs.String())
+			if before.GPUs&^gpus != 0 {
+				// GPUs the choice held are free in the books now, which no
+				// cluster event reports.
+				p.retryTurnedAway("")
 			}
 		}
 	}

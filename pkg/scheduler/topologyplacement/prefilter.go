@@ -312,6 +312,7 @@ func (p *TopologyPlacement) setDrain(ctx context.Context, gang string, priority 
 	draining, released := p.books.drain(gang, d, priority, free, p.clock.Now())
 	if draining {
 		klog.FromContext(ctx).V(2).Info("Draining a domain for the gang", "plugin", Name, "podGroup", gang, "domain", d.ID, "freeGPUs", free)
+		p.metrics.drainedNodes.Set(float64(p.books.drainedNodes()))
 	}
 	if released {
 		p.retryTurnedAway(gang)
