@@ -52,11 +52,11 @@ func TestAllocate(t *testing.T) {
 	finished := gpuPod("done", 4, 0, "")
 	finished.Status.Phase = corev1.PodSucceeded
 	tests := []struct {
-		name         string
-		profile      string
-		unhealthy    topology.GPUSet
-		prior        []v1alpha1.GPUAllocation
-		pods         []*corev1.Pod
+		name      string
+		profile   string
+		unhealthy topology.GPUSet
+		prior     []v1alpha1.GPUAllocation
+		pods      []*corev1.Pod
 		// devicePlugin ignores the annotation, as the stock device plugin.
 		devicePlugin bool
 		want         []v1alpha1.GPUAllocation
