@@ -12,7 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	schedulingv1 "k8s.io/api/scheduling/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/utils/ptr"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	schedv1alpha1 "sigs.k8s.io/scheduler-plugins/apis/scheduling/v1alpha1"
 
@@ -557,12 +557,16 @@ func TestSuspendedJobReleasesItsDrain(t *testing.T) {
 	}
 	stall := 8 * wait
 
-	job := &v1alpha1.TrainingJob{}
-	if err := cluster.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "ddp"}, job); err != nil {
-		t.Fatal(err)
+	if bound, err := jobPodsOf(ctx, ns, "ddp"); err == nil {
+		for _, p := range bound {
+			if p.Spec.NodeName != "" {
+				t.Fatalf("pod %s was bound to %s before the suspension: the gang was placed, not waiting on its drain", p.Name, p.Spec.NodeName)
+			}
+		}
 	}
-	job.Spec.RunPolicy.Suspend = ptr.To(true)
-	if err := cluster.Client.Update(ctx, job); err != nil {
+	job := &v1alpha1.TrainingJob{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "ddp"}}
+	suspend := []byte(`{"spec":{"runPolicy":{"suspend":true}}}`)
+	if err := cluster.Client.Patch(ctx, job, client.RawPatch(types.MergePatchType, suspend)); err != nil {
 		t.Fatal(err)
 	}
 	suspended := time.Now()
