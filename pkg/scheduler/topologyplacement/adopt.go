@@ -64,8 +64,9 @@ func adoption(pod *v1.Pod, ours func(schedulerName string) bool, nodeGPUs int) (
 
 // adoptBoundGPUs puts a bound pod's annotated GPUs in the books when the
 // books do not know the pod (a previous leader bound it, or its Binding's
-// answer was lost and Unreserve forgot it) and adoption allows it; a pod
-// whose annotation it refuses gets a Warning event once.
+// answer was lost and Unreserve forgot it), its node's agent has not
+// reported its allocation yet, and adoption allows it; a pod whose
+// annotation it refuses gets a Warning event once.
 func (p *TopologyPlacement) adoptBoundGPUs(pod *v1.Pod) {
 	if _, known := p.books.assignmentOf(pod.UID); known {
 		return
@@ -82,6 +83,12 @@ func (p *TopologyPlacement) adoptBoundGPUs(pod *v1.Pod) {
 		return
 	}
 	if gpus == 0 {
+		return
+	}
+	if p.gpus.reports(pod.Spec.NodeName, string(pod.UID)) {
+		// Its allocation is known and already kept from planners: no guess
+		// to hold (after a restart the NodeTopology informer may have run
+		// before the pod informer).
 		return
 	}
 	if p.books.adoptBound(pod.UID, pod.Spec.NodeName, gpus) {

@@ -99,6 +99,14 @@ func TestAdoptBoundGPUs(t *testing.T) {
 	if diff := cmp.Diff([]string{"uid-daemon/0,1,2,3,4,5,6,7", "uid-greedy/6,7"}, p.ignored.take()); diff != "" {
 		t.Errorf("pods whose annotation was ignored (-want,+got):\n%s", diff)
 	}
+	// A pod whose allocation its node reports has nothing to guess.
+	nt := hgxNodeTopology(t, "c")
+	nt.Status.Allocations = []v1alpha1.GPUAllocation{{Namespace: "ns", Pod: "reported", PodUID: "uid-reported", GPUs: []int32{4, 5}}}
+	p.gpus.set(nt)
+	p.adoptBoundGPUs(boundPod("reported", "c", 2, "0,1"))
+	if diff := cmp.Diff(topology.GPUSet(0), p.books.heldOn("c", "")); diff != "" {
+		t.Errorf("GPUs held on c, none (-want,+got):\n%s", diff)
+	}
 	// Known pods keep what the books say.
 	p.books.assign("uid-known", "b", topology.NewGPUSet(6, 7))
 	p.adoptBoundGPUs(boundPod("known", "b", 2, "0,1"))
