@@ -525,7 +525,8 @@ func waitDrainedNodes(t *testing.T, want float64, timeout time.Duration) time.Ti
 // TestSuspendedJobReleasesItsDrain: a TrainingJob of five whole nodes
 // drains leaf-0, the leaf nearest to holding it, as in
 // TestWaitingGangDrainsItsLeaf. The job is then suspended: the controller
-// deletes its pods (and PodGroup). Nobody waits for the domain any more, so
+// deletes its pods and keeps its PodGroup. Nobody waits for the domain any
+// more, so
 // the drain is released at once, not when the domain stalls eight
 // preferredWaits later (4 minutes as deployed): drained_nodes reads 0
 // within seconds, and a gang of three whole nodes that requires a leaf,
