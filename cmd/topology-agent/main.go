@@ -5,7 +5,9 @@
 //	             kubelet's pod-resources API describe this node.
 //	--mode=fake  one agent for many simulated nodes: each node's hardware
 //	             profile label describes it, and GPU allocation of pods bound
-//	             there is emulated.
+//	             there is emulated: --fake-allocation=scheduler honours the
+//	             scheduler's lockstep.dev/gpus, device-plugin ignores it as
+//	             the stock NVIDIA device plugin does.
 package main
 
 import (
@@ -45,6 +47,7 @@ type options struct {
 	topologyConfig     string
 	heartbeat          time.Duration
 	workers            int
+	fakeAllocation     string
 	metrics            securemetrics.Flags
 	healthAddr         string
 	podResourcesSocket string
@@ -68,6 +71,7 @@ func main() {
 	fs.StringVar(&opts.topologyConfig, "topology-config", "", "fake mode: the cluster's topology configuration (the scheduler's KubeSchedulerConfiguration or a TopologyConfig file), whose NVLink level's label places simulated nodes in NVLink domains; default levels when empty")
 	fs.DurationVar(&opts.heartbeat, "heartbeat-interval", time.Minute, "how often an unchanged NodeTopology is confirmed")
 	fs.IntVar(&opts.workers, "workers", 4, "fake mode: nodes reconciled in parallel")
+	fs.StringVar(&opts.fakeAllocation, "fake-allocation", lockstep.FakeAllocationScheduler, "fake mode: how the emulated device plugin picks a pod's GPUs: "+lockstep.FakeAllocationScheduler+" (the scheduler's "+lockstep.AnnotationGPUs+" when free) or "+lockstep.FakeAllocationDevicePlugin+" (as the stock NVIDIA device plugin: ignores the annotation and picks its own free set)")
 	opts.metrics.AddFlags(fs, ":8080")
 	fs.StringVar(&opts.healthAddr, "health-probe-bind-address", ":8081", "address of /healthz and /readyz")
 	fs.StringVar(&opts.podResourcesSocket, "pod-resources-socket", "/var/lib/kubelet/pod-resources/kubelet.sock", "real mode: the kubelet's pod-resources API socket")
@@ -136,6 +140,11 @@ func runFake(ctx context.Context, cfg *rest.Config, scheme *runtime.Scheme, opts
 	if err != nil {
 		return fmt.Errorf("--topology-config: %w", err)
 	}
+	switch opts.fakeAllocation {
+	case lockstep.FakeAllocationScheduler, lockstep.FakeAllocationDevicePlugin:
+	default:
+		return fmt.Errorf("--fake-allocation=%q: want %s or %s", opts.fakeAllocation, lockstep.FakeAllocationScheduler, lockstep.FakeAllocationDevicePlugin)
+	}
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                 scheme,
 		Metrics:                opts.metrics.Options(),
@@ -159,6 +168,7 @@ func runFake(ctx context.Context, cfg *rest.Config, scheme *runtime.Scheme, opts
 		Recorder:     mgr.GetEventRecorderFor("topology-agent"),
 		NodeSelector: selector,
 		Workers:      opts.workers,
+		Allocation:   opts.fakeAllocation,
 		Metrics:      metrics,
 		Topology:     topo,
 	}
@@ -171,7 +181,7 @@ func runFake(ctx context.Context, cfg *rest.Config, scheme *runtime.Scheme, opts
 	}); err != nil {
 		return err
 	}
-	klog.FromContext(ctx).Info("Serving fake nodes", "selector", selector.String())
+	klog.FromContext(ctx).Info("Serving fake nodes", "selector", selector.String(), "allocation", opts.fakeAllocation)
 	return mgr.Start(ctx)
 }
 

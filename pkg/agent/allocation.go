@@ -64,13 +64,17 @@ type Allocator struct {
 	Selector *topology.Selector
 	// Unhealthy GPUs are never handed out.
 	Unhealthy topology.GPUSet
+	// IgnoreAnnotation serves pods as the stock NVIDIA device plugin does,
+	// which never reads lockstep.dev/gpus: the highest-indexed free GPUs
+	// (lockstep.FakeAllocationDevicePlugin).
+	IgnoreAnnotation bool
 }
 
 // Allocate returns the node's allocations for the pods bound to it. Prior
 // allocations of pods that still hold GPUs are kept as they are, like a
 // device plugin's checkpoint; pods new to the node get the GPUs the scheduler
 // chose (the lockstep.dev/gpus annotation) when those are free, otherwise the
-// best free set. New pods are served oldest first so the result does not
+// best free set; with IgnoreAnnotation, the highest-indexed free GPUs. New pods are served oldest first so the result does not
 // depend on list order.
 func (a *Allocator) Allocate(prior []v1alpha1.GPUAllocation, pods []*corev1.Pod) ([]v1alpha1.GPUAllocation, []AllocationProblem) {
 	byUID := make(map[string]v1alpha1.GPUAllocation, len(prior))
@@ -128,6 +132,12 @@ func (a *Allocator) Allocate(prior []v1alpha1.GPUAllocation, pods []*corev1.Pod)
 // choose picks want GPUs from free for pod. A non-empty reason with a
 // non-empty set means the scheduler's choice was overridden.
 func (a *Allocator) choose(pod *corev1.Pod, want int, free topology.GPUSet) (topology.GPUSet, string) {
+	if a.IgnoreAnnotation {
+		if free.Len() < want {
+			return 0, fmt.Sprintf("asks for %d GPUs, %d free", want, free.Len())
+		}
+		return highest(free, want), ""
+	}
 	var override string
 	if s, ok := pod.Annotations[lockstep.AnnotationGPUs]; ok {
 		set, err := topology.ParseGPUList(s)
@@ -152,6 +162,12 @@ func (a *Allocator) choose(pod *corev1.Pod, want int, free topology.GPUSet) (top
 		override += "; assigned " + set.String() + " instead"
 	}
 	return set, override
+}
+
+// highest returns the k highest-indexed GPUs of set, which has at least k.
+func highest(set topology.GPUSet, k int) topology.GPUSet {
+	idx := set.Indices()
+	return topology.NewGPUSet(idx[len(idx)-k:]...)
 }
 
 func toGPUSet(indices []int32) topology.GPUSet {

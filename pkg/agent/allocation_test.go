@@ -52,11 +52,13 @@ func TestAllocate(t *testing.T) {
 	finished := gpuPod("done", 4, 0, "")
 	finished.Status.Phase = corev1.PodSucceeded
 	tests := []struct {
-		name         string
-		profile      string
-		unhealthy    topology.GPUSet
-		prior        []v1alpha1.GPUAllocation
-		pods         []*corev1.Pod
+		name      string
+		profile   string
+		unhealthy topology.GPUSet
+		prior     []v1alpha1.GPUAllocation
+		pods      []*corev1.Pod
+		// devicePlugin ignores the annotation, as the stock device plugin.
+		devicePlugin bool
 		want         []v1alpha1.GPUAllocation
 		wantProblems []string // pod names
 	}{
@@ -111,6 +113,23 @@ func TestAllocate(t *testing.T) {
 			wantProblems: []string{"a", "b"},
 		},
 		{
+			name:         "device plugin: the annotation is not read, its own free set is taken",
+			profile:      "hgx-h100",
+			devicePlugin: true,
+			pods:         []*corev1.Pod{gpuPod("a", 4, 1, "0,1,2,3"), gpuPod("b", 2, 2, "4,5")},
+			want:         []v1alpha1.GPUAllocation{alloc("a", 4, 5, 6, 7), alloc("b", 2, 3)},
+		},
+		{
+			name:         "device plugin: prior allocations kept, unhealthy skipped, no room is a problem",
+			profile:      "hgx-h100",
+			unhealthy:    topology.NewGPUSet(7),
+			devicePlugin: true,
+			prior:        []v1alpha1.GPUAllocation{alloc("a", 0, 1)},
+			pods:         []*corev1.Pod{gpuPod("a", 2, 1, "6,7"), gpuPod("b", 3, 2, ""), gpuPod("c", 4, 3, "")},
+			want:         []v1alpha1.GPUAllocation{alloc("a", 0, 1), alloc("b", 4, 5, 6)},
+			wantProblems: []string{"c"},
+		},
+		{
 			name:    "pods without GPUs are ignored",
 			profile: "l40s-pcie",
 			pods:    []*corev1.Pod{utiltesting.MakePod("cpu", "ns").Obj()},
@@ -119,6 +138,7 @@ func TestAllocate(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			a := newAllocator(t, tc.profile, tc.unhealthy)
+			a.IgnoreAnnotation = tc.devicePlugin
 			got, problems := a.Allocate(tc.prior, tc.pods)
 			if diff := cmp.Diff(tc.want, got); diff != "" {
 				t.Errorf("allocations (-want,+got):\n%s", diff)

@@ -49,6 +49,11 @@ type FakeReconciler struct {
 	// Metrics, when set, count unknown profiles and forget the last
 	// publish of nodes no longer served.
 	Metrics *Metrics
+	// Allocation is the emulated device plugin's mode: "" or
+	// lockstep.FakeAllocationScheduler honour the scheduler's
+	// lockstep.dev/gpus; lockstep.FakeAllocationDevicePlugin ignores it, as
+	// the stock NVIDIA device plugin does.
+	Allocation string
 	// Topology is the cluster's topology configuration: its multi-node
 	// NVLink level's label names a simulated node's NVLink domain. Default:
 	// lockstep.DefaultTopologyConfig().
@@ -145,7 +150,7 @@ func (r *FakeReconciler) Reconcile(ctx context.Context, req reconcile.Request) (
 	} else if !apierrors.IsNotFound(err) {
 		return reconcile.Result{}, err
 	}
-	allocator := &Allocator{Node: hw, Selector: sel}
+	allocator := &Allocator{Node: hw, Selector: sel, IgnoreAnnotation: r.Allocation == lockstep.FakeAllocationDevicePlugin}
 	allocs, problems := allocator.Allocate(prior, podPtrs)
 	for _, p := range problems {
 		logger.V(2).Info("GPU allocation differs from the request", "pod", klog.KObj(p.Pod), "node", node.Name, "reason", p.Reason)

@@ -301,6 +301,15 @@ func (c *Cluster) TopologyConfigFile() (string, error) {
 // defaults (4 workers, 100 QPS) it published the 5,000-node model at about
 // 13 nodes a second.
 func (c *Cluster) FakeAgentComponent() (Component, error) {
+	return c.FakeAgentComponentWith(lockstep.FakeAllocationScheduler)
+}
+
+// FakeAgentComponentWith is FakeAgentComponent with the emulated device
+// plugin's allocation mode: lockstep.FakeAllocationDevicePlugin makes it
+// ignore lockstep.dev/gpus and pick its own free GPUs, as the stock NVIDIA
+// device plugin does, so tests meet the node's real allocation differing
+// from the scheduler's choice.
+func (c *Cluster) FakeAgentComponentWith(allocation string) (Component, error) {
 	topo, err := c.TopologyConfigFile()
 	if err != nil {
 		return Component{}, err
@@ -309,7 +318,7 @@ func (c *Cluster) FakeAgentComponent() (Component, error) {
 	// 5,000-node model; callers wait for topology themselves.
 	return c.managerComponent("topology-agent", "lockstep-topology-agent", FakeAgentIdentity(), "/healthz",
 		"--mode=fake", "--node-selector="+lockstep.LabelProfile, "--topology-config="+topo,
-		"--workers=16", "--kube-api-qps=300", "--kube-api-burst=600")
+		"--workers=16", "--kube-api-qps=300", "--kube-api-burst=600", "--fake-allocation="+allocation)
 }
 
 // ControllerComponent describes the TrainingJob controller, without leader

@@ -185,3 +185,17 @@ func FormatEfficiency(e float64) string {
 	}
 	return strconv.FormatFloat(e, 'f', 3, 64)
 }
+
+// The fake topology agent's GPU allocation modes (topology-agent
+// --fake-allocation): which GPUs its emulated device plugin gives a pod.
+const (
+	// FakeAllocationScheduler honours the scheduler's lockstep.dev/gpus
+	// when those GPUs are free, as a device plugin that reads it would.
+	FakeAllocationScheduler = "scheduler"
+	// FakeAllocationDevicePlugin behaves like the stock NVIDIA device
+	// plugin, which never reads the annotation: it picks a free set of its
+	// own, the highest-indexed free GPUs, never the scheduler's
+	// lowest-first choice where another set is free, so anything that
+	// trusts the annotation over the reported allocation shows.
+	FakeAllocationDevicePlugin = "device-plugin"
+)

@@ -12,6 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	schedulingv1 "k8s.io/api/scheduling/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	schedv1alpha1 "sigs.k8s.io/scheduler-plugins/apis/scheduling/v1alpha1"
 
@@ -493,5 +494,106 @@ func TestWaitingGangDrainsItsLeaf(t *testing.T) {
 		if nodeLeaf[p.Spec.NodeName] != "leaf-0" {
 			t.Errorf("member %s on %s in %s, want leaf-0", p.Name, p.Spec.NodeName, nodeLeaf[p.Spec.NodeName])
 		}
+	}
+}
+
+// drainedNodes reads the scheduler's drained_nodes gauge.
+func drainedNodes(ctx context.Context) (float64, error) {
+	s, err := cluster.Scrape(ctx, "scheduler")
+	if err != nil {
+		return 0, err
+	}
+	return s.Find("lockstep_scheduler_drained_nodes", nil).Sum(), nil
+}
+
+// waitDrainedNodes waits until the drained_nodes gauge reads want and
+// returns when it first did.
+func waitDrainedNodes(t *testing.T, want float64, timeout time.Duration) time.Time {
+	t.Helper()
+	var got float64
+	err := localcluster.Poll(context.Background(), 100*time.Millisecond, timeout, fmt.Sprintf("drained_nodes %v", want), func(ctx context.Context) (bool, error) {
+		var err error
+		got, err = drainedNodes(ctx)
+		return err == nil && got == want, nil
+	})
+	if err != nil {
+		t.Fatalf("%v: it reads %v", err, got)
+	}
+	return time.Now()
+}
+
+// TestSuspendedJobReleasesItsDrain: a TrainingJob of five whole nodes
+// drains leaf-0, the leaf nearest to holding it, as in
+// TestWaitingGangDrainsItsLeaf. The job is then suspended: the controller
+// deletes its pods and keeps its PodGroup. Nobody waits for the domain any
+// more, so
+// the drain is released at once, not when the domain stalls eight
+// preferredWaits later (4 minutes as deployed): drained_nodes reads 0
+// within seconds, and a gang of three whole nodes that requires a leaf,
+// which only leaf-0 can hold, binds there.
+func TestSuspendedJobReleasesItsDrain(t *testing.T) {
+	ns := cluster.NewNamespace(t)
+	ctx := context.Background()
+	leaves := nodesByLeaf()
+	fill(t, ns, "busy0", 8, leaves["leaf-0"][:5])
+	busy := 5
+	for _, leaf := range []string{"leaf-1", "leaf-2", "leaf-3"} {
+		fill(t, ns, "busy-"+leaf, 8, leaves[leaf][:6])
+		busy += 6
+	}
+	waitRunningAllocated(t, ns, busy)
+	nodeLeaf := map[string]string{}
+	for _, n := range cluster.Model.Nodes() {
+		nodeLeaf[n.Name] = n.Labels[leafLabel]
+	}
+	if n, err := drainedNodes(ctx); err != nil || n != 0 {
+		t.Fatalf("drained_nodes reads %v (%v) before the test drains anything", n, err)
+	}
+
+	createJob(t, gangJob(ns, "ddp", 4, 8)) // a master and 4 workers of 8 GPUs
+	drainedAt := waitDrainedNodes(t, float64(len(leaves["leaf-0"])), time.Minute)
+	wait, err := localcluster.DeployedPreferredWait(cluster.RepoRoot)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stall := 8 * wait
+
+	if bound, err := jobPodsOf(ctx, ns, "ddp"); err == nil {
+		for _, p := range bound {
+			if p.Spec.NodeName != "" {
+				t.Fatalf("pod %s was bound to %s before the suspension: the gang was placed, not waiting on its drain", p.Name, p.Spec.NodeName)
+			}
+		}
+	}
+	job := &v1alpha1.TrainingJob{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "ddp"}}
+	suspend := []byte(`{"spec":{"runPolicy":{"suspend":true}}}`)
+	if err := cluster.Client.Patch(ctx, job, client.RawPatch(types.MergePatchType, suspend)); err != nil {
+		t.Fatal(err)
+	}
+	suspended := time.Now()
+	released := waitDrainedNodes(t, 0, stall/2)
+	t.Logf("drain held %s, released %s after suspension (the stall would release it %s after its last progress)",
+		suspended.Sub(drainedAt).Round(10*time.Millisecond), released.Sub(suspended).Round(10*time.Millisecond), stall)
+	if took := released.Sub(suspended); took > 10*time.Second {
+		t.Errorf("drain released %s after suspension, want at once (under 10 s)", took.Round(10*time.Millisecond))
+	}
+	if err := localcluster.Poll(ctx, 200*time.Millisecond, time.Minute, "the suspended job's pods gone", func(ctx context.Context) (bool, error) {
+		pods, err := jobPodsOf(ctx, ns, "ddp")
+		return err == nil && len(pods) == 0, nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+
+	createGang(t, ns, "next", 3, 8, map[string]string{
+		lockstep.AnnotationTopologyLevel: "leaf",
+		lockstep.AnnotationTopologyMode:  "Required",
+	})
+	for _, p := range waitGangBound(t, ns, "next", 3, 30*time.Second) {
+		if nodeLeaf[p.Spec.NodeName] != "leaf-0" {
+			t.Errorf("member %s on %s in %s, want leaf-0", p.Name, p.Spec.NodeName, nodeLeaf[p.Spec.NodeName])
+		}
+	}
+	if n, err := drainedNodes(ctx); err != nil || n != 0 {
+		t.Errorf("drained_nodes reads %v (%v) after the next gang was placed, want 0", n, err)
 	}
 }

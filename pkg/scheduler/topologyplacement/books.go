@@ -87,6 +87,29 @@ func (b *books) adoptBound(pod types.UID, node string, gpus topology.GPUSet) boo
 	return true
 }
 
+// report records the GPUs the node's agent reports pod holding; they
+// replace the scheduler's choice (placement.Books.Report).
+func (b *books) report(pod types.UID, node string, gpus topology.GPUSet) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.core.Report(string(pod), node, gpus)
+}
+
+// drains reports whether gang key has a drain.
+func (b *books) drains(key string) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	_, ok := b.core.Drained(key)
+	return ok
+}
+
+// draining returns the gangs with a drain.
+func (b *books) draining() []string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.core.Draining()
+}
+
 // assignmentOf returns the GPUs a reserved pod was given.
 func (b *books) assignmentOf(pod types.UID) (assignment, bool) {
 	b.mu.Lock()

@@ -1,6 +1,7 @@
 package topologyplacement
 
 import (
+	"slices"
 	"sync"
 
 	"k8s.io/client-go/tools/cache"
@@ -18,6 +19,9 @@ type nodeGPUs struct {
 	selector *topology.Selector
 	// free are the healthy GPUs the agent reports no pod holding.
 	free topology.GPUSet
+	// allocated are the UIDs of the pods the agent reports holding GPUs:
+	// their GPUs are known, so adoption need not guess them.
+	allocated []string
 }
 
 // gpuIndex maps node names to nodeGPUs, fed by the NodeTopology informer.
@@ -85,10 +89,12 @@ func (x *gpuIndex) set(nt *v1alpha1.NodeTopology) {
 	for _, h := range nt.Status.GPUHealth {
 		free &^= topology.NewGPUSet(int(h.Index))
 	}
+	var allocated []string
 	for _, a := range nt.Status.Allocations {
 		for _, g := range a.GPUs {
 			free &^= topology.NewGPUSet(int(g))
 		}
+		allocated = append(allocated, a.PodUID)
 	}
 	n, ok := x.nodes[nt.Name]
 	if !ok {
@@ -96,7 +102,15 @@ func (x *gpuIndex) set(nt *v1alpha1.NodeTopology) {
 		x.nodes[nt.Name] = n
 		x.epoch++
 	}
-	*n = nodeGPUs{topology: hw, selector: sel, free: free}
+	*n = nodeGPUs{topology: hw, selector: sel, free: free, allocated: allocated}
+}
+
+// reports reports whether node's agent reports pod holding GPUs.
+func (x *gpuIndex) reports(node, pod string) bool {
+	x.mu.RLock()
+	defer x.mu.RUnlock()
+	n, ok := x.nodes[node]
+	return ok && slices.Contains(n.allocated, pod)
 }
 
 func (x *gpuIndex) remove(name string) {

@@ -47,7 +47,6 @@ import (
 	"github.com/lockstep-dev/lockstep/pkg/apis/lockstep/v1alpha1"
 	"github.com/lockstep-dev/lockstep/pkg/lockstep"
 	"github.com/lockstep-dev/lockstep/pkg/scheduler/requeue"
-	"github.com/lockstep-dev/lockstep/pkg/topology"
 )
 
 // Name is the plugin's name in the scheduler configuration.
@@ -90,6 +89,12 @@ type TopologyPlacement struct {
 	// health says which nodes' NodeTopology is stale or invalid; nil
 	// (tests) judges none.
 	health *topologyHealth
+	// profiles are the scheduler's profiles that enable the plugin: only
+	// their pods' lockstep.dev/gpus annotations are adopted (adoption).
+	profiles *keySet
+	// ignored are the pods (UID/annotation) whose GPU annotation was
+	// refused, so each gets its event once.
+	ignored *keySet
 }
 
 var (
@@ -111,9 +116,17 @@ func New(ctx context.Context, obj runtime.Object, handle framework.Handle) (fram
 	if err != nil {
 		return nil, err
 	}
-	return schedulers.getOrBuild(ctx, handle.SharedInformerFactory(), profileName(handle), args, func() (*TopologyPlacement, error) {
+	profile := profileName(handle)
+	p, err := schedulers.getOrBuild(ctx, handle.SharedInformerFactory(), profile, args, func() (*TopologyPlacement, error) {
 		return build(ctx, args, handle)
 	})
+	if err != nil {
+		return nil, err
+	}
+	if profile != "" {
+		p.profiles.add(profile)
+	}
+	return p, nil
 }
 
 // build makes a plugin instance with its caches, informer handlers and
@@ -137,7 +150,8 @@ func build(ctx context.Context, args *Args, handle framework.Handle) (*TopologyP
 	if err != nil {
 		return nil, fmt.Errorf("creating PodGroup cache: %w", err)
 	}
-	if _, err := objCache.GetInformer(ctx, &schedv1alpha1.PodGroup{}); err != nil {
+	pgInformer, err := objCache.GetInformer(ctx, &schedv1alpha1.PodGroup{})
+	if err != nil {
 		return nil, fmt.Errorf("watching PodGroups: %w", err)
 	}
 	if err := slimNodeInformer(handle.SharedInformerFactory()); err != nil {
@@ -191,9 +205,28 @@ func build(ctx context.Context, args *Args, handle framework.Handle) (*TopologyP
 		wakeups:    newKeySet(),
 		steered:    newSteerBook(),
 		metrics:    m,
+		profiles:   newKeySet(),
+		ignored:    newKeySet(),
 	}
 	health.rejoined = func() { p.retryTurnedAway("") }
 	if _, err := ntInformer.AddEventHandler(p.retryOnFreedGPUs()); err != nil {
+		return nil, err
+	}
+	if _, err := ntInformer.AddEventHandler(p.takeReportedAllocations()); err != nil {
+		return nil, err
+	}
+	// A deleted PodGroup (a suspended or evicted job's) ends its drain now,
+	// not at the next sweep or the stall.
+	if _, err := pgInformer.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		DeleteFunc: func(obj any) {
+			if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+				obj = tomb.Obj
+			}
+			if pg, ok := obj.(*schedv1alpha1.PodGroup); ok {
+				p.releaseDrainsOf(ctx, pg.Namespace+"/"+pg.Name, "its PodGroup was deleted")
+			}
+		},
+	}); err != nil {
 		return nil, err
 	}
 	// Forget a pod's GPUs once it is gone or finished: from then on the
@@ -215,6 +248,9 @@ func build(ctx context.Context, args *Args, handle framework.Handle) (*TopologyP
 				p.books.forgetPod(pod.UID)
 				return
 			}
+			if pod.DeletionTimestamp != nil {
+				p.releaseDrainIfNoPending(ctx, pod)
+			}
 			p.adoptBoundGPUs(pod)
 		},
 		DeleteFunc: func(obj any) {
@@ -224,6 +260,8 @@ func build(ctx context.Context, args *Args, handle framework.Handle) (*TopologyP
 			if pod, ok := obj.(*v1.Pod); ok {
 				p.books.forgetPod(pod.UID)
 				p.steered.forget(pod.UID)
+				p.ignored.remove(string(pod.UID) + "/" + pod.Annotations[lockstep.AnnotationGPUs])
+				p.releaseDrainIfNoPending(ctx, pod)
 			}
 		},
 	})
@@ -233,25 +271,6 @@ func build(ctx context.Context, args *Args, handle framework.Handle) (*TopologyP
 	go p.expirePlans(ctx)
 	logger.V(2).Info("Plugin ready", "levels", args.Levels, "defaultMode", args.DefaultMode)
 	return p, nil
-}
-
-// adoptBoundGPUs puts a running pod's GPUs in the books when it is bound
-// with a lockstep.dev/gpus annotation the books do not know.
-func (p *TopologyPlacement) adoptBoundGPUs(pod *v1.Pod) {
-	if pod.Spec.NodeName == "" || pod.DeletionTimestamp != nil || pod.Status.Phase == v1.PodSucceeded || pod.Status.Phase == v1.PodFailed {
-		return
-	}
-	list, ok := pod.Annotations[lockstep.AnnotationGPUs]
-	if !ok {
-		return
-	}
-	gpus, err := topology.ParseGPUList(list)
-	if err != nil || gpus == 0 {
-		return
-	}
-	if p.books.adoptBound(pod.UID, pod.Spec.NodeName, gpus) {
-		p.logger.V(3).Info("Adopted the GPUs of a pod bound outside this scheduler's books", "pod", klog.KObj(pod), "node", pod.Spec.NodeName, "gpus", list)
-	}
 }
 
 // Name returns the plugin name.
@@ -434,6 +453,21 @@ func (s *keySet) add(key string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.keys[key] = struct{}{}
+}
+
+// has reports whether key is in the set.
+func (s *keySet) has(key string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	_, ok := s.keys[key]
+	return ok
+}
+
+// empty reports whether the set is empty.
+func (s *keySet) empty() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.keys) == 0
 }
 
 // addNew adds key and reports whether it was not in the set.

@@ -43,7 +43,7 @@ func newTestPlugin(t testing.TB) (*TopologyPlacement, *clocktesting.FakeClock) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &TopologyPlacement{args: args, clock: clock, books: newBooks(), gpus: newGPUIndex(nil), trees: &treeCache{}, rows: &snapshotRows{}, firstSeen: newTimeBook(), turnedAway: newKeySet(), wakeups: newKeySet(), steered: newSteerBook(), metrics: m}, clock
+	return &TopologyPlacement{args: args, clock: clock, books: newBooks(), gpus: newGPUIndex(nil), trees: &treeCache{}, rows: &snapshotRows{}, firstSeen: newTimeBook(), turnedAway: newKeySet(), wakeups: newKeySet(), steered: newSteerBook(), metrics: m, profiles: newKeySet(), ignored: newKeySet()}, clock
 }
 
 func gpuNode(name string, gpus int64) *v1.Node {

@@ -312,6 +312,7 @@ func (p *TopologyPlacement) setDrain(ctx context.Context, gang string, priority 
 	draining, released := p.books.drain(gang, d, priority, free, p.clock.Now())
 	if draining {
 		klog.FromContext(ctx).V(2).Info("Draining a domain for the gang", "plugin", Name, "podGroup", gang, "domain", d.ID, "freeGPUs", free)
+		p.metrics.drainedNodes.Set(float64(p.books.drainedNodes()))
 	}
 	if released {
 		p.retryTurnedAway(gang)
@@ -323,8 +324,55 @@ func (p *TopologyPlacement) setDrain(ctx context.Context, gang string, priority 
 func (p *TopologyPlacement) releaseDrain(ctx context.Context, gang string) {
 	if p.books.undrain(gang) {
 		klog.FromContext(ctx).V(2).Info("Released the gang's drained domain", "plugin", Name, "podGroup", gang)
+		p.metrics.drainedNodes.Set(float64(p.books.drainedNodes()))
 		p.retryTurnedAway(gang)
 	}
+}
+
+// releaseDrainsOf releases the drains of every size class of the gang
+// ("namespace/podgroup"), saying why.
+func (p *TopologyPlacement) releaseDrainsOf(ctx context.Context, gang, why string) {
+	for _, key := range p.books.draining() {
+		if ns, name, ok := splitPlanKey(key); ok && ns+"/"+name == gang {
+			klog.FromContext(ctx).V(2).Info("Releasing a drain whose gang no longer waits", "plugin", Name, "podGroup", key, "why", why)
+			p.releaseDrain(ctx, key)
+		}
+	}
+}
+
+// releaseDrainIfNoPending releases the drain of a leaving pod's gang when
+// none of its pods of that size class waits to be scheduled any more: the
+// job was suspended or evicted, its pods deleted (its PodGroup maybe kept),
+// and a drain held for nobody would keep a whole domain empty until it
+// stalls.
+func (p *TopologyPlacement) releaseDrainIfNoPending(ctx context.Context, pod *v1.Pod) {
+	key := planKey(pod)
+	if key == "" {
+		return
+	}
+	if !p.books.drains(key) || p.handle == nil {
+		return
+	}
+	selector := labels.SelectorFromSet(labels.Set{schedv1alpha1.PodGroupLabel: pod.Labels[schedv1alpha1.PodGroupLabel]})
+	pods, err := p.handle.SharedInformerFactory().Core().V1().Pods().Lister().Pods(pod.Namespace).List(selector)
+	if err != nil {
+		return
+	}
+	if !pendingMember(pods, key) {
+		klog.FromContext(ctx).V(2).Info("Releasing a drain whose gang has no pending pod left (suspended or evicted)", "plugin", Name, "podGroup", key, "pod", klog.KObj(pod))
+		p.releaseDrain(ctx, key)
+	}
+}
+
+// pendingMember reports whether some pod of gang size class key still
+// waits to be scheduled: unbound and not being deleted.
+func pendingMember(pods []*v1.Pod, key string) bool {
+	for _, pod := range pods {
+		if pod.Spec.NodeName == "" && pod.DeletionTimestamp == nil && planKey(pod) == key {
+			return true
+		}
+	}
+	return false
 }
 
 // gangMembers is what the books need to know of a gang's pods of one size

@@ -75,6 +75,10 @@ type Reservation struct {
 	// Slot is the member index in the plan; the plugin orders plans by
 	// topology (RankOrder), so it is the member's place in the ring.
 	Slot int
+	// Reported is set once the node's agent reported the pod's allocation
+	// (Report): GPUs are then the ones the device plugin gave it, not the
+	// scheduler's choice, which the stock device plugin does not read.
+	Reported bool
 }
 
 // NewBooks returns empty books.
@@ -285,6 +289,24 @@ func (b *Books) unassign(pod string) {
 	}
 }
 
+// Report records the GPUs the node's agent reports pod holding (its
+// NodeTopology allocation, read from the kubelet's pod-resources API): the
+// node's truth, which replaces the scheduler's choice in the books from then
+// on. Until reported, a pod's GPUs are known by count only; the scheduler's
+// choice stands in for them, as the GPUs it asked the device plugin for.
+// A pod the books do not know, or know on another node, is left alone: the
+// report alone already keeps its GPUs from planners. It reports whether the
+// books changed.
+func (b *Books) Report(pod, node string, gpus topology.GPUSet) bool {
+	r, ok := b.pods[pod]
+	if !ok || r.Node != node || gpus == 0 || (r.Reported && r.GPUs == gpus) {
+		return false
+	}
+	r.GPUs, r.Reported = gpus, true
+	b.assign(pod, r)
+	return true
+}
+
 // Reservation returns the GPUs a reserved or assigned pod was given.
 func (b *Books) Reservation(pod string) (Reservation, bool) {
 	r, ok := b.pods[pod]
@@ -439,6 +461,9 @@ func (b *Books) Drained(key string) (*topology.Domain, bool) {
 	return dr.domain, ok
 }
 
+// Draining returns the gangs with a drain, sorted.
+func (b *Books) Draining() []string { return sortedKeys(b.drains) }
+
 // DrainedNodes counts the nodes drained for gangs.
 func (b *Books) DrainedNodes() int { return len(b.drainedFor) }
 
@@ -547,6 +572,9 @@ func (b *Books) String() string {
 		gang := r.Gang
 		if gang == "" {
 			gang = "no gang"
+		}
+		if r.Reported {
+			gang += ", reported"
 		}
 		fmt.Fprintf(&s, "pod %s: %s gpus %s (%s)\n", pod, r.Node, gpuList(r.GPUs), gang)
 	}

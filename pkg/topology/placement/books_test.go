@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
+
 	"github.com/lockstep-dev/lockstep/pkg/topology"
 )
 
@@ -113,6 +115,82 @@ func TestBooksReserveSlot(t *testing.T) {
 			}
 			if d := diff(tc.slots, got); d != "" {
 				t.Errorf("slots (-want,+got):\n%s", d)
+			}
+		})
+	}
+}
+
+// TestBooksReportTruth is the truth rule: a pod's GPUs are the scheduler's
+// choice only until the node's agent reports the pod's allocation, which
+// then replaces the choice; reports for pods the books do not know, or on
+// other nodes, change nothing.
+func TestBooksReportTruth(t *testing.T) {
+	type report struct {
+		pod, node string
+		gpus      topology.GPUSet
+	}
+	tests := []struct {
+		name    string
+		reports []report
+		// wantHeld is HeldOn("a", ""): what planners take out of a's free
+		// GPUs.
+		wantHeld    topology.GPUSet
+		wantPod     Reservation
+		wantChanged []bool
+	}{{
+		name:     "unknown until reported: the choice stands in",
+		wantHeld: topology.NewGPUSet(0, 1, 2, 3),
+		wantPod:  Reservation{Node: "a", GPUs: topology.NewGPUSet(0, 1, 2, 3), Slot: -1},
+	}, {
+		name:        "the device plugin gave the chosen GPUs",
+		reports:     []report{{"p", "a", topology.NewGPUSet(0, 1, 2, 3)}},
+		wantHeld:    topology.NewGPUSet(0, 1, 2, 3),
+		wantPod:     Reservation{Node: "a", GPUs: topology.NewGPUSet(0, 1, 2, 3), Slot: -1, Reported: true},
+		wantChanged: []bool{true},
+	}, {
+		name:        "the device plugin gave others: they replace the choice",
+		reports:     []report{{"p", "a", topology.NewGPUSet(4, 5, 6, 7)}},
+		wantHeld:    topology.NewGPUSet(4, 5, 6, 7),
+		wantPod:     Reservation{Node: "a", GPUs: topology.NewGPUSet(4, 5, 6, 7), Slot: -1, Reported: true},
+		wantChanged: []bool{true},
+	}, {
+		name:        "the same report twice changes the books once",
+		reports:     []report{{"p", "a", topology.NewGPUSet(4, 5, 6, 7)}, {"p", "a", topology.NewGPUSet(4, 5, 6, 7)}},
+		wantHeld:    topology.NewGPUSet(4, 5, 6, 7),
+		wantPod:     Reservation{Node: "a", GPUs: topology.NewGPUSet(4, 5, 6, 7), Slot: -1, Reported: true},
+		wantChanged: []bool{true, false},
+	}, {
+		name: "reports of other nodes, unknown pods and no GPUs are ignored",
+		reports: []report{
+			{"p", "b", topology.NewGPUSet(4, 5, 6, 7)},
+			{"stranger", "a", topology.NewGPUSet(4, 5, 6, 7)},
+			{"p", "a", 0},
+		},
+		wantHeld:    topology.NewGPUSet(0, 1, 2, 3),
+		wantPod:     Reservation{Node: "a", GPUs: topology.NewGPUSet(0, 1, 2, 3), Slot: -1},
+		wantChanged: []bool{false, false, false},
+	}}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			b := NewBooks()
+			b.Assign("p", "a", topology.NewGPUSet(0, 1, 2, 3))
+			var changed []bool
+			for _, r := range tc.reports {
+				changed = append(changed, b.Report(r.pod, r.node, r.gpus))
+			}
+			if diff := cmp.Diff(tc.wantChanged, changed); diff != "" {
+				t.Errorf("Report changed the books (-want,+got):\n%s", diff)
+			}
+			got, _ := b.Reservation("p")
+			if diff := cmp.Diff(tc.wantPod, got); diff != "" {
+				t.Errorf("reservation (-want,+got):\n%s", diff)
+			}
+			if diff := cmp.Diff(tc.wantHeld, b.HeldOn("a", "")); diff != "" {
+				t.Errorf("HeldOn(a) (-want,+got):\n%s", diff)
+			}
+			b.ForgetPod("p")
+			if !b.Empty() {
+				t.Errorf("books after the pod is gone:\n%s", b.String())
 			}
 		})
 	}

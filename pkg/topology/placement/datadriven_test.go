@@ -61,8 +61,13 @@ import (
 //	  slot is reserved, for pods named after the gang and the member index.
 //	unreserve gang=ns/b     drops the plan (a member failed at Permit)
 //	forget pod=(p1,p2)      the pods are gone: their GPUs are free again
-//	report pod=(p1,p2)      the node's topology shows the pods' GPUs
-//	                        allocated, so the books forget them
+//	report pod=p [node=n] [gpus=4-7]
+//	                        the node's agent reports pod holding gpus (default:
+//	                        the GPUs the books gave it), as the device plugin
+//	                        chose them: they leave the node's free GPUs and
+//	                        replace the scheduler's choice in the books
+//	                        (Books.Report); node defaults to the pod's in the
+//	                        books
 //	single pod=p node=n gpus=k [priority=N]
 //	                        a GPU pod outside gangs takes the best k GPUs
 //	                        (none on a node drained for a gang of its
@@ -152,7 +157,7 @@ func (s *script) run(t *testing.T, d *datadriven.TestData) (string, error) {
 			return "no plan for " + key, nil
 		}
 		return "dropped " + key, nil
-	case "forget", "report":
+	case "forget":
 		var pods []string
 		d.ScanArgs(t, "pod", &pods)
 		var b strings.Builder
@@ -162,14 +167,12 @@ func (s *script) run(t *testing.T, d *datadriven.TestData) (string, error) {
 				fmt.Fprintf(&b, "pod %s: not in the books\n", pod)
 				continue
 			}
-			if d.Cmd == "report" {
-				n, _ := s.node(r.Node)
-				n.node.FreeGPUs &^= r.GPUs
-			}
 			s.books.ForgetPod(pod)
 			fmt.Fprintf(&b, "pod %s: forgot %s gpus %s\n", pod, r.Node, gpuList(r.GPUs))
 		}
 		return b.String(), nil
+	case "report":
+		return s.report(t, d)
 	case "single":
 		return s.single(t, d)
 	case "set-free":
@@ -600,6 +603,33 @@ func (s *script) validate(keys []string) string {
 		return "every plan still fits"
 	}
 	return b.String()
+}
+
+// report is the report directive: the agent's allocation for one pod.
+func (s *script) report(t *testing.T, d *datadriven.TestData) (string, error) {
+	pod := arg(t, d, "pod", "")
+	r, known := s.books.Reservation(pod)
+	node := arg(t, d, "node", r.Node)
+	n, ok := s.node(node)
+	if !ok {
+		return "", fmt.Errorf("no such node %q", node)
+	}
+	gpus := r.GPUs
+	if d.HasArg("gpus") {
+		var err error
+		if gpus, err = topology.ParseGPUList(arg(t, d, "gpus", "")); err != nil {
+			return "", err
+		}
+	}
+	n.node.FreeGPUs &^= gpus
+	changed := s.books.Report(pod, node, gpus)
+	switch {
+	case !known:
+		return fmt.Sprintf("pod %s: not in the books; %s free %s", pod, node, gpuList(n.node.FreeGPUs)), nil
+	case !changed:
+		return fmt.Sprintf("pod %s: books unchanged; %s free %s", pod, node, gpuList(n.node.FreeGPUs)), nil
+	}
+	return fmt.Sprintf("pod %s: %s gpus %s, was %s; %s free %s", pod, node, gpuList(gpus), gpuList(r.GPUs), node, gpuList(n.node.FreeGPUs)), nil
 }
 
 func arg(t *testing.T, d *datadriven.TestData, key, def string) string {
