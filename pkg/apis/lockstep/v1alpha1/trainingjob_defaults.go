@@ -29,6 +29,9 @@ func (j *TrainingJob) Default() {
 	if s.RunPolicy.Suspend == nil {
 		s.RunPolicy.Suspend = ptr.To(false)
 	}
+	if s.RunPolicy.UnreachableToleranceSeconds == nil {
+		s.RunPolicy.UnreachableToleranceSeconds = ptr.To(DefaultUnreachableToleranceSeconds)
+	}
 	if e := s.ElasticPolicy; e != nil {
 		// Kubeflow's rule: a missing bound copies the other; with neither,
 		// both are the Worker replicas.

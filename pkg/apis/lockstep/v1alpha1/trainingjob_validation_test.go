@@ -103,6 +103,40 @@ func TestValidationRules(t *testing.T) {
 			want: "must not exceed the total number of replicas",
 		},
 		{
+			name: "unreachableToleranceSeconds negative",
+			job: func() *TrainingJob {
+				j := validPyTorch()
+				j.Spec.RunPolicy = &RunPolicy{UnreachableToleranceSeconds: ptr.To[int32](-1)}
+				return j
+			}(),
+			want: "unreachableToleranceSeconds",
+		},
+		{
+			name: "unreachableToleranceSeconds above an hour",
+			job: func() *TrainingJob {
+				j := validPyTorch()
+				j.Spec.RunPolicy = &RunPolicy{UnreachableToleranceSeconds: ptr.To[int32](3601)}
+				return j
+			}(),
+			want: "unreachableToleranceSeconds",
+		},
+		{
+			name: "unreachableToleranceSeconds zero",
+			job: func() *TrainingJob {
+				j := validPyTorch()
+				j.Spec.RunPolicy = &RunPolicy{UnreachableToleranceSeconds: ptr.To[int32](0)}
+				return j
+			}(),
+		},
+		{
+			name: "unreachableToleranceSeconds an hour",
+			job: func() *TrainingJob {
+				j := validPyTorch()
+				j.Spec.RunPolicy = &RunPolicy{UnreachableToleranceSeconds: ptr.To[int32](3600)}
+				return j
+			}(),
+		},
+		{
 			name: "minAvailable equal to total",
 			job: func() *TrainingJob {
 				j := validPyTorch()
@@ -316,7 +350,7 @@ func TestDefault(t *testing.T) {
 					ReplicaMaster: {Replicas: ptr.To[int32](1), RestartPolicy: RestartOnFailure, Template: template("t")},
 					ReplicaWorker: {Replicas: ptr.To[int32](1), RestartPolicy: RestartOnFailure, Template: template("t")},
 				},
-				RunPolicy: &RunPolicy{CleanPodPolicy: ptr.To(CleanPodPolicyNone), Suspend: ptr.To(false)},
+				RunPolicy: &RunPolicy{CleanPodPolicy: ptr.To(CleanPodPolicyNone), Suspend: ptr.To(false), UnreachableToleranceSeconds: ptr.To[int32](30)},
 			},
 		},
 		{
@@ -328,7 +362,7 @@ func TestDefault(t *testing.T) {
 					ReplicaLauncher: {Replicas: ptr.To[int32](1), RestartPolicy: RestartOnFailure, Template: template("t")},
 					ReplicaWorker:   {Replicas: ptr.To[int32](2), RestartPolicy: RestartNever, Template: template("registry.example/train:v1")},
 				},
-				RunPolicy: &RunPolicy{CleanPodPolicy: ptr.To(CleanPodPolicyNone), Suspend: ptr.To(false)},
+				RunPolicy: &RunPolicy{CleanPodPolicy: ptr.To(CleanPodPolicyNone), Suspend: ptr.To(false), UnreachableToleranceSeconds: ptr.To[int32](30)},
 				MPI: &MPIPolicy{SlotsPerWorker: ptr.To[int32](1), SSHAuthMountPath: "/root/.ssh",
 					Implementation: MPIImplementationOpenMPI, RunLauncherAsWorker: ptr.To(false)},
 			},
@@ -346,7 +380,7 @@ func TestDefault(t *testing.T) {
 				ReplicaSpecs: map[ReplicaType]ReplicaSpec{
 					ReplicaWorker: {Replicas: ptr.To[int32](3), RestartPolicy: RestartExitCode, Template: template("t")},
 				},
-				RunPolicy:     &RunPolicy{CleanPodPolicy: ptr.To(CleanPodPolicyNone), Suspend: ptr.To(false)},
+				RunPolicy:     &RunPolicy{CleanPodPolicy: ptr.To(CleanPodPolicyNone), Suspend: ptr.To(false), UnreachableToleranceSeconds: ptr.To[int32](30)},
 				ElasticPolicy: &ElasticPolicy{MinReplicas: ptr.To[int32](3), MaxReplicas: ptr.To[int32](3), RDZVBackend: ptr.To(RDZVBackendC10D)},
 				Topology:      &TopologyConstraint{Level: "leaf", Mode: TopologyPreferred},
 			},
@@ -364,7 +398,7 @@ func TestDefault(t *testing.T) {
 				ReplicaSpecs: map[ReplicaType]ReplicaSpec{
 					ReplicaWorker: {Replicas: ptr.To[int32](2), RestartPolicy: RestartNever, Template: template("t")},
 				},
-				RunPolicy:     &RunPolicy{CleanPodPolicy: ptr.To(CleanPodPolicyAll), Suspend: ptr.To(true)},
+				RunPolicy:     &RunPolicy{CleanPodPolicy: ptr.To(CleanPodPolicyAll), Suspend: ptr.To(true), UnreachableToleranceSeconds: ptr.To[int32](30)},
 				ElasticPolicy: &ElasticPolicy{MinReplicas: ptr.To[int32](2), MaxReplicas: ptr.To[int32](2), RDZVBackend: ptr.To(RDZVBackendETCD)},
 			},
 		},
