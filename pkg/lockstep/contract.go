@@ -139,6 +139,12 @@ const (
 	// ends the pod with success that long after it was annotated or
 	// started, whichever is later (deploy/kwok/stages.yaml).
 	AnnotationSimulatedRuntime = "lockstep.dev/simulated-runtime"
+
+	// AnnotationSimulatedNodeDark on a pod on a fake (KWOK) node says its
+	// node went dark (the e2e harness's DarkenNode): KWOK plays none of our
+	// pod stages on it, so it is never started, finished or confirmed
+	// deleted, as on a node whose kubelet died (deploy/kwok/stages.yaml).
+	AnnotationSimulatedNodeDark = "lockstep.dev/simulated-node-dark"
 )
 
 // ConstraintMode says how strictly a gang keeps to its topology level.
