@@ -120,7 +120,10 @@ func replay(ctx context.Context, o replayOptions, sched scheduler, jobs []bench.
 // topology agent and, when sched is given, the controller giving pods
 // sched's name and sched itself.
 func startCluster(ctx context.Context, root, model string, sched *scheduler) (c *localcluster.Cluster, err error) {
-	c, err = localcluster.Start(ctx, localcluster.Options{RepoRoot: root, Model: model})
+	// The benchmarks never darken nodes; the scale models need the longer
+	// grace on a small machine.
+	c, err = localcluster.Start(ctx, localcluster.Options{RepoRoot: root, Model: model,
+		NodeMonitorGracePeriod: localcluster.ScaleNodeMonitorGracePeriod})
 	if err != nil {
 		return nil, err
 	}

@@ -115,15 +115,20 @@ func (r *TrainingJobReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		r.Topology = lockstep.DefaultTopologyConfig()
 	}
 	r.expectations = newExpectations(r.Clock)
-	c, err := ctrl.NewControllerManagedBy(mgr).
+	b := ctrl.NewControllerManagedBy(mgr).
 		For(&v1alpha1.TrainingJob{}).
 		Owns(&corev1.Pod{}).
 		Owns(&autoscalingv2.HorizontalPodAutoscaler{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		// The PodGroup controller rewrites status as pods change; only a
 		// changed or deleted spec concerns this one.
 		Owns(&schedv1alpha1.PodGroup{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
-		WithOptions(controller.Options{MaxConcurrentReconciles: r.Workers}).
-		Build(r)
+		WithOptions(controller.Options{MaxConcurrentReconciles: r.Workers})
+	// Nodes that go dark under a job (nodeloss.go).
+	b, err := r.watchNodes(mgr, b)
+	if err != nil {
+		return err
+	}
+	c, err := b.Build(r)
 	if err != nil {
 		return err
 	}
@@ -155,6 +160,11 @@ func (r *TrainingJobReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 	}
 	pods, err := r.listPods(ctx, job)
 	if err != nil {
+		return ctrl.Result{}, err
+	}
+	// Pods being deleted on a node confirmed unreachable never go on their
+	// own, whatever the job's state (nodeloss.go).
+	if err := r.releaseUnreachable(ctx, job, pods); err != nil {
 		return ctrl.Result{}, err
 	}
 
@@ -251,7 +261,12 @@ func (r *TrainingJobReconciler) ensureRunning(ctx context.Context, job *v1alpha1
 		// event, or when the expectations expire.
 		return ctrl.Result{RequeueAfter: expectationsTTL}, nil
 	}
-	d := decide(job, a, obs, r.Clock.Now())
+	// Members on nodes that went dark (nodeloss.go).
+	loss, err := r.observeNodeLoss(ctx, job, &obs, pods, framework.EffectiveRestartScope(a, job))
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	d := loss.amend(decide(job, a, obs, r.Clock.Now()))
 	switch {
 	case d.outcome.Result != framework.Running:
 		return r.ensureFinishedNow(ctx, job, d.outcome)
@@ -280,6 +295,9 @@ func (r *TrainingJobReconciler) ensureRunning(ctx context.Context, job *v1alpha1
 	if retry := r.ensureRunningConditions(ctx, job, obs); retry > 0 && (requeue == 0 || retry < requeue) {
 		requeue = retry
 	}
+	if retry := loss.requeueAfter; retry > 0 && (requeue == 0 || retry < requeue) {
+		requeue = retry
+	}
 	return ctrl.Result{RequeueAfter: requeue}, err
 }
 
@@ -294,8 +312,10 @@ func (r *TrainingJobReconciler) ensureRunningConditions(ctx context.Context, job
 			fmt.Sprintf("%d pods are running", obs.running))
 		r.Recorder.Eventf(job, corev1.EventTypeNormal, ReasonGangRunning, "The gang is running (%d pods)", obs.running)
 	}
-	if meta.IsStatusConditionTrue(job.Status.Conditions, string(v1alpha1.JobRestarting)) {
-		setCondition(&job.Status, job.Generation, v1alpha1.JobRestarting, metav1.ConditionFalse, ReasonGangRunning, "the restarted gang is running")
+	if c := meta.FindStatusCondition(job.Status.Conditions, string(v1alpha1.JobRestarting)); c != nil && c.Status == metav1.ConditionTrue {
+		// The message keeps why the job restarted.
+		setCondition(&job.Status, job.Generation, v1alpha1.JobRestarting, metav1.ConditionFalse, ReasonGangRunning,
+			truncateMessage(fmt.Sprintf("the restarted gang is running (%s: %s)", c.Reason, c.Message)))
 	}
 	complete, err := r.ensurePlacement(ctx, job, obs)
 	if err != nil {
@@ -330,9 +350,13 @@ func (r *TrainingJobReconciler) ensureRestart(ctx context.Context, job *v1alpha1
 	job.Status.RestartBackoff = nextRestartBackoff(job.Spec.RunPolicy.RestartBackoff, job.Status.RestartBackoff, runningSince, r.Clock.Now())
 	job.Status.RestartCount++
 	msg := fmt.Sprintf("restart %d (%s scope): %s; %s", job.Status.RestartCount, scope, d.incident, describeBackoff(job.Status.RestartBackoff))
-	setCondition(&job.Status, job.Generation, v1alpha1.JobRestarting, metav1.ConditionTrue, ReasonRestarting, msg)
+	reason := ReasonRestarting
+	if d.reason != "" {
+		reason = d.reason
+	}
+	setCondition(&job.Status, job.Generation, v1alpha1.JobRestarting, metav1.ConditionTrue, reason, msg)
 	if meta.IsStatusConditionTrue(job.Status.Conditions, string(v1alpha1.JobRunning)) {
-		setCondition(&job.Status, job.Generation, v1alpha1.JobRunning, metav1.ConditionFalse, ReasonRestarting, msg)
+		setCondition(&job.Status, job.Generation, v1alpha1.JobRunning, metav1.ConditionFalse, reason, msg)
 	}
 	if err := r.Client.Status().Update(ctx, job); err != nil {
 		if apierrors.IsConflict(err) {
@@ -341,7 +365,7 @@ func (r *TrainingJobReconciler) ensureRestart(ctx context.Context, job *v1alpha1
 		}
 		return fmt.Errorf("recording restart of %s: %w", klog.KObj(job), err)
 	}
-	r.Recorder.Event(job, corev1.EventTypeWarning, ReasonRestarting, "Restarting: "+msg)
+	r.Recorder.Event(job, corev1.EventTypeWarning, reason, "Restarting: "+msg)
 	ctrl.LoggerFrom(ctx).V(2).Info("Restarting", "scope", scope, "pods", len(d.restart), "restartCount", job.Status.RestartCount, "incident", d.incident)
 	if err := r.deletePods(ctx, job, podsOf(d.restart)); err != nil {
 		return err

@@ -408,6 +408,7 @@ func (r *TrainingJobReconciler) desiredPod(job *v1alpha1.TrainingJob, a framewor
 	}
 	pod.Spec.SchedulerName = r.SchedulerName
 	pod.Spec.RestartPolicy = corev1.RestartPolicyNever
+	unreachableTolerations(&pod.Spec, unreachableTolerance(job))
 	addSearchDomain(&pod.Spec, framework.JobSearchDomain(job, r.ClusterDomain))
 	if sp := job.Spec.RunPolicy.SchedulingPolicy; sp != nil && sp.PriorityClass != "" && pod.Spec.PriorityClassName == "" {
 		pod.Spec.PriorityClassName = sp.PriorityClass

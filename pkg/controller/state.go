@@ -218,6 +218,9 @@ type decision struct {
 	// condition and the event.
 	restart  []jobPod
 	incident string
+	// reason is the restart's condition and event reason when it is not
+	// ReasonRestarting (ReasonNodeUnreachable).
+	reason string
 	// gangRestart marks a restart of the whole gang: the restart count
 	// rises and every pod of the incarnation goes, lost members included.
 	gangRestart bool

@@ -42,6 +42,11 @@ type Options struct {
 	Dir string
 	// Detached components outlive this process (cluster-up).
 	Detached bool
+	// NodeMonitorGracePeriod, when set, replaces kube-controller-manager's
+	// default node-monitor-grace-period (50 s): only for large models on a
+	// small machine (ScaleNodeMonitorGracePeriod), never where a test
+	// darkens a node.
+	NodeMonitorGracePeriod time.Duration
 }
 
 // Cluster is a running test cluster with our components.
@@ -109,6 +114,7 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 	// Checked before c.local is set, so the failed start's teardown leaves the
 	// existing cluster alone.
 	local := newKWOKCluster(opts.RepoRoot, c.Dir)
+	local.nodeMonitorGracePeriod = opts.NodeMonitorGracePeriod
 	if _, err := os.Stat(local.clusterDir()); err == nil && opts.Kubeconfig == "" {
 		return c, fmt.Errorf("a cluster already runs in %s: stop it first (make cluster-down)", c.Dir)
 	}

@@ -153,6 +153,12 @@ const (
 	// would kill them): the pod stays Terminating that long, as one that
 	// checkpoints on SIGTERM does. Without it a deleted pod goes at once.
 	AnnotationSimulatedShutdown = "lockstep.dev/simulated-shutdown"
+
+	// AnnotationSimulatedNodeDark on a pod on a fake (KWOK) node says its
+	// node went dark (the e2e harness's DarkenNode): KWOK plays none of our
+	// pod stages on it, so it is never started, finished or confirmed
+	// deleted, as on a node whose kubelet died (deploy/kwok/stages.yaml).
+	AnnotationSimulatedNodeDark = "lockstep.dev/simulated-node-dark"
 )
 
 // ConstraintMode says how strictly a gang keeps to its topology level.

@@ -44,6 +44,9 @@ func (j *TrainingJob) Default() {
 	if b := s.RunPolicy.RestartBackoff; b.ResetAfterSeconds == nil {
 		b.ResetAfterSeconds = ptr.To(DefaultRestartResetAfterSeconds)
 	}
+	if s.RunPolicy.UnreachableToleranceSeconds == nil {
+		s.RunPolicy.UnreachableToleranceSeconds = ptr.To(DefaultUnreachableToleranceSeconds)
+	}
 	if e := s.ElasticPolicy; e != nil {
 		// Kubeflow's rule: a missing bound copies the other; with neither,
 		// both are the Worker replicas.

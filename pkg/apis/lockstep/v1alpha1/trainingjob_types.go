@@ -213,6 +213,23 @@ type RunPolicy struct {
 	// SchedulingPolicy configures the job's PodGroup.
 	// +optional
 	SchedulingPolicy *SchedulingPolicy `json:"schedulingPolicy,omitempty"`
+
+	// UnreachableToleranceSeconds is how long a member may sit on a node
+	// that stopped answering (Ready False or Unknown with the
+	// node.kubernetes.io/unreachable or not-ready NoExecute taint, or a node
+	// tainted node.kubernetes.io/out-of-service), counted from the taint's
+	// timeAdded, before the member counts as lost: a gang restarts whole on
+	// healthy nodes (reason NodeUnreachable), other scopes replace the
+	// member. It is also the tolerationSeconds of the pods' unreachable and
+	// not-ready tolerations, unless the template tolerates those taints
+	// itself. 0 restarts as soon as the node is marked unreachable or
+	// NotReady. Defaults to 30, well under the cluster's 300 s default
+	// toleration: a gang cannot use a dead rank.
+	// +kubebuilder:default=30
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=3600
+	// +optional
+	UnreachableToleranceSeconds *int32 `json:"unreachableToleranceSeconds,omitempty"`
 }
 
 // RestartBackoff spaces the restarts of a job, as the Job controller spaces
@@ -255,6 +272,13 @@ const (
 	DefaultRestartInitialSeconds    int32 = 10
 	DefaultRestartMaxSeconds        int32 = 360
 	DefaultRestartResetAfterSeconds int32 = 600
+)
+
+// DefaultUnreachableToleranceSeconds is runPolicy.unreachableToleranceSeconds
+// when unset; MaxUnreachableToleranceSeconds its bound.
+const (
+	DefaultUnreachableToleranceSeconds int32 = 30
+	MaxUnreachableToleranceSeconds     int32 = 3600
 )
 
 // IsSuspended says whether runPolicy.suspend is true.

@@ -216,6 +216,10 @@ func (r *RunPolicy) validate(p *field.Path, totalReplicas int32) field.ErrorList
 			errs = append(errs, field.Invalid(p.Child("initialSeconds"), *b.InitialSeconds, "initialSeconds must not exceed maxSeconds"))
 		}
 	}
+	if v := r.UnreachableToleranceSeconds; v != nil && (*v < 0 || *v > MaxUnreachableToleranceSeconds) {
+		errs = append(errs, field.Invalid(p.Child("unreachableToleranceSeconds"), *v,
+			fmt.Sprintf("must be between 0 and %d seconds (0 restarts as soon as the node is marked unreachable)", MaxUnreachableToleranceSeconds)))
+	}
 	if sp := r.SchedulingPolicy; sp != nil {
 		p := p.Child("schedulingPolicy")
 		if v := sp.MinAvailable; v != nil {

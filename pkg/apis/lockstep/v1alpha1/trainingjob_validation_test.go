@@ -135,6 +135,40 @@ func TestValidationRules(t *testing.T) {
 			want: "must not exceed the total number of replicas",
 		},
 		{
+			name: "unreachableToleranceSeconds negative",
+			job: func() *TrainingJob {
+				j := validPyTorch()
+				j.Spec.RunPolicy = &RunPolicy{UnreachableToleranceSeconds: ptr.To[int32](-1)}
+				return j
+			}(),
+			want: "unreachableToleranceSeconds",
+		},
+		{
+			name: "unreachableToleranceSeconds above an hour",
+			job: func() *TrainingJob {
+				j := validPyTorch()
+				j.Spec.RunPolicy = &RunPolicy{UnreachableToleranceSeconds: ptr.To[int32](3601)}
+				return j
+			}(),
+			want: "unreachableToleranceSeconds",
+		},
+		{
+			name: "unreachableToleranceSeconds zero",
+			job: func() *TrainingJob {
+				j := validPyTorch()
+				j.Spec.RunPolicy = &RunPolicy{UnreachableToleranceSeconds: ptr.To[int32](0)}
+				return j
+			}(),
+		},
+		{
+			name: "unreachableToleranceSeconds an hour",
+			job: func() *TrainingJob {
+				j := validPyTorch()
+				j.Spec.RunPolicy = &RunPolicy{UnreachableToleranceSeconds: ptr.To[int32](3600)}
+				return j
+			}(),
+		},
+		{
 			name: "minAvailable equal to total",
 			job: func() *TrainingJob {
 				j := validPyTorch()
@@ -485,10 +519,11 @@ func TestTotalReplicas(t *testing.T) {
 	}
 }
 
-// withRestartDefaults adds the restart defaults Default fills to a run
-// policy a test expects.
+// withRestartDefaults adds the restart and node-loss defaults Default
+// fills to a run policy a test expects.
 func withRestartDefaults(p *RunPolicy) *RunPolicy {
 	p.BackoffLimit = ptr.To(DefaultBackoffLimit)
+	p.UnreachableToleranceSeconds = ptr.To(DefaultUnreachableToleranceSeconds)
 	p.RestartBackoff = &RestartBackoff{
 		InitialSeconds:    ptr.To(DefaultRestartInitialSeconds),
 		MaxSeconds:        ptr.To(DefaultRestartMaxSeconds),
