@@ -3,6 +3,7 @@ package controller
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -123,7 +124,7 @@ type nodeLoss struct {
 // one under the bound is waited for, until its bound runs out.
 func assessNodeLoss(obs observation, pods []*corev1.Pod, outages map[string]nodeOutage, bound time.Duration, now time.Time) nodeLoss {
 	nl := nodeLoss{bound: bound}
-	for _, name := range sortedKeys(obs.live) {
+	for _, name := range slices.Sorted(maps.Keys(obs.live)) {
 		p := obs.live[name]
 		out, ok := outages[p.Spec.NodeName]
 		if !ok || p.Spec.NodeName == "" {
@@ -147,15 +148,6 @@ func assessNodeLoss(obs observation, pods []*corev1.Pod, outages map[string]node
 	}
 	slices.SortFunc(nl.evicted, func(a, b darkMember) int { return strings.Compare(a.pod.Name, b.pod.Name) })
 	return nl
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	return keys
 }
 
 // markLost moves the lost members out of the live pods and into the lost
@@ -197,7 +189,7 @@ func (nl nodeLoss) amend(d decision) decision {
 		byNode[m.node] = append(byNode[m.node], m.pod.Name)
 	}
 	var parts []string
-	for _, node := range sortedKeys(byNode) {
+	for _, node := range slices.Sorted(maps.Keys(byNode)) {
 		parts = append(parts, fmt.Sprintf("node %s is unreachable (pods %s)", node, strings.Join(byNode[node], ", ")))
 	}
 	d.reason = ReasonNodeUnreachable

@@ -13,7 +13,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	schedv1alpha1 "sigs.k8s.io/scheduler-plugins/apis/scheduling/v1alpha1"
@@ -334,14 +333,7 @@ func TestControllerSuspendResume(t *testing.T) {
 	createJob(t, job)
 	waitPods(t, ns, job.Name, 2, 30*time.Second)
 
-	setSuspend := func(v bool) {
-		t.Helper()
-		patch := fmt.Sprintf(`{"spec":{"runPolicy":{"suspend":%t}}}`, v)
-		if err := cluster.Client.Patch(ctx, job, client.RawPatch(types.MergePatchType, []byte(patch))); err != nil {
-			t.Fatal(err)
-		}
-	}
-	setSuspend(true)
+	setSuspend(t, job, true)
 	waitJob(t, ns, job.Name, 20*time.Second, "job Suspended", hasCondition(v1alpha1.JobSuspended, ""))
 	err := localcluster.Poll(ctx, 100*time.Millisecond, 20*time.Second, "pods gone", func(ctx context.Context) (bool, error) {
 		list, err := cluster.Clientset.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
@@ -350,7 +342,7 @@ func TestControllerSuspendResume(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	setSuspend(false)
+	setSuspend(t, job, false)
 	waitPods(t, ns, job.Name, 2, 30*time.Second)
 	waitJob(t, ns, job.Name, 20*time.Second, "job Running, not Suspended", func(j *v1alpha1.TrainingJob) bool {
 		return hasCondition(v1alpha1.JobRunning, "")(j) && !hasCondition(v1alpha1.JobSuspended, "")(j)

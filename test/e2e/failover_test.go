@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -379,12 +380,17 @@ func TestControllerFailover(t *testing.T) {
 		kills, time.Since(begin).Round(time.Second), len(jobs), created, selfExits)
 }
 
-// podUIDWatch records the UIDs each pod name had per incarnation.
+// podUIDWatch records the UIDs each pod name had per incarnation, and when
+// each was created: from a watch, since pods of a crash loop live for a
+// second and a poll could miss them.
 type podUIDWatch struct {
 	mu     sync.Mutex
-	seen   map[string]map[types.UID]bool
+	seen   map[string]map[types.UID]time.Time
 	closed bool
 }
+
+// podKey is podUIDWatch's key: a pod name in one incarnation.
+func podKey(name, incarnation string) string { return name + " incarnation " + incarnation }
 
 func watchPodUIDs(t *testing.T, ns string) *podUIDWatch {
 	t.Helper()
@@ -394,7 +400,7 @@ func watchPodUIDs(t *testing.T, ns string) *podUIDWatch {
 		cancel()
 		t.Fatal(err)
 	}
-	pw := &podUIDWatch{seen: map[string]map[types.UID]bool{}}
+	pw := &podUIDWatch{seen: map[string]map[types.UID]time.Time{}}
 	stopped := make(chan struct{})
 	t.Cleanup(func() { cancel(); w.Stop(); <-stopped })
 	go func() {
@@ -404,12 +410,12 @@ func watchPodUIDs(t *testing.T, ns string) *podUIDWatch {
 			if !ok {
 				continue
 			}
-			key := p.Name + " incarnation " + p.Labels[lockstep.LabelIncarnation]
+			key := podKey(p.Name, p.Labels[lockstep.LabelIncarnation])
 			pw.mu.Lock()
 			if pw.seen[key] == nil {
-				pw.seen[key] = map[types.UID]bool{}
+				pw.seen[key] = map[types.UID]time.Time{}
 			}
-			pw.seen[key][p.UID] = true
+			pw.seen[key][p.UID] = p.CreationTimestamp.Time
 			pw.mu.Unlock()
 		}
 		pw.mu.Lock()
@@ -417,6 +423,25 @@ func watchPodUIDs(t *testing.T, ns string) *podUIDWatch {
 		pw.mu.Unlock()
 	}()
 	return pw
+}
+
+// earliest is when the first pod of an incarnation was created.
+func (pw *podUIDWatch) earliest(incarnation int32) (time.Time, bool) {
+	pw.mu.Lock()
+	defer pw.mu.Unlock()
+	var first time.Time
+	suffix := podKey("", strconv.Itoa(int(incarnation)))
+	for key, set := range pw.seen {
+		if !strings.HasSuffix(key, suffix) {
+			continue
+		}
+		for _, c := range set {
+			if first.IsZero() || c.Before(first) {
+				first = c
+			}
+		}
+	}
+	return first, !first.IsZero()
 }
 
 // check fails the test for every pod name created more than once in one

@@ -425,18 +425,7 @@ func TestMixedSizeGang(t *testing.T) {
 func TestWaitingGangDrainsItsLeaf(t *testing.T) {
 	ns := cluster.NewNamespace(t)
 	ctx := context.Background()
-	leaves := nodesByLeaf()
-	fill(t, ns, "busy0", 8, leaves["leaf-0"][:5])
-	busy := 5
-	for _, leaf := range []string{"leaf-1", "leaf-2", "leaf-3"} {
-		fill(t, ns, "busy-"+leaf, 8, leaves[leaf][:6])
-		busy += 6
-	}
-	waitRunningAllocated(t, ns, busy)
-	nodeLeaf := map[string]string{}
-	for _, n := range cluster.Model.Nodes() {
-		nodeLeaf[n.Name] = n.Labels[leafLabel]
-	}
+	_, nodeLeaf := fillLeavesForADrain(t, ns)
 
 	createGang(t, ns, "ddp", 5, 8, nil)
 	var message string
@@ -534,18 +523,7 @@ func waitDrainedNodes(t *testing.T, want float64, timeout time.Duration) time.Ti
 func TestSuspendedJobReleasesItsDrain(t *testing.T) {
 	ns := cluster.NewNamespace(t)
 	ctx := context.Background()
-	leaves := nodesByLeaf()
-	fill(t, ns, "busy0", 8, leaves["leaf-0"][:5])
-	busy := 5
-	for _, leaf := range []string{"leaf-1", "leaf-2", "leaf-3"} {
-		fill(t, ns, "busy-"+leaf, 8, leaves[leaf][:6])
-		busy += 6
-	}
-	waitRunningAllocated(t, ns, busy)
-	nodeLeaf := map[string]string{}
-	for _, n := range cluster.Model.Nodes() {
-		nodeLeaf[n.Name] = n.Labels[leafLabel]
-	}
+	leaves, nodeLeaf := fillLeavesForADrain(t, ns)
 	if n, err := drainedNodes(ctx); err != nil || n != 0 {
 		t.Fatalf("drained_nodes reads %v (%v) before the test drains anything", n, err)
 	}
@@ -596,4 +574,25 @@ func TestSuspendedJobReleasesItsDrain(t *testing.T) {
 	if n, err := drainedNodes(ctx); err != nil || n != 0 {
 		t.Errorf("drained_nodes reads %v (%v) after the next gang was placed, want 0", n, err)
 	}
+}
+
+// fillLeavesForADrain fills five nodes of leaf-0 and six of every other
+// leaf with whole-node pods and waits for them to run, so that a gang of
+// five whole nodes fits no leaf and leaf-0 is the one nearest to holding
+// it. It returns the nodes by leaf and the leaf of each node.
+func fillLeavesForADrain(t *testing.T, ns string) (leaves map[string][]string, nodeLeaf map[string]string) {
+	t.Helper()
+	leaves = nodesByLeaf()
+	fill(t, ns, "busy0", 8, leaves["leaf-0"][:5])
+	busy := 5
+	for _, leaf := range []string{"leaf-1", "leaf-2", "leaf-3"} {
+		fill(t, ns, "busy-"+leaf, 8, leaves[leaf][:6])
+		busy += 6
+	}
+	waitRunningAllocated(t, ns, busy)
+	nodeLeaf = map[string]string{}
+	for _, n := range cluster.Model.Nodes() {
+		nodeLeaf[n.Name] = n.Labels[leafLabel]
+	}
+	return leaves, nodeLeaf
 }

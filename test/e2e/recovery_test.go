@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -23,60 +22,6 @@ import (
 	"github.com/lockstep-dev/lockstep/pkg/lockstep"
 )
 
-// podCreations records when each pod of a namespace was created, by
-// incarnation, from a watch: pods of a crash loop live for a second and a
-// poll could miss them.
-type podCreations struct {
-	mu      sync.Mutex
-	created map[string][]time.Time // incarnation label -> creation times
-	closed  bool
-}
-
-func watchPodCreations(t *testing.T, ns string) *podCreations {
-	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	w, err := cluster.Clientset.CoreV1().Pods(ns).Watch(ctx, metav1.ListOptions{})
-	if err != nil {
-		cancel()
-		t.Fatal(err)
-	}
-	pc := &podCreations{created: map[string][]time.Time{}}
-	stopped := make(chan struct{})
-	t.Cleanup(func() { cancel(); w.Stop(); <-stopped })
-	go func() {
-		defer close(stopped)
-		seen := map[types.UID]bool{}
-		for ev := range w.ResultChan() {
-			p, ok := ev.Object.(*corev1.Pod)
-			if !ok || seen[p.UID] {
-				continue
-			}
-			seen[p.UID] = true
-			pc.mu.Lock()
-			inc := p.Labels[lockstep.LabelIncarnation]
-			pc.created[inc] = append(pc.created[inc], p.CreationTimestamp.Time)
-			pc.mu.Unlock()
-		}
-		pc.mu.Lock()
-		pc.closed = ctx.Err() == nil
-		pc.mu.Unlock()
-	}()
-	return pc
-}
-
-// earliest is when the first pod of an incarnation was created.
-func (pc *podCreations) earliest(incarnation int32) (time.Time, bool) {
-	pc.mu.Lock()
-	defer pc.mu.Unlock()
-	var first time.Time
-	for _, c := range pc.created[fmt.Sprint(incarnation)] {
-		if first.IsZero() || c.Before(first) {
-			first = c
-		}
-	}
-	return first, !first.IsZero()
-}
-
 // TestCrashLoopingRankBacksOff: the Workers of a job crash a second after
 // every start (KWOK's lockstep-pod-failed stage, exit code 1), which their
 // restart policy (OnFailure) retries. With the default restart backoff
@@ -84,7 +29,7 @@ func (pc *podCreations) earliest(incarnation int32) (time.Time, bool) {
 // created again, the status says when, and backoffLimit ends the job.
 func TestCrashLoopingRankBacksOff(t *testing.T) {
 	ns := cluster.NewNamespace(t)
-	creations := watchPodCreations(t, ns)
+	creations := watchPodUIDs(t, ns)
 	job := pytorchJob(ns, "crashloop", 2)
 	w := job.Spec.ReplicaSpecs[v1alpha1.ReplicaWorker]
 	w.Template.Annotations = map[string]string{
