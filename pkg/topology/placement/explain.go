@@ -76,15 +76,23 @@ func (p *planner) why() *Unschedulable {
 	return u
 }
 
-// drainable returns the domain a waiting gang that widens, and whose last
-// drain did not stall (Gang.NoDrain), should drain (Unschedulable.Drain), or -1: at the base level, a domain
+// drainable returns the domain a waiting gang that widens, whose last
+// drain did not stall (Gang.NoDrain) and that has no members placed before
+// (Gang.Near), should drain (Unschedulable.Drain), or -1: at the base level, a domain
 // short of the whole cluster that could ever hold the gang, holds its Near
 // nodes and no node drained for another gang, with room for the most
 // members now, then the most free GPUs; the first in tree order (lowest
 // ID) on ties.
 func (p *planner) drainable() int32 {
 	r := &p.req
-	if !r.widens || r.noDrain || r.gpus == 0 || r.base > r.limit {
+	// A gang with members placed before (Near: an elastic gang growing, the
+	// rest of a gang after a scheduler failover) drains nothing. Its base is
+	// the narrowest domain holding those members, whose GPUs they keep for
+	// as long as the gang runs: a drain there waits for pods that are not
+	// ending (an elastic job whose first Worker fills its node would hold
+	// its other Workers for a whole drain stall), while widening one level
+	// per preferredWait places them beside the running ones.
+	if !r.widens || r.noDrain || r.gpus == 0 || r.base > r.limit || p.nearLo >= 0 {
 		return -1
 	}
 	// A domain holding every node (the root, or the one spine of a small

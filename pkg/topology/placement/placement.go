@@ -156,7 +156,8 @@ type Unschedulable struct {
 	WiderLevel string
 	// Drain is the domain a gang that does not fit should drain
 	// (Books.Drain), nil when it should drain none. A gang that widens gets
-	// one, however far it has widened, unless Gang.NoDrain: of the domains
+	// one, however far it has widened, unless Gang.NoDrain or it has
+	// members placed before (Gang.Near): of the domains
 	// at its base level (its tightest) that could ever hold it, hold no
 	// node drained for another gang and hold its Near nodes, the one with
 	// room for the most members now, then the most free GPUs, then the

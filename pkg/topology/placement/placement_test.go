@@ -750,6 +750,25 @@ func TestPlaceNear(t *testing.T) {
 		gang:    Gang{Members: 3, GPUsPerMember: 8, Level: "leaf", Mode: lockstep.Required, Near: []string{"a1-bound"}},
 		wantErr: "kept beside the gang's 1 members placed before",
 	}}
+	t.Run("no drain beside members placed before", func(t *testing.T) {
+		// An elastic gang's first member fills a1-bound; the next one starts
+		// at that host, which its own member keeps full. Draining it would
+		// hold the member for a whole drain stall: it waits to widen
+		// instead.
+		_, err := Place(s, Gang{Members: 1, GPUsPerMember: 8, Level: "host", Mode: lockstep.Preferred, Implicit: true, Near: []string{"a1-bound"}}, Options{})
+		var u *Unschedulable
+		if !errors.As(err, &u) {
+			t.Fatalf("Place() error = %v, want Unschedulable", err)
+		}
+		if u.Drain != nil {
+			t.Errorf("drains %s, want no drain", u.Drain.ID)
+		}
+		// The same gang with nothing placed before drains as usual.
+		_, err = Place(s, Gang{Members: 5, GPUsPerMember: 8, Level: "host", Mode: lockstep.Preferred, Implicit: true}, Options{})
+		if !errors.As(err, &u) || u.Drain == nil {
+			t.Errorf("without Near: error %v, want a drain", err)
+		}
+	})
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			plan, err := Place(s, tt.gang, Options{})
