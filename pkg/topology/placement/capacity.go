@@ -115,6 +115,9 @@ type planner struct {
 	// request's Near nodes, nearLo < 0 when there are none: in pre-order,
 	// domain i holds them all exactly when i <= nearLo and nearHi < end.
 	nearLo, nearHi int32
+	// nearHosts are the hosts of the Near nodes (nil without any): the
+	// GPUs in use there count as held for good (see initHost).
+	nearHosts map[int32]bool
 }
 
 type usedNode struct {
@@ -146,6 +149,10 @@ func newPlanner(s *Snapshot, req request) (*planner, error) {
 				p.nearLo = h
 			}
 			p.nearHi = max(p.nearHi, h)
+			if p.nearHosts == nil {
+				p.nearHosts = map[int32]bool{}
+			}
+			p.nearHosts[h] = true
 		}
 	}
 	// Match snapshot nodes to hosts: by the last plan's order while the
@@ -366,6 +373,14 @@ func (p *planner) initHost(i, n int32) {
 	d.node, d.set, d.free = n, free, free.Len()
 	d.room = p.req.room(node, free)
 	d.ever = p.req.room(node, all)
+	if p.nearHosts[i] {
+		// The gang's own members placed before hold GPUs here for as long
+		// as it runs: what is in use now is never free for the new
+		// members. Without this an elastic gang whose first Worker filled
+		// its node started the next Workers' search at that full node and
+		// waited a preferredWait before widening to the leaf beside it.
+		d.ever = d.room
+	}
 	if d.room == 0 {
 		return
 	}

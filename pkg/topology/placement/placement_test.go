@@ -750,12 +750,32 @@ func TestPlaceNear(t *testing.T) {
 		gang:    Gang{Members: 3, GPUsPerMember: 8, Level: "leaf", Mode: lockstep.Required, Near: []string{"a1-bound"}},
 		wantErr: "kept beside the gang's 1 members placed before",
 	}}
+	t.Run("a member filling its host: the next ones go beside it at once", func(t *testing.T) {
+		// Tightest first from a1-bound, which its own member fills: that
+		// host can never hold another, so the base is its leaf and the new
+		// member is placed there now, without a preferredWait.
+		plan, err := Place(s, Gang{Members: 1, GPUsPerMember: 8, Level: "host", Mode: lockstep.Preferred, Implicit: true, Near: []string{"a1-bound"}}, Options{})
+		if err != nil {
+			t.Fatalf("Place(): %v", err)
+		}
+		if plan.Domain.ID != "block=()/spine=s-a/leaf=l-a1/clique=()/host=a1-0" && plan.Domain.ID != "block=()/spine=s-a/leaf=l-a1/clique=()/host=a1-1" {
+			t.Errorf("domain = %s, want a host of l-a1 beside a1-bound", plan.Domain.ID)
+		}
+	})
 	t.Run("no drain beside members placed before", func(t *testing.T) {
-		// An elastic gang's first member fills a1-bound; the next one starts
-		// at that host, which its own member keeps full. Draining it would
-		// hold the member for a whole drain stall: it waits to widen
-		// instead.
-		_, err := Place(s, Gang{Members: 1, GPUsPerMember: 8, Level: "host", Mode: lockstep.Preferred, Implicit: true, Near: []string{"a1-bound"}}, Options{})
+		// l-1 holds the gang's member (n-bound, full), a node of another
+		// job (n-busy) and a free node: it could hold two new members once
+		// n-busy's job ends, so it is their base, and they do not fit now.
+		// A drain there would hold the running member while n-busy's job
+		// runs on: the gang waits to widen instead.
+		c := newCluster(t)
+		c.add("n-bound", h100, 0, at{leaf: "l-1", spine: "s"})
+		c.add("n-busy", h100, 0, at{leaf: "l-1", spine: "s"})
+		c.add("n-free", h100, 8, at{leaf: "l-1", spine: "s"})
+		c.addN("m", 2, h100, at{leaf: "l-2", spine: "s"})
+		s := c.snapshot()
+		gang := Gang{Members: 2, GPUsPerMember: 8, Level: "host", Mode: lockstep.Preferred, Implicit: true, Near: []string{"n-bound"}}
+		_, err := Place(s, gang, Options{})
 		var u *Unschedulable
 		if !errors.As(err, &u) {
 			t.Fatalf("Place() error = %v, want Unschedulable", err)
@@ -763,9 +783,10 @@ func TestPlaceNear(t *testing.T) {
 		if u.Drain != nil {
 			t.Errorf("drains %s, want no drain", u.Drain.ID)
 		}
-		// The same gang with nothing placed before drains as usual.
-		_, err = Place(s, Gang{Members: 5, GPUsPerMember: 8, Level: "host", Mode: lockstep.Preferred, Implicit: true}, Options{})
-		if !errors.As(err, &u) || u.Drain == nil {
+		// The same gang with nothing placed before drains l-1.
+		gang.Near = nil
+		gang.Members = 3
+		if _, err := Place(s, gang, Options{}); !errors.As(err, &u) || u.Drain == nil {
 			t.Errorf("without Near: error %v, want a drain", err)
 		}
 	})
