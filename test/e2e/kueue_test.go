@@ -155,15 +155,9 @@ func queued(job *v1alpha1.TrainingJob, queue string) *v1alpha1.TrainingJob {
 
 // jobWorkload returns the Workload the job's controller made for it.
 func jobWorkload(ctx context.Context, ns, job string) (*unstructured.Unstructured, error) {
-	list := kueue.NewWorkloadList()
-	if err := cluster.Client.List(ctx, list, client.InNamespace(ns), client.MatchingLabels{lockstep.LabelJobName: job}); err != nil {
+	live, err := jobWorkloads(ctx, ns, job)
+	if err != nil {
 		return nil, err
-	}
-	var live []unstructured.Unstructured
-	for _, w := range list.Items {
-		if w.GetDeletionTimestamp() == nil {
-			live = append(live, w)
-		}
 	}
 	if len(live) != 1 {
 		return nil, fmt.Errorf("%d Workloads of TrainingJob %s/%s", len(live), ns, job)
