@@ -464,26 +464,23 @@ func (r *TrainingJobReconciler) ensureFinished(ctx context.Context, job *v1alpha
 // pods is no failure: no restart is counted.
 func (r *TrainingJobReconciler) ensureSuspended(ctx context.Context, job *v1alpha1.TrainingJob, pods []*corev1.Pod, reason, message string) error {
 	c := meta.FindStatusCondition(job.Status.Conditions, string(v1alpha1.JobSuspended))
-	if c == nil || c.Status != metav1.ConditionTrue {
-		// A new suspension: its count is recorded before any pod is
-		// deleted, so that the pods of this run, however long they take
-		// to terminate, are never taken for members of the next one.
-		job.Status.Suspensions++
+	suspending := c == nil || c.Status != metav1.ConditionTrue
+	if suspending || c.Reason != reason || c.Message != message {
 		setCondition(&job.Status, job.Generation, v1alpha1.JobSuspended, metav1.ConditionTrue, reason, message)
 		if meta.IsStatusConditionTrue(job.Status.Conditions, string(v1alpha1.JobRunning)) {
 			setCondition(&job.Status, job.Generation, v1alpha1.JobRunning, metav1.ConditionFalse, reason, message)
 		}
-		if err := r.Client.Status().Update(ctx, job); err != nil {
-			if apierrors.IsConflict(err) {
-				return errStaleJob
+		if suspending {
+			// A new suspension: its count is recorded before any pod is
+			// deleted, so that the pods of this run, however long they
+			// take to terminate, are never taken for members of the next.
+			job.Status.Suspensions++
+			if err := r.Client.Status().Update(ctx, job); err != nil {
+				if apierrors.IsConflict(err) {
+					return errStaleJob
+				}
+				return fmt.Errorf("recording suspension of %s: %w", klog.KObj(job), err)
 			}
-			return fmt.Errorf("recording suspension of %s: %w", klog.KObj(job), err)
-		}
-		r.Recorder.Event(job, corev1.EventTypeNormal, reason, "Suspended: "+message)
-	} else if c.Reason != reason || c.Message != message {
-		setCondition(&job.Status, job.Generation, v1alpha1.JobSuspended, metav1.ConditionTrue, reason, message)
-		if meta.IsStatusConditionTrue(job.Status.Conditions, string(v1alpha1.JobRunning)) {
-			setCondition(&job.Status, job.Generation, v1alpha1.JobRunning, metav1.ConditionFalse, reason, message)
 		}
 		r.Recorder.Event(job, corev1.EventTypeNormal, reason, "Suspended: "+message)
 	}
