@@ -16,9 +16,14 @@ COMMANDS := $(patsubst cmd/%/main.go,%,$(wildcard cmd/*/main.go))
 MODEL ?= test/e2e/models/hgx-32.yaml
 # Local cluster made by cluster-up; cluster-down removes it.
 CLUSTER_DIR ?= $(ROOT)/.cluster
-# Go test flags for the e2e suite; E2E_RUN selects tests by regexp.
+# The e2e suite runs in E2E_SHARDS shards side by side, each on a cluster of
+# its own (hack/e2eshard); E2E_RUN selects tests by regexp; E2E_TIMEOUT
+# bounds each shard; E2E_UPDATE=1 records the run's durations in
+# test/e2e/shards.txt, which balances the shards.
 E2E_RUN ?= .
 E2E_TIMEOUT ?= 45m
+E2E_SHARDS ?= 4
+E2E_UPDATE ?=
 
 .PHONY: all
 all: build
@@ -86,7 +91,7 @@ fuzz: ## Run every fuzz target for FUZZ_TIME each (beyond its seeds, which make 
 
 .PHONY: e2e
 e2e: tools build ## End-to-end tests on a local KWOK cluster (or $KUBECONFIG's cluster when set).
-	hack/e2e.sh -timeout $(E2E_TIMEOUT) -run '$(E2E_RUN)'
+	hack/e2e.sh -shards $(E2E_SHARDS) -timeout $(E2E_TIMEOUT) -run '$(E2E_RUN)' $(if $(E2E_UPDATE),-update)
 
 .PHONY: kind-nodes
 kind-nodes: ## Regenerate deploy/kind/nodes.yaml (the fake nodes of test/e2e/models/hgx-32.yaml).

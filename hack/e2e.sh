@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
-# Runs the e2e suite (test/e2e) and then makes sure nothing it started is
-# left: the suite tears its cluster down itself, on failure and on Ctrl-C too;
+# Runs the e2e suite (test/e2e), in shards side by side, each on a cluster of
+# its own (hack/e2eshard), and then makes sure nothing it started is left:
+# each shard tears its cluster down itself, on failure and on Ctrl-C too;
 # this script is the backstop for a test process that was killed outright
 # (SIGKILL, a go test timeout), and fails the run if it had to clean up.
 #
-# Usage: hack/e2e.sh [go test flags...]
+# Usage: hack/e2e.sh [-shards N] [-timeout D] [-run REGEXP] [-count N] [-update]
 set -uo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -50,7 +51,7 @@ reap || true # leftovers of an earlier run are not this run's failure
 interrupted=0
 trap 'interrupted=1' INT TERM
 cd "$root"
-go test ./test/e2e/ -count=1 -v "$@"
+go run ./hack/e2eshard "$@"
 status=$?
 trap - INT TERM
 

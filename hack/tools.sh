@@ -102,6 +102,45 @@ kube_ldflags="-s -w \
  -X k8s.io/component-base/version.gitMinor=$kube_minor \
  -X k8s.io/component-base/version.gitTreeState=clean"
 
+# Tool groups build side by side, at most TOOLS_JOBS (default 2) at once:
+# each is its own module with its own copy of the Kubernetes libraries, so
+# they share little, and a go build spends much of its time in a single
+# linker or in one large package; a second build fills the idle core. Each
+# group's output is printed whole when it ends.
+jobs=${TOOLS_JOBS:-2}
+pids=()
+logs=()
+spawn() {
+	while [ "$(jobs -rp | wc -l)" -ge "$jobs" ]; do
+		wait -n || true
+	done
+	local log
+	log=$(mktemp)
+	# The status goes to a file: wait -n above may already have reaped it.
+	# ensure runs in a subshell of its own so that errexit still stops it
+	# at its first failure.
+	(
+		set +e
+		(
+			set -e
+			ensure "$@"
+		)
+		echo $? >"$log.rc"
+	) >"$log" 2>&1 &
+	pids+=($!)
+	logs+=("$log")
+}
+wait_all() {
+	local failed=0 i
+	wait "${pids[@]}" 2>/dev/null || true
+	for i in "${!logs[@]}"; do
+		cat "${logs[$i]}"
+		[ "$(cat "${logs[$i]}.rc" 2>/dev/null)" = 0 ] || failed=1
+		rm -f "${logs[$i]}" "${logs[$i]}.rc"
+	done
+	return $failed
+}
+
 kube_tools=(
 	kube-apiserver=k8s.io/kubernetes/cmd/kube-apiserver
 	kube-controller-manager=k8s.io/kubernetes/cmd/kube-controller-manager
@@ -110,34 +149,33 @@ kube_tools=(
 if [ "$group" = all ]; then
 	kube_tools+=(kube-scheduler=k8s.io/kubernetes/cmd/kube-scheduler)
 fi
-ensure "$root" k8s.io/kubernetes "$kube_ldflags" "${kube_tools[@]}"
+spawn "$root" k8s.io/kubernetes "$kube_ldflags" "${kube_tools[@]}"
 
-ensure "$root/hack/tools/etcd" go.etcd.io/etcd/server/v3 "-s -w" \
+spawn "$root/hack/tools/etcd" go.etcd.io/etcd/server/v3 "-s -w" \
 	etcd=go.etcd.io/etcd/server/v3
 
-ensure "$root/hack/tools/kwok" sigs.k8s.io/kwok "-s -w" \
+spawn "$root/hack/tools/kwok" sigs.k8s.io/kwok "-s -w" \
 	kwok=sigs.k8s.io/kwok/cmd/kwok \
 	kwokctl=sigs.k8s.io/kwok/cmd/kwokctl
 
-if [ "$group" = cluster ]; then
-	exit 0
+if [ "$group" = all ]; then
+	spawn "$root/hack/tools/controller-gen" sigs.k8s.io/controller-tools "-s -w" \
+		controller-gen=sigs.k8s.io/controller-tools/cmd/controller-gen
+
+	# Peer operators for the interop e2e tests (docs/interop.md).
+	spawn "$root/hack/tools/training-operator" github.com/kubeflow/training-operator "-s -w" \
+		training-operator=github.com/kubeflow/training-operator/cmd/training-operator.v1
+
+	# Kueue's controller-manager, for the interop tests (test/e2e/kueue_test.go).
+	# Its own module: it compiles a second copy of the Kubernetes libraries at
+	# k8s.io v0.35, so a cold build costs several minutes more.
+	spawn "$root/hack/tools/kueue" sigs.k8s.io/kueue "-s -w" \
+		kueue=sigs.k8s.io/kueue/cmd/kueue
+
+	# KubeRay's ray-operator, for the interop tests (test/e2e/kuberay_test.go);
+	# the harness installs its CRDs from the same module
+	# (localcluster.InstallKubeRayCRDs), so a pin bump brings its CRDs along.
+	spawn "$root/hack/tools/kuberay" github.com/ray-project/kuberay/ray-operator "-s -w" \
+		ray-operator=github.com/ray-project/kuberay/ray-operator
 fi
-
-ensure "$root/hack/tools/controller-gen" sigs.k8s.io/controller-tools "-s -w" \
-	controller-gen=sigs.k8s.io/controller-tools/cmd/controller-gen
-
-# Peer operators for the interop e2e tests (docs/interop.md).
-ensure "$root/hack/tools/training-operator" github.com/kubeflow/training-operator "-s -w" \
-	training-operator=github.com/kubeflow/training-operator/cmd/training-operator.v1
-
-# Kueue's controller-manager, for the interop tests (test/e2e/kueue_test.go).
-# Its own module: it compiles a second copy of the Kubernetes libraries at
-# k8s.io v0.35, so a cold build costs several minutes more.
-ensure "$root/hack/tools/kueue" sigs.k8s.io/kueue "-s -w" \
-	kueue=sigs.k8s.io/kueue/cmd/kueue
-
-# KubeRay's ray-operator, for the interop tests (test/e2e/kuberay_test.go);
-# the harness installs its CRDs from the same module
-# (localcluster.InstallKubeRayCRDs), so a pin bump brings its CRDs along.
-ensure "$root/hack/tools/kuberay" github.com/ray-project/kuberay/ray-operator "-s -w" \
-	ray-operator=github.com/ray-project/kuberay/ray-operator
+wait_all

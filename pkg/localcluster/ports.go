@@ -6,9 +6,11 @@ import (
 	"math/rand/v2"
 	"net"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 )
 
 // Ports for the cluster's listeners (apiserver, etcd, our components'
@@ -29,6 +31,16 @@ import (
 // commonly configured service ports.
 const lowestPort = 10000
 
+// Several harness processes may run on one machine at once (the e2e suite's
+// shards, a demo started by a test, make cluster-up beside a test run), each
+// with its own picker. Random draws make it rare, not impossible, that two
+// pick the same free port in the moment before either child binds it; a
+// lost race is a component that fails to start. So each process also
+// claims every port it hands out: an exclusive flock on a per-port file
+// under portLockDir, held until the process exits (the kernel drops it
+// then, so a killed run never leaves a port claimed).
+var portLockDir = filepath.Join(os.TempDir(), "lockstep-ports")
+
 // ephemeralRangeFile holds the kernel's ephemeral port range, "low high".
 const ephemeralRangeFile = "/proc/sys/net/ipv4/ip_local_port_range"
 
@@ -39,13 +51,16 @@ type portPicker struct {
 	given  map[int]bool
 	// free reports whether a port can be listened on now.
 	free func(port int) bool
+	// claim reserves a port against other processes' pickers; false when
+	// another process holds it.
+	claim func(port int) bool
 }
 
 var ports = newPortPicker(ephemeralStart(ephemeralRangeFile))
 
 // newPortPicker picks below hi, the ephemeral range's start.
 func newPortPicker(hi int) *portPicker {
-	return &portPicker{lo: lowestPort, hi: hi, given: map[int]bool{}, free: canListen}
+	return &portPicker{lo: lowestPort, hi: hi, given: map[int]bool{}, free: canListen, claim: claimPort}
 }
 
 // ephemeralStart reads the start of the ephemeral port range from path,
@@ -79,6 +94,35 @@ func canListen(port int) bool {
 	return true
 }
 
+// claimed keeps the claimed ports' lock files open: closing one would drop
+// its flock.
+var claimed struct {
+	sync.Mutex
+	files []*os.File
+}
+
+// claimPort takes an exclusive, non-blocking flock on port's file in
+// portLockDir for the rest of the process's life. When the directory cannot
+// be used (a read-only temp dir), it claims nothing and says yes: the random
+// draw alone is what the harness had before.
+func claimPort(port int) bool {
+	if err := os.MkdirAll(portLockDir, 0o777); err != nil {
+		return true
+	}
+	f, err := os.OpenFile(filepath.Join(portLockDir, strconv.Itoa(port)), os.O_CREATE|os.O_RDWR, 0o666)
+	if err != nil {
+		return true
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		f.Close()
+		return false
+	}
+	claimed.Lock()
+	claimed.files = append(claimed.files, f)
+	claimed.Unlock()
+	return true
+}
+
 // errNoPortRange says the ephemeral range leaves too few ports below it.
 var errNoPortRange = errors.New("no ports below the ephemeral range")
 
@@ -99,7 +143,7 @@ func (p *portPicker) pick(n int) ([]int, error) {
 			return nil, fmt.Errorf("no free port in [%d, %d) after %d tries (%d handed out)", p.lo, p.hi, tries, len(p.given))
 		}
 		port := p.lo + rand.IntN(span)
-		if p.given[port] || !p.free(port) {
+		if p.given[port] || !p.free(port) || !p.claim(port) {
 			continue
 		}
 		p.given[port] = true

@@ -1,11 +1,16 @@
 package localcluster
 
 import (
+	"bufio"
 	"errors"
+	"fmt"
+	"io"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 )
 
@@ -46,8 +51,10 @@ func TestPortPickerStaysBelowEphemeralRange(t *testing.T) {
 		busy[port] = true
 	}
 	p.free = func(port int) bool { return !busy[port] }
+	// Every third port is claimed by another process.
+	p.claim = func(port int) bool { return port%3 != 2 }
 	seen := map[int]bool{}
-	for range 100 {
+	for range 60 {
 		got, err := p.pick(5)
 		if err != nil {
 			t.Fatal(err)
@@ -61,15 +68,17 @@ func TestPortPickerStaysBelowEphemeralRange(t *testing.T) {
 				t.Errorf("port %d outside [%d, %d)", port, lowestPort, lowestPort+1200)
 			case busy[port]:
 				t.Errorf("port %d was busy", port)
+			case port%3 == 2:
+				t.Errorf("port %d is another process's", port)
 			case seen[port]:
 				t.Errorf("port %d handed out twice", port)
 			}
 			seen[port] = true
 		}
 	}
-	// 800 ports are free and 500 given: what is left still runs out.
-	if _, err := p.pick(400); err == nil {
-		t.Error("pick(400) of 300 ports left: no error")
+	// 400 ports are free and unclaimed, 300 given: what is left runs out.
+	if _, err := p.pick(200); err == nil {
+		t.Error("pick(200) of 100 ports left: no error")
 	}
 }
 
@@ -96,5 +105,51 @@ func TestFreePortsCanBeBound(t *testing.T) {
 		if port >= ports.hi {
 			t.Errorf("port %d is in the ephemeral range (from %d)", port, ports.hi)
 		}
+	}
+}
+
+// TestPortClaimedByAnotherProcessIsSkipped: a port another process's picker
+// claimed cannot be claimed here, even though nothing listens on it yet.
+// The other process is this test binary run again, holding the claim until
+// its stdin closes.
+func TestPortClaimedByAnotherProcessIsSkipped(t *testing.T) {
+	if port := os.Getenv("LOCKSTEP_TEST_HOLD_PORT"); port != "" {
+		n, _ := strconv.Atoi(port)
+		if !claimPort(n) {
+			os.Exit(3)
+		}
+		fmt.Println("claimed")
+		_, _ = io.Copy(io.Discard, os.Stdin)
+		os.Exit(0)
+	}
+	// The child derives its lock dir from TMPDIR, as every process does.
+	tmp := t.TempDir()
+	saved := portLockDir
+	portLockDir = filepath.Join(tmp, "lockstep-ports")
+	t.Cleanup(func() { portLockDir = saved })
+	const port = lowestPort + 7
+	holder := exec.Command(os.Args[0], "-test.run=^TestPortClaimedByAnotherProcessIsSkipped$")
+	holder.Env = append(os.Environ(), "LOCKSTEP_TEST_HOLD_PORT="+strconv.Itoa(port), "TMPDIR="+tmp)
+	stdin, err := holder.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := holder.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := holder.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { stdin.Close(); _ = holder.Wait() }()
+	line, err := bufio.NewReader(out).ReadString('\n')
+	if err != nil || !strings.Contains(line, "claimed") {
+		t.Fatalf("holder did not claim port %d: %q %v", port, line, err)
+	}
+	if claimPort(port) {
+		t.Fatalf("port %d claimed here while another process holds it", port)
+	}
+	if !claimPort(port + 1) {
+		t.Errorf("port %d, which nobody holds, was refused", port+1)
 	}
 }

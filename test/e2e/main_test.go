@@ -106,7 +106,13 @@ func saveArtifacts(root string, c *localcluster.Cluster) {
 	if dir == "" {
 		dir = filepath.Join(root, "_artifacts")
 	}
-	dir = filepath.Join(dir, "e2e-"+time.Now().Format("20060102-150405"))
+	name := "e2e-" + time.Now().Format("20060102-150405")
+	if shard := os.Getenv("E2E_SHARD"); shard != "" {
+		// Shards run side by side (hack/e2eshard) and may fail in the
+		// same second.
+		name += "-shard" + shard
+	}
+	dir = filepath.Join(dir, name)
 	if err := c.SaveArtifacts(dir); err != nil {
 		fmt.Fprintf(os.Stderr, "e2e: saving logs: %v\n", err)
 	}

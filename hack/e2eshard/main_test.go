@@ -1,0 +1,157 @@
+package main
+
+import (
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+func TestDeal(t *testing.T) {
+	tab := &table{
+		groups: [][]string{{"TestKueue", "TestExamples"}},
+		secs: map[string]float64{
+			"TestA": 100, "TestB": 60, "TestC": 50, "TestD": 40,
+			"TestKueueOne": 20, "TestKueueTwo": 20, "TestExamplesRun": 30,
+		},
+	}
+	tests := []struct {
+		name   string
+		names  []string
+		shards int
+		want   [][]string
+	}{{
+		name:   "longest first onto the least loaded shard; a group stays whole",
+		names:  []string{"TestA", "TestB", "TestC", "TestD", "TestKueueOne", "TestKueueTwo", "TestExamplesRun"},
+		shards: 3,
+		// Units: A 100, group 70, B 60, C 50, D 40.
+		want: [][]string{{"TestA"}, {"TestKueueOne", "TestKueueTwo", "TestExamplesRun", "TestD"}, {"TestB", "TestC"}},
+	}, {
+		name:   "unmeasured tests count as defaultSeconds",
+		names:  []string{"TestNew1", "TestNew2", "TestD"},
+		shards: 2,
+		want:   [][]string{{"TestD"}, {"TestNew1", "TestNew2"}},
+	}, {
+		name:   "no more shards than units of work",
+		names:  []string{"TestKueueOne", "TestKueueTwo"},
+		shards: 4,
+		want:   [][]string{{"TestKueueOne", "TestKueueTwo"}},
+	}}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			var got [][]string
+			var total time.Duration
+			for _, p := range deal(tc.names, tab, tc.shards) {
+				got = append(got, p.tests)
+				total += p.estimate
+			}
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("deal (-want +got):\n%s", diff)
+			}
+			var want float64
+			for _, n := range tc.names {
+				want += tab.seconds(n)
+			}
+			if total != time.Duration(want*float64(time.Second)) {
+				t.Errorf("estimates sum to %s, want %gs", total, want)
+			}
+		})
+	}
+}
+
+func TestTableRoundTrip(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "shards.txt")
+	in := "# header\n# more\ngroup TestKueue TestExamples\nTestA 1.5\nTestB 2.0\n"
+	if err := os.WriteFile(path, []byte(in), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	tab, err := readTable(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tab.write(path, map[string]float64{"TestB": 3, "TestC": 4.25}); err != nil {
+		t.Fatal(err)
+	}
+	got, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "# header\n# more\ngroup TestKueue TestExamples\nTestA 1.5\nTestB 3.0\nTestC 4.2\n"
+	if diff := cmp.Diff(want, string(got)); diff != "" {
+		t.Errorf("rewritten table (-want +got):\n%s", diff)
+	}
+}
+
+func TestReadTableRefusesMalformedLines(t *testing.T) {
+	for _, line := range []string{"TestA", "TestA x", "TestA -1", "TestA 1 2"} {
+		path := filepath.Join(t.TempDir(), "shards.txt")
+		if err := os.WriteFile(path, []byte(line+"\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := readTable(path); err == nil {
+			t.Errorf("readTable accepted %q", line)
+		}
+	}
+}
+
+// TestShardsTableListsEveryTest keeps the committed table honest: every
+// test it names exists in the suite (a renamed test would otherwise be
+// dealt as unmeasured and unbalance the shards).
+func TestShardsTableListsEveryTest(t *testing.T) {
+	tab, err := readTable(filepath.Join("..", "..", "test", "e2e", "shards.txt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defined := map[string]bool{}
+	files, err := filepath.Glob(filepath.Join("..", "..", "test", "e2e", "*_test.go"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range files {
+		for _, name := range testFuncs(t, f) {
+			defined[name] = true
+		}
+	}
+	var stale, missing []string
+	for name := range tab.secs {
+		if !defined[name] {
+			stale = append(stale, name)
+		}
+	}
+	for name := range defined {
+		if _, ok := tab.secs[name]; !ok {
+			missing = append(missing, name)
+		}
+	}
+	sort.Strings(stale)
+	sort.Strings(missing)
+	if len(stale) > 0 || len(missing) > 0 {
+		t.Errorf("test/e2e/shards.txt is out of date: it names tests that do not exist %v and lacks %v; "+
+			"run them (go run ./hack/e2eshard -update -run REGEXP) or add \"NAME SECONDS\" lines", stale, missing)
+	}
+}
+
+// testFuncs lists the top-level tests a file declares (TestMain aside).
+func testFuncs(t *testing.T, path string) []string {
+	t.Helper()
+	f, err := parser.ParseFile(token.NewFileSet(), path, nil, parser.SkipObjectResolution)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, d := range f.Decls {
+		fn, ok := d.(*ast.FuncDecl)
+		if !ok || fn.Recv != nil || !strings.HasPrefix(fn.Name.Name, "Test") || fn.Name.Name == "TestMain" {
+			continue
+		}
+		names = append(names, fn.Name.Name)
+	}
+	return names
+}
