@@ -5,6 +5,7 @@ package e2e
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"os"
 	"os/signal"
@@ -25,6 +26,12 @@ func TestMain(m *testing.M) {
 }
 
 func runSuite(m *testing.M) int {
+	// Listing the tests (go test -list, as hack/e2eshard does to deal them
+	// to shards) needs no cluster.
+	flag.Parse()
+	if f := flag.Lookup("test.list"); f != nil && f.Value.String() != "" {
+		return m.Run()
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	root, err := filepath.Abs(filepath.Join("..", ".."))
