@@ -265,7 +265,10 @@ func runShard(ctx context.Context, binary, dir string, i, n int, p plan, count i
 	// Not CommandContext: on an interrupt the shard gets SIGINT below and
 	// tears its cluster down itself; a SIGKILL would leave the cluster to
 	// hack/e2e.sh's reaper.
-	cmd := exec.Command(binary, "-test.v", "-test.count="+strconv.Itoa(count), "-test.timeout="+timeout.String(), "-test.run="+run)
+	// -test.parallel: the tests that call t.Parallel wait on the cluster,
+	// not the CPU, so more of them than GOMAXPROCS (go test's default) run
+	// at once.
+	cmd := exec.Command(binary, "-test.v", "-test.parallel=16", "-test.count="+strconv.Itoa(count), "-test.timeout="+timeout.String(), "-test.run="+run)
 	cmd.Dir = dir
 	cmd.Env = append(os.Environ(), fmt.Sprintf("E2E_SHARD=%d", i+1))
 	pr, pw := io.Pipe()

@@ -23,6 +23,7 @@ import (
 // pods annotated with a simulated runtime succeed that long after they
 // start, so the job succeeds with nothing patching pod status.
 func TestSimulatedRuntimeEndsJob(t *testing.T) {
+	t.Parallel()
 	ns := cluster.NewNamespace(t)
 	job := pytorchJob(ns, "timed", 1)
 	for role, spec := range job.Spec.ReplicaSpecs {

@@ -156,6 +156,7 @@ func envOf(p corev1.Pod) map[string]string {
 // Master's success finishes the job and cleanPodPolicy Running deletes the
 // Workers still running.
 func TestControllerPyTorchJob(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	ns := cluster.NewNamespace(t)
 	job := pytorchJob(ns, "mnist", 3)
@@ -304,6 +305,7 @@ func waitPodsNow(ctx context.Context, ns, job string) map[string]corev1.Pod {
 // TestControllerActiveDeadline: a job that outlives activeDeadlineSeconds
 // fails on time, from the controller's requeue alone.
 func TestControllerActiveDeadline(t *testing.T) {
+	t.Parallel()
 	ns := cluster.NewNamespace(t)
 	job := pytorchJob(ns, "deadline", 1)
 	job.Spec.RunPolicy.ActiveDeadlineSeconds = ptr.To[int64](5)
@@ -327,6 +329,7 @@ func TestControllerActiveDeadline(t *testing.T) {
 // TestControllerSuspendResume: suspending deletes the pods and keeps the
 // job; resuming brings them back.
 func TestControllerSuspendResume(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	ns := cluster.NewNamespace(t)
 	job := pytorchJob(ns, "suspend", 1)
@@ -409,6 +412,7 @@ func TestControllerLargeJobCreation(t *testing.T) {
 // TestTrainingJobInvalidRejected: the CRD's CEL rules reject an invalid job
 // at admission and name the field.
 func TestTrainingJobInvalidRejected(t *testing.T) {
+	t.Parallel()
 	ns := cluster.NewNamespace(t)
 	job := pytorchJob(ns, "invalid", 1)
 	master := job.Spec.ReplicaSpecs[v1alpha1.ReplicaMaster]

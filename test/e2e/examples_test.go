@@ -93,6 +93,7 @@ func runExampleToSuccess(t *testing.T, job *v1alpha1.TrainingJob) {
 // kept, says why in a Warning event and its Created condition, and the
 // retries back off instead of looping hot.
 func TestTemplateThatCannotBecomePod(t *testing.T) {
+	t.Parallel()
 	ns := cluster.NewNamespace(t)
 	job := pytorchJob(ns, "no-sa", 1)
 	for role, spec := range job.Spec.ReplicaSpecs {

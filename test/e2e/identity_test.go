@@ -81,6 +81,7 @@ func TestAgentIdentityWritesOnlyItsNode(t *testing.T) {
 // TestControllerIdentityCannotBind checks the controller's ServiceAccount
 // can read its jobs but cannot bind pods: placing them is the scheduler's.
 func TestControllerIdentityCannotBind(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	ns := cluster.NewNamespace(t)
 	token, err := cluster.Token(ctx, localcluster.ControllerIdentity(), nil, 600)
@@ -114,6 +115,7 @@ func TestControllerIdentityCannotBind(t *testing.T) {
 // TestSchedulerIdentityCannotTouchJobsOrSecrets checks the scheduler's
 // ServiceAccount reads pods but neither TrainingJobs nor Secrets.
 func TestSchedulerIdentityCannotTouchJobsOrSecrets(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	ns := cluster.NewNamespace(t)
 	token, err := cluster.Token(ctx, localcluster.SchedulerIdentity(), nil, 600)

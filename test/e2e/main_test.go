@@ -1,6 +1,15 @@
 // Package e2e holds Lockstep's end-to-end tests. TestMain brings up one
-// cluster for the package (see pkg/localcluster); each test works in its
-// own namespace and leaves the cluster's GPUs free when it ends.
+// cluster for the test process (see pkg/localcluster); each test works in
+// its own namespace and leaves the cluster's GPUs free when it ends.
+//
+// Most tests have their process's cluster to themselves while they run:
+// they assert on the whole cluster's GPUs (a gang filling four leaves, a
+// gang that fits nowhere, a drained leaf, the scheduler's metrics) or stop
+// a shared component. The tests that call t.Parallel do neither (they use
+// their namespace and a few GPUs, and assert nothing about the rest of the
+// cluster), so they share it, running side by side after the others. To
+// use the machine while clusters wait, make e2e runs the suite in several
+// processes at once, each with a cluster of its own (hack/e2eshard).
 package e2e
 
 import (

@@ -28,6 +28,7 @@ import (
 // each gang restart waits 10 s, then 20 s, then 40 s before the pods are
 // created again, the status says when, and backoffLimit ends the job.
 func TestCrashLoopingRankBacksOff(t *testing.T) {
+	t.Parallel()
 	ns := cluster.NewNamespace(t)
 	creations := watchPodUIDs(t, ns)
 	job := pytorchJob(ns, "crashloop", 2)
@@ -97,6 +98,7 @@ func TestCrashLoopingRankBacksOff(t *testing.T) {
 // lost: the job runs, says why the pod is missing, and never restarts.
 // Once the quota allows it, the third pod joins.
 func TestQuotaBlockedMemberIsNoLoss(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	ns := cluster.NewNamespace(t)
 	quota := &corev1.ResourceQuota{
@@ -175,6 +177,7 @@ func TestQuotaBlockedMemberIsNoLoss(t *testing.T) {
 // terminate. The old pods are waited for and the job runs again with no
 // restart counted, even with backoffLimit 0.
 func TestResumeWithinGracePeriodIsNoRestart(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	ns := cluster.NewNamespace(t)
 	job := pytorchJob(ns, "resume", 2)
@@ -248,6 +251,7 @@ func setSuspend(t *testing.T, job *v1alpha1.TrainingJob, v bool) {
 // the old WORLD_SIZE); suspended, it scales, and resumes whole at the new
 // size without a restart. A job of no pods is refused outright.
 func TestNonElasticScaleRefused(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	ns := cluster.NewNamespace(t)
 	job := pytorchJob(ns, "fixed", 1)

@@ -36,6 +36,7 @@ func wantRefused(t *testing.T, what string, err error, want string) {
 // the host is refused, naming the field; the namespace label lets a
 // cluster-admin allow the host-sharing ones.
 func TestTemplatePolicyRefuses(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	ns := cluster.NewNamespace(t)
 	job := func(name string, mutate func(*corev1.PodTemplateSpec)) *v1alpha1.TrainingJob {
@@ -118,6 +119,7 @@ func TestTemplatePolicyRefuses(t *testing.T) {
 // under deploy/'s lockstep-controller-owned-objects policy: it may write
 // objects a TrainingJob controls, and nothing else; it reads no Secret.
 func TestControllerIdentityWritesOnlyOwnedObjects(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	ns := cluster.NewNamespace(t)
 	token, err := cluster.Token(ctx, localcluster.ControllerIdentity(), nil, 600)
@@ -273,6 +275,7 @@ func TestAgentIdentityWritesOnlyTopologyLabels(t *testing.T) {
 // get /metrics too (403), and with the scraper's token (bound to deploy/'s
 // lockstep-metrics-reader) it is served.
 func TestMetricsAuthorization(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	scraper, err := cluster.Token(ctx, localcluster.MetricsScraperIdentity(), nil, 600)
 	if err != nil {

@@ -10,6 +10,7 @@ import (
 // the harness started (control plane and our components) is on 127.0.0.1 or
 // ::1, so a test run never exposes a port beyond the machine.
 func TestListenersOnLoopbackOnly(t *testing.T) {
+	t.Parallel()
 	pids, err := cluster.ControlPlanePIDs()
 	if err != nil {
 		t.Fatal(err)
