@@ -12,10 +12,6 @@ import (
 	_ "k8s.io/component-base/metrics/prometheus/version"
 	"k8s.io/kubernetes/cmd/kube-scheduler/app"
 
-	// Registers CoschedulingArgs with the scheduler's config scheme so the
-	// plugin's args decode from --config.
-	_ "sigs.k8s.io/scheduler-plugins/apis/config/scheme"
-
 	"github.com/lockstep-dev/lockstep/pkg/scheduler"
 )
 

@@ -40,13 +40,12 @@ func topologyLevelProblem(job *v1alpha1.TrainingJob, cfg lockstep.TopologyConfig
 		}
 		return nil
 	}
-	names := cfg.LevelNames()
-	if slices.Contains(names, job.Spec.Topology.Level) {
+	if cfg.HasLevel(job.Spec.Topology.Level) {
 		return nil
 	}
 	return &schedulingProblem{ReasonUnknownTopologyLevel, fmt.Sprintf(
 		"spec.topology.level %q is not a level of the cluster's topology; use one of %s",
-		job.Spec.Topology.Level, strings.Join(names, ", "))}
+		job.Spec.Topology.Level, strings.Join(cfg.LevelNames(), ", "))}
 }
 
 // capacityProblem compares the GPUs the gang needs with those of every node

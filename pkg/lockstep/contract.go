@@ -9,7 +9,11 @@
 // YAML decoder and Kubernetes name rules, is in pkg/lockstep/topologyconfig.
 package lockstep
 
-import "strconv"
+import (
+	"slices"
+	"strconv"
+	"strings"
+)
 
 // GPUResource is the extended resource the NVIDIA device plugin advertises.
 // Untyped, so it converts to corev1.ResourceName where that is wanted.
@@ -172,8 +176,24 @@ const (
 	Preferred ConstraintMode = "Preferred"
 )
 
-// ConstraintModes lists the valid modes.
+// ConstraintModes lists the valid modes: every check of a mode (the API's
+// validation, the scheduler's args, a PodGroup's annotation, the planner)
+// accepts these.
 func ConstraintModes() []ConstraintMode { return []ConstraintMode{Required, Preferred} }
+
+// Valid reports whether m is one of ConstraintModes.
+func (m ConstraintMode) Valid() bool { return slices.Contains(ConstraintModes(), m) }
+
+// ConstraintModeList writes ConstraintModes for messages: "Required or
+// Preferred".
+func ConstraintModeList() string {
+	modes := ConstraintModes()
+	names := make([]string, len(modes))
+	for i, m := range modes {
+		names[i] = string(m)
+	}
+	return strings.Join(names, " or ")
+}
 
 // FormatEfficiency writes a placement efficiency (topology.Rating) the one
 // way the PodGroup annotation AnnotationPlacementEfficiency, TrainingJob

@@ -85,11 +85,11 @@ func levelForLabel(annotation, key string, cfg TopologyConfig) (string, error) {
 	if key == LabelHostname {
 		return LevelHost, nil
 	}
+	if l, ok := cfg.LevelLabelled(key); ok {
+		return l.Name, nil
+	}
 	keys := []string{LabelHostname}
 	for _, l := range cfg.Levels {
-		if l.LabelKey == key {
-			return l.Name, nil
-		}
 		keys = append(keys, l.LabelKey)
 	}
 	return "", fmt.Errorf("annotation %s=%q is no node label of a configured topology level; use one of %s",

@@ -74,6 +74,39 @@ func (c TopologyConfig) LevelNames() []string {
 	return append(out, LevelCluster)
 }
 
+// Level returns the configured level named name; host and cluster, which
+// are implicit, are not among them.
+func (c TopologyConfig) Level(name string) (Level, bool) {
+	for _, l := range c.Levels {
+		if l.Name == name {
+			return l, true
+		}
+	}
+	return Level{}, false
+}
+
+// LevelLabelled returns the configured level whose domains the node label
+// key names.
+func (c TopologyConfig) LevelLabelled(key string) (Level, bool) {
+	for _, l := range c.Levels {
+		if l.LabelKey == key {
+			return l, true
+		}
+	}
+	return Level{}, false
+}
+
+// HasLevel reports whether a constraint may name level: it is one of
+// LevelNames (host, a configured level, cluster). The controller, the
+// scheduler and the planner all accept exactly these.
+func (c TopologyConfig) HasLevel(name string) bool {
+	if name == LevelHost || name == LevelCluster {
+		return true
+	}
+	_, ok := c.Level(name)
+	return ok
+}
+
 // NVLinkLevel returns the first multi-node NVLink level, if any.
 func (c TopologyConfig) NVLinkLevel() (Level, bool) {
 	for _, l := range c.Levels {

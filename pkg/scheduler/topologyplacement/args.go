@@ -140,8 +140,8 @@ func (a *Args) setDefaults() {
 
 func (a *Args) validate(path *field.Path) field.ErrorList {
 	errs := topologyconfig.Validate(a.TopologyConfig, path)
-	if a.DefaultMode != lockstep.Required && a.DefaultMode != lockstep.Preferred {
-		errs = append(errs, field.NotSupported(path.Child("defaultMode"), a.DefaultMode, []lockstep.ConstraintMode{lockstep.Required, lockstep.Preferred}))
+	if !a.DefaultMode.Valid() {
+		errs = append(errs, field.NotSupported(path.Child("defaultMode"), a.DefaultMode, lockstep.ConstraintModes()))
 	}
 	if a.Unconstrained != TightestFirst && a.Unconstrained != Anywhere {
 		errs = append(errs, field.NotSupported(path.Child("unconstrained"), a.Unconstrained, []UnconstrainedPlacement{TightestFirst, Anywhere}))
@@ -154,8 +154,13 @@ func (a *Args) validate(path *field.Path) field.ErrorList {
 			errs = append(errs, field.Invalid(path.Child(d.name), d.v.String(), "must not be negative"))
 		}
 	}
-	if a.GangScoreWeight < 0 || a.NVLinkScoreWeight < 0 {
-		errs = append(errs, field.Invalid(path.Child("gangScoreWeight"), a.GangScoreWeight, "score weights must not be negative"))
+	for _, w := range []struct {
+		name string
+		v    int64
+	}{{"gangScoreWeight", a.GangScoreWeight}, {"nvlinkScoreWeight", a.NVLinkScoreWeight}} {
+		if w.v < 0 {
+			errs = append(errs, field.Invalid(path.Child(w.name), w.v, "must not be negative"))
+		}
 	}
 	return errs
 }

@@ -54,6 +54,8 @@ func TestDecodeArgs(t *testing.T) {
 		{name: "bad label key", raw: `{"levels":[{"name":"rack","nodeLabel":"not a key"}]}`, wantErr: "args.levels[0].nodeLabel"},
 		{name: "oversubscription of an unknown level", raw: `{"oversubscription":{"pod":2}}`, wantErr: "args.oversubscription[pod]"},
 		{name: "oversubscription below 1", raw: `{"oversubscription":{"leaf":0.5}}`, wantErr: "must be at least 1"},
+		{name: "negative gang score weight", raw: `{"gangScoreWeight":-1}`, wantErr: "args.gangScoreWeight: Invalid value: -1"},
+		{name: "negative NVLink score weight", raw: `{"nvlinkScoreWeight":-1}`, wantErr: "args.nvlinkScoreWeight: Invalid value: -1"},
 		{name: "negative wait", raw: `{"preferredWait":"-1s"}`, wantErr: "args.preferredWait"},
 		{name: "unknown field", raw: `{"levelz":[]}`, wantErr: "levelz"},
 		{name: "negative topologyMaxAge", raw: `{"topologyMaxAge":"-1m"}`, wantErr: "args.topologyMaxAge"},

@@ -50,13 +50,6 @@ func (b *books) drop(key string) bool {
 	return b.core.Drop(key)
 }
 
-// reserve gives pod an open slot of its gang's plan on node.
-func (b *books) reserve(key string, pod types.UID, node string) (topology.GPUSet, bool) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.core.Reserve(key, string(pod), node)
-}
-
 // reserveSlot gives pod slot want of its gang's plan when it is open on
 // node, else another open slot there (placement.Books.ReserveSlot).
 func (b *books) reserveSlot(key string, pod types.UID, node string, want int) (assignment, bool) {

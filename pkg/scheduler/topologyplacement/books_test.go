@@ -31,22 +31,22 @@ func TestBooksHoldUntilReservedThenTrackPods(t *testing.T) {
 	if got := b.heldOn("a", "ns/g"); got != 0 {
 		t.Errorf("the gang's own plan counts as held for it: %v", got)
 	}
-	if _, ok := b.reserve("ns/g", "p1", "c"); ok {
+	if _, ok := b.reserveSlot("ns/g", "p1", "c", -1); ok {
 		t.Error("reserved a slot on a node outside the plan")
 	}
-	gpus, ok := b.reserve("ns/g", "p1", "a")
-	if !ok || gpus != topology.NewGPUSet(0, 1, 2, 3) {
+	r, ok := b.reserveSlot("ns/g", "p1", "a", 0)
+	if gpus := r.GPUs; !ok || gpus != topology.NewGPUSet(0, 1, 2, 3) {
 		t.Fatalf("reserve p1 on a = %v, %v", gpus, ok)
 	}
-	if again, ok := b.reserve("ns/g", "p1", "a"); !ok || again != gpus {
+	if again, ok := b.reserveSlot("ns/g", "p1", "a", -1); !ok || again != r {
 		t.Errorf("reserving again = %v, %v, want the same slot", again, ok)
 	}
 	if got := b.heldOn("a", "ns/other"); got != topology.AllGPUs(8) {
 		t.Errorf("held on a after one reservation = %v, want the reserved pod's GPUs plus the open slot", got)
 	}
-	b.reserve("ns/g", "p2", "a")
-	b.reserve("ns/g", "p3", "b")
-	if _, ok := b.reserve("ns/g", "p4", "a"); ok {
+	b.reserveSlot("ns/g", "p2", "a", -1)
+	b.reserveSlot("ns/g", "p3", "b", -1)
+	if _, ok := b.reserveSlot("ns/g", "p4", "a", -1); ok {
 		t.Error("a fourth pod got a slot of a three-member plan")
 	}
 	if len(b.expired(now.Add(time.Hour), time.Minute)) != 0 {
@@ -67,7 +67,7 @@ func TestBooksDropReleasesOpenSlots(t *testing.T) {
 	b := newBooks()
 	now := time.Unix(0, 0)
 	b.add("ns/g", twoNodePlan(), now)
-	b.reserve("ns/g", "p1", "b")
+	b.reserveSlot("ns/g", "p1", "b", -1)
 	if got := b.expired(now.Add(2*time.Minute), time.Minute); len(got) != 1 || got[0] != "ns/g" {
 		t.Errorf("expired = %v, want the incomplete plan", got)
 	}

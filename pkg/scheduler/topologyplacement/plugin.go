@@ -52,9 +52,6 @@ import (
 // Name is the plugin's name in the scheduler configuration.
 const Name = lockstep.TopologyPlacementPlugin
 
-// Annotations the plugin reads on PodGroups and writes on pods and PodGroups.
-const ()
-
 // TopologyPlacement is the plugin.
 type TopologyPlacement struct {
 	logger klog.Logger

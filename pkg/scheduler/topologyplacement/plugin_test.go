@@ -90,10 +90,20 @@ func TestPlanStillValid(t *testing.T) {
 		})
 	}
 	// A reserved member's node no longer needs room: only open slots count.
-	p.books.reserve("ns/g", "member-b", "b")
+	p.books.reserveSlot("ns/g", "member-b", "b", -1)
 	if !p.planStillValid(g, []fwk.NodeInfo{nodeInfo(gpuNode("a", 8)), nodeInfo(gpuNode("b", 8), busy)}) {
 		t.Error("plan invalid because of a node whose slot is already reserved")
 	}
+}
+
+// gangOf is the Gang placement.Decide plans for pg's gang of
+// pg.Spec.MinMember pending members: the plugin's request under its policy.
+func gangOf(p *TopologyPlacement, pg *schedv1alpha1.PodGroup, pod *v1.Pod, s *cycleState) (placement.Gang, error) {
+	req, err := p.request(pg, pod, s, gangMembers{total: int(pg.Spec.MinMember)})
+	if err != nil {
+		return placement.Gang{}, err
+	}
+	return p.policy().Gang(req)
 }
 
 func TestGangRequestWidensPreferredOverTime(t *testing.T) {
@@ -113,7 +123,7 @@ func TestGangRequestWidensPreferredOverTime(t *testing.T) {
 		{30 * time.Second, 4}, // past the widest level: the planner caps it
 	} {
 		clock.Step(step.after)
-		gang, err := p.gangRequest(pg, nil, s)
+		gang, err := gangOf(p, pg, nil, s)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -124,7 +134,7 @@ func TestGangRequestWidensPreferredOverTime(t *testing.T) {
 	// A Required gang widens the same way, from the narrowest level that
 	// could hold it; the planner caps it at its level.
 	pg.Annotations[lockstep.AnnotationTopologyMode] = "Required"
-	if gang, err := p.gangRequest(pg, nil, s); err != nil || gang.Widen != 4 {
+	if gang, err := gangOf(p, pg, nil, s); err != nil || gang.Widen != 4 {
 		t.Errorf("Required gang: %+v, %v; want Widen 4", gang, err)
 	}
 }
@@ -234,13 +244,13 @@ func TestGangRequestRejectsBadAnnotations(t *testing.T) {
 	} {
 		pg := utiltesting.MakePodGroup("g", "ns", 2).Obj()
 		pg.Annotations = annotations
-		if _, err := p.gangRequest(pg, nil, s); err == nil {
-			t.Errorf("%s: gangRequest accepted %v", name, annotations)
+		if _, err := gangOf(p, pg, nil, s); err == nil {
+			t.Errorf("%s: accepted %v", name, annotations)
 		}
 	}
 	pg := utiltesting.MakePodGroup("g", "ns", 2).Obj()
 	pg.Annotations = map[string]string{lockstep.AnnotationTopologyLevel: "leaf"}
-	gang, err := p.gangRequest(pg, nil, s)
+	gang, err := gangOf(p, pg, nil, s)
 	if err != nil || gang.Mode != lockstep.Preferred {
 		t.Errorf("level without mode: %+v, %v; want the default mode Preferred", gang, err)
 	}
@@ -287,7 +297,7 @@ func TestGangRequestKueueAnnotations(t *testing.T) {
 			pg.Annotations = tc.pg
 			pod := utiltesting.MakePod("p", "ns").Obj()
 			pod.Annotations = tc.pod
-			gang, err := p.gangRequest(pg, pod, s)
+			gang, err := gangOf(p, pg, pod, s)
 			res := got{Level: gang.Level, Mode: gang.Mode, Implicit: gang.Implicit, Err: err != nil}
 			if res.Err {
 				res.Level, res.Mode = "", ""
@@ -510,14 +520,14 @@ func TestWideningClock(t *testing.T) {
 	var got []state
 	for _, step := range []time.Duration{0, 10 * time.Second, 20 * time.Second, 15 * time.Second, 60 * time.Second} {
 		clock.Step(step)
-		got = append(got, state{p.widen("ns/g"), p.nextWiden("ns/g")})
+		got = append(got, state{p.policy().Widen(p.wait("ns/g")), p.nextWiden("ns/g")})
 	}
 	want := []state{{0, 30 * time.Second}, {0, 20 * time.Second}, {1, 30 * time.Second}, {1, 15 * time.Second}, {3, 15 * time.Second}}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("widen and time to the next widening at 0, 10, 30, 45, 105 s (-want,+got):\n%s", diff)
 	}
 	p.args.PreferredWait.Duration = 0
-	if w, next := p.widen("ns/g"), p.nextWiden("ns/g"); w != 0 || next != 0 {
+	if w, next := p.policy().Widen(p.wait("ns/g")), p.nextWiden("ns/g"); w != 0 || next != 0 {
 		t.Errorf("without a wait: widen %d, next %v; want 0 and no retry", w, next)
 	}
 	if !p.wakeups.addNew("ns/g") || p.wakeups.addNew("ns/g") {

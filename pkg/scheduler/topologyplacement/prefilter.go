@@ -2,10 +2,8 @@ package topologyplacement
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strconv"
-	"strings"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
@@ -216,7 +214,8 @@ func (p *TopologyPlacement) planGang(ctx context.Context, pod *v1.Pod, s *cycleS
 }
 
 // plan is planGang without the timing; outcome is a value of the outcome
-// label of plan_duration_seconds.
+// label of plan_duration_seconds. The rules are placement.Decide's; this
+// reads their input and carries out the decision.
 func (p *TopologyPlacement) plan(ctx context.Context, pod *v1.Pod, s *cycleState, nodes []fwk.NodeInfo) (g *gangPlan, outcome string, status *fwk.Status) {
 	logger := klog.FromContext(ctx).WithValues("plugin", Name, "podGroup", s.gang)
 	p.endDrainIfDue(ctx, s.gang)
@@ -227,61 +226,46 @@ func (p *TopologyPlacement) plan(ctx context.Context, pod *v1.Pod, s *cycleState
 	if err != nil {
 		return nil, outcomeError, fwk.AsStatus(err)
 	}
-	gang, err := p.gangRequest(pg, pod, s)
+	req, err := p.request(pg, pod, s, p.classMembers(pod, s.req.gpus))
 	if err != nil {
 		// A bad annotation is the user's to fix; say which and how.
 		return nil, outcomeUnschedulable, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, err.Error())
 	}
-	// The plan places this pod's size class: the gang's pods that ask for
-	// as many GPUs and are not bound yet, beside the members that are
-	// (bound by a scheduler instance before a restart, or the running
-	// members of an elastic gang that grew). All of them when they fit;
-	// else what minMember still needs, since Coscheduling lets the rest
-	// follow later.
-	members := p.classMembers(pod, s.req.gpus)
-	gang.Near = members.boundNodes
-	pending := max(members.total-members.bound, 1)
-	needed := max(min(members.total, int(pg.Spec.MinMember))-members.bound, 1)
 	snap, err := p.snapshot(pod, s.gang, nodes)
 	if err != nil {
 		return nil, outcomeError, fwk.AsStatus(err)
 	}
-	gang.Members = pending
-	plan, err := placement.Place(snap, gang, placement.Options{})
-	if needed < pending && errors.As(err, new(*placement.Unschedulable)) {
-		logger.V(2).Info("Not every pending member fits; planning what minMember needs", "pending", pending, "needed", needed)
-		gang.Members = needed
-		plan, err = placement.Place(snap, gang, placement.Options{})
+	d := placement.Decide(snap, req, p.policy())
+	if d.Fallback {
+		logger.V(2).Info("Not every pending member fits; planned what minMember needs", "pending", req.Pending, "needed", req.Needed)
 	}
-	var unschedulable *placement.Unschedulable
-	if errors.As(err, &unschedulable) {
-		logger.V(2).Info("Gang does not fit; holding nothing", "reason", unschedulable.Reason)
-		if unschedulable.Drain != nil {
-			p.setDrain(ctx, s.gang, corev1helpers.PodPriority(pod), unschedulable.Drain, unschedulable.DrainFree)
+	switch d.Verdict {
+	case placement.Refused:
+		// A bad annotation is the user's to fix; say which and how.
+		return nil, outcomeUnschedulable, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, fmt.Sprintf("PodGroup %s: %s", s.gang, d.Reason))
+	case placement.Failed:
+		return nil, outcomeError, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, fmt.Sprintf("PodGroup %s: %s", s.gang, d.Reason))
+	case placement.Waiting:
+		logger.V(2).Info("Gang does not fit; holding nothing", "reason", d.Reason)
+		if d.Drain != nil {
+			p.setDrain(ctx, s.gang, corev1helpers.PodPriority(pod), d.Drain, d.DrainFree)
 		}
-		if gang.Level != "" && (unschedulable.WiderLevel != "" || unschedulable.Drain != nil) {
-			// It fits once it may widen, or its drain ends then, which no
-			// cluster event announces: try it again then, not at the
-			// queue's 5-minute flush.
+		if d.Retry {
+			// Read once the drain is recorded: a drain that gained room
+			// holds the gang a drainStall from now.
 			p.retryAfter(s.gang, p.nextWiden(s.gang))
 		}
-		return nil, outcomeUnschedulable, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, fmt.Sprintf("PodGroup %s: %s", s.gang, unschedulable.Reason))
+		return nil, outcomeUnschedulable, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, fmt.Sprintf("PodGroup %s: %s", s.gang, d.Reason))
 	}
-	if err != nil {
-		return nil, outcomeError, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, fmt.Sprintf("PodGroup %s: %v", s.gang, err))
-	}
-	// Slots in topology order: rank r takes slot r (rankSlot), so
-	// consecutive ranks share the tightest domain.
-	placement.RankOrder(snap.Tree, plan, snap.NodeTopology)
-	logger.V(2).Info("Planned gang", "members", len(plan.Members), "domain", plan.Domain.ID, "level", plan.LevelName, "efficiency", plan.Efficiency)
+	logger.V(2).Info("Planned gang", "members", len(d.Plan.Members), "domain", d.Plan.Domain.ID, "level", d.Plan.LevelName, "efficiency", d.Plan.Efficiency)
 	p.releaseDrain(ctx, s.gang)
-	return p.books.add(s.gang, plan, p.clock.Now()), outcomePlanned, nil
+	return p.books.add(s.gang, d.Plan, p.clock.Now()), outcomePlanned, nil
 }
 
 // drainStallWaits, in PreferredWaits, bounds a drain. A gang that does not
 // fit drains a domain of its base level, and while the domain keeps
 // freeing GPUs (within drainStallWaits of the last GPU freed) it is held
-// there and does not widen (widen): a domain that is emptying is worth a
+// there and does not widen (placement.Policy.Widen): a domain that is emptying is worth a
 // longer wait than one a smaller pod may fill at any time, and training
 // jobs end minutes apart, so a domain that freed no GPU for one
 // PreferredWait is not yet stalled. When the domain stalls, the drain is
@@ -291,12 +275,6 @@ func (p *TopologyPlacement) plan(ctx context.Context, pod *v1.Pod, s *cycleState
 // could use now. No other bound is needed, as nothing but pods that
 // outrank the gang enters the domain (placement.Books.Drain).
 const drainStallWaits = 8
-
-// stalled reports whether the gang's last drain stalled within the last
-// drainStall: it may not drain yet (placement.Gang.NoDrain).
-func (p *TopologyPlacement) stalled(gang string) bool {
-	return p.books.stalled(gang, p.clock.Now(), p.drainStall())
-}
 
 // drainStall is how long a drained domain may free no GPU before its
 // drain is released: drainStallWaits PreferredWaits.
@@ -422,108 +400,72 @@ func (p *TopologyPlacement) classMembers(pod *v1.Pod, gpus int) gangMembers {
 	return m
 }
 
-// gangRequest turns a PodGroup and a member's request into the planner's
-// Gang, with the constraint of its annotations widened by one level per
-// PreferredWait a Preferred gang has waited. The planner counts the widening
-// from the narrowest level that could ever hold the gang, so no wait is
-// spent on levels too small for it.
+// request reads what placement.Decide needs of the pod's size class of its
+// gang: the members to place (m, from classMembers) beside those placed
+// before, what each asks for, the gang's constraint and its wait.
 //
-// A PodGroup without Lockstep's level annotation (another operator's gang)
-// takes the constraint from Kueue TAS's annotations on the member pod,
-// mapped by lockstep.KueueTopologyConstraint; Lockstep's own annotations
-// win where both are given.
-func (p *TopologyPlacement) gangRequest(pg *schedv1alpha1.PodGroup, pod *v1.Pod, s *cycleState) (placement.Gang, error) {
-	gang := placement.Gang{
-		Members:           int(pg.Spec.MinMember),
+// The constraint is the PodGroup's lockstep.dev/topology-* annotations. A
+// PodGroup without Lockstep's level annotation (another operator's gang)
+// takes it from Kueue TAS's annotations on the member pod, mapped by
+// lockstep.KueueTopologyConstraint; Lockstep's own annotations win where
+// both are given.
+func (p *TopologyPlacement) request(pg *schedv1alpha1.PodGroup, pod *v1.Pod, s *cycleState, m gangMembers) (placement.Request, error) {
+	req := placement.Request{
+		// All of the class's pending members when they fit; else what
+		// minMember still needs, since Coscheduling lets the rest follow
+		// later.
+		Pending:           max(m.total-m.bound, 1),
+		Needed:            max(min(m.total, int(pg.Spec.MinMember))-m.bound, 1),
 		GPUsPerMember:     s.req.gpus,
 		MilliCPUPerMember: s.req.milliCPU,
 		MemoryPerMember:   s.req.memory,
+		Near:              m.boundNodes,
 		Level:             pg.Annotations[lockstep.AnnotationTopologyLevel],
 		Mode:              lockstep.ConstraintMode(pg.Annotations[lockstep.AnnotationTopologyMode]),
+		Wait:              p.wait(s.gang),
 	}
-	if gang.Members < 1 {
-		gang.Members = 1
-	}
-	if gang.Level == "" && pod != nil {
+	if req.Level == "" && pod != nil {
 		level, mode, ok, err := lockstep.KueueTopologyConstraint(pod.Annotations, p.args.TopologyConfig)
 		if err != nil {
-			return gang, fmt.Errorf("pod %s/%s: %w", pod.Namespace, pod.Name, err)
+			return req, fmt.Errorf("pod %s/%s: %w", pod.Namespace, pod.Name, err)
 		}
 		if ok {
-			gang.Level, gang.Mode = level, mode
+			req.Level, req.Mode = level, mode
 		}
 	}
-	if gang.Level == "" {
-		if p.args.Unconstrained == TightestFirst {
-			// The tightest domain first, as a gang Preferred from the
-			// host: levels too small for it are skipped at once, and
-			// each wider one costs a PreferredWait.
-			gang.Level, gang.Mode, gang.Implicit = lockstep.LevelHost, lockstep.Preferred, true
-			gang.Widen, gang.NoDrain = p.widen(s.gang), p.stalled(s.gang)
-		}
-		return gang, nil
-	}
-	levelIndex := -1
-	names := make([]string, len(p.args.Levels))
-	for i, l := range p.args.Levels {
-		names[i] = l.Name
-		if l.Name == gang.Level {
-			levelIndex = i
-		}
-	}
-	if levelIndex < 0 {
-		return gang, fmt.Errorf("PodGroup %s: annotation %s=%q names no configured level; use one of %s",
-			s.gang, lockstep.AnnotationTopologyLevel, gang.Level, strings.Join(names, ", "))
-	}
-	switch gang.Mode {
-	case "":
-		gang.Mode = p.args.DefaultMode
-	case lockstep.Required, lockstep.Preferred:
-	default:
-		return gang, fmt.Errorf("PodGroup %s: annotation %s=%q must be Required or Preferred", s.gang, lockstep.AnnotationTopologyMode, gang.Mode)
-	}
-	// Required gangs widen too, from the narrowest level that could hold
-	// them up to their level (placement.Gang.Widen).
-	gang.Widen, gang.NoDrain = p.widen(s.gang), p.stalled(s.gang)
-	return gang, nil
+	return req, nil
 }
 
-// widen is how many levels a gang may widen now: one per PreferredWait
-// since it was first attempted, and none while the domain drained for it
-// keeps emptying (it freed a GPU within the last drainStall). Waiting for
-// a domain others keep filling is a gamble worth one wait; waiting for one
-// that empties is worth more.
-func (p *TopologyPlacement) widen(gang string) int {
-	if _, ok := p.holdUntil(gang); ok {
-		return 0
+// policy is the args as placement.Decide takes them.
+func (p *TopologyPlacement) policy() placement.Policy {
+	return placement.Policy{
+		Topology:      p.args.TopologyConfig,
+		DefaultMode:   p.args.DefaultMode,
+		TightestFirst: p.args.Unconstrained == TightestFirst,
+		PreferredWait: p.args.PreferredWait.Duration,
 	}
-	waited := p.clock.Since(p.firstSeen.firstSeen(gang, p.clock.Now()))
-	if wait := p.args.PreferredWait.Duration; wait > 0 && waited > 0 {
-		return int(waited / wait)
-	}
-	return 0
 }
 
-// holdUntil returns until when a gang whose drained domain is emptying is
-// held at its base level: drainStall after the domain last freed a GPU
-// (placement.Books.DrainHeld, the rule the sweep expires drains by). False
-// when it is not held.
-func (p *TopologyPlacement) holdUntil(gang string) (time.Time, bool) {
-	return p.books.drainHeld(gang, p.clock.Now(), p.drainStall())
+// wait is what the plugin remembers of the gang for widening: when it was
+// first attempted, and whether the domain drained for it keeps it at its
+// base level (placement.Books.DrainHeld, the rule the sweep expires
+// drains by) or stalled (placement.Books.Stalled).
+func (p *TopologyPlacement) wait(gang string) placement.Wait {
+	now := p.clock.Now()
+	w := placement.Wait{
+		Waited:  now.Sub(p.firstSeen.firstSeen(gang, now)),
+		Stalled: p.books.stalled(gang, now, p.drainStall()),
+	}
+	if hold, ok := p.books.drainHeld(gang, now, p.drainStall()); ok {
+		w.Held, w.HoldLeft = true, hold.Sub(now)
+	}
+	return w
 }
 
-// nextWiden is how long until a gang may widen one more level: the end of
-// its hold while its drained domain is emptying.
+// nextWiden is how long until the gang may widen one more level
+// (placement.Policy.NextWiden).
 func (p *TopologyPlacement) nextWiden(gang string) time.Duration {
-	if hold, ok := p.holdUntil(gang); ok {
-		return hold.Sub(p.clock.Now())
-	}
-	wait := p.args.PreferredWait.Duration
-	if wait <= 0 {
-		return 0
-	}
-	waited := max(p.clock.Since(p.firstSeen.firstSeen(gang, p.clock.Now())), 0)
-	return wait - waited%wait
+	return p.policy().NextWiden(p.wait(gang))
 }
 
 // endDrainIfDue releases the gang's drain once its domain stalled

@@ -191,10 +191,8 @@ func truncate(d *Domain, depth int) *Domain {
 // sorted by ID.
 func (t *Tree) AtLevel(name string) ([]*Domain, error) {
 	if !slices.Contains(t.Levels, name) {
-		for _, l := range t.configured {
-			if l.Name == name {
-				return nil, fmt.Errorf("no node is labelled for level %q (label %s)", name, l.LabelKey)
-			}
+		if l, ok := (lockstep.TopologyConfig{Levels: t.configured}).Level(name); ok {
+			return nil, fmt.Errorf("no node is labelled for level %q (label %s)", name, l.LabelKey)
 		}
 		return nil, fmt.Errorf("unknown level %q: the levels are %s", name, strings.Join(t.Levels, ", "))
 	}

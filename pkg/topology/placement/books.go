@@ -382,19 +382,6 @@ func (b *Books) Expired(now time.Time, ttl time.Duration) []string {
 	return out
 }
 
-// OnNode returns the keys of plans with an open slot on node, sorted: the
-// plans to check with Fits when the node changes or goes.
-func (b *Books) OnNode(node string) []string {
-	var out []string
-	for key, h := range b.gangs {
-		if len(h.OpenSlotsOn(node)) > 0 {
-			out = append(out, key)
-		}
-	}
-	slices.Sort(out)
-	return out
-}
-
 // MarkPublished reports whether the gang's placement still has to be
 // recorded, and marks it recorded.
 func (b *Books) MarkPublished(key string) (*Held, bool) {

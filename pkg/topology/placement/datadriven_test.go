@@ -53,6 +53,16 @@ import (
 //	  Node.Drained unless the gang's priority (default 0) is higher than
 //	  theirs (Books.KeptOff). As the plugin, a gang whose drain stalled less than
 //	  drainStall ago drains nothing (Gang.NoDrain, Books.Stalled).
+//	decide gang=ns/b members=4 [needed=N] gpus=8 [cpu=m] [mem=GiB]
+//	       [level=leaf] [mode=Required|Preferred|...] [first=0s] [now=30s]
+//	       [anywhere] [near=(n1,n2)] [priority=N]
+//	  one attempt at the gang as the plugin makes it (Decide): its drain
+//	  ends first if it stalled (Books.ExpireDrain); its Wait is read from
+//	  the books at now, first attempted at first; the policy is the
+//	  plugin's defaults (Preferred, TightestFirst unless anywhere, a
+//	  preferredWait of drainStall/8). Prints the verdict, the gang as
+//	  planned, and what the plugin records: the plan (Books.Add), or the
+//	  drain (Books.Drain) and when to retry (Policy.NextWiden).
 //	hold gang=ns/a [now=0s]
 //	  adds an explicit plan, one member per input line "n1 0-3".
 //	reserve gang=ns/b [pod=p node=n [slot=i]]
@@ -140,6 +150,8 @@ func (s *script) run(t *testing.T, d *datadriven.TestData) (string, error) {
 		return s.topology(d)
 	case "place":
 		return s.place(t, d)
+	case "decide":
+		return s.decide(t, d)
 	case "hold":
 		return s.hold(t, d)
 	case "reserve":
@@ -191,7 +203,9 @@ func (s *script) run(t *testing.T, d *datadriven.TestData) (string, error) {
 			return "", errors.New("no such node")
 		}
 		s.nodes = slices.Delete(s.nodes, i, i+1)
-		return s.validate(s.books.OnNode(name)), nil
+		// As the plugin: every plan is checked (Held.Fits) when its next
+		// member comes; here at once.
+		return s.validate(sortedKeys(s.books.gangs)), nil
 	case "validate":
 		return s.validate(sortedKeys(s.books.gangs)), nil
 	case "expire":
@@ -442,6 +456,85 @@ func (s *script) place(t *testing.T, d *datadriven.TestData) (string, error) {
 	}
 	s.books.Add(key, plan, timeArg(t, d))
 	return describePlan(key, plan), nil
+}
+
+// decide is the decide directive.
+func (s *script) decide(t *testing.T, d *datadriven.TestData) (string, error) {
+	key := arg(t, d, "gang", "")
+	r := Request{Level: arg(t, d, "level", ""), Mode: lockstep.ConstraintMode(arg(t, d, "mode", ""))}
+	d.ScanArgs(t, "members", &r.Pending)
+	r.Needed = r.Pending
+	d.MaybeScanArgs(t, "needed", &r.Needed)
+	d.MaybeScanArgs(t, "gpus", &r.GPUsPerMember)
+	d.MaybeScanArgs(t, "cpu", &r.MilliCPUPerMember)
+	if d.MaybeScanArgs(t, "mem", &r.MemoryPerMember) {
+		r.MemoryPerMember <<= 30
+	}
+	d.MaybeScanArgs(t, "near", &r.Near)
+	var first time.Duration
+	d.MaybeScanArgs(t, "first", &first)
+	var priority int32
+	d.MaybeScanArgs(t, "priority", &priority)
+	now := timeArg(t, d)
+	policy := Policy{
+		Topology:      lockstep.TopologyConfig{Levels: s.levels},
+		DefaultMode:   lockstep.Preferred,
+		TightestFirst: !d.HasArg("anywhere"),
+		PreferredWait: drainStall / 8,
+	}
+	wait := func() Wait {
+		w := Wait{Waited: now.Sub(time.Unix(0, 0).Add(first)), Stalled: s.books.Stalled(key, now, drainStall)}
+		if hold, ok := s.books.DrainHeld(key, now, drainStall); ok {
+			w.Held, w.HoldLeft = true, hold.Sub(now)
+		}
+		return w
+	}
+	var b strings.Builder
+	if s.books.ExpireDrain(key, now, drainStall) {
+		b.WriteString("its drain stalled: released\n")
+	}
+	r.Wait = wait()
+	snap, err := s.snapshot(key, priority)
+	if err != nil {
+		return "", err
+	}
+	dec := Decide(snap, r, policy)
+	if dec.Verdict != Refused {
+		g := dec.Gang
+		fmt.Fprintf(&b, "gang: %d x %d GPUs, level %q mode %q widen %d", g.Members, g.GPUsPerMember, g.Level, g.Mode, g.Widen)
+		for _, flag := range []struct {
+			set  bool
+			name string
+		}{{g.Implicit, "implicit"}, {g.NoDrain, "no drain"}, {dec.Fallback, "what minMember needs"}} {
+			if flag.set {
+				b.WriteString(", " + flag.name)
+			}
+		}
+		b.WriteString("\n")
+	}
+	switch dec.Verdict {
+	case Refused:
+		fmt.Fprintf(&b, "refused: %s", dec.Reason)
+	case Failed:
+		fmt.Fprintf(&b, "failed: %s", dec.Reason)
+	case Waiting:
+		fmt.Fprintf(&b, "waiting: %s", dec.Reason)
+		if dec.Drain != nil {
+			if s.books.Drain(key, dec.Drain, priority, dec.DrainFree, now) {
+				fmt.Fprintf(&b, "\ndrains: %s, %s free", dec.Drain.DisplayID(), plural(dec.DrainFree, "GPU"))
+			} else {
+				b.WriteString("\ncannot drain " + dec.Drain.DisplayID())
+			}
+		}
+		if dec.Retry {
+			fmt.Fprintf(&b, "\nretry in %v", policy.NextWiden(wait()))
+		}
+	case Planned:
+		checkPlan(t, snap, dec.Gang, dec.Plan)
+		s.books.Add(key, dec.Plan, now)
+		b.WriteString(describePlan(key, dec.Plan))
+	}
+	return b.String(), nil
 }
 
 func describePlan(key string, plan *Plan) string {

@@ -63,6 +63,18 @@
 // A gang that widens is also given a domain of its base level to drain
 // (Unschedulable.Drain), unless its last drain stalled (Gang.NoDrain).
 //
+// # Decide
+//
+// Decide is the whole rule for one attempt at a gang, which the scheduler
+// plugin only feeds and carries out: the constraint its PodGroup names is
+// checked (a level of lockstep.TopologyConfig.HasLevel, a mode of
+// lockstep.ConstraintModes) and defaulted, a gang naming none is placed
+// tightest first (Gang.Implicit), the widening its wait allows is added
+// (Policy.Widen: none while its drain holds it), its pending members are
+// planned or, when not all fit, those its minMember needs; a gang that
+// does not fit is told which domain to drain and whether to be retried on
+// the clock (Policy.NextWiden).
+//
 // # Drains
 //
 // A gang waiting for a domain of its base level would otherwise wait in

@@ -298,17 +298,18 @@ func newRequest(s *Snapshot, g Gang, opts Options) (request, error) {
 		r.messageBytes = DefaultMessageBytes
 	}
 	if g.Level != "" {
-		switch g.Mode {
-		case "", lockstep.Required:
-			// The level caps the gang; below it the gang is placed
-			// tightest first, widening from the narrowest level that
-			// could ever hold it as a Preferred gang does.
-			r.mode, r.stop, r.from, r.limit = lockstep.Required, r.want, 0, r.want
-			r.widens, r.widen = true, g.Widen
-		case lockstep.Preferred:
+		switch {
+		case g.Mode != "" && !g.Mode.Valid():
+			errs = append(errs, fmt.Errorf("mode %q: want %s", g.Mode, lockstep.ConstraintModeList()))
+		case g.Mode == lockstep.Preferred:
 			r.widens, r.widen, r.stop = true, g.Widen, r.want
 		default:
-			errs = append(errs, fmt.Errorf("mode %q: want %s or %s", g.Mode, lockstep.Required, lockstep.Preferred))
+			// Required, which "" reads as. The level caps the gang;
+			// below it the gang is placed tightest first, widening from
+			// the narrowest level that could ever hold it as a Preferred
+			// gang does.
+			r.mode, r.stop, r.from, r.limit = lockstep.Required, r.want, 0, r.want
+			r.widens, r.widen = true, g.Widen
 		}
 		if g.Widen < 0 {
 			errs = append(errs, fmt.Errorf("widen = %d: want at least 0", g.Widen))
@@ -372,15 +373,13 @@ func configuredLevels(given []topology.Level, names []string) ([]topology.Level,
 		}
 		return given, keys, nil
 	}
-	defaults := lockstep.DefaultLevels()
+	defaults := lockstep.DefaultTopologyConfig()
 	levels := make([]topology.Level, len(inner))
 	for i, name := range inner {
 		levels[i] = topology.Level{Name: name, LabelKey: name}
-		for _, d := range defaults {
-			if d.Name == name {
-				levels[i] = d
-				keys[i+1] = d.LabelKey
-			}
+		if d, ok := defaults.Level(name); ok {
+			levels[i] = d
+			keys[i+1] = d.LabelKey
 		}
 	}
 	return levels, keys, nil

@@ -7,6 +7,8 @@ import (
 
 	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/util/validation/field"
+
+	"github.com/lockstep-dev/lockstep/pkg/lockstep"
 )
 
 // MaxNameLength is the longest TrainingJob name: the longest hostname,
@@ -166,10 +168,8 @@ func (j *TrainingJob) Validate() field.ErrorList {
 		if len(t.Level) > 63 || !topologyLevelFormat.MatchString(t.Level) {
 			errs = append(errs, field.Invalid(p.Child("level"), t.Level, "must be a level name: lower-case letters, digits and '-', at most 63"))
 		}
-		switch t.Mode {
-		case "", TopologyRequired, TopologyPreferred:
-		default:
-			errs = append(errs, field.NotSupported(p.Child("mode"), t.Mode, []TopologyMode{TopologyRequired, TopologyPreferred}))
+		if t.Mode != "" && !lockstep.ConstraintMode(t.Mode).Valid() {
+			errs = append(errs, field.NotSupported(p.Child("mode"), t.Mode, lockstep.ConstraintModes()))
 		}
 	}
 	return errs
