@@ -32,7 +32,6 @@ type TrainingJobWrapper struct{ v1alpha1.TrainingJob }
 func MakeTrainingJob(name, namespace string) *TrainingJobWrapper {
 	return &TrainingJobWrapper{v1alpha1.TrainingJob{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace},
-		Spec:       v1alpha1.TrainingJobSpec{ReplicaSpecs: map[v1alpha1.ReplicaType]v1alpha1.ReplicaSpec{}},
 	}}
 }
 
@@ -53,9 +52,11 @@ func (j *TrainingJobWrapper) Clone() *TrainingJobWrapper {
 	return &TrainingJobWrapper{*j.DeepCopy()}
 }
 
-// With applies f to the job, for what no other method sets.
-func (j *TrainingJobWrapper) With(f func(*v1alpha1.TrainingJob)) *TrainingJobWrapper {
-	f(&j.TrainingJob)
+// With applies fs to the job in order, for what no other method sets.
+func (j *TrainingJobWrapper) With(fs ...func(*v1alpha1.TrainingJob)) *TrainingJobWrapper {
+	for _, f := range fs {
+		f(&j.TrainingJob)
+	}
 	return j
 }
 
@@ -93,8 +94,9 @@ func (j *TrainingJobWrapper) Queue(q string) *TrainingJobWrapper {
 
 // Role sets role to n replicas of a copy of tpl.
 func (j *TrainingJobWrapper) Role(role v1alpha1.ReplicaType, n int32, tpl corev1.PodTemplateSpec) *TrainingJobWrapper {
-	j.Spec.ReplicaSpecs[role] = v1alpha1.ReplicaSpec{Replicas: ptr.To(n), Template: *tpl.DeepCopy()}
-	return j
+	return j.replicaSpec(role, func(rs *v1alpha1.ReplicaSpec) {
+		*rs = v1alpha1.ReplicaSpec{Replicas: ptr.To(n), Template: *tpl.DeepCopy()}
+	})
 }
 
 // Replicas sets role's count, adding the role with an empty template if
@@ -143,6 +145,9 @@ func (j *TrainingJobWrapper) TemplateAnnotation(key, value string) *TrainingJobW
 
 // replicaSpec applies f to role's spec, which is stored by value.
 func (j *TrainingJobWrapper) replicaSpec(role v1alpha1.ReplicaType, f func(*v1alpha1.ReplicaSpec)) *TrainingJobWrapper {
+	if j.Spec.ReplicaSpecs == nil {
+		j.Spec.ReplicaSpecs = map[v1alpha1.ReplicaType]v1alpha1.ReplicaSpec{}
+	}
 	rs := j.Spec.ReplicaSpecs[role]
 	f(&rs)
 	j.Spec.ReplicaSpecs[role] = rs
