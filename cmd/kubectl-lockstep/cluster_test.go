@@ -14,11 +14,11 @@ import (
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	dynamicfake "k8s.io/client-go/dynamic/fake"
 	kubefake "k8s.io/client-go/kubernetes/fake"
-	"k8s.io/utils/ptr"
 	schedv1alpha1 "sigs.k8s.io/scheduler-plugins/apis/scheduling/v1alpha1"
 
 	"github.com/lockstep-dev/lockstep/pkg/apis/lockstep/v1alpha1"
 	"github.com/lockstep-dev/lockstep/pkg/lockstep"
+	utiltesting "github.com/lockstep-dev/lockstep/pkg/util/testing"
 )
 
 // fakeCluster is a connector serving objs from fake clients: core objects
@@ -120,15 +120,6 @@ func nodeTopology(node string, unhealthy []int32, allocations map[string][]int32
 }
 
 func pytorchJob(name string, workers int32, status v1alpha1.TrainingJobStatus) *v1alpha1.TrainingJob {
-	return &v1alpha1.TrainingJob{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ml"},
-		Spec: v1alpha1.TrainingJobSpec{
-			Framework: v1alpha1.FrameworkPyTorch,
-			ReplicaSpecs: map[v1alpha1.ReplicaType]v1alpha1.ReplicaSpec{
-				v1alpha1.ReplicaMaster: {Replicas: ptr.To[int32](1)},
-				v1alpha1.ReplicaWorker: {Replicas: ptr.To(workers)},
-			},
-		},
-		Status: status,
-	}
+	return utiltesting.MakeTrainingJob(name, "ml").Framework(v1alpha1.FrameworkPyTorch).
+		Replicas(v1alpha1.ReplicaMaster, 1).Replicas(v1alpha1.ReplicaWorker, workers).WithStatus(status).Obj()
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/lockstep-dev/lockstep/pkg/lockstep"
 	"github.com/lockstep-dev/lockstep/pkg/topology"
 	"github.com/lockstep-dev/lockstep/pkg/topology/capacity"
+	utiltesting "github.com/lockstep-dev/lockstep/pkg/util/testing"
 )
 
 // placedJob: llama's Master and Worker 0 share n1, Worker 1 runs on n2
@@ -178,21 +179,10 @@ func TestPlacementCommandErrors(t *testing.T) {
 // TestRanks covers the rank order of the other frameworks and pods the
 // spec does not account for.
 func TestRanks(t *testing.T) {
-	mpi := &v1alpha1.TrainingJob{
-		ObjectMeta: metav1.ObjectMeta{Name: "m", Namespace: "ml"},
-		Spec: v1alpha1.TrainingJobSpec{Framework: v1alpha1.FrameworkMPI, ReplicaSpecs: map[v1alpha1.ReplicaType]v1alpha1.ReplicaSpec{
-			v1alpha1.ReplicaLauncher: {Replicas: ptr.To[int32](1)},
-			v1alpha1.ReplicaWorker:   {Replicas: ptr.To[int32](2)},
-		}},
-	}
-	tf := &v1alpha1.TrainingJob{
-		ObjectMeta: metav1.ObjectMeta{Name: "tf", Namespace: "ml"},
-		Spec: v1alpha1.TrainingJobSpec{Framework: v1alpha1.FrameworkTensorFlow, ReplicaSpecs: map[v1alpha1.ReplicaType]v1alpha1.ReplicaSpec{
-			v1alpha1.ReplicaChief:  {Replicas: ptr.To[int32](1)},
-			v1alpha1.ReplicaPS:     {Replicas: ptr.To[int32](1)},
-			v1alpha1.ReplicaWorker: {Replicas: ptr.To[int32](2)},
-		}},
-	}
+	mpi := utiltesting.MakeTrainingJob("m", "ml").Framework(v1alpha1.FrameworkMPI).
+		Replicas(v1alpha1.ReplicaLauncher, 1).Replicas(v1alpha1.ReplicaWorker, 2).Obj()
+	tf := utiltesting.MakeTrainingJob("tf", "ml").Framework(v1alpha1.FrameworkTensorFlow).
+		Replicas(v1alpha1.ReplicaChief, 1).Replicas(v1alpha1.ReplicaPS, 1).Replicas(v1alpha1.ReplicaWorker, 2).Obj()
 	terminating := jobPod("m", v1alpha1.ReplicaWorker, 0, "n1", 1, "")
 	terminating.DeletionTimestamp = &metav1.Time{}
 	tests := []struct {

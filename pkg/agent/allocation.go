@@ -16,8 +16,6 @@ import (
 	"github.com/lockstep-dev/lockstep/pkg/topology"
 )
 
-const ()
-
 // GPURequest returns how many GPUs a pod holds while it runs: the device
 // plugin serves init containers one at a time before the app containers, so
 // it is the larger of the biggest init request and the app containers' sum.

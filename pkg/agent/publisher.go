@@ -27,8 +27,6 @@ import (
 
 // Node labels the agent owns. Everything under lockstep.dev/ that is not in
 // this list is left alone.
-const ()
-
 // Publisher writes a node's NodeTopology and owned labels. It writes only
 // what changed, plus a status heartbeat every HeartbeatInterval, so a
 // thousand idle nodes cost a thousand writes per interval and nothing more.

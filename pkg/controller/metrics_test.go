@@ -9,13 +9,13 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	"github.com/lockstep-dev/lockstep/pkg/apis/lockstep/v1alpha1"
+	utiltesting "github.com/lockstep-dev/lockstep/pkg/util/testing"
 )
 
 func TestJobsGaugeCountsTheCache(t *testing.T) {
@@ -24,11 +24,7 @@ func TestJobsGaugeCountsTheCache(t *testing.T) {
 		t.Fatal(err)
 	}
 	job := func(name string, f v1alpha1.Framework, state v1alpha1.JobState) client.Object {
-		return &v1alpha1.TrainingJob{
-			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ns"},
-			Spec:       v1alpha1.TrainingJobSpec{Framework: f},
-			Status:     v1alpha1.TrainingJobStatus{State: state},
-		}
+		return utiltesting.MakeTrainingJob(name, "ns").Framework(f).WithStatus(v1alpha1.TrainingJobStatus{State: state}).Obj()
 	}
 	reader := fake.NewClientBuilder().WithScheme(scheme).WithObjects(
 		job("a", v1alpha1.FrameworkPyTorch, v1alpha1.JobRunning),

@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"context"
 	"fmt"
 	"hash/fnv"
 	"slices"
@@ -8,6 +9,8 @@ import (
 	"sync"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/lockstep-dev/lockstep/pkg/apis/lockstep/v1alpha1"
 	"github.com/lockstep-dev/lockstep/pkg/lockstep"
@@ -172,4 +175,50 @@ func parseGPUSet(s string) (topology.GPUSet, error) {
 		return 0, nil
 	}
 	return topology.ParseGPUList(s)
+}
+
+// ensurePlacement summarizes where the gang runs once every pod is bound.
+func (r *TrainingJobReconciler) ensurePlacement(ctx context.Context, job *v1alpha1.TrainingJob, obs observation) (complete bool, err error) {
+	placed := make([]placedPod, 0, len(obs.live))
+	nodes := map[string]placementNode{}
+	complete = true
+	for _, p := range obs.live {
+		if p.Spec.NodeName == "" {
+			return false, nil
+		}
+		placed = append(placed, placedPod{Node: p.Spec.NodeName, GPUs: p.Annotations[lockstep.AnnotationGPUs]})
+		if _, ok := nodes[p.Spec.NodeName]; ok {
+			continue
+		}
+		var info placementNode
+		var nt v1alpha1.NodeTopology
+		switch err := r.Client.Get(ctx, client.ObjectKey{Name: p.Spec.NodeName}, &nt); {
+		case err == nil:
+			info.Topology = &nt.Spec
+		case apierrors.IsNotFound(err):
+			// Its agent has not published yet: summarize what is known and
+			// come back for the efficiency.
+			complete = false
+		default:
+			return false, fmt.Errorf("getting NodeTopology %s: %w", p.Spec.NodeName, err)
+		}
+		nodes[p.Spec.NodeName] = info
+	}
+	// Every node, from the cache: the reference placement of the rating is
+	// the best the empty cluster allows.
+	var all corev1.NodeList
+	if err := r.Client.List(ctx, &all); err != nil {
+		return false, fmt.Errorf("listing nodes: %w", err)
+	}
+	cluster, err := r.placements.get(r.Topology, all.Items)
+	if err != nil {
+		return false, err
+	}
+	// Recomputed on every pass (the cluster's tree and references are
+	// cached); the status is only written when the summary changes.
+	pl, err := summarizePlacement(placed, nodes, cluster)
+	if pl != nil {
+		job.Status.Placement = pl
+	}
+	return complete, err
 }

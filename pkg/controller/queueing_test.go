@@ -4,9 +4,9 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
-	"k8s.io/utils/ptr"
 
 	"github.com/lockstep-dev/lockstep/pkg/apis/lockstep/v1alpha1"
+	utiltesting "github.com/lockstep-dev/lockstep/pkg/util/testing"
 )
 
 // TestLimitToAdmitted: a role runs at most what Kueue admitted of it, never
@@ -27,10 +27,7 @@ func TestLimitToAdmitted(t *testing.T) {
 			want: map[v1alpha1.ReplicaType]int32{v1alpha1.ReplicaMaster: 1, v1alpha1.ReplicaWorker: 4}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			job := &v1alpha1.TrainingJob{Spec: v1alpha1.TrainingJobSpec{ReplicaSpecs: map[v1alpha1.ReplicaType]v1alpha1.ReplicaSpec{
-				v1alpha1.ReplicaMaster: {Replicas: ptr.To[int32](1)},
-				v1alpha1.ReplicaWorker: {Replicas: ptr.To[int32](4)},
-			}}}
+			job := utiltesting.MakeTrainingJob("", "").Replicas(v1alpha1.ReplicaMaster, 1).Replicas(v1alpha1.ReplicaWorker, 4).Obj()
 			limitToAdmitted(job, tc.allowed)
 			got := map[v1alpha1.ReplicaType]int32{}
 			for role, rs := range job.Spec.ReplicaSpecs {

@@ -30,13 +30,13 @@ import (
 	"github.com/lockstep-dev/lockstep/pkg/apis/lockstep/v1alpha1"
 	"github.com/lockstep-dev/lockstep/pkg/controller/framework"
 	"github.com/lockstep-dev/lockstep/pkg/lockstep"
-	ltesting "github.com/lockstep-dev/lockstep/pkg/util/testing"
+	utiltesting "github.com/lockstep-dev/lockstep/pkg/util/testing"
 )
 
 // envtestTemplate is a pod template asking for gpus GPUs (as limits, the
 // device plugin's way) and a little CPU and memory.
 func envtestTemplate(gpus int64) corev1.PodTemplateSpec {
-	p := ltesting.MakePod("", "")
+	p := utiltesting.MakePod("", "")
 	if gpus > 0 {
 		p.GPUs(gpus)
 		delete(p.Spec.Containers[0].Resources.Requests, lockstep.GPUResource)
@@ -47,34 +47,17 @@ func envtestTemplate(gpus int64) corev1.PodTemplateSpec {
 // pyTorchJob is a PyTorch job of one Master and three Workers with 8 GPUs
 // each, as deploy/examples/pytorch-ddp-leaf.yaml.
 func pyTorchJob(ns, name string, mutate ...func(*v1alpha1.TrainingJob)) *v1alpha1.TrainingJob {
-	j := &v1alpha1.TrainingJob{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
-		Spec: v1alpha1.TrainingJobSpec{
-			Framework: v1alpha1.FrameworkPyTorch,
-			ReplicaSpecs: map[v1alpha1.ReplicaType]v1alpha1.ReplicaSpec{
-				v1alpha1.ReplicaMaster: {Replicas: ptr.To[int32](1), Template: envtestTemplate(8)},
-				v1alpha1.ReplicaWorker: {Replicas: ptr.To[int32](3), Template: envtestTemplate(8)},
-			},
-		},
-	}
-	for _, m := range mutate {
-		m(j)
-	}
-	return j
+	return utiltesting.MakeTrainingJob(name, ns).Framework(v1alpha1.FrameworkPyTorch).
+		Role(v1alpha1.ReplicaMaster, 1, envtestTemplate(8)).
+		Role(v1alpha1.ReplicaWorker, 3, envtestTemplate(8)).
+		With(mutate...).Obj()
 }
 
 // mpiJob is an MPI job: a Launcher without GPUs and two 8-GPU Workers.
 func mpiJob(ns, name string) *v1alpha1.TrainingJob {
-	return &v1alpha1.TrainingJob{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
-		Spec: v1alpha1.TrainingJobSpec{
-			Framework: v1alpha1.FrameworkMPI,
-			ReplicaSpecs: map[v1alpha1.ReplicaType]v1alpha1.ReplicaSpec{
-				v1alpha1.ReplicaLauncher: {Replicas: ptr.To[int32](1), Template: envtestTemplate(0)},
-				v1alpha1.ReplicaWorker:   {Replicas: ptr.To[int32](2), Template: envtestTemplate(8)},
-			},
-		},
-	}
+	return utiltesting.MakeTrainingJob(name, ns).Framework(v1alpha1.FrameworkMPI).
+		Role(v1alpha1.ReplicaLauncher, 1, envtestTemplate(0)).
+		Role(v1alpha1.ReplicaWorker, 2, envtestTemplate(8)).Obj()
 }
 
 func runPolicy(j *v1alpha1.TrainingJob) *v1alpha1.RunPolicy {

@@ -18,26 +18,15 @@ import (
 	"github.com/lockstep-dev/lockstep/pkg/apis/lockstep/v1alpha1"
 	"github.com/lockstep-dev/lockstep/pkg/controller/framework"
 	"github.com/lockstep-dev/lockstep/pkg/lockstep"
+	utiltesting "github.com/lockstep-dev/lockstep/pkg/util/testing"
 )
 
+// serviceTestJob is a defaulted PyTorch job whose templates claim another
+// job's name label, which the reconciler must override.
 func serviceTestJob() *v1alpha1.TrainingJob {
-	one, three := int32(1), int32(3)
-	tpl := corev1.PodTemplateSpec{
-		ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{lockstep.LabelJobName: "someone-else"}},
-		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "pytorch", Image: "train:v1"}}},
-	}
-	job := &v1alpha1.TrainingJob{
-		ObjectMeta: metav1.ObjectMeta{Name: "train", Namespace: "ml", UID: "job-uid"},
-		Spec: v1alpha1.TrainingJobSpec{
-			Framework: v1alpha1.FrameworkPyTorch,
-			ReplicaSpecs: map[v1alpha1.ReplicaType]v1alpha1.ReplicaSpec{
-				v1alpha1.ReplicaMaster: {Replicas: &one, Template: tpl},
-				v1alpha1.ReplicaWorker: {Replicas: &three, Template: tpl},
-			},
-		},
-	}
-	job.Default()
-	return job
+	tpl := utiltesting.MakePodTemplate("pytorch").Image("train:v1").Label(lockstep.LabelJobName, "someone-else").Obj()
+	return utiltesting.MakeTrainingJob("train", "ml").UID("job-uid").Framework(v1alpha1.FrameworkPyTorch).
+		Role(v1alpha1.ReplicaMaster, 1, tpl).Role(v1alpha1.ReplicaWorker, 3, tpl).DefaultedObj()
 }
 
 func serviceTestReconciler(t *testing.T, objs ...client.Object) (*TrainingJobReconciler, client.Client) {

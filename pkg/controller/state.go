@@ -303,6 +303,15 @@ func setCondition(st *v1alpha1.TrainingJobStatus, generation int64, t v1alpha1.J
 	st.State = stateOf(st)
 }
 
+// truncateMessage keeps a condition message within the API's 32 KiB limit.
+func truncateMessage(s string) string {
+	const limit = 32 * 1024
+	if len(s) <= limit {
+		return s
+	}
+	return s[:limit]
+}
+
 // stateOf is the one-word summary: the strongest condition that holds.
 func stateOf(st *v1alpha1.TrainingJobStatus) v1alpha1.JobState {
 	for _, s := range []v1alpha1.JobState{v1alpha1.JobSucceeded, v1alpha1.JobFailed, v1alpha1.JobSuspended,

@@ -13,28 +13,18 @@ import (
 	"github.com/lockstep-dev/lockstep/pkg/apis/lockstep/v1alpha1"
 	"github.com/lockstep-dev/lockstep/pkg/controller/framework"
 	"github.com/lockstep-dev/lockstep/pkg/lockstep"
+	utiltesting "github.com/lockstep-dev/lockstep/pkg/util/testing"
 )
 
 var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 
 func testJob(restart v1alpha1.RestartPolicy, mutate ...func(*v1alpha1.TrainingJob)) *v1alpha1.TrainingJob {
-	tpl := corev1.PodTemplateSpec{Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "pytorch", Image: "img"}}}}
-	j := &v1alpha1.TrainingJob{
-		ObjectMeta: metav1.ObjectMeta{Name: "j", Namespace: "ns", UID: "job-uid"},
-		Spec: v1alpha1.TrainingJobSpec{
-			Framework: v1alpha1.FrameworkPyTorch,
-			ReplicaSpecs: map[v1alpha1.ReplicaType]v1alpha1.ReplicaSpec{
-				v1alpha1.ReplicaMaster: {Replicas: ptr.To[int32](1), RestartPolicy: restart, Template: tpl},
-				v1alpha1.ReplicaWorker: {Replicas: ptr.To[int32](2), RestartPolicy: restart, Template: tpl},
-			},
-		},
-		Status: v1alpha1.TrainingJobStatus{StartTime: &metav1.Time{Time: t0}},
-	}
-	for _, m := range mutate {
-		m(j)
-	}
-	j.Default()
-	return j
+	tpl := utiltesting.MakePodTemplate("pytorch").Image("img").Obj()
+	return utiltesting.MakeTrainingJob("j", "ns").UID("job-uid").Framework(v1alpha1.FrameworkPyTorch).
+		Role(v1alpha1.ReplicaMaster, 1, tpl).RestartPolicy(v1alpha1.ReplicaMaster, restart).
+		Role(v1alpha1.ReplicaWorker, 2, tpl).RestartPolicy(v1alpha1.ReplicaWorker, restart).
+		WithStatus(v1alpha1.TrainingJobStatus{StartTime: &metav1.Time{Time: t0}}).
+		With(mutate...).DefaultedObj()
 }
 
 func testPod(role v1alpha1.ReplicaType, index int32, phase corev1.PodPhase, exitCode int32) *corev1.Pod {

@@ -21,33 +21,27 @@ import (
 	"github.com/lockstep-dev/lockstep/pkg/controller"
 	"github.com/lockstep-dev/lockstep/pkg/localcluster"
 	"github.com/lockstep-dev/lockstep/pkg/lockstep"
+	utiltesting "github.com/lockstep-dev/lockstep/pkg/util/testing"
 )
+
+// gpuTemplate is the template of a pod of one container, named container,
+// that asks for a CPU and gpus GPUs and goes at once when deleted.
+func gpuTemplate(container string, gpus int64) *utiltesting.PodTemplateWrapper {
+	return utiltesting.MakePodTemplate(container).NoGracePeriod().CPU("1").GPULimit(gpus)
+}
+
+// pytorchGang starts a PyTorch job of one Master and workers Workers, all
+// of template tpl.
+func pytorchGang(ns, name string, workers int32, tpl corev1.PodTemplateSpec) *utiltesting.TrainingJobWrapper {
+	return utiltesting.MakeTrainingJob(name, ns).Framework(v1alpha1.FrameworkPyTorch).
+		Role(v1alpha1.ReplicaMaster, 1, tpl).Role(v1alpha1.ReplicaWorker, workers, tpl).
+		RunPolicy(v1alpha1.RunPolicy{})
+}
 
 // pytorchJob is a PyTorch job of one Master and workers Workers, each with
 // one GPU.
 func pytorchJob(ns, name string, workers int32) *v1alpha1.TrainingJob {
-	tpl := corev1.PodTemplateSpec{Spec: corev1.PodSpec{
-		TerminationGracePeriodSeconds: ptr.To[int64](0),
-		Containers: []corev1.Container{{
-			Name:  "pytorch",
-			Image: "registry.example/train:latest",
-			Resources: corev1.ResourceRequirements{
-				Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1")},
-				Limits:   corev1.ResourceList{"nvidia.com/gpu": resource.MustParse("1")},
-			},
-		}},
-	}}
-	return &v1alpha1.TrainingJob{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
-		Spec: v1alpha1.TrainingJobSpec{
-			Framework: v1alpha1.FrameworkPyTorch,
-			ReplicaSpecs: map[v1alpha1.ReplicaType]v1alpha1.ReplicaSpec{
-				v1alpha1.ReplicaMaster: {Replicas: ptr.To[int32](1), Template: tpl},
-				v1alpha1.ReplicaWorker: {Replicas: ptr.To(workers), Template: *tpl.DeepCopy()},
-			},
-			RunPolicy: &v1alpha1.RunPolicy{},
-		},
-	}
+	return pytorchGang(ns, name, workers, gpuTemplate("pytorch", 1).Obj()).Obj()
 }
 
 func createJob(t *testing.T, job *v1alpha1.TrainingJob) {

@@ -13,7 +13,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -21,33 +20,8 @@ import (
 	"github.com/lockstep-dev/lockstep/pkg/apis/lockstep/v1alpha1"
 	"github.com/lockstep-dev/lockstep/pkg/localcluster"
 	"github.com/lockstep-dev/lockstep/pkg/lockstep"
+	utiltesting "github.com/lockstep-dev/lockstep/pkg/util/testing"
 )
-
-// rankJob is a job of framework with replicas pods per role, one GPU each.
-func rankJob(ns, name string, f v1alpha1.Framework, container string, replicas map[v1alpha1.ReplicaType]int32) *v1alpha1.TrainingJob {
-	job := &v1alpha1.TrainingJob{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
-		Spec: v1alpha1.TrainingJobSpec{
-			Framework:    f,
-			ReplicaSpecs: map[v1alpha1.ReplicaType]v1alpha1.ReplicaSpec{},
-			RunPolicy:    &v1alpha1.RunPolicy{},
-		},
-	}
-	for role, n := range replicas {
-		job.Spec.ReplicaSpecs[role] = v1alpha1.ReplicaSpec{Replicas: ptr.To(n), Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{
-			TerminationGracePeriodSeconds: ptr.To[int64](0),
-			Containers: []corev1.Container{{
-				Name:  container,
-				Image: "registry.example/train:latest",
-				Resources: corev1.ResourceRequirements{
-					Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1")},
-					Limits:   corev1.ResourceList{"nvidia.com/gpu": resource.MustParse("1")},
-				},
-			}},
-		}}}
-	}
-	return job
-}
 
 // TestRankNamesHaveEndpoints checks that every rank's DNS name resolves on
 // a real control plane: the job's headless Service selects its pods, so the
@@ -72,7 +46,11 @@ func TestRankNamesHaveEndpoints(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx := context.Background()
 			ns := cluster.NewNamespace(t)
-			job := rankJob(ns, "ranks", tc.framework, tc.container, tc.replicas)
+			w := utiltesting.MakeTrainingJob("ranks", ns).Framework(tc.framework).RunPolicy(v1alpha1.RunPolicy{})
+			for role, n := range tc.replicas {
+				w.Role(role, n, gpuTemplate(tc.container, 1).Obj())
+			}
+			job := w.Obj()
 			createJob(t, job)
 			n := 0
 			for _, r := range tc.replicas {

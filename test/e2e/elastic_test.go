@@ -9,7 +9,6 @@ import (
 	autoscalingv1 "k8s.io/api/autoscaling/v1"
 	autoscalingv2 "k8s.io/api/autoscaling/v2"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
@@ -17,43 +16,26 @@ import (
 
 	"github.com/lockstep-dev/lockstep/pkg/apis/lockstep/v1alpha1"
 	"github.com/lockstep-dev/lockstep/pkg/localcluster"
-	"github.com/lockstep-dev/lockstep/pkg/lockstep"
+	utiltesting "github.com/lockstep-dev/lockstep/pkg/util/testing"
 )
 
 // elasticJob is an elastic PyTorch job of workers 8-GPU Workers, scaled by
 // an HPA on CPU between min and max.
-func elasticJob(ns, name string, workers, min, max int32) *v1alpha1.TrainingJob {
-	tpl := corev1.PodTemplateSpec{Spec: corev1.PodSpec{
-		TerminationGracePeriodSeconds: ptr.To[int64](0),
-		Containers: []corev1.Container{{
-			Name:  "pytorch",
-			Image: "registry.example/elastic:latest",
-			Resources: corev1.ResourceRequirements{
-				Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1")},
-				Limits:   corev1.ResourceList{lockstep.GPUResource: resource.MustParse("8")},
-			},
-		}},
-	}}
-	return &v1alpha1.TrainingJob{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
-		Spec: v1alpha1.TrainingJobSpec{
-			Framework: v1alpha1.FrameworkPyTorch,
-			ReplicaSpecs: map[v1alpha1.ReplicaType]v1alpha1.ReplicaSpec{
-				v1alpha1.ReplicaWorker: {Replicas: ptr.To(workers), Template: tpl},
-			},
-			ElasticPolicy: &v1alpha1.ElasticPolicy{
-				MinReplicas: ptr.To(min), MaxReplicas: ptr.To(max),
-				Metrics: []autoscalingv2.MetricSpec{{
-					Type: autoscalingv2.ResourceMetricSourceType,
-					Resource: &autoscalingv2.ResourceMetricSource{
-						Name:   corev1.ResourceCPU,
-						Target: autoscalingv2.MetricTarget{Type: autoscalingv2.UtilizationMetricType, AverageUtilization: ptr.To[int32](80)},
-					},
-				}},
-			},
-			RunPolicy: &v1alpha1.RunPolicy{},
-		},
-	}
+func elasticJob(ns, name string, workers, min, max int32) *utiltesting.TrainingJobWrapper {
+	tpl := gpuTemplate("pytorch", 8).Image("registry.example/elastic:latest").Obj()
+	return utiltesting.MakeTrainingJob(name, ns).Framework(v1alpha1.FrameworkPyTorch).
+		Role(v1alpha1.ReplicaWorker, workers, tpl).
+		ElasticPolicy(v1alpha1.ElasticPolicy{
+			MinReplicas: ptr.To(min), MaxReplicas: ptr.To(max),
+			Metrics: []autoscalingv2.MetricSpec{{
+				Type: autoscalingv2.ResourceMetricSourceType,
+				Resource: &autoscalingv2.ResourceMetricSource{
+					Name:   corev1.ResourceCPU,
+					Target: autoscalingv2.MetricTarget{Type: autoscalingv2.UtilizationMetricType, AverageUtilization: ptr.To[int32](80)},
+				},
+			}},
+		}).
+		RunPolicy(v1alpha1.RunPolicy{})
 }
 
 // scaleJob sets the job's Worker replicas through its /scale subresource,
@@ -99,7 +81,7 @@ func TestElasticJobScales(t *testing.T) {
 	fill(t, ns, "full", 8, full)
 	waitRunningAllocated(t, ns, len(full))
 
-	createJob(t, elasticJob(ns, "elastic", 2, 2, 6))
+	createJob(t, elasticJob(ns, "elastic", 2, 2, 6).Obj())
 	leafOf := map[string]string{}
 	for _, n := range cluster.Model.Nodes() {
 		leafOf[n.Name] = n.Labels[leafLabel]

@@ -20,7 +20,6 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/retry"
-	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	schedv1alpha1 "sigs.k8s.io/scheduler-plugins/apis/scheduling/v1alpha1"
 
@@ -136,21 +135,8 @@ func condition(u *unstructured.Unstructured, t string) string {
 
 // gangJob is a PyTorch job of 1 Master and workers Workers of gpus GPUs
 // each (GPU limits only: all Kueue's ClusterQueue has to cover).
-func gangJob(ns, name string, workers int32, gpus int64) *v1alpha1.TrainingJob {
-	job := pytorchJob(ns, name, workers)
-	for role, rs := range job.Spec.ReplicaSpecs {
-		rs.Template.Spec.Containers[0].Resources = corev1.ResourceRequirements{
-			Limits: corev1.ResourceList{lockstep.GPUResource: *resource.NewQuantity(gpus, resource.DecimalSI)},
-		}
-		job.Spec.ReplicaSpecs[role] = rs
-	}
-	return job
-}
-
-// queued labels a job with Kueue's queue.
-func queued(job *v1alpha1.TrainingJob, queue string) *v1alpha1.TrainingJob {
-	job.Labels = map[string]string{lockstep.LabelKueueQueueName: queue}
-	return job
+func gangJob(ns, name string, workers int32, gpus int64) *utiltesting.TrainingJobWrapper {
+	return pytorchGang(ns, name, workers, utiltesting.MakePodTemplate("pytorch").NoGracePeriod().GPULimit(gpus).Obj())
 }
 
 // jobWorkload returns the Workload the job's controller made for it.
@@ -218,7 +204,7 @@ func TestKueueQueuesTrainingJobs(t *testing.T) {
 	kueueQueues(t, ns, "lq", 64)
 
 	for _, name := range []string{"first", "second"} {
-		createJob(t, queued(gangJob(ns, name, 3, 8), "lq"))
+		createJob(t, gangJob(ns, name, 3, 8).Queue("lq").Obj())
 	}
 	for _, name := range []string{"first", "second"} {
 		wl := waitWorkload(t, ns, name, "Workload of "+name+" admitted", func(u *unstructured.Unstructured) bool { return conditionTrue(u, kueue.ConditionAdmitted) })
@@ -236,7 +222,7 @@ func TestKueueQueuesTrainingJobs(t *testing.T) {
 		}
 	}
 
-	createJob(t, queued(gangJob(ns, "third", 3, 8), "lq"))
+	createJob(t, gangJob(ns, "third", 3, 8).Queue("lq").Obj())
 	// Kueue has looked at it and found no quota: QuotaReserved=False.
 	waitWorkload(t, ns, "third", "Workload of third pending in Kueue", func(u *unstructured.Unstructured) bool {
 		return condition(u, kueue.ConditionQuotaReserved) == "False"
@@ -309,14 +295,7 @@ func TestKueueTopologyAnnotations(t *testing.T) {
 	ctx := context.Background()
 	ns := cluster.NewNamespace(t)
 
-	annotate := func(job *v1alpha1.TrainingJob, key string) *v1alpha1.TrainingJob {
-		for role, rs := range job.Spec.ReplicaSpecs {
-			rs.Template.Annotations = map[string]string{lockstep.AnnotationKueueRequiredTopology: key}
-			job.Spec.ReplicaSpecs[role] = rs
-		}
-		return job
-	}
-	createJob(t, annotate(gangJob(ns, "tas", 3, 8), lockstep.LabelFabricTier0))
+	createJob(t, gangJob(ns, "tas", 3, 8).TemplateAnnotation(lockstep.AnnotationKueueRequiredTopology, lockstep.LabelFabricTier0).Obj())
 	oneLeaf(t, waitPods(t, ns, "tas", 4, time.Minute))
 	pg := &schedv1alpha1.PodGroup{}
 	if err := cluster.Client.Get(ctx, clientKey(ns, "tas"), pg); err != nil {
@@ -344,7 +323,7 @@ func TestKueueTopologyAnnotations(t *testing.T) {
 	}
 	oneLeaf(t, byName)
 
-	createJob(t, annotate(gangJob(ns, "badkey", 1, 8), "example.com/rack"))
+	createJob(t, gangJob(ns, "badkey", 1, 8).TemplateAnnotation(lockstep.AnnotationKueueRequiredTopology, "example.com/rack").Obj())
 	bad := waitJob(t, ns, "badkey", 30*time.Second, "badkey Scheduled=False", func(j *v1alpha1.TrainingJob) bool {
 		c := meta.FindStatusCondition(j.Status.Conditions, v1alpha1.ConditionScheduled)
 		return c != nil && c.Status == metav1.ConditionFalse && c.Reason == controller.ReasonUnknownTopologyLevel
@@ -375,16 +354,11 @@ func TestKueuePreemptionHoldsAndRequeues(t *testing.T) {
 		}
 		t.Cleanup(func() { _ = cluster.Client.Delete(context.Background(), pc) })
 	}
-	withPriority := func(job *v1alpha1.TrainingJob, class string) *v1alpha1.TrainingJob {
-		job.Spec.RunPolicy.SchedulingPolicy = &v1alpha1.SchedulingPolicy{PriorityClass: ns + "-" + class}
-		return job
-	}
-
-	createJob(t, queued(withPriority(gangJob(ns, "low", 3, 8), "low"), "lq"))
+	createJob(t, gangJob(ns, "low", 3, 8).PriorityClass(ns+"-low").Queue("lq").Obj())
 	waitWorkload(t, ns, "low", "Workload of low admitted", func(u *unstructured.Unstructured) bool { return conditionTrue(u, kueue.ConditionAdmitted) })
 	waitPods(t, ns, "low", 4, time.Minute)
 
-	createJob(t, queued(withPriority(gangJob(ns, "high", 3, 8), "high"), "lq"))
+	createJob(t, gangJob(ns, "high", 3, 8).PriorityClass(ns+"-high").Queue("lq").Obj())
 	held := waitJob(t, ns, "low", time.Minute, "low held after eviction", heldFor(kueue.HeldEvicted))
 	t.Logf("low: %s", meta.FindStatusCondition(held.Status.Conditions, string(v1alpha1.JobSuspended)).Message)
 	requeued := waitWorkload(t, ns, "low", "Workload of low requeued", func(u *unstructured.Unstructured) bool {
@@ -423,8 +397,7 @@ func TestKueueControllerIdentityWritesOnlyOwnedWorkloads(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctl := newClient(t, token)
-	job := gangJob(ns, "owner", 1, 1)
-	job.Spec.RunPolicy.Suspend = ptr.To(true)
+	job := gangJob(ns, "owner", 1, 1).Suspend(true).Obj()
 	createJob(t, job)
 
 	want, err := kueue.WantedWorkload(job, "lq", nil)
@@ -529,12 +502,12 @@ func TestKueueElasticJobResizesInPlace(t *testing.T) {
 	kueueQueues(t, ns, "lq", 32)
 	cq := ns + "-cq"
 
-	job := elasticJob(ns, "elastic", 3, 1, 6)
+	job := elasticJob(ns, "elastic", 3, 1, 6).Queue("lq").Obj()
 	job.Spec.ElasticPolicy.Metrics = nil // resized by hand here, as an HPA would
 	rs := job.Spec.ReplicaSpecs[v1alpha1.ReplicaWorker]
 	rs.Template.Spec.Containers[0].Resources.Requests = nil // the ClusterQueue covers GPUs only
 	job.Spec.ReplicaSpecs[v1alpha1.ReplicaWorker] = rs
-	createJob(t, queued(job, "lq"))
+	createJob(t, job)
 
 	uids := map[string]types.UID{}
 	// running waits for n Workers, all Running, and checks that those that

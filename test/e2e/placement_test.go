@@ -528,7 +528,7 @@ func TestSuspendedJobReleasesItsDrain(t *testing.T) {
 		t.Fatalf("drained_nodes reads %v (%v) before the test drains anything", n, err)
 	}
 
-	createJob(t, gangJob(ns, "ddp", 4, 8)) // a master and 4 workers of 8 GPUs
+	createJob(t, gangJob(ns, "ddp", 4, 8).Obj()) // a master and 4 workers of 8 GPUs
 	drainedAt := waitDrainedNodes(t, float64(len(leaves["leaf-0"])), time.Minute)
 	wait, err := localcluster.DeployedPreferredWait(cluster.RepoRoot)
 	if err != nil {

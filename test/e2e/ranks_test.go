@@ -11,44 +11,13 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/utils/ptr"
 
 	"github.com/lockstep-dev/lockstep/pkg/apis/lockstep/v1alpha1"
 	"github.com/lockstep-dev/lockstep/pkg/localcluster"
 	"github.com/lockstep-dev/lockstep/pkg/lockstep"
+	utiltesting "github.com/lockstep-dev/lockstep/pkg/util/testing"
 )
-
-// rankedJob is a job of framework f whose roles have the given replicas,
-// each pod asking for gpus[role] GPUs, Preferred at leaf level.
-func rankedJob(ns, name string, f v1alpha1.Framework, container string, replicas map[v1alpha1.ReplicaType]int32, gpus map[v1alpha1.ReplicaType]int64) *v1alpha1.TrainingJob {
-	specs := map[v1alpha1.ReplicaType]v1alpha1.ReplicaSpec{}
-	for role, n := range replicas {
-		requests := corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1")}
-		limits := corev1.ResourceList{}
-		if g := gpus[role]; g > 0 {
-			limits[lockstep.GPUResource] = *resource.NewQuantity(g, resource.DecimalSI)
-		}
-		specs[role] = v1alpha1.ReplicaSpec{Replicas: ptr.To(n), Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{
-			TerminationGracePeriodSeconds: ptr.To[int64](0),
-			Containers: []corev1.Container{{
-				Name:      container,
-				Image:     "registry.example/train:latest",
-				Resources: corev1.ResourceRequirements{Requests: requests, Limits: limits},
-			}},
-		}}}
-	}
-	return &v1alpha1.TrainingJob{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
-		Spec: v1alpha1.TrainingJobSpec{
-			Framework:    f,
-			ReplicaSpecs: specs,
-			RunPolicy:    &v1alpha1.RunPolicy{},
-			Topology:     &v1alpha1.TopologyConstraint{Level: "leaf", Mode: v1alpha1.TopologyPreferred},
-		},
-	}
-}
 
 // TestRanksFollowTopology: with five of the eight nodes of every leaf
 // taken, jobs of twelve 8-GPU ranks must span all four leaves. For each
@@ -154,7 +123,13 @@ func TestRanksFollowTopology(t *testing.T) {
 	}} {
 		t.Run(tc.name, func(t *testing.T) {
 			name := "ranks-" + tc.name
-			job := rankedJob(ns, name, tc.framework, tc.container, tc.replicas, tc.gpus)
+			// Preferred at leaf level, each pod asking for tc.gpus[role] GPUs.
+			w := utiltesting.MakeTrainingJob(name, ns).Framework(tc.framework).RunPolicy(v1alpha1.RunPolicy{}).
+				Topology("leaf", v1alpha1.TopologyPreferred)
+			for role, n := range tc.replicas {
+				w.Role(role, n, gpuTemplate(tc.container, tc.gpus[role]).Obj())
+			}
+			job := w.Obj()
 			createJob(t, job)
 			pods := waitPods(t, ns, name, int(job.Spec.TotalReplicas()), time.Minute)
 			defer deleteJob(t, ns, job)

@@ -251,28 +251,7 @@ func deleteOperatorGang(t *testing.T, ns, gang string) {
 func submitRequeueJob(t *testing.T, ns string, r int) string {
 	t.Helper()
 	name := fmt.Sprintf("tj-%d", r)
-	tpl := corev1.PodTemplateSpec{Spec: corev1.PodSpec{
-		TerminationGracePeriodSeconds: ptr.To[int64](0),
-		Containers: []corev1.Container{{
-			Name:  "pytorch",
-			Image: "registry.example/train:latest",
-			Resources: corev1.ResourceRequirements{
-				Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1")},
-				Limits:   corev1.ResourceList{lockstep.GPUResource: resource.MustParse("8")},
-			},
-		}},
-	}}
-	createJob(t, &v1alpha1.TrainingJob{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
-		Spec: v1alpha1.TrainingJobSpec{
-			Framework: v1alpha1.FrameworkPyTorch,
-			ReplicaSpecs: map[v1alpha1.ReplicaType]v1alpha1.ReplicaSpec{
-				v1alpha1.ReplicaMaster: {Replicas: ptr.To[int32](1), Template: tpl},
-				v1alpha1.ReplicaWorker: {Replicas: ptr.To[int32](requeueGangSize - 1), Template: *tpl.DeepCopy()},
-			},
-			RunPolicy: &v1alpha1.RunPolicy{},
-		},
-	})
+	createJob(t, pytorchGang(ns, name, requeueGangSize-1, gpuTemplate("pytorch", 8).Obj()).Obj())
 	return name
 }
 

@@ -40,12 +40,12 @@ func TestTemplatePolicyRefuses(t *testing.T) {
 	ctx := context.Background()
 	ns := cluster.NewNamespace(t)
 	job := func(name string, mutate func(*corev1.PodTemplateSpec)) *v1alpha1.TrainingJob {
-		j := pytorchJob(ns, name, 1)
-		j.Spec.RunPolicy.Suspend = ptr.To(true) // nothing runs
-		w := j.Spec.ReplicaSpecs[v1alpha1.ReplicaWorker]
-		mutate(&w.Template)
-		j.Spec.ReplicaSpecs[v1alpha1.ReplicaWorker] = w
-		return j
+		worker := gpuTemplate("pytorch", 1).Obj()
+		mutate(&worker)
+		return pytorchGang(ns, name, 1, gpuTemplate("pytorch", 1).Obj()).
+			Role(v1alpha1.ReplicaWorker, 1, worker).
+			Suspend(true). // nothing runs
+			Obj()
 	}
 	if err := cluster.Client.Create(ctx, job("plain", func(*corev1.PodTemplateSpec) {})); err != nil {
 		t.Fatalf("creating a plain TrainingJob: %v", err)

@@ -4,8 +4,10 @@
 // everything else (pods, PodGroup, Service, status, restarts) the same way
 // for all of them.
 //
-// Adapters are pure: a job in, values out. They take no client, context or
-// clock, so they are tested with table tests and never need a cluster.
+// Adapters compute: a job in, values out. They take no client, context or
+// clock, so they are tested with table tests and never need a cluster. The
+// one input besides the job is the MPI adapter's source of randomness for
+// SSH keys, which tests fix.
 //
 // The environment is Kubeflow training-operator's (and mpi-operator's for
 // MPI), variable for variable, so training scripts written for Kubeflow run
@@ -29,9 +31,11 @@ import (
 
 // Adapter is the behaviour of one training framework.
 //
-// Every method is a pure function of its arguments. The job passed in has
-// been defaulted (TrainingJob.Default) and validated; adapters do not modify
-// it.
+// Every method is a function of its arguments, except that AuxObjects may
+// read the adapter's source of randomness (the MPI SSH key), so two calls
+// can return different keys; the reconciler creates that Secret once and
+// never compares it. The job passed in has been defaulted
+// (TrainingJob.Default) and validated; adapters do not modify it.
 type Adapter interface {
 	// Framework is the framework this adapter implements.
 	Framework() v1alpha1.Framework

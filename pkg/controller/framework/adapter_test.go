@@ -56,7 +56,7 @@ func TestStartOrder(t *testing.T) {
 }
 
 func TestEffectiveRestartScope(t *testing.T) {
-	job := makeJob(v1alpha1.FrameworkPyTorch).Role(v1alpha1.ReplicaMaster, 1, "pytorch").Obj()
+	job := makeJob(v1alpha1.FrameworkPyTorch).Role(v1alpha1.ReplicaMaster, 1, tpl("pytorch")).DefaultedObj()
 	if got := EffectiveRestartScope(PyTorch{}, job); got != v1alpha1.RestartScopeGang {
 		t.Errorf("default scope %s, want Gang", got)
 	}
@@ -67,7 +67,7 @@ func TestEffectiveRestartScope(t *testing.T) {
 }
 
 func TestPodNaming(t *testing.T) {
-	job := makeJob(v1alpha1.FrameworkPyTorch).Role(v1alpha1.ReplicaMaster, 1, "pytorch").Obj()
+	job := makeJob(v1alpha1.FrameworkPyTorch).Role(v1alpha1.ReplicaMaster, 1, tpl("pytorch")).DefaultedObj()
 	if got := PodName("train", v1alpha1.ReplicaEvaluator, 3); got != "train-evaluator-3" {
 		t.Errorf("PodName = %q", got)
 	}
@@ -77,7 +77,7 @@ func TestPodNaming(t *testing.T) {
 }
 
 func TestPodTemplateErrors(t *testing.T) {
-	long := makeJob(v1alpha1.FrameworkJAX).Role(v1alpha1.ReplicaWorker, 2, "jax").Obj()
+	long := makeJob(v1alpha1.FrameworkJAX).Role(v1alpha1.ReplicaWorker, 2, tpl("jax")).DefaultedObj()
 	long.Name = strings.Repeat("a", 56)
 	cases := []struct {
 		name  string
@@ -86,8 +86,8 @@ func TestPodTemplateErrors(t *testing.T) {
 		index int32
 		want  string
 	}{
-		{"missing role", makeJob(v1alpha1.FrameworkJAX).Role(v1alpha1.ReplicaWorker, 2, "jax").Obj(), v1alpha1.ReplicaMaster, 0, "has no Master replicas"},
-		{"index out of range", makeJob(v1alpha1.FrameworkJAX).Role(v1alpha1.ReplicaWorker, 2, "jax").Obj(), v1alpha1.ReplicaWorker, 2, "out of range"},
+		{"missing role", makeJob(v1alpha1.FrameworkJAX).Role(v1alpha1.ReplicaWorker, 2, tpl("jax")).DefaultedObj(), v1alpha1.ReplicaMaster, 0, "has no Master replicas"},
+		{"index out of range", makeJob(v1alpha1.FrameworkJAX).Role(v1alpha1.ReplicaWorker, 2, tpl("jax")).DefaultedObj(), v1alpha1.ReplicaWorker, 2, "out of range"},
 		{"hostname too long", long, v1alpha1.ReplicaWorker, 1, "longer than 63"},
 	}
 	for _, tc := range cases {

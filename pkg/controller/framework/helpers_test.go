@@ -5,76 +5,19 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/lockstep-dev/lockstep/pkg/apis/lockstep/v1alpha1"
+	utiltesting "github.com/lockstep-dev/lockstep/pkg/util/testing"
 )
 
-// jobWrapper builds TrainingJobs for tests: makeJob(...).Role(...).Obj().
-type jobWrapper struct{ v1alpha1.TrainingJob }
-
 // makeJob starts the job "train" in namespace "ml".
-func makeJob(f v1alpha1.Framework) *jobWrapper {
-	return &jobWrapper{v1alpha1.TrainingJob{
-		ObjectMeta: metav1.ObjectMeta{Name: "train", Namespace: "ml"},
-		Spec:       v1alpha1.TrainingJobSpec{Framework: f, ReplicaSpecs: map[v1alpha1.ReplicaType]v1alpha1.ReplicaSpec{}},
-	}}
+func makeJob(f v1alpha1.Framework) *utiltesting.TrainingJobWrapper {
+	return utiltesting.MakeTrainingJob("train", "ml").Framework(f)
 }
 
-// Role adds n pods of role with one container named container.
-func (w *jobWrapper) Role(role v1alpha1.ReplicaType, n int32, container string) *jobWrapper {
-	w.Spec.ReplicaSpecs[role] = v1alpha1.ReplicaSpec{
-		Replicas: &n,
-		Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{Containers: []corev1.Container{
-			{Name: container, Image: "registry.example/train:v1"},
-		}}},
-	}
-	return w
-}
-
-// Container adds a container to role's template.
-func (w *jobWrapper) Container(role v1alpha1.ReplicaType, c corev1.Container) *jobWrapper {
-	r := w.Spec.ReplicaSpecs[role]
-	r.Template.Spec.Containers = append(r.Template.Spec.Containers, c)
-	w.Spec.ReplicaSpecs[role] = r
-	return w
-}
-
-// Port names a port on the first container of role's template.
-func (w *jobWrapper) Port(role v1alpha1.ReplicaType, name string, port int32) *jobWrapper {
-	r := w.Spec.ReplicaSpecs[role]
-	c := &r.Template.Spec.Containers[0]
-	c.Ports = append(c.Ports, corev1.ContainerPort{Name: name, ContainerPort: port})
-	w.Spec.ReplicaSpecs[role] = r
-	return w
-}
-
-// Env sets the first container's env on role's template.
-func (w *jobWrapper) Env(role v1alpha1.ReplicaType, vars ...corev1.EnvVar) *jobWrapper {
-	r := w.Spec.ReplicaSpecs[role]
-	r.Template.Spec.Containers[0].Env = vars
-	w.Spec.ReplicaSpecs[role] = r
-	return w
-}
-
-func (w *jobWrapper) With(f func(*v1alpha1.TrainingJobSpec)) *jobWrapper {
-	f(&w.Spec)
-	return w
-}
-
-// Clone copies the wrapper, so one base job can seed several cases.
-func (w *jobWrapper) Clone() *jobWrapper { return &jobWrapper{*w.TrainingJob.DeepCopy()} }
-
-// ObjWith is Clone().With(f).Obj().
-func (w *jobWrapper) ObjWith(f func(*v1alpha1.TrainingJobSpec)) *v1alpha1.TrainingJob {
-	return w.Clone().With(f).Obj()
-}
-
-// Obj returns the job, defaulted as the reconciler hands it to adapters.
-func (w *jobWrapper) Obj() *v1alpha1.TrainingJob {
-	j := w.DeepCopy()
-	j.Default()
-	return j
+// tpl is a role's template: one container, named container.
+func tpl(container string) corev1.PodTemplateSpec {
+	return utiltesting.MakePodTemplate(container).Image("registry.example/train:v1").Obj()
 }
 
 func podTemplate(t *testing.T, a Adapter, job *v1alpha1.TrainingJob, role v1alpha1.ReplicaType, index int32) *corev1.PodTemplateSpec {

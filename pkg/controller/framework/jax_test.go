@@ -18,7 +18,7 @@ func TestJAXEnv(t *testing.T) {
 	}{
 		{
 			name:  "worker 0 hosts the coordinator",
-			job:   makeJob(v1alpha1.FrameworkJAX).Role(v1alpha1.ReplicaWorker, 4, "jax").Obj(),
+			job:   makeJob(v1alpha1.FrameworkJAX).Role(v1alpha1.ReplicaWorker, 4, tpl("jax")).DefaultedObj(),
 			index: 0,
 			want: vars(
 				"PYTHONUNBUFFERED", "1",
@@ -30,7 +30,7 @@ func TestJAXEnv(t *testing.T) {
 		},
 		{
 			name:  "worker 3 with a named port",
-			job:   makeJob(v1alpha1.FrameworkJAX).Role(v1alpha1.ReplicaWorker, 4, "jax").Port(v1alpha1.ReplicaWorker, "jaxjob-port", 1234).Obj(),
+			job:   makeJob(v1alpha1.FrameworkJAX).Role(v1alpha1.ReplicaWorker, 4, tpl("jax")).Port(v1alpha1.ReplicaWorker, "jaxjob-port", 1234).DefaultedObj(),
 			index: 3,
 			want: vars(
 				"PYTHONUNBUFFERED", "1",

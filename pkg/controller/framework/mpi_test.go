@@ -11,15 +11,16 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/lockstep-dev/lockstep/pkg/apis/lockstep/v1alpha1"
+	utiltesting "github.com/lockstep-dev/lockstep/pkg/util/testing"
 )
 
 // fixedRandom is a deterministic key source for tests.
 func fixedRandom() *bytes.Reader { return bytes.NewReader(bytes.Repeat([]byte{7}, 1024)) }
 
-func mpiJob(workers int32) *jobWrapper {
+func mpiJob(workers int32) *utiltesting.TrainingJobWrapper {
 	return makeJob(v1alpha1.FrameworkMPI).
-		Role(v1alpha1.ReplicaLauncher, 1, "launcher").
-		Role(v1alpha1.ReplicaWorker, workers, "worker")
+		Role(v1alpha1.ReplicaLauncher, 1, tpl("launcher")).
+		Role(v1alpha1.ReplicaWorker, workers, tpl("worker"))
 }
 
 func TestMPILauncherEnv(t *testing.T) {
@@ -62,7 +63,7 @@ func TestMPILauncherEnv(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			job := mpiJob(2).With(func(s *v1alpha1.TrainingJobSpec) { s.MPI = tc.mpi }).Obj()
+			job := mpiJob(2).With(func(j *v1alpha1.TrainingJob) { j.Spec.MPI = tc.mpi }).DefaultedObj()
 			pod := podTemplate(t, NewMPI(fixedRandom()), job, v1alpha1.ReplicaLauncher, 0)
 			if diff := cmp.Diff(tc.want, pod.Spec.Containers[0].Env); diff != "" {
 				t.Errorf("env (-want,+got):\n%s", diff)
@@ -77,7 +78,7 @@ func TestMPIPodVolumes(t *testing.T) {
 		{Key: "ssh-publickey", Path: "id_rsa.pub"},
 		{Key: "ssh-publickey", Path: "authorized_keys"},
 	}
-	job := mpiJob(2).Obj()
+	job := mpiJob(2).DefaultedObj()
 	launcher := podTemplate(t, NewMPI(fixedRandom()), job, v1alpha1.ReplicaLauncher, 0)
 	wantVolumes := []corev1.Volume{
 		{Name: "mpi-job-config", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{
@@ -101,9 +102,9 @@ func TestMPIPodVolumes(t *testing.T) {
 
 	// Workers run sshd unless they say otherwise; a key outside /root/.ssh
 	// keeps the Secret's default mode.
-	job = mpiJob(2).With(func(s *v1alpha1.TrainingJobSpec) {
-		s.MPI = &v1alpha1.MPIPolicy{SSHAuthMountPath: "/home/mpiuser/.ssh"}
-	}).Obj()
+	job = mpiJob(2).With(func(j *v1alpha1.TrainingJob) {
+		j.Spec.MPI = &v1alpha1.MPIPolicy{SSHAuthMountPath: "/home/mpiuser/.ssh"}
+	}).DefaultedObj()
 	worker := podTemplate(t, NewMPI(fixedRandom()), job, v1alpha1.ReplicaWorker, 1)
 	c := worker.Spec.Containers[0]
 	if diff := cmp.Diff([]string{"/usr/sbin/sshd", "-De"}, c.Command); diff != "" {
@@ -147,7 +148,7 @@ func TestMPIHostfile(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			job := mpiJob(2).With(func(s *v1alpha1.TrainingJobSpec) { s.MPI = tc.mpi }).Obj()
+			job := mpiJob(2).With(func(j *v1alpha1.TrainingJob) { j.Spec.MPI = tc.mpi }).DefaultedObj()
 			if diff := cmp.Diff(tc.want, NewMPI(fixedRandom()).Hostfile(job)); diff != "" {
 				t.Errorf("hostfile (-want,+got):\n%s", diff)
 			}
@@ -156,7 +157,7 @@ func TestMPIHostfile(t *testing.T) {
 }
 
 func TestMPIAuxObjects(t *testing.T) {
-	job := mpiJob(2).Obj()
+	job := mpiJob(2).DefaultedObj()
 	objs, err := NewMPI(fixedRandom()).AuxObjects(job)
 	if err != nil {
 		t.Fatal(err)

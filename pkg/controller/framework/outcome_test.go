@@ -17,17 +17,17 @@ const (
 )
 
 func TestOutcome(t *testing.T) {
-	ddp := makeJob(v1alpha1.FrameworkPyTorch).Role(v1alpha1.ReplicaMaster, 1, "pytorch").Role(v1alpha1.ReplicaWorker, 2, "pytorch").Obj()
-	elastic := makeJob(v1alpha1.FrameworkPyTorch).Role(v1alpha1.ReplicaWorker, 2, "pytorch").
-		With(func(s *v1alpha1.TrainingJobSpec) { s.ElasticPolicy = &v1alpha1.ElasticPolicy{} }).Obj()
-	tfWorkers := makeJob(v1alpha1.FrameworkTensorFlow).Role(v1alpha1.ReplicaWorker, 2, "tensorflow")
-	tfChief := makeJob(v1alpha1.FrameworkTensorFlow).Role(v1alpha1.ReplicaChief, 1, "tensorflow").
-		Role(v1alpha1.ReplicaPS, 1, "tensorflow").Role(v1alpha1.ReplicaWorker, 2, "tensorflow").Obj()
-	mpi := mpiJob(2).Obj()
-	paddle := makeJob(v1alpha1.FrameworkPaddle).Role(v1alpha1.ReplicaWorker, 2, "paddle").Obj()
-	paddlePS := makeJob(v1alpha1.FrameworkPaddle).Role(v1alpha1.ReplicaMaster, 1, "paddle").Role(v1alpha1.ReplicaWorker, 2, "paddle").Obj()
-	jax := makeJob(v1alpha1.FrameworkJAX).Role(v1alpha1.ReplicaWorker, 2, "jax").Obj()
-	xgb := makeJob(v1alpha1.FrameworkXGBoost).Role(v1alpha1.ReplicaMaster, 1, "xgboost").Role(v1alpha1.ReplicaWorker, 2, "xgboost").Obj()
+	ddp := makeJob(v1alpha1.FrameworkPyTorch).Role(v1alpha1.ReplicaMaster, 1, tpl("pytorch")).Role(v1alpha1.ReplicaWorker, 2, tpl("pytorch")).DefaultedObj()
+	elastic := makeJob(v1alpha1.FrameworkPyTorch).Role(v1alpha1.ReplicaWorker, 2, tpl("pytorch")).
+		ElasticPolicy(v1alpha1.ElasticPolicy{}).DefaultedObj()
+	tfWorkers := makeJob(v1alpha1.FrameworkTensorFlow).Role(v1alpha1.ReplicaWorker, 2, tpl("tensorflow"))
+	tfChief := makeJob(v1alpha1.FrameworkTensorFlow).Role(v1alpha1.ReplicaChief, 1, tpl("tensorflow")).
+		Role(v1alpha1.ReplicaPS, 1, tpl("tensorflow")).Role(v1alpha1.ReplicaWorker, 2, tpl("tensorflow")).DefaultedObj()
+	mpi := mpiJob(2).DefaultedObj()
+	paddle := makeJob(v1alpha1.FrameworkPaddle).Role(v1alpha1.ReplicaWorker, 2, tpl("paddle")).DefaultedObj()
+	paddlePS := makeJob(v1alpha1.FrameworkPaddle).Role(v1alpha1.ReplicaMaster, 1, tpl("paddle")).Role(v1alpha1.ReplicaWorker, 2, tpl("paddle")).DefaultedObj()
+	jax := makeJob(v1alpha1.FrameworkJAX).Role(v1alpha1.ReplicaWorker, 2, tpl("jax")).DefaultedObj()
+	xgb := makeJob(v1alpha1.FrameworkXGBoost).Role(v1alpha1.ReplicaMaster, 1, tpl("xgboost")).Role(v1alpha1.ReplicaWorker, 2, tpl("xgboost")).DefaultedObj()
 
 	cases := []struct {
 		name    string
@@ -46,12 +46,12 @@ func TestOutcome(t *testing.T) {
 			Outcome{Result: Running, Reason: "Running"}},
 		{"elastic: any worker", PyTorch{}, elastic, Observed{"Worker": {running, succeeded}},
 			Outcome{Result: Succeeded, Reason: "WorkerSucceeded", Message: "Worker 1 succeeded"}},
-		{"tensorflow: worker 0 is the chief", TensorFlow{}, tfWorkers.Obj(), Observed{"Worker": {succeeded, running}},
+		{"tensorflow: worker 0 is the chief", TensorFlow{}, tfWorkers.DefaultedObj(), Observed{"Worker": {succeeded, running}},
 			Outcome{Result: Succeeded, Reason: "Worker0Succeeded", Message: "Worker 0 succeeded"}},
-		{"tensorflow: worker 1 alone is not enough", TensorFlow{}, tfWorkers.Obj(), Observed{"Worker": {running, succeeded}},
+		{"tensorflow: worker 1 alone is not enough", TensorFlow{}, tfWorkers.DefaultedObj(), Observed{"Worker": {running, succeeded}},
 			Outcome{Result: Running, Reason: "Running"}},
 		{"tensorflow: AllWorkers waits for every worker", TensorFlow{},
-			tfWorkers.ObjWith(func(s *v1alpha1.TrainingJobSpec) { s.SuccessPolicy = v1alpha1.SuccessPolicyAllWorkers }),
+			tfWorkers.Clone().With(func(j *v1alpha1.TrainingJob) { j.Spec.SuccessPolicy = v1alpha1.SuccessPolicyAllWorkers }).DefaultedObj(),
 			Observed{"Worker": {succeeded, running}}, Outcome{Result: Running, Reason: "Running"}},
 		{"tensorflow: chief succeeded, ps still serving", TensorFlow{}, tfChief, Observed{"Chief": {succeeded}, "PS": {running}, "Worker": {succeeded, succeeded}},
 			Outcome{Result: Succeeded, Reason: "ChiefSucceeded", Message: "all 1 Chief replicas succeeded"}},

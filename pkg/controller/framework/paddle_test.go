@@ -13,10 +13,10 @@ func TestPaddleEnv(t *testing.T) {
 	podIP := corev1.EnvVar{Name: "POD_IP_DUMMY", ValueFrom: &corev1.EnvVarSource{
 		FieldRef: &corev1.ObjectFieldSelector{FieldPath: "status.podIP"},
 	}}
-	collective := makeJob(v1alpha1.FrameworkPaddle).Role(v1alpha1.ReplicaWorker, 3, "paddle")
+	collective := makeJob(v1alpha1.FrameworkPaddle).Role(v1alpha1.ReplicaWorker, 3, tpl("paddle"))
 	parameterServer := makeJob(v1alpha1.FrameworkPaddle).
-		Role(v1alpha1.ReplicaMaster, 2, "paddle").
-		Role(v1alpha1.ReplicaWorker, 2, "paddle")
+		Role(v1alpha1.ReplicaMaster, 2, tpl("paddle")).
+		Role(v1alpha1.ReplicaWorker, 2, tpl("paddle"))
 	cases := []struct {
 		name  string
 		job   *v1alpha1.TrainingJob
@@ -25,7 +25,7 @@ func TestPaddleEnv(t *testing.T) {
 		want  []corev1.EnvVar
 	}{
 		{
-			name: "collective: worker 0 is the endpoint", job: collective.Obj(), role: v1alpha1.ReplicaWorker, index: 0,
+			name: "collective: worker 0 is the endpoint", job: collective.DefaultedObj(), role: v1alpha1.ReplicaWorker, index: 0,
 			want: append(append(vars(
 				"PYTHONUNBUFFERED", "1",
 				"PADDLE_JOB_ID", "train",
@@ -33,7 +33,7 @@ func TestPaddleEnv(t *testing.T) {
 			), podIP), vars("PADDLE_MASTER", "$(POD_IP_DUMMY):36543")...),
 		},
 		{
-			name: "collective: worker 2", job: collective.Obj(), role: v1alpha1.ReplicaWorker, index: 2,
+			name: "collective: worker 2", job: collective.DefaultedObj(), role: v1alpha1.ReplicaWorker, index: 2,
 			want: vars(
 				"PYTHONUNBUFFERED", "1",
 				"PADDLE_JOB_ID", "train",
@@ -42,7 +42,7 @@ func TestPaddleEnv(t *testing.T) {
 			),
 		},
 		{
-			name: "parameter server: master 0 is the endpoint", job: parameterServer.Obj(), role: v1alpha1.ReplicaMaster, index: 0,
+			name: "parameter server: master 0 is the endpoint", job: parameterServer.DefaultedObj(), role: v1alpha1.ReplicaMaster, index: 0,
 			want: append(append(vars(
 				"PYTHONUNBUFFERED", "1",
 				"PADDLE_JOB_ID", "train",
@@ -50,7 +50,7 @@ func TestPaddleEnv(t *testing.T) {
 			), podIP), vars("PADDLE_MASTER", "$(POD_IP_DUMMY):36543", "PADDLE_SERVER_NUM", "1")...),
 		},
 		{
-			name: "parameter server: master 1", job: parameterServer.Obj(), role: v1alpha1.ReplicaMaster, index: 1,
+			name: "parameter server: master 1", job: parameterServer.DefaultedObj(), role: v1alpha1.ReplicaMaster, index: 1,
 			want: vars(
 				"PYTHONUNBUFFERED", "1",
 				"PADDLE_JOB_ID", "train",
@@ -60,7 +60,7 @@ func TestPaddleEnv(t *testing.T) {
 			),
 		},
 		{
-			name: "parameter server: worker 0 is a trainer", job: parameterServer.Obj(), role: v1alpha1.ReplicaWorker, index: 0,
+			name: "parameter server: worker 0 is a trainer", job: parameterServer.DefaultedObj(), role: v1alpha1.ReplicaWorker, index: 0,
 			want: vars(
 				"PYTHONUNBUFFERED", "1",
 				"PADDLE_JOB_ID", "train",

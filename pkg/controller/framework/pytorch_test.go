@@ -12,15 +12,13 @@ import (
 
 func TestPyTorchEnv(t *testing.T) {
 	ddp := makeJob(v1alpha1.FrameworkPyTorch).
-		Role(v1alpha1.ReplicaMaster, 1, "pytorch").
-		Role(v1alpha1.ReplicaWorker, 2, "pytorch")
+		Role(v1alpha1.ReplicaMaster, 1, tpl("pytorch")).
+		Role(v1alpha1.ReplicaWorker, 2, tpl("pytorch"))
 	elastic := makeJob(v1alpha1.FrameworkPyTorch).
-		Role(v1alpha1.ReplicaWorker, 4, "pytorch").
-		With(func(s *v1alpha1.TrainingJobSpec) {
-			s.ElasticPolicy = &v1alpha1.ElasticPolicy{
-				MinReplicas: ptr.To[int32](2), MaxReplicas: ptr.To[int32](4),
-				RDZVBackend: ptr.To(v1alpha1.RDZVBackendC10D), MaxRestarts: ptr.To[int32](100),
-			}
+		Role(v1alpha1.ReplicaWorker, 4, tpl("pytorch")).
+		ElasticPolicy(v1alpha1.ElasticPolicy{
+			MinReplicas: ptr.To[int32](2), MaxReplicas: ptr.To[int32](4),
+			RDZVBackend: ptr.To(v1alpha1.RDZVBackendC10D), MaxRestarts: ptr.To[int32](100),
 		})
 	cases := []struct {
 		name  string
@@ -30,7 +28,7 @@ func TestPyTorchEnv(t *testing.T) {
 		want  []corev1.EnvVar
 	}{
 		{
-			name: "master", job: ddp.Obj(), role: v1alpha1.ReplicaMaster, index: 0,
+			name: "master", job: ddp.DefaultedObj(), role: v1alpha1.ReplicaMaster, index: 0,
 			want: vars(
 				"PYTHONUNBUFFERED", "1",
 				"MASTER_PORT", "23456",
@@ -45,7 +43,7 @@ func TestPyTorchEnv(t *testing.T) {
 			),
 		},
 		{
-			name: "worker 1 ranks after the master", job: ddp.Obj(), role: v1alpha1.ReplicaWorker, index: 1,
+			name: "worker 1 ranks after the master", job: ddp.DefaultedObj(), role: v1alpha1.ReplicaWorker, index: 1,
 			want: vars(
 				"PYTHONUNBUFFERED", "1",
 				"MASTER_PORT", "23456",
@@ -61,7 +59,7 @@ func TestPyTorchEnv(t *testing.T) {
 		},
 		{
 			name: "nprocPerNode 8 multiplies WORLD_SIZE, not PET_NNODES",
-			job:  ddp.ObjWith(func(s *v1alpha1.TrainingJobSpec) { s.NprocPerNode = ptr.To("8") }),
+			job:  ddp.Clone().With(func(j *v1alpha1.TrainingJob) { j.Spec.NprocPerNode = ptr.To("8") }).DefaultedObj(),
 			role: v1alpha1.ReplicaWorker, index: 0,
 			want: vars(
 				"PYTHONUNBUFFERED", "1",
@@ -78,7 +76,7 @@ func TestPyTorchEnv(t *testing.T) {
 		},
 		{
 			name: "nprocPerNode gpu counts one per pod",
-			job:  ddp.ObjWith(func(s *v1alpha1.TrainingJobSpec) { s.NprocPerNode = ptr.To("gpu") }),
+			job:  ddp.Clone().With(func(j *v1alpha1.TrainingJob) { j.Spec.NprocPerNode = ptr.To("gpu") }).DefaultedObj(),
 			role: v1alpha1.ReplicaMaster, index: 0,
 			want: vars(
 				"PYTHONUNBUFFERED", "1",
@@ -96,8 +94,8 @@ func TestPyTorchEnv(t *testing.T) {
 		{
 			name: "the master's named port",
 			job: makeJob(v1alpha1.FrameworkPyTorch).
-				Role(v1alpha1.ReplicaMaster, 1, "pytorch").Port(v1alpha1.ReplicaMaster, "pytorchjob-port", 29500).
-				Role(v1alpha1.ReplicaWorker, 1, "pytorch").Obj(),
+				Role(v1alpha1.ReplicaMaster, 1, tpl("pytorch")).Port(v1alpha1.ReplicaMaster, "pytorchjob-port", 29500).
+				Role(v1alpha1.ReplicaWorker, 1, tpl("pytorch")).DefaultedObj(),
 			role: v1alpha1.ReplicaWorker, index: 0,
 			want: vars(
 				"PYTHONUNBUFFERED", "1",
@@ -113,7 +111,7 @@ func TestPyTorchEnv(t *testing.T) {
 			),
 		},
 		{
-			name: "elastic", job: elastic.Obj(), role: v1alpha1.ReplicaWorker, index: 3,
+			name: "elastic", job: elastic.DefaultedObj(), role: v1alpha1.ReplicaWorker, index: 3,
 			want: vars(
 				"PYTHONUNBUFFERED", "1",
 				"PET_RDZV_ENDPOINT", "train-worker-0:23456",
@@ -124,15 +122,15 @@ func TestPyTorchEnv(t *testing.T) {
 		},
 		{
 			name: "elastic with every knob",
-			job: elastic.ObjWith(func(s *v1alpha1.TrainingJobSpec) {
-				s.NprocPerNode = ptr.To("8")
-				s.ElasticPolicy.RDZVHost = ptr.To("etcd.infra.svc")
-				s.ElasticPolicy.RDZVPort = ptr.To[int32](2379)
-				s.ElasticPolicy.RDZVBackend = ptr.To(v1alpha1.RDZVBackendETCDV2)
-				s.ElasticPolicy.RDZVID = ptr.To("run-7")
-				s.ElasticPolicy.RDZVConf = []v1alpha1.RDZVConf{{Key: "timeout", Value: "900"}, {Key: "read_timeout", Value: "60"}}
-				s.ElasticPolicy.Standalone = ptr.To(true)
-			}),
+			job: elastic.Clone().With(func(j *v1alpha1.TrainingJob) {
+				j.Spec.NprocPerNode = ptr.To("8")
+				j.Spec.ElasticPolicy.RDZVHost = ptr.To("etcd.infra.svc")
+				j.Spec.ElasticPolicy.RDZVPort = ptr.To[int32](2379)
+				j.Spec.ElasticPolicy.RDZVBackend = ptr.To(v1alpha1.RDZVBackendETCDV2)
+				j.Spec.ElasticPolicy.RDZVID = ptr.To("run-7")
+				j.Spec.ElasticPolicy.RDZVConf = []v1alpha1.RDZVConf{{Key: "timeout", Value: "900"}, {Key: "read_timeout", Value: "60"}}
+				j.Spec.ElasticPolicy.Standalone = ptr.To(true)
+			}).DefaultedObj(),
 			role: v1alpha1.ReplicaWorker, index: 0,
 			want: vars(
 				"PYTHONUNBUFFERED", "1",
@@ -148,8 +146,8 @@ func TestPyTorchEnv(t *testing.T) {
 		},
 		{
 			name: "elastic bounds default to the workers",
-			job: makeJob(v1alpha1.FrameworkPyTorch).Role(v1alpha1.ReplicaWorker, 3, "pytorch").
-				With(func(s *v1alpha1.TrainingJobSpec) { s.ElasticPolicy = &v1alpha1.ElasticPolicy{} }).Obj(),
+			job: makeJob(v1alpha1.FrameworkPyTorch).Role(v1alpha1.ReplicaWorker, 3, tpl("pytorch")).
+				ElasticPolicy(v1alpha1.ElasticPolicy{}).DefaultedObj(),
 			role: v1alpha1.ReplicaWorker, index: 0,
 			want: vars(
 				"PYTHONUNBUFFERED", "1",
@@ -164,7 +162,7 @@ func TestPyTorchEnv(t *testing.T) {
 				corev1.EnvVar{Name: "NCCL_DEBUG", Value: "INFO"},
 				corev1.EnvVar{Name: "RANK", Value: "99"},
 				corev1.EnvVar{Name: "CKPT", Value: "/ckpt/$(RANK)"},
-			).Obj(),
+			).DefaultedObj(),
 			role: v1alpha1.ReplicaWorker, index: 0,
 			want: vars(
 				"NCCL_DEBUG", "INFO",
@@ -194,9 +192,9 @@ func TestPyTorchEnv(t *testing.T) {
 
 func TestPyTorchPodTemplate(t *testing.T) {
 	job := makeJob(v1alpha1.FrameworkPyTorch).
-		Role(v1alpha1.ReplicaMaster, 1, "trainer").
+		Role(v1alpha1.ReplicaMaster, 1, tpl("trainer")).
 		Container(v1alpha1.ReplicaMaster, corev1.Container{Name: "pytorch", Image: "registry.example/train:v1"}).
-		Role(v1alpha1.ReplicaWorker, 1, "pytorch").Obj()
+		Role(v1alpha1.ReplicaWorker, 1, tpl("pytorch")).DefaultedObj()
 	pod := podTemplate(t, PyTorch{}, job, v1alpha1.ReplicaMaster, 0)
 	if pod.Spec.Hostname != "train-master-0" || pod.Spec.Subdomain != "train" {
 		t.Errorf("hostname %q, subdomain %q; want train-master-0, train", pod.Spec.Hostname, pod.Spec.Subdomain)

@@ -38,57 +38,57 @@ func TestRank(t *testing.T) {
 	}{{
 		name: "PyTorch: Master 0, Worker i → i+1",
 		a:    PyTorch{},
-		job:  makeJob(v1alpha1.FrameworkPyTorch).Role(v1alpha1.ReplicaMaster, 1, "pytorch").Role(v1alpha1.ReplicaWorker, 3, "pytorch").Obj(),
+		job:  makeJob(v1alpha1.FrameworkPyTorch).Role(v1alpha1.ReplicaMaster, 1, tpl("pytorch")).Role(v1alpha1.ReplicaWorker, 3, tpl("pytorch")).DefaultedObj(),
 		want: map[string]int32{"master-0": 0, "worker-0": 1, "worker-1": 2, "worker-2": 3},
 	}, {
 		name: "PyTorch elastic without a Master: the rendezvous ranks",
 		a:    PyTorch{},
-		job: makeJob(v1alpha1.FrameworkPyTorch).Role(v1alpha1.ReplicaWorker, 3, "pytorch").
-			With(func(s *v1alpha1.TrainingJobSpec) { s.ElasticPolicy = &v1alpha1.ElasticPolicy{} }).Obj(),
+		job: makeJob(v1alpha1.FrameworkPyTorch).Role(v1alpha1.ReplicaWorker, 3, tpl("pytorch")).
+			ElasticPolicy(v1alpha1.ElasticPolicy{}).DefaultedObj(),
 		want: map[string]int32{},
 	}, {
 		name: "MPI: Workers in hostfile order, the Launcher no rank",
 		a:    mpi,
-		job:  makeJob(v1alpha1.FrameworkMPI).Role(v1alpha1.ReplicaLauncher, 1, "mpi").Role(v1alpha1.ReplicaWorker, 3, "mpi").Obj(),
+		job:  makeJob(v1alpha1.FrameworkMPI).Role(v1alpha1.ReplicaLauncher, 1, tpl("mpi")).Role(v1alpha1.ReplicaWorker, 3, tpl("mpi")).DefaultedObj(),
 		want: map[string]int32{"worker-0": 0, "worker-1": 1, "worker-2": 2},
 	}, {
 		name: "MPI: a Launcher that runs ranks heads the hostfile",
 		a:    mpi,
-		job: makeJob(v1alpha1.FrameworkMPI).Role(v1alpha1.ReplicaLauncher, 1, "mpi").Role(v1alpha1.ReplicaWorker, 2, "mpi").
-			With(func(s *v1alpha1.TrainingJobSpec) {
-				s.MPI = &v1alpha1.MPIPolicy{RunLauncherAsWorker: ptr.To(true)}
-			}).Obj(),
+		job: makeJob(v1alpha1.FrameworkMPI).Role(v1alpha1.ReplicaLauncher, 1, tpl("mpi")).Role(v1alpha1.ReplicaWorker, 2, tpl("mpi")).
+			With(func(j *v1alpha1.TrainingJob) {
+				j.Spec.MPI = &v1alpha1.MPIPolicy{RunLauncherAsWorker: ptr.To(true)}
+			}).DefaultedObj(),
 		want: map[string]int32{"launcher-0": 0, "worker-0": 1, "worker-1": 2},
 	}, {
 		name: "TensorFlow: Chief then Workers; PS and Evaluator no ranks",
 		a:    TensorFlow{},
-		job: makeJob(v1alpha1.FrameworkTensorFlow).Role(v1alpha1.ReplicaChief, 1, "tensorflow").Role(v1alpha1.ReplicaPS, 2, "tensorflow").
-			Role(v1alpha1.ReplicaWorker, 2, "tensorflow").Role(v1alpha1.ReplicaEvaluator, 1, "tensorflow").Obj(),
+		job: makeJob(v1alpha1.FrameworkTensorFlow).Role(v1alpha1.ReplicaChief, 1, tpl("tensorflow")).Role(v1alpha1.ReplicaPS, 2, tpl("tensorflow")).
+			Role(v1alpha1.ReplicaWorker, 2, tpl("tensorflow")).Role(v1alpha1.ReplicaEvaluator, 1, tpl("tensorflow")).DefaultedObj(),
 		want: map[string]int32{"chief-0": 0, "worker-0": 1, "worker-1": 2},
 	}, {
 		name: "TensorFlow: Workers only, Worker 0 the implicit chief",
 		a:    TensorFlow{},
-		job:  makeJob(v1alpha1.FrameworkTensorFlow).Role(v1alpha1.ReplicaWorker, 3, "tensorflow").Obj(),
+		job:  makeJob(v1alpha1.FrameworkTensorFlow).Role(v1alpha1.ReplicaWorker, 3, tpl("tensorflow")).DefaultedObj(),
 		want: map[string]int32{"worker-0": 0, "worker-1": 1, "worker-2": 2},
 	}, {
 		name: "TensorFlow: one pod trains alone",
 		a:    TensorFlow{},
-		job:  makeJob(v1alpha1.FrameworkTensorFlow).Role(v1alpha1.ReplicaWorker, 1, "tensorflow").Obj(),
+		job:  makeJob(v1alpha1.FrameworkTensorFlow).Role(v1alpha1.ReplicaWorker, 1, tpl("tensorflow")).DefaultedObj(),
 		want: map[string]int32{},
 	}, {
 		name: "JAX: PROCESS_ID",
 		a:    JAX{},
-		job:  makeJob(v1alpha1.FrameworkJAX).Role(v1alpha1.ReplicaWorker, 3, "jax").Obj(),
+		job:  makeJob(v1alpha1.FrameworkJAX).Role(v1alpha1.ReplicaWorker, 3, tpl("jax")).DefaultedObj(),
 		want: map[string]int32{"worker-0": 0, "worker-1": 1, "worker-2": 2},
 	}, {
 		name: "XGBoost: Master 0, Worker i → i+1",
 		a:    XGBoost{},
-		job:  makeJob(v1alpha1.FrameworkXGBoost).Role(v1alpha1.ReplicaMaster, 1, "xgboost").Role(v1alpha1.ReplicaWorker, 2, "xgboost").Obj(),
+		job:  makeJob(v1alpha1.FrameworkXGBoost).Role(v1alpha1.ReplicaMaster, 1, tpl("xgboost")).Role(v1alpha1.ReplicaWorker, 2, tpl("xgboost")).DefaultedObj(),
 		want: map[string]int32{"master-0": 0, "worker-0": 1, "worker-1": 2},
 	}, {
 		name: "Paddle parameter server: trainers ranked, servers not",
 		a:    Paddle{},
-		job:  makeJob(v1alpha1.FrameworkPaddle).Role(v1alpha1.ReplicaMaster, 1, "paddle").Role(v1alpha1.ReplicaWorker, 2, "paddle").Obj(),
+		job:  makeJob(v1alpha1.FrameworkPaddle).Role(v1alpha1.ReplicaMaster, 1, tpl("paddle")).Role(v1alpha1.ReplicaWorker, 2, tpl("paddle")).DefaultedObj(),
 		want: map[string]int32{"worker-0": 0, "worker-1": 1},
 	}} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -107,9 +107,9 @@ func TestRankMatchesEnvironment(t *testing.T) {
 		job *v1alpha1.TrainingJob
 		env string
 	}{
-		{PyTorch{}, makeJob(v1alpha1.FrameworkPyTorch).Role(v1alpha1.ReplicaMaster, 1, "pytorch").Role(v1alpha1.ReplicaWorker, 3, "pytorch").Obj(), "RANK"},
-		{XGBoost{}, makeJob(v1alpha1.FrameworkXGBoost).Role(v1alpha1.ReplicaMaster, 1, "xgboost").Role(v1alpha1.ReplicaWorker, 3, "xgboost").Obj(), "RANK"},
-		{JAX{}, makeJob(v1alpha1.FrameworkJAX).Role(v1alpha1.ReplicaWorker, 3, "jax").Obj(), "PROCESS_ID"},
+		{PyTorch{}, makeJob(v1alpha1.FrameworkPyTorch).Role(v1alpha1.ReplicaMaster, 1, tpl("pytorch")).Role(v1alpha1.ReplicaWorker, 3, tpl("pytorch")).DefaultedObj(), "RANK"},
+		{XGBoost{}, makeJob(v1alpha1.FrameworkXGBoost).Role(v1alpha1.ReplicaMaster, 1, tpl("xgboost")).Role(v1alpha1.ReplicaWorker, 3, tpl("xgboost")).DefaultedObj(), "RANK"},
+		{JAX{}, makeJob(v1alpha1.FrameworkJAX).Role(v1alpha1.ReplicaWorker, 3, tpl("jax")).DefaultedObj(), "PROCESS_ID"},
 	} {
 		t.Run(string(tc.a.Framework()), func(t *testing.T) {
 			for _, role := range tc.a.Roles() {
@@ -131,8 +131,8 @@ func TestRankMatchesEnvironment(t *testing.T) {
 	}
 	t.Run("MPI hostfile", func(t *testing.T) {
 		mpi := NewMPI(rand.Reader)
-		job := makeJob(v1alpha1.FrameworkMPI).Role(v1alpha1.ReplicaLauncher, 1, "mpi").Role(v1alpha1.ReplicaWorker, 3, "mpi").
-			With(func(s *v1alpha1.TrainingJobSpec) { s.MPI = &v1alpha1.MPIPolicy{RunLauncherAsWorker: ptr.To(true)} }).Obj()
+		job := makeJob(v1alpha1.FrameworkMPI).Role(v1alpha1.ReplicaLauncher, 1, tpl("mpi")).Role(v1alpha1.ReplicaWorker, 3, tpl("mpi")).
+			With(func(j *v1alpha1.TrainingJob) { j.Spec.MPI = &v1alpha1.MPIPolicy{RunLauncherAsWorker: ptr.To(true)} }).DefaultedObj()
 		lines := strings.Split(strings.TrimSpace(mpi.Hostfile(job)), "\n")
 		for _, role := range mpi.Roles() {
 			for i := range replicasOf(job, role) {

@@ -14,7 +14,7 @@ import (
 )
 
 func TestHeadlessService(t *testing.T) {
-	job := makeJob(v1alpha1.FrameworkPyTorch).Role(v1alpha1.ReplicaMaster, 1, "pytorch").Obj()
+	job := makeJob(v1alpha1.FrameworkPyTorch).Role(v1alpha1.ReplicaMaster, 1, tpl("pytorch")).DefaultedObj()
 	selector := map[string]string{"lockstep.dev/job-name": "train"}
 	want := &corev1.Service{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "Service"},
@@ -34,18 +34,18 @@ func TestHeadlessService(t *testing.T) {
 func rendezvousJobs() map[string]*v1alpha1.TrainingJob {
 	return map[string]*v1alpha1.TrainingJob{
 		"PyTorch": makeJob(v1alpha1.FrameworkPyTorch).
-			Role(v1alpha1.ReplicaMaster, 1, "pytorch").Role(v1alpha1.ReplicaWorker, 3, "pytorch").Obj(),
-		"PyTorch elastic": makeJob(v1alpha1.FrameworkPyTorch).Role(v1alpha1.ReplicaWorker, 3, "pytorch").
-			With(func(s *v1alpha1.TrainingJobSpec) { s.ElasticPolicy = &v1alpha1.ElasticPolicy{} }).Obj(),
+			Role(v1alpha1.ReplicaMaster, 1, tpl("pytorch")).Role(v1alpha1.ReplicaWorker, 3, tpl("pytorch")).DefaultedObj(),
+		"PyTorch elastic": makeJob(v1alpha1.FrameworkPyTorch).Role(v1alpha1.ReplicaWorker, 3, tpl("pytorch")).
+			ElasticPolicy(v1alpha1.ElasticPolicy{}).DefaultedObj(),
 		"TensorFlow": makeJob(v1alpha1.FrameworkTensorFlow).
-			Role(v1alpha1.ReplicaChief, 1, "tensorflow").Role(v1alpha1.ReplicaPS, 2, "tensorflow").
-			Role(v1alpha1.ReplicaWorker, 3, "tensorflow").Obj(),
-		"MPI":     mpiJob(3).Obj(),
-		"JAX":     makeJob(v1alpha1.FrameworkJAX).Role(v1alpha1.ReplicaWorker, 3, "jax").Obj(),
-		"XGBoost": makeJob(v1alpha1.FrameworkXGBoost).Role(v1alpha1.ReplicaMaster, 1, "xgboost").Role(v1alpha1.ReplicaWorker, 3, "xgboost").Obj(),
-		"Paddle":  makeJob(v1alpha1.FrameworkPaddle).Role(v1alpha1.ReplicaWorker, 3, "paddle").Obj(),
+			Role(v1alpha1.ReplicaChief, 1, tpl("tensorflow")).Role(v1alpha1.ReplicaPS, 2, tpl("tensorflow")).
+			Role(v1alpha1.ReplicaWorker, 3, tpl("tensorflow")).DefaultedObj(),
+		"MPI":     mpiJob(3).DefaultedObj(),
+		"JAX":     makeJob(v1alpha1.FrameworkJAX).Role(v1alpha1.ReplicaWorker, 3, tpl("jax")).DefaultedObj(),
+		"XGBoost": makeJob(v1alpha1.FrameworkXGBoost).Role(v1alpha1.ReplicaMaster, 1, tpl("xgboost")).Role(v1alpha1.ReplicaWorker, 3, tpl("xgboost")).DefaultedObj(),
+		"Paddle":  makeJob(v1alpha1.FrameworkPaddle).Role(v1alpha1.ReplicaWorker, 3, tpl("paddle")).DefaultedObj(),
 		"Paddle parameter server": makeJob(v1alpha1.FrameworkPaddle).
-			Role(v1alpha1.ReplicaMaster, 1, "paddle").Role(v1alpha1.ReplicaWorker, 2, "paddle").Obj(),
+			Role(v1alpha1.ReplicaMaster, 1, tpl("paddle")).Role(v1alpha1.ReplicaWorker, 2, tpl("paddle")).DefaultedObj(),
 	}
 }
 

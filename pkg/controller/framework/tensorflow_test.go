@@ -11,10 +11,10 @@ import (
 
 func TestTensorFlowEnv(t *testing.T) {
 	ps := makeJob(v1alpha1.FrameworkTensorFlow).
-		Role(v1alpha1.ReplicaChief, 1, "tensorflow").
-		Role(v1alpha1.ReplicaPS, 2, "tensorflow").Port(v1alpha1.ReplicaPS, "tfjob-port", 2223).
-		Role(v1alpha1.ReplicaWorker, 2, "tensorflow").
-		Role(v1alpha1.ReplicaEvaluator, 1, "tensorflow")
+		Role(v1alpha1.ReplicaChief, 1, tpl("tensorflow")).
+		Role(v1alpha1.ReplicaPS, 2, tpl("tensorflow")).Port(v1alpha1.ReplicaPS, "tfjob-port", 2223).
+		Role(v1alpha1.ReplicaWorker, 2, tpl("tensorflow")).
+		Role(v1alpha1.ReplicaEvaluator, 1, tpl("tensorflow"))
 	const cluster = `{"chief":["train-chief-0.train.ml.svc:2222"],` +
 		`"ps":["train-ps-0.train.ml.svc:2223","train-ps-1.train.ml.svc:2223"],` +
 		`"worker":["train-worker-0.train.ml.svc:2222","train-worker-1.train.ml.svc:2222"]}`
@@ -26,26 +26,26 @@ func TestTensorFlowEnv(t *testing.T) {
 		want  []corev1.EnvVar
 	}{
 		{
-			name: "worker", job: ps.Obj(), role: v1alpha1.ReplicaWorker, index: 1,
+			name: "worker", job: ps.DefaultedObj(), role: v1alpha1.ReplicaWorker, index: 1,
 			want: vars("TF_CONFIG", `{"cluster":`+cluster+`,"task":{"type":"worker","index":1},"environment":"cloud"}`),
 		},
 		{
-			name: "parameter server", job: ps.Obj(), role: v1alpha1.ReplicaPS, index: 0,
+			name: "parameter server", job: ps.DefaultedObj(), role: v1alpha1.ReplicaPS, index: 0,
 			want: vars("TF_CONFIG", `{"cluster":`+cluster+`,"task":{"type":"ps","index":0},"environment":"cloud"}`),
 		},
 		{
-			name: "evaluator is outside the cluster but knows it", job: ps.Obj(), role: v1alpha1.ReplicaEvaluator, index: 0,
+			name: "evaluator is outside the cluster but knows it", job: ps.DefaultedObj(), role: v1alpha1.ReplicaEvaluator, index: 0,
 			want: vars("TF_CONFIG", `{"cluster":`+cluster+`,"task":{"type":"evaluator","index":0},"environment":"cloud"}`),
 		},
 		{
 			name: "multi-worker mirrored",
-			job:  makeJob(v1alpha1.FrameworkTensorFlow).Role(v1alpha1.ReplicaWorker, 2, "tensorflow").Obj(),
+			job:  makeJob(v1alpha1.FrameworkTensorFlow).Role(v1alpha1.ReplicaWorker, 2, tpl("tensorflow")).DefaultedObj(),
 			role: v1alpha1.ReplicaWorker, index: 0,
 			want: vars("TF_CONFIG", `{"cluster":{"worker":["train-worker-0.train.ml.svc:2222","train-worker-1.train.ml.svc:2222"]},"task":{"type":"worker","index":0},"environment":"cloud"}`),
 		},
 		{
 			name: "one pod trains locally",
-			job:  makeJob(v1alpha1.FrameworkTensorFlow).Role(v1alpha1.ReplicaWorker, 1, "tensorflow").Obj(),
+			job:  makeJob(v1alpha1.FrameworkTensorFlow).Role(v1alpha1.ReplicaWorker, 1, tpl("tensorflow")).DefaultedObj(),
 			role: v1alpha1.ReplicaWorker, index: 0,
 			want: nil,
 		},
@@ -63,8 +63,8 @@ func TestTensorFlowEnv(t *testing.T) {
 // TF_CONFIG goes to the tensorflow container only, as in Kubeflow.
 func TestTensorFlowMainContainerOnly(t *testing.T) {
 	job := makeJob(v1alpha1.FrameworkTensorFlow).
-		Role(v1alpha1.ReplicaWorker, 2, "log-shipper").
-		Container(v1alpha1.ReplicaWorker, corev1.Container{Name: "tensorflow", Image: "registry.example/tf:v1"}).Obj()
+		Role(v1alpha1.ReplicaWorker, 2, tpl("log-shipper")).
+		Container(v1alpha1.ReplicaWorker, corev1.Container{Name: "tensorflow", Image: "registry.example/tf:v1"}).DefaultedObj()
 	pod := podTemplate(t, TensorFlow{}, job, v1alpha1.ReplicaWorker, 0)
 	if n := len(pod.Spec.Containers[0].Env); n != 0 {
 		t.Errorf("sidecar got %d variables, want none", n)

@@ -11,8 +11,8 @@ import (
 
 func TestXGBoostEnv(t *testing.T) {
 	job := makeJob(v1alpha1.FrameworkXGBoost).
-		Role(v1alpha1.ReplicaMaster, 1, "xgboost").
-		Role(v1alpha1.ReplicaWorker, 2, "xgboost").Port(v1alpha1.ReplicaWorker, "xgboostjob-port", 9000)
+		Role(v1alpha1.ReplicaMaster, 1, tpl("xgboost")).
+		Role(v1alpha1.ReplicaWorker, 2, tpl("xgboost")).Port(v1alpha1.ReplicaWorker, "xgboostjob-port", 9000)
 	cases := []struct {
 		name  string
 		job   *v1alpha1.TrainingJob
@@ -21,7 +21,7 @@ func TestXGBoostEnv(t *testing.T) {
 		want  []corev1.EnvVar
 	}{
 		{
-			name: "master", job: job.Obj(), role: v1alpha1.ReplicaMaster, index: 0,
+			name: "master", job: job.DefaultedObj(), role: v1alpha1.ReplicaMaster, index: 0,
 			want: vars(
 				"MASTER_PORT", "9999",
 				"MASTER_ADDR", "train-master-0",
@@ -33,7 +33,7 @@ func TestXGBoostEnv(t *testing.T) {
 			),
 		},
 		{
-			name: "worker 1 ranks after the master", job: job.Obj(), role: v1alpha1.ReplicaWorker, index: 1,
+			name: "worker 1 ranks after the master", job: job.DefaultedObj(), role: v1alpha1.ReplicaWorker, index: 1,
 			want: vars(
 				"MASTER_PORT", "9999",
 				"MASTER_ADDR", "train-master-0",
@@ -45,7 +45,7 @@ func TestXGBoostEnv(t *testing.T) {
 			),
 		},
 		{
-			name: "master alone", job: makeJob(v1alpha1.FrameworkXGBoost).Role(v1alpha1.ReplicaMaster, 1, "xgboost").Obj(),
+			name: "master alone", job: makeJob(v1alpha1.FrameworkXGBoost).Role(v1alpha1.ReplicaMaster, 1, tpl("xgboost")).DefaultedObj(),
 			role: v1alpha1.ReplicaMaster, index: 0,
 			want: vars(
 				"MASTER_PORT", "9999",

@@ -5,30 +5,26 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
 	"github.com/lockstep-dev/lockstep/pkg/apis/lockstep/v1alpha1"
 	"github.com/lockstep-dev/lockstep/pkg/lockstep"
+	utiltesting "github.com/lockstep-dev/lockstep/pkg/util/testing"
 )
 
-func testJob(workers int32) *v1alpha1.TrainingJob {
-	tpl := corev1.PodTemplateSpec{Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "pytorch", Image: "img"}}}}
-	return &v1alpha1.TrainingJob{
-		ObjectMeta: metav1.ObjectMeta{Name: "j", Namespace: "ns", UID: "uid"},
-		Spec: v1alpha1.TrainingJobSpec{ReplicaSpecs: map[v1alpha1.ReplicaType]v1alpha1.ReplicaSpec{
-			v1alpha1.ReplicaMaster: {Replicas: ptr.To[int32](1), Template: tpl},
-			v1alpha1.ReplicaWorker: {Replicas: ptr.To(workers), Template: tpl},
-		}},
-	}
+// testJob is a job of one Master and workers Workers, framework unset.
+func testJob(workers int32) *utiltesting.TrainingJobWrapper {
+	tpl := utiltesting.MakePodTemplate("pytorch").Image("img").Obj()
+	return utiltesting.MakeTrainingJob("j", "ns").UID("uid").
+		Role(v1alpha1.ReplicaMaster, 1, tpl).Role(v1alpha1.ReplicaWorker, workers, tpl)
 }
 
 // TestWantedWorkload: one pod set per role, the queue and priority, owned
 // by the job; the hash (name and annotation) changes with the spec only,
 // and the object survives the trip through unstructured.
 func TestWantedWorkload(t *testing.T) {
-	w, err := WantedWorkload(testJob(3), "lq", &Priority{ClassName: "high", Value: 100})
+	w, err := WantedWorkload(testJob(3).Obj(), "lq", &Priority{ClassName: "high", Value: 100})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -54,8 +50,8 @@ func TestWantedWorkload(t *testing.T) {
 	if !strings.HasSuffix(w.Name, "-"+hash) || !strings.HasPrefix(w.Name, "trainingjob-j-") {
 		t.Errorf("name %s, want trainingjob-j-%s", w.Name, hash)
 	}
-	again, _ := WantedWorkload(testJob(3), "lq", &Priority{ClassName: "high", Value: 100})
-	other, _ := WantedWorkload(testJob(4), "lq", &Priority{ClassName: "high", Value: 100})
+	again, _ := WantedWorkload(testJob(3).Obj(), "lq", &Priority{ClassName: "high", Value: 100})
+	other, _ := WantedWorkload(testJob(4).Obj(), "lq", &Priority{ClassName: "high", Value: 100})
 	if again.Name != w.Name || other.Name == w.Name {
 		t.Errorf("names %s, %s (same spec), %s (more workers): want the hash to follow the spec", w.Name, again.Name, other.Name)
 	}
@@ -74,7 +70,7 @@ func TestWantedWorkload(t *testing.T) {
 	if diff := cmp.Diff(w.Spec, back.Spec); diff != "" {
 		t.Errorf("round trip (-want,+got):\n%s", diff)
 	}
-	long := testJob(1)
+	long := testJob(1).Obj()
 	long.Name = strings.Repeat("a", 260)
 	lw, _ := WantedWorkload(long, "lq", nil)
 	if len(lw.Name) > 253 {
@@ -88,10 +84,8 @@ func TestWantedWorkload(t *testing.T) {
 // counts, and are named after the generation too, one per scale-up.
 func TestWantedWorkloadElastic(t *testing.T) {
 	elastic := func(workers int32, gen int64) *v1alpha1.TrainingJob {
-		j := testJob(workers)
-		j.Generation = gen
-		j.Spec.ElasticPolicy = &v1alpha1.ElasticPolicy{MinReplicas: ptr.To[int32](1), MaxReplicas: ptr.To[int32](8)}
-		return j
+		return testJob(workers).Generation(gen).
+			ElasticPolicy(v1alpha1.ElasticPolicy{MinReplicas: ptr.To[int32](1), MaxReplicas: ptr.To[int32](8)}).Obj()
 	}
 	w2, _ := WantedWorkload(elastic(2, 1), "lq", nil)
 	w4, _ := WantedWorkload(elastic(4, 2), "lq", nil)
@@ -117,7 +111,7 @@ func TestWantedWorkloadElastic(t *testing.T) {
 	if other.Annotations[lockstep.AnnotationSpecHash] == hash {
 		t.Errorf("a new Master template kept hash %s: only the Worker count is left out", hash)
 	}
-	plain, _ := WantedWorkload(testJob(2), "lq", nil)
+	plain, _ := WantedWorkload(testJob(2).Obj(), "lq", nil)
 	if _, ok := plain.Annotations[lockstep.AnnotationKueueElasticJob]; ok || plain.Annotations[lockstep.AnnotationSpecHash] == hash {
 		t.Errorf("a job without elasticPolicy: annotations %v, want no slice marking and the counts in the hash", plain.Annotations)
 	}

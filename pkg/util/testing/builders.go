@@ -21,7 +21,7 @@ func MakePod(name, namespace string) *PodWrapper {
 		Spec: corev1.PodSpec{
 			Containers: []corev1.Container{{
 				Name:  "main",
-				Image: "registry.example/train:latest",
+				Image: DefaultImage,
 				Resources: corev1.ResourceRequirements{
 					Requests: corev1.ResourceList{
 						corev1.ResourceCPU:    resource.MustParse("1"),
