@@ -33,11 +33,15 @@ all: build
 .PHONY: build
 build: ## Build our binaries into bin/.
 	@mkdir -p $(BIN)
-	@for c in $(COMMANDS); do \
-	  case $$c in lockstep-*|kubectl-*) out=$$c ;; *) out=lockstep-$$c ;; esac; \
-	  echo "$(GO) build -o bin/$$out ./cmd/$$c"; \
-	  $(GO) build -o $(BIN)/$$out ./cmd/$$c; \
-	done
+	@# One go build for all of them: shared packages compile once and the
+	@# links run side by side.
+	@tmp=$$(mktemp -d); trap 'rm -rf $$tmp' EXIT; \
+	  echo "$(GO) build -o bin/ $(addprefix ./cmd/,$(COMMANDS))"; \
+	  $(GO) build -o $$tmp/ $(addprefix ./cmd/,$(COMMANDS)); \
+	  for c in $(COMMANDS); do \
+	    case $$c in lockstep-*|kubectl-*) out=$$c ;; *) out=lockstep-$$c ;; esac; \
+	    mv -f $$tmp/$$c $(BIN)/$$out; \
+	  done
 
 .PHONY: tools
 tools: ## Build every tool (cluster tools, stock kube-scheduler, controller-gen, peer operators) into bin/, skipping those at the pinned version.
