@@ -44,7 +44,7 @@ func newKWOKCluster(repoRoot, dir string) *kwokCluster {
 // 127.0.0.1; ports are picked by us rather than by kwokctl, whose own pick
 // probes all interfaces and can collide between parallel clusters.
 func (k *kwokCluster) kwokctlConfig() ([]byte, error) {
-	ports, err := freePorts(5)
+	ports, err := FreePorts(5)
 	if err != nil {
 		return nil, err
 	}
@@ -93,7 +93,7 @@ func (k *kwokCluster) kwokctlConfig() ([]byte, error) {
 			{
 				// The node lifecycle runs with upstream's defaults (node-monitor-
 				// period 5s, node-monitor-grace-period 50s in Kubernetes 1.34), so
-				// a node that goes dark (DarkenNode) is noticed as in a real
+				// a node that goes dark (the e2e suite's DarkenNode) is noticed as in a real
 				// cluster; Options.NodeMonitorGracePeriod lengthens the grace
 				// only for the large benchmark models. New nodes are tainted
 				// not-ready until the node lifecycle controller clears them; at
