@@ -13,9 +13,10 @@ import (
 )
 
 // kwokCluster is a local control plane run by kwokctl's binary runtime
-// (DESIGN §6): etcd, kube-apiserver, kube-controller-manager (for garbage
-// collection) and the KWOK controller, all on loopback ports of our choosing,
-// with no kube-scheduler: ours is the only one.
+// (docs/architecture.md, "Test cluster"): etcd, kube-apiserver,
+// kube-controller-manager (for garbage collection) and the KWOK controller,
+// all on loopback ports of our choosing, with no kube-scheduler: ours is the
+// only one.
 type kwokCluster struct {
 	name    string
 	workdir string // KWOK_WORKDIR
