@@ -145,7 +145,7 @@ BENCH_SCALE_MODEL ?= test/e2e/models/scale-5000.yaml
 # Extra lockstep-bench flags, e.g. BENCH_FLAGS=--schedulers=lockstep.
 BENCH_FLAGS ?=
 
-# Rounds of the in-process scale run (pkg/scheduler/perf), each running
+# Rounds of the in-process scale run (internal/perf), each running
 # kube-scheduler then Lockstep; the report gives per-round numbers and medians.
 BENCH_ROUNDS ?= 3
 

@@ -194,7 +194,7 @@ require (
 	sigs.k8s.io/structured-merge-diff/v6 v6.3.0 // indirect
 )
 
-// Kubernetes pin (DESIGN §5): k8s.io/kubernetes v1.34.4 with every staging
+// Kubernetes pin: k8s.io/kubernetes v1.34.4 with every staging
 // module at v0.34.4. The requires above read v1.34.7/v0.34.7 because
 // scheduler-plugins v0.34.7 asks for them and go mod tidy raises them; these
 // replaces decide what is built. Later 1.34 patch releases are not fully served

@@ -173,8 +173,8 @@ if [ "$group" = all ]; then
 		kueue=sigs.k8s.io/kueue/cmd/kueue
 
 	# KubeRay's ray-operator, for the interop tests (test/e2e/kuberay_test.go);
-	# the harness installs its CRDs from the same module
-	# (localcluster.InstallKubeRayCRDs), so a pin bump brings its CRDs along.
+	# the e2e framework installs its CRDs from the same module
+	# (framework.Cluster.InstallKubeRay), so a pin bump brings its CRDs along.
 	spawn "$root/hack/tools/kuberay" github.com/ray-project/kuberay/ray-operator "-s -w" \
 		ray-operator=github.com/ray-project/kuberay/ray-operator
 fi

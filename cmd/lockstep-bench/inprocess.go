@@ -7,9 +7,9 @@ import (
 	"runtime/pprof"
 	"time"
 
+	"github.com/lockstep-dev/lockstep/internal/perf"
 	"github.com/lockstep-dev/lockstep/pkg/bench"
 	"github.com/lockstep-dev/lockstep/pkg/clustermodel"
-	"github.com/lockstep-dev/lockstep/pkg/scheduler/perf"
 )
 
 // inProcessRun is the scale run of package perf: kube-scheduler and

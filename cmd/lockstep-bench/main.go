@@ -75,7 +75,7 @@ func main() {
 	fs.StringVar(&o.scaleModel, "scale-model", "", "cluster model of the scale run; empty skips it")
 	fs.IntVar(&o.scaleGangs, "scale-gangs", 120, "gang jobs in the scale run's burst")
 	fs.StringVar(&o.scaleSchedulers, "scale-schedulers", "kube-scheduler,lockstep", "schedulers of the scale run")
-	fs.StringVar(&o.inProcessModel, "inprocess-model", "", "cluster model of the in-process scale run (pkg/scheduler/perf: schedulers in this process, no KWOK); empty skips it")
+	fs.StringVar(&o.inProcessModel, "inprocess-model", "", "cluster model of the in-process scale run (internal/perf: schedulers in this process, no KWOK); empty skips it")
 	fs.IntVar(&o.inProcessRounds, "inprocess-rounds", 3, "rounds of the in-process scale run, each running kube-scheduler then Lockstep on the --scale-gangs burst")
 	fs.BoolVar(&o.skipReplay, "skip-replay", false, "skip the trace replays: run only the scale runs")
 	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the in-process scale run to this file")

@@ -36,19 +36,26 @@ func TestArrows(t *testing.T) {
 	}{{
 		pattern:   "./cmd/...",
 		forbidden: []string{module + "/test/"},
-		why:       "shipped commands use pkg/localcluster, never the test tree",
+		why:       "commands use pkg/localcluster and internal/perf, never the test tree",
 	}, {
-		// The binaries we ship in images: the harness (a local cluster,
-		// its peers and fault proxy), envtest and the benchmarks are for
-		// tests and developers only, and would bloat and widen them.
+		// The binaries we ship in images: the harness (a local cluster),
+		// the e2e framework on top of it, envtest and the benchmarks are
+		// for tests and developers only, and would bloat and widen them.
 		pattern: "./cmd/scheduler ./cmd/controller ./cmd/topology-agent ./cmd/kubectl-lockstep",
 		forbidden: []string{module + "/pkg/localcluster", module + "/pkg/util/envtest", "sigs.k8s.io/controller-runtime/pkg/envtest",
-			module + "/pkg/bench", module + "/pkg/scheduler/perf", module + "/test/"},
+			module + "/pkg/bench", module + "/internal/perf", module + "/test/"},
 		why: "shipped binaries never link the test harness, envtest or the benchmarks",
 	}, {
+		// make demo, make cluster-up and the benchmark link the harness:
+		// what only the e2e suite needs stays in test/e2e/framework, and
+		// the in-process benchmark's envtest in internal/perf.
+		pattern:   "./pkg/localcluster",
+		forbidden: []string{module + "/test/", module + "/internal/perf", module + "/pkg/util/envtest", "sigs.k8s.io/controller-runtime/pkg/envtest"},
+		why:       "the harness does not link the e2e framework or envtest",
+	}, {
 		pattern:   "./pkg/...",
-		forbidden: []string{module + "/test/", module + "/cmd/"},
-		why:       "libraries do not reach into tests or commands",
+		forbidden: []string{module + "/test/", module + "/cmd/", module + "/internal/"},
+		why:       "libraries do not reach into tests, commands or developer tools",
 	}, {
 		pattern:   "./cmd/controller",
 		forbidden: []string{"k8s.io/kubernetes/pkg/scheduler", module + "/pkg/scheduler"},

@@ -25,7 +25,7 @@ type Report struct {
 	// Results are one per scheduler, in run order.
 	Results []Result     `json:"results"`
 	Scale   *ScaleResult `json:"scale,omitempty"`
-	// InProcess is the in-process scale run (pkg/scheduler/perf).
+	// InProcess is the in-process scale run (internal/perf).
 	InProcess *InProcessResult `json:"in_process,omitempty"`
 	// Sweep is Lockstep's preferredWait sweep, if one ran.
 	Sweep   *Sweep  `json:"sweep,omitempty"`

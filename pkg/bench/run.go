@@ -84,5 +84,5 @@ type PodRun struct {
 
 // ScaleGangSizes are the pod counts of the scale runs' gangs, cycled: gangs
 // of 16 to 128 GPUs in 8-GPU pods, for the KWOK scale run
-// (cmd/lockstep-bench) and the in-process one (pkg/scheduler/perf) alike.
+// (cmd/lockstep-bench) and the in-process one (internal/perf) alike.
 var ScaleGangSizes = [...]int{2, 4, 4, 8, 8, 16}

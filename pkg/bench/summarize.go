@@ -499,7 +499,7 @@ func latest(a, b time.Time) time.Time {
 	return a
 }
 
-// InProcessResult is the in-process scale run (pkg/scheduler/perf): each
+// InProcessResult is the in-process scale run (internal/perf): each
 // scheduler binds the same burst on the same apiserver several times,
 // alternating, with no KWOK process or other component beside it.
 type InProcessResult struct {

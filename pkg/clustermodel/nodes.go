@@ -14,7 +14,8 @@ import (
 
 // Labels and annotations the model writes on nodes.
 const (
-	// KWOKNodeAnnotation marks a node KWOK manages (DESIGN §6).
+	// KWOKNodeAnnotation marks a node KWOK manages
+	// (docs/cluster-model.md, "What a node gets").
 	KWOKNodeAnnotation = "kwok.x-k8s.io/node"
 
 	// podsPerNode is the kubelet's default max-pods.

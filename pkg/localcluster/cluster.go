@@ -1,8 +1,14 @@
-// Package framework runs Lockstep's end-to-end tests against a real control
-// plane: a local kwokctl cluster built from bin/ (DESIGN §6), or any cluster
-// named by $KUBECONFIG. It creates a cluster model's fake GPU nodes, installs
-// our CRDs, runs our binaries as child processes, keeps their logs when a test
-// fails and always tears down what it started.
+// Package localcluster is the local cluster harness that make demo, make
+// cluster-up (hack/localcluster), the KWOK benchmark (cmd/lockstep-bench) and
+// the e2e suite share. It runs a control plane from the binaries in bin/
+// with kwokctl's binary runtime (docs/architecture.md, "Test cluster"), or
+// uses an existing cluster named by a kubeconfig; creates a cluster model's
+// fake GPU nodes; installs our CRDs and deploy/'s identities; runs our
+// binaries as child processes under those identities, keeping their logs;
+// and tears down what it started. What only the e2e suite needs (a
+// namespace per test, peer operators, replicas, the fault proxy) lives in
+// test/e2e/framework, so the commands that link this package carry none of
+// it.
 package localcluster
 
 import (

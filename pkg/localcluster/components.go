@@ -92,6 +92,35 @@ func (c *Cluster) KillComponent(name string) error {
 	return p.Kill()
 }
 
+// StopComponent stops a component with SIGTERM, as a rolling update would,
+// and waits up to grace before killing it.
+func (c *Cluster) StopComponent(name string, grace time.Duration) error {
+	c.mu.Lock()
+	p, ok := c.components[name]
+	delete(c.components, name)
+	c.mu.Unlock()
+	if !ok {
+		return fmt.Errorf("component %s is not running", name)
+	}
+	return p.Stop(grace)
+}
+
+// Forget drops a component that exited by itself from the running ones, so
+// it can be started again under its name. It reports whether it had exited.
+func (c *Cluster) Forget(name string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	p, ok := c.components[name]
+	if !ok {
+		return false
+	}
+	if exited, _ := p.Exited(); !exited {
+		return false
+	}
+	delete(c.components, name)
+	return true
+}
+
 // Component returns a running component's process.
 func (c *Cluster) Component(name string) (*Process, bool) {
 	c.mu.Lock()
@@ -183,32 +212,43 @@ func asMap(v any) map[string]any {
 // KubeSchedulerConfiguration cfg, pointed at this cluster as the scheduler's
 // ServiceAccount and serving health on loopback.
 func (c *Cluster) KubeSchedulerComponent(name, binary string, cfg map[string]any) (Component, error) {
-	return c.kubeSchedulerComponent(name, binary, cfg, nil, nil)
+	return c.KubeSchedulerComponentWith(name, binary, cfg, SchedulerOptions{})
 }
 
-// kubeSchedulerComponent is KubeSchedulerComponent with leader election on
-// when le is set (see SchedulerReplicaComponent), and reaching the
-// apiserver through proxy when that is set (its health and metrics
-// endpoints still authenticate callers directly).
-func (c *Cluster) kubeSchedulerComponent(name, binary string, cfg map[string]any, le *LeaderElection, proxy *FaultProxy) (Component, error) {
-	kubeconfig, err := c.identityKubeconfig(SchedulerIdentity())
+// SchedulerOptions say how KubeSchedulerComponentWith runs a kube-scheduler
+// beyond its configuration: the e2e suite's replicas and fault-injection
+// runs set them.
+type SchedulerOptions struct {
+	// LeaderElection, when set, turns leader election on, on cfg's Lease,
+	// with these durations: any number of replicas, each under its own
+	// name, may then run at once and only the holder of the Lease
+	// schedules. Unset, it is off (see renderSchedulerConfig).
+	LeaderElection *LeaderElection
+	// APIKubeconfig, when set, is the kubeconfig the scheduler reaches the
+	// apiserver with instead of its ServiceAccount's own: one whose server
+	// is a fault-injecting proxy. Its health and metrics endpoints still
+	// authenticate callers directly, with the ServiceAccount's kubeconfig.
+	APIKubeconfig string
+}
+
+// KubeSchedulerComponentWith is KubeSchedulerComponent run as opts say.
+func (c *Cluster) KubeSchedulerComponentWith(name, binary string, cfg map[string]any, opts SchedulerOptions) (Component, error) {
+	kubeconfig, err := c.IdentityKubeconfig(SchedulerIdentity())
 	if err != nil {
 		return Component{}, err
 	}
 	api := kubeconfig
-	if proxy != nil {
-		if api, err = c.ProxiedKubeconfig(SchedulerIdentity(), proxy); err != nil {
-			return Component{}, err
-		}
+	if opts.APIKubeconfig != "" {
+		api = opts.APIKubeconfig
 	}
 	if c.Model != nil {
 		cfg = WithTopology(cfg, c.Model.TopologyConfig())
 	}
-	cfgPath, err := c.renderSchedulerConfig(name, api, cfg, le)
+	cfgPath, err := c.renderSchedulerConfig(name, api, cfg, opts.LeaderElection)
 	if err != nil {
 		return Component{}, err
 	}
-	ports, err := freePorts(1)
+	ports, err := FreePorts(1)
 	if err != nil {
 		return Component{}, err
 	}
@@ -332,12 +372,44 @@ func (c *Cluster) ControllerComponent() (Component, error) {
 // pods schedulerName, so the benchmark can hand the same jobs to other
 // schedulers.
 func (c *Cluster) ControllerComponentFor(schedulerName string) (Component, error) {
+	return c.ControllerComponentWith("controller", ControllerOptions{SchedulerName: schedulerName})
+}
+
+// ControllerOptions say how ControllerComponentWith runs the TrainingJob
+// controller.
+type ControllerOptions struct {
+	// SchedulerName is the scheduler the controller gives its pods; empty
+	// means Lockstep's (SchedulerName).
+	SchedulerName string
+	// LeaderElection, when set, turns leader election on, on deploy/'s
+	// Lease (ControllerLeaseNamespace/ControllerLeaseName), with these
+	// durations: the e2e suite's replicas. Unset, it is off.
+	LeaderElection *LeaderElection
+}
+
+// ControllerComponentWith describes the TrainingJob controller as opts say,
+// under name.
+func (c *Cluster) ControllerComponentWith(name string, opts ControllerOptions) (Component, error) {
 	topo, err := c.TopologyConfigFile()
 	if err != nil {
 		return Component{}, err
 	}
-	return c.managerComponent("controller", "lockstep-controller", ControllerIdentity(), controllerProbe,
-		"--leader-elect=false", "--scheduler-name="+schedulerName, "--topology-config="+topo)
+	schedulerName := opts.SchedulerName
+	if schedulerName == "" {
+		schedulerName = SchedulerName
+	}
+	args := []string{"--leader-elect=false"}
+	if le := opts.LeaderElection; le != nil {
+		args = []string{
+			"--leader-elect=true",
+			"--leader-election-namespace=" + ControllerLeaseNamespace,
+			"--leader-elect-lease-duration=" + le.LeaseDuration.String(),
+			"--leader-elect-renew-deadline=" + le.RenewDeadline.String(),
+			"--leader-elect-retry-period=" + le.RetryPeriod.String(),
+		}
+	}
+	args = append(args, "--scheduler-name="+schedulerName, "--topology-config="+topo)
+	return c.managerComponent(name, "lockstep-controller", ControllerIdentity(), controllerProbe, args...)
 }
 
 // controllerProbe is the TrainingJob controller's endpoint that says it has
@@ -353,11 +425,11 @@ const controllerProbe = "/readyz"
 // probes on loopback ports, started once probe (/healthz or /readyz)
 // answers, and its own args.
 func (c *Cluster) managerComponent(name, binary string, id Identity, probe string, args ...string) (Component, error) {
-	ports, err := freePorts(2)
+	ports, err := FreePorts(2)
 	if err != nil {
 		return Component{}, err
 	}
-	kubeconfig, err := c.identityKubeconfig(id)
+	kubeconfig, err := c.IdentityKubeconfig(id)
 	if err != nil {
 		return Component{}, err
 	}
@@ -490,6 +562,22 @@ func (c *Cluster) renderSchedulerConfig(name, kubeconfig string, cfg map[string]
 	path := filepath.Join(c.Dir, name+"-config.yaml")
 	return path, os.WriteFile(path, out, 0o644)
 }
+
+// LeaderElection configures the Lease of replicated components: how long a
+// lease lasts without renewal, how long the leader keeps retrying a renewal
+// before it gives up leading, and how often replicas try.
+type LeaderElection struct {
+	LeaseDuration, RenewDeadline, RetryPeriod time.Duration
+}
+
+// The Leases replicas elect their leader through: deploy/'s, so the
+// ServiceAccounts' RBAC allows them.
+const (
+	SchedulerLeaseNamespace  = "kube-system"
+	SchedulerLeaseName       = "lockstep-scheduler"
+	ControllerLeaseNamespace = "lockstep-system"
+	ControllerLeaseName      = "lockstep-controller.lockstep.dev"
+)
 
 // ClientRate is a scheduler's client-side limit on API requests.
 type ClientRate struct{ QPS, Burst int }

@@ -98,19 +98,33 @@ func (c *Cluster) InstallIdentities(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("kubectl kustomize %s: %w: %s", overlay, err, strings.TrimSpace(stderr.String()))
 	}
-	objs, err := decodeObjects(out)
+	objs, err := DecodeObjects(out)
 	if err != nil {
 		return fmt.Errorf("rendering %s: %w", overlay, err)
 	}
+	var identities []*unstructured.Unstructured
 	for _, o := range objs {
-		if !identityKinds[o.GetKind()] {
-			continue
-		}
-		if err := c.Client.Patch(ctx, o, client.Apply, client.FieldOwner(fieldManager), client.ForceOwnership); err != nil {
-			return fmt.Errorf("applying %s %s from %s: %w", o.GetKind(), client.ObjectKeyFromObject(o), overlay, err)
+		if identityKinds[o.GetKind()] {
+			identities = append(identities, o)
 		}
 	}
+	if err := c.Apply(ctx, identities...); err != nil {
+		return fmt.Errorf("%s: %w", overlay, err)
+	}
 	return c.installMetricsScraper(ctx)
+}
+
+// Apply applies the objects server-side, in order, as the harness's field
+// manager, taking over fields others set: what the harness installs
+// (identities, peers' RBAC and webhooks) is the state it wants, whoever
+// wrote it before.
+func (c *Cluster) Apply(ctx context.Context, objs ...*unstructured.Unstructured) error {
+	for _, o := range objs {
+		if err := c.Client.Patch(ctx, o, client.Apply, client.FieldOwner(fieldManager), client.ForceOwnership); err != nil {
+			return fmt.Errorf("applying %s %s: %w", o.GetKind(), client.ObjectKeyFromObject(o), err)
+		}
+	}
+	return nil
 }
 
 // installMetricsScraper makes MetricsScraperIdentity as an operator would
@@ -134,15 +148,12 @@ func (c *Cluster) installMetricsScraper(ctx context.Context) error {
 			"subjects": []any{map[string]any{"kind": "ServiceAccount", "name": id.Name, "namespace": id.Namespace}},
 		}},
 	}
-	for _, o := range objs {
-		if err := c.Client.Patch(ctx, o, client.Apply, client.FieldOwner(fieldManager), client.ForceOwnership); err != nil {
-			return fmt.Errorf("applying %s %s: %w", o.GetKind(), client.ObjectKeyFromObject(o), err)
-		}
-	}
-	return nil
+	return c.Apply(ctx, objs...)
 }
 
-func decodeObjects(data []byte) ([]*unstructured.Unstructured, error) {
+// DecodeObjects decodes a multi-document YAML stream (a rendered overlay, a
+// peer's manifests) into objects, skipping empty documents.
+func DecodeObjects(data []byte) ([]*unstructured.Unstructured, error) {
 	reader := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(data)))
 	var objs []*unstructured.Unstructured
 	for {
@@ -194,10 +205,11 @@ func (c *Cluster) ConfigForToken(token string) *rest.Config {
 	return cfg
 }
 
-// identityKubeconfig writes, once, a kubeconfig for the identity: the admin
+// IdentityKubeconfig writes, once, a kubeconfig for the identity: the admin
 // kubeconfig's server and CA with a token of the ServiceAccount. Components
-// restarted later reuse it.
-func (c *Cluster) identityKubeconfig(id Identity) (string, error) {
+// restarted later reuse it; so do the e2e suite's peers
+// (test/e2e/framework), each run as its own ServiceAccount.
+func (c *Cluster) IdentityKubeconfig(id Identity) (string, error) {
 	path := filepath.Join(c.Dir, "identities", id.Namespace+"."+id.Name+".kubeconfig")
 	if _, err := os.Stat(path); err == nil {
 		return path, nil

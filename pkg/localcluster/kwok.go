@@ -13,9 +13,10 @@ import (
 )
 
 // kwokCluster is a local control plane run by kwokctl's binary runtime
-// (DESIGN §6): etcd, kube-apiserver, kube-controller-manager (for garbage
-// collection) and the KWOK controller, all on loopback ports of our choosing,
-// with no kube-scheduler: ours is the only one.
+// (docs/architecture.md, "Test cluster"): etcd, kube-apiserver,
+// kube-controller-manager (for garbage collection) and the KWOK controller,
+// all on loopback ports of our choosing, with no kube-scheduler: ours is the
+// only one.
 type kwokCluster struct {
 	name    string
 	workdir string // KWOK_WORKDIR
@@ -44,7 +45,7 @@ func newKWOKCluster(repoRoot, dir string) *kwokCluster {
 // 127.0.0.1; ports are picked by us rather than by kwokctl, whose own pick
 // probes all interfaces and can collide between parallel clusters.
 func (k *kwokCluster) kwokctlConfig() ([]byte, error) {
-	ports, err := freePorts(5)
+	ports, err := FreePorts(5)
 	if err != nil {
 		return nil, err
 	}
@@ -93,7 +94,7 @@ func (k *kwokCluster) kwokctlConfig() ([]byte, error) {
 			{
 				// The node lifecycle runs with upstream's defaults (node-monitor-
 				// period 5s, node-monitor-grace-period 50s in Kubernetes 1.34), so
-				// a node that goes dark (DarkenNode) is noticed as in a real
+				// a node that goes dark (the e2e suite's DarkenNode) is noticed as in a real
 				// cluster; Options.NodeMonitorGracePeriod lengthens the grace
 				// only for the large benchmark models. New nodes are tainted
 				// not-ready until the node lifecycle controller clears them; at

@@ -152,8 +152,10 @@ func (p *portPicker) pick(n int) ([]int, error) {
 	return out, nil
 }
 
-// freePorts returns n distinct free TCP ports on 127.0.0.1 for listeners
-// the harness's children will bind.
-func freePorts(n int) ([]int, error) {
+// FreePorts returns n distinct free TCP ports on 127.0.0.1 for listeners
+// the harness's children will bind. Exported for the e2e suite's peers
+// (test/e2e/framework): every port of a process must come from this one
+// picker, or two components could be handed the same port.
+func FreePorts(n int) ([]int, error) {
 	return ports.pick(n)
 }

@@ -91,7 +91,7 @@ func TestPortPickerNarrowRange(t *testing.T) {
 
 // TestFreePortsCanBeBound: the real picker's ports can be listened on.
 func TestFreePortsCanBeBound(t *testing.T) {
-	got, err := freePorts(3)
+	got, err := FreePorts(3)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -69,6 +69,10 @@ func StartProcess(name, logDir, bin string, args []string, opts StartOptions) (*
 	return p, nil
 }
 
+// Args returns the arguments the process was started with, without the
+// binary: the truth about a restarted component's flags (its ports).
+func (p *Process) Args() []string { return p.cmd.Args[1:] }
+
 // Pid returns the process id.
 func (p *Process) Pid() int { return p.cmd.Process.Pid }
 

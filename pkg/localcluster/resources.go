@@ -37,12 +37,12 @@ func (c *Cluster) InstallCRDs(ctx context.Context) error {
 		if filepath.Base(f) == "kustomization.yaml" { // deploy/default's list of them
 			continue
 		}
-		crds, err := readCRDs(f)
+		crds, err := ReadCRDs(f)
 		if err != nil {
 			return err
 		}
 		for _, crd := range crds {
-			if err := c.applyCRD(ctx, crd); err != nil {
+			if err := c.ApplyCRD(ctx, crd); err != nil {
 				return fmt.Errorf("installing CRD %s from %s: %w", crd.Name, f, err)
 			}
 		}
@@ -50,7 +50,9 @@ func (c *Cluster) InstallCRDs(ctx context.Context) error {
 	return nil
 }
 
-func readCRDs(path string) ([]*apiextensionsv1.CustomResourceDefinition, error) {
+// ReadCRDs reads the CustomResourceDefinitions of a YAML or JSON file, ours
+// or a peer's.
+func ReadCRDs(path string) ([]*apiextensionsv1.CustomResourceDefinition, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return nil, err
@@ -71,7 +73,9 @@ func readCRDs(path string) ([]*apiextensionsv1.CustomResourceDefinition, error) 
 	return crds, nil
 }
 
-func (c *Cluster) applyCRD(ctx context.Context, crd *apiextensionsv1.CustomResourceDefinition) error {
+// ApplyCRD creates or updates a CustomResourceDefinition and waits until it
+// is established, so objects of its kind can be created at once after.
+func (c *Cluster) ApplyCRD(ctx context.Context, crd *apiextensionsv1.CustomResourceDefinition) error {
 	existing := &apiextensionsv1.CustomResourceDefinition{}
 	err := c.Client.Get(ctx, client.ObjectKey{Name: crd.Name}, existing)
 	switch {

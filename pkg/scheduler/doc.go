@@ -1,5 +1,5 @@
 // Package scheduler registers Lockstep's kube-scheduler plugins (OutOfTree),
-// which cmd/scheduler and the in-process benchmark (pkg/scheduler/perf)
+// which cmd/scheduler and the in-process benchmark (internal/perf)
 // both build on:
 //
 //   - topologyplacement, TopologyPlacement: the framework side of gang

@@ -13,7 +13,7 @@ import (
 
 // OutOfTree are the plugins lockstep-scheduler adds to kube-scheduler's,
 // as options of app.NewSchedulerCommand or app.Setup: cmd/scheduler and the
-// in-process benchmark (pkg/scheduler/perf) build the same scheduler.
+// in-process benchmark (internal/perf) build the same scheduler.
 func OutOfTree() []app.Option {
 	return []app.Option{
 		// Stock Coscheduling, for the benchmark's baseline profile.

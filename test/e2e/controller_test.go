@@ -22,6 +22,7 @@ import (
 	"github.com/lockstep-dev/lockstep/pkg/localcluster"
 	"github.com/lockstep-dev/lockstep/pkg/lockstep"
 	utiltesting "github.com/lockstep-dev/lockstep/pkg/util/testing"
+	"github.com/lockstep-dev/lockstep/test/e2e/framework"
 )
 
 // gpuTemplate is the template of a pod of one container, named container,
@@ -189,7 +190,7 @@ func TestControllerPyTorchJob(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if !localcluster.HasEvent(events, "Scheduled", localcluster.SchedulerName) {
+		if !framework.HasEvent(events, "Scheduled", localcluster.SchedulerName) {
 			t.Errorf("pod %s was not bound by %s", name, localcluster.SchedulerName)
 		}
 	}
@@ -219,7 +220,7 @@ func TestControllerPyTorchJob(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if localcluster.HasEvent(jobEvents, "UpdatedPodGroup", "") {
+	if framework.HasEvent(jobEvents, "UpdatedPodGroup", "") {
 		t.Errorf("the PodGroup was written again although the job did not change: %v", eventSummaries(jobEvents))
 	}
 	t.Logf("placement: %+v", *running.Status.Placement)

@@ -16,8 +16,8 @@ import (
 	"github.com/lockstep-dev/lockstep/pkg/apis/lockstep/v1alpha1"
 	"github.com/lockstep-dev/lockstep/pkg/controller"
 	"github.com/lockstep-dev/lockstep/pkg/convert"
-	"github.com/lockstep-dev/lockstep/pkg/localcluster"
 	"github.com/lockstep-dev/lockstep/pkg/lockstep"
+	"github.com/lockstep-dev/lockstep/test/e2e/framework"
 )
 
 // exampleFiles are the Kubeflow manifests users already have, as the demo
@@ -113,7 +113,7 @@ func TestTemplateThatCannotBecomePod(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !localcluster.HasEvent(events, controller.ReasonFailedCreatePod, "") {
+	if !framework.HasEvent(events, controller.ReasonFailedCreatePod, "") {
 		t.Errorf("no %s event on the job; events: %v", controller.ReasonFailedCreatePod, eventSummaries(events))
 	}
 	if pods, _ := jobPodsOf(context.Background(), ns, job.Name); len(pods) != 0 {

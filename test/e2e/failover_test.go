@@ -21,6 +21,7 @@ import (
 	"github.com/lockstep-dev/lockstep/pkg/localcluster"
 	"github.com/lockstep-dev/lockstep/pkg/lockstep"
 	"github.com/lockstep-dev/lockstep/pkg/topology"
+	"github.com/lockstep-dev/lockstep/test/e2e/framework"
 )
 
 // envInt reads a positive count from the environment, def otherwise.
@@ -186,7 +187,7 @@ func gangBound(ctx context.Context, ns, gang string) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	return len(localcluster.BoundPods(pods)), nil
+	return len(framework.BoundPods(pods)), nil
 }
 
 // waitFirstBound waits until a member of the gang is bound, watching, so
@@ -217,7 +218,7 @@ func waitFirstBound(t *testing.T, ns, gang string, create func()) {
 // bound twice, and the killed replica rejoins as the standby.
 func TestSchedulerFailover(t *testing.T) {
 	kills := envInt("E2E_FAILOVER_KILLS", 20)
-	le := localcluster.FastLeaderElection()
+	le := framework.FastLeaderElection()
 	rs := replicaSet{names: []string{"scheduler-a", "scheduler-b"}, describe: func(name string) (localcluster.Component, error) {
 		return cluster.SchedulerReplicaComponent(name, le)
 	}}
@@ -286,7 +287,7 @@ func TestSchedulerFailover(t *testing.T) {
 // restart (one UID per pod name and incarnation), and every job runs whole.
 func TestControllerFailover(t *testing.T) {
 	kills := envInt("E2E_FAILOVER_KILLS", 20)
-	le := localcluster.FastLeaderElection()
+	le := framework.FastLeaderElection()
 	rs := replicaSet{names: []string{"controller-a", "controller-b"}, describe: func(name string) (localcluster.Component, error) {
 		return cluster.ControllerReplicaComponent(name, le)
 	}}

@@ -14,12 +14,13 @@ import (
 	"github.com/lockstep-dev/lockstep/pkg/localcluster"
 	"github.com/lockstep-dev/lockstep/pkg/lockstep"
 	"github.com/lockstep-dev/lockstep/pkg/topology"
+	"github.com/lockstep-dev/lockstep/test/e2e/framework"
 )
 
 // runBehindProxy replaces the suite's scheduler and controller with ones
 // that reach the apiserver through proxy, and puts the normal ones back
 // when the test ends.
-func runBehindProxy(t *testing.T, proxy *localcluster.FaultProxy) {
+func runBehindProxy(t *testing.T, proxy *framework.FaultProxy) {
 	t.Helper()
 	ctx := context.Background()
 	for _, name := range []string{"scheduler", "controller"} {
@@ -74,7 +75,7 @@ func runBehindProxy(t *testing.T, proxy *localcluster.FaultProxy) {
 // the pods exist).
 func TestConvergesUnderAPIFaults(t *testing.T) {
 	ctx := context.Background()
-	proxy, err := localcluster.StartFaultProxy(cluster.Config, localcluster.FaultRules{
+	proxy, err := framework.StartFaultProxy(cluster.Config, framework.FaultRules{
 		Seed:            12,
 		WatchMaxAge:     8 * time.Second,
 		StatusConflict:  0.3,

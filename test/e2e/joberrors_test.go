@@ -15,6 +15,7 @@ import (
 	"github.com/lockstep-dev/lockstep/pkg/controller"
 	"github.com/lockstep-dev/lockstep/pkg/localcluster"
 	"github.com/lockstep-dev/lockstep/pkg/lockstep"
+	"github.com/lockstep-dev/lockstep/test/e2e/framework"
 )
 
 // TestSchedulingErrorsReachTheJob submits jobs that cannot be placed, each
@@ -92,7 +93,7 @@ func TestSchedulingErrorsReachTheJob(t *testing.T) {
 			}
 			err := localcluster.Poll(ctx, 100*time.Millisecond, 10*time.Second, "event "+tc.reason, func(ctx context.Context) (bool, error) {
 				events, err := cluster.Events(ctx, ns, "TrainingJob", job.Name)
-				return err == nil && localcluster.HasEvent(events, tc.reason, ""), nil
+				return err == nil && framework.HasEvent(events, tc.reason, ""), nil
 			})
 			if err != nil {
 				t.Error(err)

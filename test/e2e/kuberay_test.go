@@ -18,6 +18,7 @@ import (
 	"github.com/lockstep-dev/lockstep/pkg/lockstep"
 	"github.com/lockstep-dev/lockstep/pkg/topology"
 	utiltesting "github.com/lockstep-dev/lockstep/pkg/util/testing"
+	"github.com/lockstep-dev/lockstep/test/e2e/framework"
 )
 
 // KubeRay interop: the real ray-operator (hack/tools/kuberay pins it) with
@@ -48,8 +49,8 @@ func startKubeRay(t *testing.T, batchScheduler string) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		if err := cluster.StopComponent(localcluster.KubeRayOperator, 10*time.Second); err != nil {
-			t.Errorf("stopping %s: %v", localcluster.KubeRayOperator, err)
+		if err := cluster.StopComponent(framework.KubeRayOperator, 10*time.Second); err != nil {
+			t.Errorf("stopping %s: %v", framework.KubeRayOperator, err)
 		}
 	})
 }
@@ -169,7 +170,7 @@ func checkRayGang(t *testing.T, ns, gang string, pods []corev1.Pod, members int3
 // placed whole in the one leaf with four empty nodes, although the other
 // leaves have more free GPUs in all.
 func TestKubeRayClusterPlacedWholeInOneLeaf(t *testing.T) {
-	startKubeRay(t, localcluster.KubeRayBatchScheduler)
+	startKubeRay(t, framework.KubeRayBatchScheduler)
 	ns := cluster.NewNamespace(t)
 	leaves := nodesByLeaf()
 	fill(t, ns, "full", 8, leaves["leaf-0"][:4])
@@ -232,11 +233,11 @@ func rayClusterOf(ctx context.Context, ns, name string) (*unstructured.Unstructu
 // finding (docs/interop.md, KubeRay); when a pin bump lifts it, it fails,
 // and the RayJob should then be placed like a RayCluster.
 func TestKubeRayJobRefusedByBatchScheduler(t *testing.T) {
-	startKubeRay(t, localcluster.KubeRayBatchScheduler)
+	startKubeRay(t, framework.KubeRayBatchScheduler)
 	ns := cluster.NewNamespace(t)
 	const refusal = "currently only RayCluster is supported"
 	create(t, rayJob(ns, "job", map[string]any{rayGangLabel: "true"}, rayClusterSpec(8, 3, 8)))
-	proc, ok := cluster.Component(localcluster.KubeRayOperator)
+	proc, ok := cluster.Component(framework.KubeRayOperator)
 	if !ok {
 		t.Fatal("ray-operator is not running")
 	}
@@ -337,7 +338,7 @@ func waitGangRejected(t *testing.T, ns, gang string, members int) {
 // one is placed whole, the other holds nothing, and it is placed whole once
 // the first is deleted.
 func TestKubeRayClustersCompete(t *testing.T) {
-	startKubeRay(t, localcluster.KubeRayBatchScheduler)
+	startKubeRay(t, framework.KubeRayBatchScheduler)
 	ns := cluster.NewNamespace(t)
 	leaves := nodesByLeaf()
 	var others []string
@@ -400,7 +401,7 @@ func TestKubeRayClustersCompete(t *testing.T) {
 // TopologyPlacement's books know them. The profiles share those books, so
 // both gangs are placed whole and no GPU index goes to two pods.
 func TestKubeRayAndLockstepGangsShareNodes(t *testing.T) {
-	startKubeRay(t, localcluster.KubeRayBatchScheduler)
+	startKubeRay(t, framework.KubeRayBatchScheduler)
 	ns := cluster.NewNamespace(t)
 	leaves := nodesByLeaf()
 	left := leaves["leaf-0"][:2]

@@ -1,6 +1,7 @@
 // Package e2e holds Lockstep's end-to-end tests. TestMain brings up one
-// cluster for the test process (see pkg/localcluster); each test works in
-// its own namespace and leaves the cluster's GPUs free when it ends.
+// cluster for the test process (see test/e2e/framework and pkg/localcluster);
+// each test works in its own namespace and leaves the cluster's GPUs free
+// when it ends.
 //
 // Most tests have their process's cluster to themselves while they run:
 // they assert on the whole cluster's GPUs (a gang filling four leaves, a
@@ -25,10 +26,11 @@ import (
 	"time"
 
 	"github.com/lockstep-dev/lockstep/pkg/localcluster"
+	"github.com/lockstep-dev/lockstep/test/e2e/framework"
 )
 
 // cluster is the package's test cluster, set by TestMain before any test.
-var cluster *localcluster.Cluster
+var cluster *framework.Cluster
 
 func TestMain(m *testing.M) {
 	os.Exit(runSuite(m))
@@ -57,7 +59,7 @@ func runSuite(m *testing.M) int {
 	// run is interrupted, so Ctrl-C never leaves a cluster behind.
 	var (
 		mu       sync.Mutex
-		started  *localcluster.Cluster
+		started  *framework.Cluster
 		tornDown bool
 	)
 	teardown := func(failed bool) {
@@ -86,7 +88,7 @@ func runSuite(m *testing.M) int {
 	}()
 
 	begin := time.Now()
-	c, err := localcluster.Start(ctx, localcluster.Options{
+	c, err := framework.Start(ctx, localcluster.Options{
 		RepoRoot:   root,
 		Model:      model,
 		Kubeconfig: os.Getenv("KUBECONFIG"),
@@ -117,7 +119,7 @@ func runSuite(m *testing.M) int {
 
 // saveArtifacts keeps the cluster's logs of a failed run under $ARTIFACTS,
 // or _artifacts/ in the repository.
-func saveArtifacts(root string, c *localcluster.Cluster) {
+func saveArtifacts(root string, c *framework.Cluster) {
 	dir := os.Getenv("ARTIFACTS")
 	if dir == "" {
 		dir = filepath.Join(root, "_artifacts")

@@ -18,6 +18,7 @@ import (
 	"github.com/lockstep-dev/lockstep/pkg/apis/lockstep/v1alpha1"
 	"github.com/lockstep-dev/lockstep/pkg/localcluster"
 	"github.com/lockstep-dev/lockstep/pkg/lockstep"
+	"github.com/lockstep-dev/lockstep/test/e2e/framework"
 )
 
 // watchClient is a client of the test cluster that can watch.
@@ -149,7 +150,7 @@ func TestGangRestartsWhenAMemberIsLost(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !localcluster.HasEvent(events, "Restarting", "") {
+	if !framework.HasEvent(events, "Restarting", "") {
 		t.Errorf("no Restarting event on the job: %v", events)
 	}
 	for _, p := range second {

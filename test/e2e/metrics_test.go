@@ -9,6 +9,7 @@ import (
 
 	"github.com/lockstep-dev/lockstep/pkg/apis/lockstep/v1alpha1"
 	"github.com/lockstep-dev/lockstep/pkg/localcluster"
+	"github.com/lockstep-dev/lockstep/test/e2e/framework"
 )
 
 // components are the names the suite starts our binaries under.
@@ -120,7 +121,7 @@ func TestMetrics(t *testing.T) {
 	})
 }
 
-func scrape(t *testing.T, component string) localcluster.Samples {
+func scrape(t *testing.T, component string) framework.Samples {
 	t.Helper()
 	s, err := cluster.Scrape(context.Background(), component)
 	if err != nil {

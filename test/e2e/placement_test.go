@@ -22,6 +22,7 @@ import (
 	"github.com/lockstep-dev/lockstep/pkg/lockstep"
 	"github.com/lockstep-dev/lockstep/pkg/topology"
 	utiltesting "github.com/lockstep-dev/lockstep/pkg/util/testing"
+	"github.com/lockstep-dev/lockstep/test/e2e/framework"
 )
 
 const leafLabel = lockstep.LabelFabricTier0
@@ -76,7 +77,7 @@ func waitGangBound(t *testing.T, ns, gang string, members int, timeout time.Dura
 		if err != nil {
 			return false, nil
 		}
-		pods = localcluster.BoundPods(all)
+		pods = framework.BoundPods(all)
 		return len(pods) == members, nil
 	})
 	if err != nil {
@@ -204,7 +205,7 @@ func TestCompetingGangsNeverDeadlock(t *testing.T) {
 			if errA != nil || errB != nil {
 				return false, nil
 			}
-			na, nb := len(localcluster.BoundPods(pa)), len(localcluster.BoundPods(pb))
+			na, nb := len(framework.BoundPods(pa)), len(framework.BoundPods(pb))
 			if na > 0 && nb > 0 {
 				return false, fmt.Errorf("round %d: both gangs partly bound (%d and %d): deadlock risk", round, na, nb)
 			}
@@ -220,7 +221,7 @@ func TestCompetingGangsNeverDeadlock(t *testing.T) {
 			t.Fatal(err)
 		}
 		// The other gang must stay entirely unbound while the first runs.
-		if pods, _ := gangPods(ctx, ns, second); len(localcluster.BoundPods(pods)) != 0 {
+		if pods, _ := gangPods(ctx, ns, second); len(framework.BoundPods(pods)) != 0 {
 			t.Fatalf("round %d: gang %s has pods bound while %s holds the cluster", round, second, first)
 		}
 		deleteGang(t, ns, first)
@@ -309,7 +310,7 @@ func TestSchedulerKilledMidGangEndsWhole(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		t.Logf("round %d: scheduler killed with %d of %d members bound", round, len(localcluster.BoundPods(pods)), members)
+		t.Logf("round %d: scheduler killed with %d of %d members bound", round, len(framework.BoundPods(pods)), members)
 		comp, err := cluster.SchedulerComponent()
 		if err != nil {
 			t.Fatal(err)

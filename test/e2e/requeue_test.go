@@ -20,6 +20,7 @@ import (
 	"github.com/lockstep-dev/lockstep/pkg/localcluster"
 	"github.com/lockstep-dev/lockstep/pkg/lockstep"
 	utiltesting "github.com/lockstep-dev/lockstep/pkg/util/testing"
+	"github.com/lockstep-dev/lockstep/test/e2e/framework"
 )
 
 // requeueDeadline is how soon after capacity is freed a gang that waited
@@ -199,7 +200,7 @@ func waitBoundWithin(t *testing.T, ns, gang string, freedAt time.Time) []corev1.
 		if err != nil {
 			return false, nil
 		}
-		bound = localcluster.BoundPods(pods)
+		bound = framework.BoundPods(pods)
 		return len(bound) == requeueGangSize, nil
 	}
 	err := localcluster.Poll(context.Background(), 100*time.Millisecond, time.Until(freedAt.Add(requeueDeadline)), "gang "+gang+" bound", allBound)

@@ -14,6 +14,7 @@ import (
 	"github.com/lockstep-dev/lockstep/pkg/lockstep"
 	"github.com/lockstep-dev/lockstep/pkg/topology"
 	utiltesting "github.com/lockstep-dev/lockstep/pkg/util/testing"
+	"github.com/lockstep-dev/lockstep/test/e2e/framework"
 )
 
 // TestModelNodesReadyWithGPUs checks every node of the model is Ready with the
@@ -69,7 +70,7 @@ func TestSchedulerBindsGPUPod(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !localcluster.HasEvent(events, "Scheduled", localcluster.SchedulerName) {
+	if !framework.HasEvent(events, "Scheduled", localcluster.SchedulerName) {
 		t.Errorf("no Scheduled event from %s; events: %v", localcluster.SchedulerName, eventSummaries(events))
 	}
 }
@@ -100,7 +101,7 @@ func TestGangBoundAllOrNothing(t *testing.T) {
 	cluster.CreatePods(t, pods[members-1])
 	err := localcluster.Poll(ctx, 200*time.Millisecond, time.Minute, "all gang members bound", func(ctx context.Context) (bool, error) {
 		all, err := cluster.Pods(ctx, ns)
-		return err == nil && len(localcluster.BoundPods(all)) == members, nil
+		return err == nil && len(framework.BoundPods(all)) == members, nil
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -167,7 +168,7 @@ func waitForEvent(t *testing.T, ns, pod, reason string) {
 	t.Helper()
 	err := localcluster.Poll(context.Background(), 250*time.Millisecond, time.Minute, reason+" event for "+pod, func(ctx context.Context) (bool, error) {
 		events, err := cluster.Events(ctx, ns, "Pod", pod)
-		return err == nil && localcluster.HasEvent(events, reason, localcluster.SchedulerName), nil
+		return err == nil && framework.HasEvent(events, reason, localcluster.SchedulerName), nil
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -180,7 +181,7 @@ func assertNoneBound(t *testing.T, ns string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if bound := localcluster.BoundPods(pods); len(bound) > 0 {
+	if bound := framework.BoundPods(pods); len(bound) > 0 {
 		t.Fatalf("%d of %d pods bound, want none: first %s on %s", len(bound), len(pods), bound[0].Name, bound[0].Spec.NodeName)
 	}
 }

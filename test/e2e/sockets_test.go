@@ -3,7 +3,7 @@ package e2e
 import (
 	"testing"
 
-	"github.com/lockstep-dev/lockstep/pkg/localcluster"
+	"github.com/lockstep-dev/lockstep/test/e2e/framework"
 )
 
 // TestListenersOnLoopbackOnly checks every listening socket of every process
@@ -30,7 +30,7 @@ func TestListenersOnLoopbackOnly(t *testing.T) {
 		}
 	}
 	for name, pid := range pids {
-		addrs, err := localcluster.ListeningAddrs(pid)
+		addrs, err := framework.ListeningAddrs(pid)
 		if err != nil {
 			t.Errorf("%s (pid %d): %v", name, pid, err)
 			continue

@@ -20,6 +20,7 @@ import (
 	"github.com/lockstep-dev/lockstep/pkg/localcluster"
 	"github.com/lockstep-dev/lockstep/pkg/lockstep"
 	utiltesting "github.com/lockstep-dev/lockstep/pkg/util/testing"
+	"github.com/lockstep-dev/lockstep/test/e2e/framework"
 )
 
 // gangSpec is a gang of members pods of gpus GPUs each.
@@ -94,7 +95,7 @@ func boundByGang(ctx context.Context, ns string) (map[string]int, error) {
 		return nil, err
 	}
 	out := map[string]int{}
-	for _, p := range localcluster.BoundPods(pods) {
+	for _, p := range framework.BoundPods(pods) {
 		if g := p.Labels[schedv1alpha1.PodGroupLabel]; g != "" {
 			out[g]++
 		}

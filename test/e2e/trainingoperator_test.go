@@ -21,6 +21,7 @@ import (
 
 	"github.com/lockstep-dev/lockstep/pkg/localcluster"
 	"github.com/lockstep-dev/lockstep/pkg/lockstep"
+	"github.com/lockstep-dev/lockstep/test/e2e/framework"
 )
 
 // The Kubeflow training-operator v1 (hack/tools/training-operator) run as a
@@ -273,7 +274,7 @@ func TestTrainingOperatorCompetingJobsNeverDeadlock(t *testing.T) {
 		if errA != nil || errB != nil {
 			return false, nil
 		}
-		na, nb := len(localcluster.BoundPods(pa)), len(localcluster.BoundPods(pb))
+		na, nb := len(framework.BoundPods(pa)), len(framework.BoundPods(pb))
 		if na > 0 && nb > 0 {
 			return false, fmt.Errorf("both jobs partly bound (%d and %d of %d): deadlock risk", na, nb, members)
 		}
@@ -295,7 +296,7 @@ func TestTrainingOperatorCompetingJobsNeverDeadlock(t *testing.T) {
 		if err != nil {
 			return false, nil
 		}
-		if n := len(localcluster.BoundPods(pods)); n != 0 {
+		if n := len(framework.BoundPods(pods)); n != 0 {
 			return false, fmt.Errorf("job %s has %d pods bound while %s holds the cluster", second, n, first)
 		}
 		return len(pods) == members, nil
@@ -356,7 +357,7 @@ func TestTrainingOperatorDeletedPodRejoinsGang(t *testing.T) {
 		if err != nil {
 			return false, nil
 		}
-		bound = localcluster.BoundPods(all)
+		bound = framework.BoundPods(all)
 		for _, p := range bound {
 			if p.Name == victim && p.UID != old {
 				return len(bound) == 4, nil

@@ -1,5 +1,5 @@
 // Pins the Kubeflow training-operator v1, built into bin/ by hack/tools.sh and
-// run by pkg/localcluster for the interop e2e tests; its CRDs are read from
+// run by test/e2e/framework for the interop e2e tests; its CRDs are read from
 // this module's copy in the module cache. A module of its own so the
 // operator's Kubernetes client versions never mix with the product's.
 module github.com/lockstep-dev/lockstep/hack/tools/training-operator

@@ -1,4 +1,4 @@
-package localcluster
+package framework
 
 import (
 	"bytes"
@@ -23,7 +23,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/lockstep-dev/lockstep/pkg/localcluster"
 )
 
 // Kubeflow training-operator v1 as a peer of Lockstep (docs/interop.md): the
@@ -41,8 +42,8 @@ var TrainingOperatorSchemes = []string{"PyTorchJob", "MPIJob"}
 
 // TrainingOperatorIdentity is the operator's ServiceAccount, as its upstream
 // manifests (manifests/overlays/standalone) name it.
-func TrainingOperatorIdentity() Identity {
-	return Identity{Namespace: "kubeflow", Name: "training-operator"}
+func TrainingOperatorIdentity() localcluster.Identity {
+	return localcluster.Identity{Namespace: "kubeflow", Name: "training-operator"}
 }
 
 const (
@@ -114,7 +115,7 @@ func (c *Cluster) InstallTrainingOperator(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	roles, err := decodeObjects(data)
+	roles, err := localcluster.DecodeObjects(data)
 	if err != nil {
 		return fmt.Errorf("decoding %s: %w", rolePath, err)
 	}
@@ -132,12 +133,7 @@ func (c *Cluster) InstallTrainingOperator(ctx context.Context) error {
 	if len(objs) == 2 {
 		return fmt.Errorf("%s holds no ClusterRole for the operator", rolePath)
 	}
-	for _, o := range objs {
-		if err := c.Client.Patch(ctx, o, client.Apply, client.FieldOwner(fieldManager), client.ForceOwnership); err != nil {
-			return fmt.Errorf("applying %s %s: %w", o.GetKind(), client.ObjectKeyFromObject(o), err)
-		}
-	}
-	return nil
+	return c.Apply(ctx, objs...)
 }
 
 func (c *Cluster) installTrainingOperatorCRDs(ctx context.Context, dir string) error {
@@ -150,7 +146,7 @@ func (c *Cluster) installTrainingOperatorCRDs(ctx context.Context, dir string) e
 		want[kind] = true
 	}
 	for _, f := range files {
-		crds, err := readCRDs(f)
+		crds, err := localcluster.ReadCRDs(f)
 		if err != nil {
 			return err
 		}
@@ -158,7 +154,7 @@ func (c *Cluster) installTrainingOperatorCRDs(ctx context.Context, dir string) e
 			if !want[crd.Spec.Names.Kind] {
 				continue
 			}
-			if err := c.applyCRD(ctx, crd); err != nil {
+			if err := c.ApplyCRD(ctx, crd); err != nil {
 				return fmt.Errorf("installing CRD %s from %s: %w", crd.Name, f, err)
 			}
 			delete(want, crd.Spec.Names.Kind)
@@ -193,19 +189,19 @@ func (c *Cluster) installTrainingOperatorCRDs(ctx context.Context, dir string) e
 // ValidatingWebhookConfiguration is installed: the apiserver could not
 // reach the webhook's Service, so the jobs are validated by their CRD
 // schemas only.
-func (c *Cluster) TrainingOperatorComponent(ctx context.Context) (Component, error) {
+func (c *Cluster) TrainingOperatorComponent(ctx context.Context) (localcluster.Component, error) {
 	id := TrainingOperatorIdentity()
-	ports, err := freePorts(3)
+	ports, err := localcluster.FreePorts(3)
 	if err != nil {
-		return Component{}, err
+		return localcluster.Component{}, err
 	}
-	kubeconfig, err := c.identityKubeconfig(id)
+	kubeconfig, err := c.IdentityKubeconfig(id)
 	if err != nil {
-		return Component{}, err
+		return localcluster.Component{}, err
 	}
 	tmp := filepath.Join(c.Dir, "training-operator")
 	if err := c.trainingOperatorCerts(ctx, filepath.Join(tmp, "k8s-webhook-server", "serving-certs")); err != nil {
-		return Component{}, err
+		return localcluster.Component{}, err
 	}
 	args := []string{
 		"--kubeconfig=" + kubeconfig,
@@ -213,12 +209,12 @@ func (c *Cluster) TrainingOperatorComponent(ctx context.Context) (Component, err
 		fmt.Sprintf("--health-probe-bind-address=127.0.0.1:%d", ports[1]),
 		fmt.Sprintf("--webhook-server-port=%d", ports[2]),
 		"--leader-elect=false",
-		"--gang-scheduler-name=" + SchedulerName,
+		"--gang-scheduler-name=" + localcluster.SchedulerName,
 	}
 	for _, s := range TrainingOperatorSchemes {
 		args = append(args, "--enable-scheme="+strings.ToLower(s))
 	}
-	return Component{
+	return localcluster.Component{
 		Name:   "training-operator",
 		Binary: "training-operator",
 		Args:   args,
@@ -336,7 +332,7 @@ func trainingOperatorCertData(dnsName string) (map[string][]byte, error) {
 
 // StartTrainingOperator installs what the operator needs and starts it,
 // returning once it is ready.
-func (c *Cluster) StartTrainingOperator(ctx context.Context) (*Process, error) {
+func (c *Cluster) StartTrainingOperator(ctx context.Context) (*localcluster.Process, error) {
 	if err := c.InstallTrainingOperator(ctx); err != nil {
 		return nil, err
 	}

@@ -1,29 +1,19 @@
-package localcluster
+package framework
 
 import (
 	"context"
 	"fmt"
 	"strings"
+	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
-)
 
-// TB is what the test helpers below need of a test: *testing.T and
-// *testing.B satisfy it. Named here so the package, which the benchmark
-// and demo commands ship, does not link the testing package.
-type TB interface {
-	Helper()
-	Name() string
-	Cleanup(func())
-	Logf(format string, args ...any)
-	Errorf(format string, args ...any)
-	Fatal(args ...any)
-	Fatalf(format string, args ...any)
-}
+	"github.com/lockstep-dev/lockstep/pkg/localcluster"
+)
 
 // NewNamespace creates a namespace for one test and, when the test ends,
 // deletes it and waits until its pods are gone so the next test starts with
@@ -32,7 +22,7 @@ type TB interface {
 // It also reports, as a failure of the test, a suite component (see
 // ReviveComponents) that exited before the test or during it, and starts it
 // again so that later tests are not blamed for it.
-func (c *Cluster) NewNamespace(t TB) string {
+func (c *Cluster) NewNamespace(t testing.TB) string {
 	t.Helper()
 	ctx := context.Background()
 	if err := c.ReviveComponents(ctx); err != nil {
@@ -56,7 +46,7 @@ func (c *Cluster) NewNamespace(t TB) string {
 	})
 	// Pod admission needs the namespace's default ServiceAccount, which
 	// kube-controller-manager creates shortly after the namespace.
-	err = Poll(ctx, 100*time.Millisecond, 30*time.Second, "default ServiceAccount in "+ns.Name, func(ctx context.Context) (bool, error) {
+	err = localcluster.Poll(ctx, 100*time.Millisecond, 30*time.Second, "default ServiceAccount in "+ns.Name, func(ctx context.Context) (bool, error) {
 		_, err := c.Clientset.CoreV1().ServiceAccounts(ns.Name).Get(ctx, "default", metav1.GetOptions{})
 		return err == nil, nil
 	})
@@ -66,14 +56,14 @@ func (c *Cluster) NewNamespace(t TB) string {
 	return ns.Name
 }
 
-func (c *Cluster) deleteNamespace(t TB, ns string) {
+func (c *Cluster) deleteNamespace(t testing.TB, ns string) {
 	ctx := context.Background()
 	err := c.Clientset.CoreV1().Namespaces().Delete(ctx, ns, metav1.DeleteOptions{})
 	if err != nil && !apierrors.IsNotFound(err) {
 		t.Errorf("deleting namespace %s: %v", ns, err)
 		return
 	}
-	err = Poll(ctx, 200*time.Millisecond, time.Minute, "pods of namespace "+ns+" gone", func(ctx context.Context) (bool, error) {
+	err = localcluster.Poll(ctx, 200*time.Millisecond, time.Minute, "pods of namespace "+ns+" gone", func(ctx context.Context) (bool, error) {
 		pods, err := c.Clientset.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
 		return err == nil && len(pods.Items) == 0, nil
 	})
@@ -83,7 +73,7 @@ func (c *Cluster) deleteNamespace(t TB, ns string) {
 }
 
 // CreatePods creates the pods, failing the test on the first error.
-func (c *Cluster) CreatePods(t TB, pods ...*corev1.Pod) {
+func (c *Cluster) CreatePods(t testing.TB, pods ...*corev1.Pod) {
 	t.Helper()
 	for _, p := range pods {
 		if _, err := c.Clientset.CoreV1().Pods(p.Namespace).Create(context.Background(), p, metav1.CreateOptions{}); err != nil {
@@ -101,7 +91,7 @@ func (c *Cluster) Pods(ctx context.Context, ns string) ([]corev1.Pod, error) {
 	return list.Items, nil
 }
 
-// BoundPods returns the pods of ns that are bound to a node.
+// BoundPods returns those of pods that are bound to a node.
 func BoundPods(pods []corev1.Pod) []corev1.Pod {
 	var bound []corev1.Pod
 	for _, p := range pods {

@@ -1,4 +1,4 @@
-package localcluster
+package framework
 
 import (
 	"context"
@@ -8,57 +8,33 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-)
 
-// LeaderElection configures the Lease of replicated components: how long a
-// lease lasts without renewal, how long the leader keeps retrying a renewal
-// before it gives up leading, and how often replicas try.
-type LeaderElection struct {
-	LeaseDuration, RenewDeadline, RetryPeriod time.Duration
-}
+	"github.com/lockstep-dev/lockstep/pkg/localcluster"
+)
 
 // FastLeaderElection is a lease short enough for failover tests: a standby
 // takes over at most about 4 s after the leader dies, while the leader
 // still has six tries to renew on a loaded machine.
-func FastLeaderElection() LeaderElection {
-	return LeaderElection{LeaseDuration: 4 * time.Second, RenewDeadline: 3 * time.Second, RetryPeriod: 500 * time.Millisecond}
+func FastLeaderElection() localcluster.LeaderElection {
+	return localcluster.LeaderElection{LeaseDuration: 4 * time.Second, RenewDeadline: 3 * time.Second, RetryPeriod: 500 * time.Millisecond}
 }
-
-// The Leases replicas elect their leader through: deploy/'s, so the
-// ServiceAccounts' RBAC allows them.
-const (
-	SchedulerLeaseNamespace  = "kube-system"
-	SchedulerLeaseName       = "lockstep-scheduler"
-	ControllerLeaseNamespace = "lockstep-system"
-	ControllerLeaseName      = "lockstep-controller.lockstep.dev"
-)
 
 // SchedulerReplicaComponent describes one replica of lockstep-scheduler
 // with leader election on: like SchedulerComponent, but any number of
 // replicas, each under its own name (scheduler-a, scheduler-b), may run at
 // once and only the holder of the Lease schedules.
-func (c *Cluster) SchedulerReplicaComponent(name string, le LeaderElection) (Component, error) {
-	cfg, err := DeployedSchedulerConfig(c.RepoRoot)
+func (c *Cluster) SchedulerReplicaComponent(name string, le localcluster.LeaderElection) (localcluster.Component, error) {
+	cfg, err := localcluster.DeployedSchedulerConfig(c.RepoRoot)
 	if err != nil {
-		return Component{}, err
+		return localcluster.Component{}, err
 	}
-	return c.kubeSchedulerComponent(name, SchedulerName, cfg, &le, nil)
+	return c.KubeSchedulerComponentWith(name, localcluster.SchedulerName, cfg, localcluster.SchedulerOptions{LeaderElection: &le})
 }
 
 // ControllerReplicaComponent describes one replica of the TrainingJob
 // controller with leader election on, its Lease in lockstep-system.
-func (c *Cluster) ControllerReplicaComponent(name string, le LeaderElection) (Component, error) {
-	topo, err := c.TopologyConfigFile()
-	if err != nil {
-		return Component{}, err
-	}
-	return c.managerComponent(name, "lockstep-controller", ControllerIdentity(), controllerProbe,
-		"--leader-elect=true",
-		"--leader-election-namespace="+ControllerLeaseNamespace,
-		"--leader-elect-lease-duration="+le.LeaseDuration.String(),
-		"--leader-elect-renew-deadline="+le.RenewDeadline.String(),
-		"--leader-elect-retry-period="+le.RetryPeriod.String(),
-		"--scheduler-name="+SchedulerName, "--topology-config="+topo)
+func (c *Cluster) ControllerReplicaComponent(name string, le localcluster.LeaderElection) (localcluster.Component, error) {
+	return c.ControllerComponentWith(name, localcluster.ControllerOptions{SchedulerName: localcluster.SchedulerName, LeaderElection: &le})
 }
 
 // Leader returns which of the running replicas leads: the one whose
@@ -96,7 +72,7 @@ func (c *Cluster) Leader(ctx context.Context, replicas ...string) (string, error
 func (c *Cluster) WaitLeader(ctx context.Context, timeout time.Duration, replicas ...string) (string, error) {
 	var leader string
 	var last error
-	err := Poll(ctx, 100*time.Millisecond, timeout, "a leader among "+strings.Join(replicas, ", "), func(ctx context.Context) (bool, error) {
+	err := localcluster.Poll(ctx, 100*time.Millisecond, timeout, "a leader among "+strings.Join(replicas, ", "), func(ctx context.Context) (bool, error) {
 		leader, last = c.Leader(ctx, replicas...)
 		return leader != "", nil
 	})
@@ -117,33 +93,4 @@ func (c *Cluster) LeaseHolder(ctx context.Context, namespace, name string) (stri
 		return "", nil
 	}
 	return *lease.Spec.HolderIdentity, nil
-}
-
-// StopComponent stops a component with SIGTERM, as a rolling update would,
-// and waits up to grace before killing it.
-func (c *Cluster) StopComponent(name string, grace time.Duration) error {
-	c.mu.Lock()
-	p, ok := c.components[name]
-	delete(c.components, name)
-	c.mu.Unlock()
-	if !ok {
-		return fmt.Errorf("component %s is not running", name)
-	}
-	return p.Stop(grace)
-}
-
-// Forget drops a component that exited by itself from the running ones, so
-// it can be started again under its name. It reports whether it had exited.
-func (c *Cluster) Forget(name string) bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	p, ok := c.components[name]
-	if !ok {
-		return false
-	}
-	if exited, _ := p.Exited(); !exited {
-		return false
-	}
-	delete(c.components, name)
-	return true
 }

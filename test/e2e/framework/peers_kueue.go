@@ -1,4 +1,4 @@
-package localcluster
+package framework
 
 import (
 	"context"
@@ -8,9 +8,9 @@ import (
 	"path/filepath"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
+	"github.com/lockstep-dev/lockstep/pkg/localcluster"
 	"github.com/lockstep-dev/lockstep/pkg/lockstep"
 )
 
@@ -21,8 +21,8 @@ import (
 
 // KueueIdentity is the ServiceAccount Kueue runs as, bound to Kueue's own
 // manager ClusterRole (config/components/rbac/role.yaml of the module).
-func KueueIdentity() Identity {
-	return Identity{Namespace: "kueue-system", Name: "kueue-controller-manager"}
+func KueueIdentity() localcluster.Identity {
+	return localcluster.Identity{Namespace: "kueue-system", Name: "kueue-controller-manager"}
 }
 
 // kueueMetricsCertDir is where Kueue v0.17 reads its metrics serving
@@ -43,12 +43,12 @@ func (c *Cluster) InstallKueue(ctx context.Context) error {
 		return fmt.Errorf("no Kueue CRDs in %s: %v", mod, err)
 	}
 	for _, f := range files {
-		crds, err := readCRDs(f)
+		crds, err := localcluster.ReadCRDs(f)
 		if err != nil {
 			return err
 		}
 		for _, crd := range crds {
-			if err := c.applyCRD(ctx, crd); err != nil {
+			if err := c.ApplyCRD(ctx, crd); err != nil {
 				return fmt.Errorf("installing Kueue CRD %s from %s: %w", crd.Name, f, err)
 			}
 		}
@@ -67,7 +67,7 @@ func (c *Cluster) InstallKueue(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		roles, err := decodeObjects(data)
+		roles, err := localcluster.DecodeObjects(data)
 		if err != nil || len(roles) != 1 || roles[0].GetKind() != kind {
 			return fmt.Errorf("%s: want one %s (%v)", path, kind, err)
 		}
@@ -85,12 +85,7 @@ func (c *Cluster) InstallKueue(ctx context.Context) error {
 		}
 		objs = append(objs, role, binding)
 	}
-	for _, o := range objs {
-		if err := c.Client.Patch(ctx, o, client.Apply, client.FieldOwner(fieldManager), client.ForceOwnership); err != nil {
-			return fmt.Errorf("applying %s %s: %w", o.GetKind(), client.ObjectKeyFromObject(o), err)
-		}
-	}
-	return nil
+	return c.Apply(ctx, objs...)
 }
 
 // kueuePorts are the loopback ports of one Kueue process.
@@ -105,33 +100,33 @@ type kueuePorts struct{ health, metrics, webhook int }
 // aggregated apiserver, which nothing here uses), and Kueue's elastic
 // Workload slices on (ElasticJobsViaWorkloadSlices). It also returns the
 // webhook server's port and CA for RegisterKueueWebhooks.
-func (c *Cluster) KueueComponent() (Component, int, []byte, error) {
-	ports, err := freePorts(3)
+func (c *Cluster) KueueComponent() (localcluster.Component, int, []byte, error) {
+	ports, err := localcluster.FreePorts(3)
 	if err != nil {
-		return Component{}, 0, nil, err
+		return localcluster.Component{}, 0, nil, err
 	}
 	p := kueuePorts{health: ports[0], metrics: ports[1], webhook: ports[2]}
 	dir := filepath.Join(c.Dir, "kueue")
 	certDir := filepath.Join(dir, "certs")
 	if err := os.MkdirAll(certDir, 0o700); err != nil {
-		return Component{}, 0, nil, err
+		return localcluster.Component{}, 0, nil, err
 	}
 	caPEM, keyPEM, err := selfSignedLoopbackPEM("kueue-webhook")
 	if err != nil {
-		return Component{}, 0, nil, err
+		return localcluster.Component{}, 0, nil, err
 	}
 	if err := os.WriteFile(filepath.Join(certDir, "tls.crt"), caPEM, 0o600); err != nil {
-		return Component{}, 0, nil, err
+		return localcluster.Component{}, 0, nil, err
 	}
 	if err := os.WriteFile(filepath.Join(certDir, "tls.key"), keyPEM, 0o600); err != nil {
-		return Component{}, 0, nil, err
+		return localcluster.Component{}, 0, nil, err
 	}
 	if err := ensureKueueMetricsCerts(); err != nil {
-		return Component{}, 0, nil, err
+		return localcluster.Component{}, 0, nil, err
 	}
-	kubeconfig, err := c.identityKubeconfig(KueueIdentity())
+	kubeconfig, err := c.IdentityKubeconfig(KueueIdentity())
 	if err != nil {
-		return Component{}, 0, nil, err
+		return localcluster.Component{}, 0, nil, err
 	}
 	cfg := map[string]any{
 		"apiVersion":                 "config.kueue.x-k8s.io/v1beta2",
@@ -154,13 +149,13 @@ func (c *Cluster) KueueComponent() (Component, int, []byte, error) {
 	}
 	out, err := yaml.Marshal(cfg)
 	if err != nil {
-		return Component{}, 0, nil, err
+		return localcluster.Component{}, 0, nil, err
 	}
 	cfgPath := filepath.Join(dir, "config.yaml")
 	if err := os.WriteFile(cfgPath, out, 0o644); err != nil {
-		return Component{}, 0, nil, err
+		return localcluster.Component{}, 0, nil, err
 	}
-	return Component{
+	return localcluster.Component{
 		Name:   "kueue",
 		Binary: "kueue",
 		Args:   []string{"--config=" + cfgPath, "--kubeconfig=" + kubeconfig, "--zap-log-level=2"},
@@ -216,7 +211,7 @@ func (c *Cluster) RegisterKueueWebhooks(ctx context.Context, port int, caPEM []b
 	if err != nil {
 		return err
 	}
-	objs, err := decodeObjects(data)
+	objs, err := localcluster.DecodeObjects(data)
 	if err != nil {
 		return fmt.Errorf("%s: %w", src, err)
 	}
@@ -242,8 +237,8 @@ func (c *Cluster) RegisterKueueWebhooks(ctx context.Context, port int, caPEM []b
 		if err := unstructured.SetNestedSlice(o.Object, toJSONSlice(kept), "webhooks"); err != nil {
 			return err
 		}
-		if err := c.Client.Patch(ctx, o, client.Apply, client.FieldOwner(fieldManager), client.ForceOwnership); err != nil {
-			return fmt.Errorf("registering %s %s: %w", o.GetKind(), o.GetName(), err)
+		if err := c.Apply(ctx, o); err != nil {
+			return fmt.Errorf("registering Kueue's webhooks: %w", err)
 		}
 	}
 	return nil
@@ -278,7 +273,7 @@ func toJSONSlice(hooks []any) []any {
 
 // StartKueue installs Kueue (InstallKueue), starts its controller-manager
 // and, once it is ready, registers its webhooks.
-func (c *Cluster) StartKueue(ctx context.Context) (*Process, error) {
+func (c *Cluster) StartKueue(ctx context.Context) (*localcluster.Process, error) {
 	if err := c.InstallKueue(ctx); err != nil {
 		return nil, err
 	}

@@ -1,7 +1,6 @@
-package localcluster
+package framework
 
 import (
-	"os/exec"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -25,8 +24,7 @@ func TestEndpointsFromFlags(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			c := &Cluster{components: map[string]*Process{"c": {cmd: exec.Command("bin", tc.args...)}}}
-			got, err := c.Endpoints("c")
+			got, err := endpointsFromArgs("c", tc.args)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -13,6 +13,10 @@
 // writes them (minMember, minResources); stock kube-scheduler ignores the
 // PodGroup and places each pod on its own. Both talk to the apiserver at
 // the same client rate, clientRate.
+//
+// Like upstream's scheduler_perf (test/integration/scheduler_perf), it is a
+// developer's tool, not a library: internal, linked by cmd/lockstep-bench
+// and its own smoke test only, never by a shipped binary (internal/arch).
 package perf
 
 import (

@@ -1,4 +1,4 @@
-package localcluster
+package framework
 
 import (
 	"context"
@@ -7,7 +7,8 @@ import (
 	"path/filepath"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/lockstep-dev/lockstep/pkg/localcluster"
 )
 
 // KubeRay's ray-operator as a peer: the real binary (bin/ray-operator, built
@@ -28,8 +29,8 @@ const KubeRayBatchScheduler = "scheduler-plugins"
 
 // KubeRayIdentity is the operator's ServiceAccount, named as KubeRay's own
 // config/rbac names it.
-func KubeRayIdentity() Identity {
-	return Identity{Namespace: "kuberay-system", Name: "kuberay-operator"}
+func KubeRayIdentity() localcluster.Identity {
+	return localcluster.Identity{Namespace: "kuberay-system", Name: "kuberay-operator"}
 }
 
 // kubeRayPodGroupRole is the ClusterRole for the scheduler-plugins
@@ -55,12 +56,12 @@ func (c *Cluster) InstallKubeRay(ctx context.Context) error {
 		return fmt.Errorf("no CRDs in %s/config/crd/bases", dir)
 	}
 	for _, f := range files {
-		crds, err := readCRDs(f)
+		crds, err := localcluster.ReadCRDs(f)
 		if err != nil {
 			return err
 		}
 		for _, crd := range crds {
-			if err := c.applyCRD(ctx, crd); err != nil {
+			if err := c.ApplyCRD(ctx, crd); err != nil {
 				return fmt.Errorf("installing CRD %s from %s: %w", crd.Name, f, err)
 			}
 		}
@@ -74,7 +75,7 @@ func (c *Cluster) installKubeRayIdentity(ctx context.Context, moduleDir string) 
 	if err != nil {
 		return err
 	}
-	roles, err := decodeObjects(data)
+	roles, err := localcluster.DecodeObjects(data)
 	if err != nil {
 		return fmt.Errorf("decoding %s: %w", rolePath, err)
 	}
@@ -116,12 +117,7 @@ func (c *Cluster) installKubeRayIdentity(ctx context.Context, moduleDir string) 
 			"subjects": subject,
 		}},
 	}
-	for _, o := range objs {
-		if err := c.Client.Patch(ctx, o, client.Apply, client.FieldOwner(fieldManager), client.ForceOwnership); err != nil {
-			return fmt.Errorf("applying %s %s: %w", o.GetKind(), client.ObjectKeyFromObject(o), err)
-		}
-	}
-	return nil
+	return c.Apply(ctx, objs...)
 }
 
 // KubeRayOperatorComponent describes the operator with batchScheduler as
@@ -131,14 +127,14 @@ func (c *Cluster) installKubeRayIdentity(ctx context.Context, moduleDir string) 
 // schedulerName scheduler-plugins-scheduler, which lockstep-scheduler
 // serves. Leader election is off (one replica); its webhooks stay off (they
 // are enabled only by ENABLE_WEBHOOKS=true).
-func (c *Cluster) KubeRayOperatorComponent(batchScheduler string) (Component, error) {
-	ports, err := freePorts(2)
+func (c *Cluster) KubeRayOperatorComponent(batchScheduler string) (localcluster.Component, error) {
+	ports, err := localcluster.FreePorts(2)
 	if err != nil {
-		return Component{}, err
+		return localcluster.Component{}, err
 	}
-	kubeconfig, err := c.identityKubeconfig(KubeRayIdentity())
+	kubeconfig, err := c.IdentityKubeconfig(KubeRayIdentity())
 	if err != nil {
-		return Component{}, err
+		return localcluster.Component{}, err
 	}
 	args := []string{
 		"--kubeconfig=" + kubeconfig,
@@ -150,7 +146,7 @@ func (c *Cluster) KubeRayOperatorComponent(batchScheduler string) (Component, er
 	if batchScheduler != "" {
 		args = append(args, "--batch-scheduler="+batchScheduler)
 	}
-	return Component{
+	return localcluster.Component{
 		Name:      KubeRayOperator,
 		Binary:    KubeRayOperator,
 		Args:      args,

@@ -1,4 +1,4 @@
-package localcluster
+package framework
 
 import (
 	"context"
@@ -26,6 +26,8 @@ import (
 
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/lockstep-dev/lockstep/pkg/localcluster"
 )
 
 // FaultRules say what a FaultProxy injects. Fractions are of the requests
@@ -298,8 +300,8 @@ func (d discardResponse) WriteHeader(int)             {}
 // ProxiedKubeconfig writes a kubeconfig of the identity (its token) whose
 // server is the proxy, for a component to run behind a FaultProxy, and
 // returns its path.
-func (c *Cluster) ProxiedKubeconfig(id Identity, proxy *FaultProxy) (string, error) {
-	src, err := c.identityKubeconfig(id)
+func (c *Cluster) ProxiedKubeconfig(id localcluster.Identity, proxy *FaultProxy) (string, error) {
+	src, err := c.IdentityKubeconfig(id)
 	if err != nil {
 		return "", err
 	}
@@ -321,24 +323,28 @@ func (c *Cluster) ProxiedKubeconfig(id Identity, proxy *FaultProxy) (string, err
 
 // ProxiedSchedulerComponent describes lockstep-scheduler as
 // SchedulerComponent does, reaching the apiserver through proxy.
-func (c *Cluster) ProxiedSchedulerComponent(name string, proxy *FaultProxy) (Component, error) {
-	cfg, err := DeployedSchedulerConfig(c.RepoRoot)
+func (c *Cluster) ProxiedSchedulerComponent(name string, proxy *FaultProxy) (localcluster.Component, error) {
+	cfg, err := localcluster.DeployedSchedulerConfig(c.RepoRoot)
 	if err != nil {
-		return Component{}, err
+		return localcluster.Component{}, err
 	}
-	return c.kubeSchedulerComponent(name, SchedulerName, cfg, nil, proxy)
+	api, err := c.ProxiedKubeconfig(localcluster.SchedulerIdentity(), proxy)
+	if err != nil {
+		return localcluster.Component{}, err
+	}
+	return c.KubeSchedulerComponentWith(name, localcluster.SchedulerName, cfg, localcluster.SchedulerOptions{APIKubeconfig: api})
 }
 
 // ProxiedControllerComponent describes the TrainingJob controller as
 // ControllerComponent does, reaching the apiserver through proxy.
-func (c *Cluster) ProxiedControllerComponent(proxy *FaultProxy) (Component, error) {
+func (c *Cluster) ProxiedControllerComponent(proxy *FaultProxy) (localcluster.Component, error) {
 	comp, err := c.ControllerComponent()
 	if err != nil {
-		return Component{}, err
+		return localcluster.Component{}, err
 	}
-	proxied, err := c.ProxiedKubeconfig(ControllerIdentity(), proxy)
+	proxied, err := c.ProxiedKubeconfig(localcluster.ControllerIdentity(), proxy)
 	if err != nil {
-		return Component{}, err
+		return localcluster.Component{}, err
 	}
 	for i, a := range comp.Args {
 		if strings.HasPrefix(a, "--kubeconfig=") {

@@ -1,4 +1,4 @@
-package localcluster
+package framework
 
 import (
 	"bytes"
@@ -12,6 +12,8 @@ import (
 
 	"k8s.io/client-go/rest"
 	"k8s.io/component-base/metrics/testutil"
+
+	"github.com/lockstep-dev/lockstep/pkg/localcluster"
 )
 
 // Endpoints are the URLs where a running component serves its metrics and
@@ -27,18 +29,24 @@ type Endpoints struct {
 }
 
 // Endpoints reads where the running component name serves metrics and
-// health from its command line: --secure-port and --bind-address for
-// kube-scheduler, --metrics-bind-address, --metrics-secure and
-// --health-probe-bind-address for our controller-runtime binaries. The
-// flags, not the Component that started it, are the truth for a component
+// health from its command line (endpointsFromArgs). The flags, not the
+// localcluster.Component that started it, are the truth for a component
 // restarted on new ports.
 func (c *Cluster) Endpoints(name string) (Endpoints, error) {
 	p, ok := c.Component(name)
 	if !ok {
 		return Endpoints{}, fmt.Errorf("component %s is not running", name)
 	}
+	return endpointsFromArgs(name, p.Args())
+}
+
+// endpointsFromArgs reads the endpoints of component name from its
+// arguments: --secure-port and --bind-address for kube-scheduler,
+// --metrics-bind-address, --metrics-secure and --health-probe-bind-address
+// for our controller-runtime binaries.
+func endpointsFromArgs(name string, args []string) (Endpoints, error) {
 	flags := map[string]string{}
-	for _, arg := range p.cmd.Args[1:] {
+	for _, arg := range args {
 		if k, v, ok := strings.Cut(strings.TrimLeft(arg, "-"), "="); ok {
 			flags[k] = v
 		}
@@ -49,7 +57,7 @@ func (c *Cluster) Endpoints(name string) (Endpoints, error) {
 	}
 	metricsAddr, healthAddr := flags["metrics-bind-address"], flags["health-probe-bind-address"]
 	if metricsAddr == "" || healthAddr == "" {
-		return Endpoints{}, fmt.Errorf("component %s: no metrics or health address among its flags %q", name, p.cmd.Args[1:])
+		return Endpoints{}, fmt.Errorf("component %s: no metrics or health address among its flags %q", name, args)
 	}
 	secure := flags["metrics-secure"] != "false"
 	scheme := "http://"
@@ -149,14 +157,14 @@ func (s Samples) Sum() float64 {
 }
 
 // Scrape reads a component's /metrics as a metrics scraper does: with a
-// token of MetricsScraperIdentity, which deploy/'s lockstep-metrics-reader
+// token of localcluster.MetricsScraperIdentity, which deploy/'s lockstep-metrics-reader
 // lets get /metrics.
 func (c *Cluster) Scrape(ctx context.Context, component string) (Samples, error) {
 	ep, err := c.Endpoints(component)
 	if err != nil {
 		return nil, err
 	}
-	token, err := c.Token(ctx, MetricsScraperIdentity(), nil, 600)
+	token, err := c.Token(ctx, localcluster.MetricsScraperIdentity(), nil, 600)
 	if err != nil {
 		return nil, err
 	}
