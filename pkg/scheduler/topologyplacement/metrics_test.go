@@ -49,7 +49,7 @@ func (h *fakeHandle) APICacher() framework.APICacher                         { r
 
 // SnapshotSharedLister is nil: the tests hand PreFilter its nodes, which
 // the plugin then indexes itself (nodeLookup); the real scheduler's
-// snapshot is exercised by pkg/scheduler/perf's TestSmoke.
+// snapshot is exercised by internal/perf's TestSmoke.
 func (h *fakeHandle) SnapshotSharedLister() framework.SharedLister { return nil }
 
 // metricsPlugin is a test plugin on two empty HGX nodes, a and b, whose

@@ -7,7 +7,6 @@ import (
 	"strings"
 	"time"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/lockstep-dev/lockstep/pkg/localcluster"
 )
@@ -80,17 +79,4 @@ func (c *Cluster) WaitLeader(ctx context.Context, timeout time.Duration, replica
 		err = fmt.Errorf("%w (last: %v)", err, last)
 	}
 	return leader, err
-}
-
-// LeaseHolder returns the holderIdentity of a Lease, "" when it has none
-// or does not exist.
-func (c *Cluster) LeaseHolder(ctx context.Context, namespace, name string) (string, error) {
-	lease, err := c.Clientset.CoordinationV1().Leases(namespace).Get(ctx, name, metav1.GetOptions{})
-	if err != nil {
-		return "", err
-	}
-	if lease.Spec.HolderIdentity == nil {
-		return "", nil
-	}
-	return *lease.Spec.HolderIdentity, nil
 }
