@@ -32,16 +32,16 @@ all: build
 
 .PHONY: build
 build: ## Build our binaries into bin/.
-	@mkdir -p $(BIN)
-	@# One go build for all of them: shared packages compile once and the
-	@# links run side by side.
-	@tmp=$$(mktemp -d); trap 'rm -rf $$tmp' EXIT; \
-	  echo "$(GO) build -o bin/ $(addprefix ./cmd/,$(COMMANDS))"; \
-	  $(GO) build -o $$tmp/ $(addprefix ./cmd/,$(COMMANDS)); \
-	  for c in $(COMMANDS); do \
-	    case $$c in lockstep-*|kubectl-*) out=$$c ;; *) out=lockstep-$$c ;; esac; \
-	    mv -f $$tmp/$$c $(BIN)/$$out; \
-	  done
+	@# One go build for all of them, so shared packages compile once and the
+	@# links run side by side. It writes to bin/.cmd/, where go build finds
+	@# the binaries it made last time and skips those that are up to date;
+	@# bin/ gets them under their lockstep- names as hard links.
+	@mkdir -p $(BIN)/.cmd
+	$(GO) build -o $(BIN)/.cmd/ $(addprefix ./cmd/,$(COMMANDS))
+	@for c in $(COMMANDS); do \
+	  case $$c in lockstep-*|kubectl-*) out=$$c ;; *) out=lockstep-$$c ;; esac; \
+	  ln -f $(BIN)/.cmd/$$c $(BIN)/$$out; \
+	done
 
 .PHONY: tools
 tools: ## Build every tool (cluster tools, stock kube-scheduler, controller-gen, peer operators) into bin/, skipping those at the pinned version.
@@ -106,8 +106,16 @@ image-check: ## Build the images' binaries as the Dockerfile does (hack/build-im
 	hack/build-image.sh $(ROOT)/_output/image
 	$(GO) run ./hack/imagecheck --dir $(ROOT)/_output/image --dockerfile Dockerfile
 
+# make test runs the e2e suite beside the other checks: the suite's
+# clusters mostly wait (grace periods, backoffs, leases), which leaves a core
+# for compiling and running the unit tests. The checks run one after another.
 .PHONY: test
-test: lint unit image-check e2e ## Everything CI runs: lint, unit tests, image check and e2e tests.
+test: tools build ## Everything CI runs: lint, unit tests and image check, beside the e2e tests.
+	$(MAKE) --no-print-directory -j2 e2e checks
+
+.PHONY: checks
+checks: ## lint, unit and image-check, one after another.
+	$(MAKE) --no-print-directory -j1 lint unit image-check
 
 ##@ Local cluster
 
