@@ -115,7 +115,9 @@ test: tools build ## Everything CI runs: lint, unit tests and image check, besid
 
 .PHONY: checks
 checks: ## lint, unit and image-check, one after another.
-	$(MAKE) --no-print-directory -j1 lint unit image-check
+	$(MAKE) --no-print-directory lint
+	$(MAKE) --no-print-directory unit
+	$(MAKE) --no-print-directory image-check
 
 ##@ Local cluster
 

@@ -7,7 +7,6 @@ import (
 	"strings"
 	"time"
 
-
 	"github.com/lockstep-dev/lockstep/pkg/localcluster"
 )
 
