@@ -16,6 +16,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -207,7 +208,7 @@ func (c *Cluster) TrainingOperatorComponent(ctx context.Context) (localcluster.C
 		"--kubeconfig=" + kubeconfig,
 		fmt.Sprintf("--metrics-bind-address=127.0.0.1:%d", ports[0]),
 		fmt.Sprintf("--health-probe-bind-address=127.0.0.1:%d", ports[1]),
-		fmt.Sprintf("--webhook-server-port=%d", ports[2]),
+		trainingOperatorWebhookFlag + strconv.Itoa(ports[2]),
 		"--leader-elect=false",
 		"--gang-scheduler-name=" + localcluster.SchedulerName,
 	}
@@ -223,6 +224,30 @@ func (c *Cluster) TrainingOperatorComponent(ctx context.Context) (localcluster.C
 		// listens; it registers its job controllers at that moment.
 		HealthURL: fmt.Sprintf("http://127.0.0.1:%d/readyz", ports[1]),
 	}, nil
+}
+
+// trainingOperatorWebhookFlag sets the port of the operator's webhook
+// server, which listens on every interface: the operator has no flag for
+// its host.
+const trainingOperatorWebhookFlag = "--webhook-server-port="
+
+// WildcardPorts are the ports the named component, run with args, binds on
+// every interface because it offers no way to bind them to loopback: the
+// training-operator's webhook server. Every other listener of every
+// component the harness starts is on 127.0.0.1.
+func WildcardPorts(name string, args []string) map[int]bool {
+	ports := map[int]bool{}
+	if name != "training-operator" {
+		return ports
+	}
+	for _, a := range args {
+		if v, ok := strings.CutPrefix(a, trainingOperatorWebhookFlag); ok {
+			if port, err := strconv.Atoi(v); err == nil {
+				ports[port] = true
+			}
+		}
+	}
+	return ports
 }
 
 // trainingOperatorCerts makes a CA and a serving certificate the operator's

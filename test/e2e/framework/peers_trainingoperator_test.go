@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
 )
 
@@ -63,5 +64,23 @@ func TestTrainingOperatorCertData(t *testing.T) {
 	}
 	if _, err := tls.X509KeyPair(data[corev1.TLSCertKey], data[corev1.TLSPrivateKeyKey]); err != nil {
 		t.Errorf("tls.crt and tls.key are no key pair: %v", err)
+	}
+}
+
+func TestWildcardPorts(t *testing.T) {
+	tests := []struct {
+		name string
+		args []string
+		want map[int]bool
+	}{
+		{"training-operator", []string{"--metrics-bind-address=127.0.0.1:1", "--webhook-server-port=31448"}, map[int]bool{31448: true}},
+		{"training-operator", []string{"--metrics-bind-address=127.0.0.1:1"}, map[int]bool{}},
+		// Only the peer that cannot bind to loopback is excused.
+		{"scheduler", []string{"--webhook-server-port=31448"}, map[int]bool{}},
+	}
+	for _, tc := range tests {
+		if diff := cmp.Diff(tc.want, WildcardPorts(tc.name, tc.args)); diff != "" {
+			t.Errorf("WildcardPorts(%s, %v) (-want +got):\n%s", tc.name, tc.args, diff)
+		}
 	}
 }
