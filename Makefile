@@ -13,6 +13,10 @@ export CGO_ENABLED := 1
 # Our binaries: one per cmd/ directory with a main package. Each is named
 # lockstep-<dir> in bin/ unless the directory name already says what it is.
 COMMANDS := $(patsubst cmd/%/main.go,%,$(wildcard cmd/*/main.go))
+# What a local cluster (make demo, make cluster-up) runs: our components,
+# the demo and the kubectl plugin to look at it; not the benchmark, which
+# links the in-process scheduler harness, nor the fabric importer.
+CLUSTER_COMMANDS := scheduler controller topology-agent kubectl-lockstep lockstep-demo
 MODEL ?= test/e2e/models/hgx-32.yaml
 # Local cluster made by cluster-up; cluster-down removes it.
 CLUSTER_DIR ?= $(ROOT)/.cluster
@@ -30,18 +34,27 @@ all: build
 
 ##@ Build
 
-.PHONY: build
-build: ## Build our binaries into bin/.
-	@# One go build for all of them, so shared packages compile once and the
-	@# links run side by side. It writes to bin/.cmd/, where go build finds
-	@# the binaries it made last time and skips those that are up to date;
-	@# bin/ gets them under their lockstep- names as hard links.
+# go-build builds the commands named in $(1) with one go build, so shared
+# packages compile once and the links run side by side. It writes to
+# bin/.cmd/, where go build finds the binaries it made last time and skips
+# those that are up to date; bin/ gets them under their lockstep- names as
+# hard links.
+define go-build
 	@mkdir -p $(BIN)/.cmd
-	$(GO) build -o $(BIN)/.cmd/ $(addprefix ./cmd/,$(COMMANDS))
-	@for c in $(COMMANDS); do \
+	$(GO) build -o $(BIN)/.cmd/ $(addprefix ./cmd/,$(1))
+	@for c in $(1); do \
 	  case $$c in lockstep-*|kubectl-*) out=$$c ;; *) out=lockstep-$$c ;; esac; \
 	  ln -f $(BIN)/.cmd/$$c $(BIN)/$$out; \
 	done
+endef
+
+.PHONY: build
+build: ## Build our binaries into bin/.
+	$(call go-build,$(COMMANDS))
+
+.PHONY: build-cluster
+build-cluster: ## Build only what a local cluster runs ($(CLUSTER_COMMANDS)) into bin/.
+	$(call go-build,$(CLUSTER_COMMANDS))
 
 .PHONY: tools
 tools: ## Build every tool (cluster tools, stock kube-scheduler, controller-gen, peer operators) into bin/, skipping those at the pinned version.
@@ -53,7 +66,7 @@ cluster-tools: ## Build only what a local cluster runs (etcd, kube-apiserver, ku
 
 .PHONY: first-run
 first-run: ## Say what make demo and make test would build first on this machine (nothing is built).
-	@echo "make demo and make cluster-up build our binaries (go build ./cmd/...) and:"
+	@echo "make demo and make cluster-up build $(CLUSTER_COMMANDS) (go build) and:"
 	@TOOLS_DRY_RUN=1 hack/tools.sh $(BIN) cluster | sed 's/^/  /'
 	@echo "make test, make e2e and make bench build our binaries and:"
 	@TOOLS_DRY_RUN=1 hack/tools.sh $(BIN) all | sed 's/^/  /'
@@ -122,7 +135,7 @@ checks: ## lint, unit and image-check, one after another.
 ##@ Local cluster
 
 .PHONY: cluster-up
-cluster-up: cluster-tools build ## Start a local cluster with MODEL's nodes and our components; prints the KUBECONFIG path.
+cluster-up: cluster-tools build-cluster ## Start a local cluster with MODEL's nodes and our components; prints the KUBECONFIG path.
 	$(GO) run ./hack/localcluster up --dir $(CLUSTER_DIR) --model $(MODEL) --bin $(BIN)
 
 .PHONY: cluster-down
@@ -134,7 +147,7 @@ cluster-down: ## Stop the local cluster started by cluster-up.
 DEMO_DIR ?= $(ROOT)/.demo
 
 .PHONY: demo
-demo: cluster-tools build ## Start a local cluster of MODEL, run the example jobs on it and show where they landed (table and SVG).
+demo: cluster-tools build-cluster ## Start a local cluster of MODEL, run the example jobs on it and show where they landed (table and SVG).
 	$(BIN)/lockstep-demo up --dir $(DEMO_DIR) --model $(MODEL) --bin $(BIN) \
 	  --examples deploy/examples --kubeflow deploy/examples/kubeflow
 
