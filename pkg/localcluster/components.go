@@ -447,9 +447,16 @@ func (c *Cluster) managerComponent(name, binary string, id Identity, probe strin
 }
 
 // StartComponents starts every component the suite runs: the scheduler, the
-// fake topology agent and the TrainingJob controller.
+// fake topology agent and the TrainingJob controller, and returns once the
+// agent has published every model node's NodeTopology. Before that the
+// scheduler plans a node's GPUs without its topology and leaves the choice
+// of GPUs to the device plugin, as it should for a node that just joined;
+// the tests, the demo and cluster-up describe a cluster past that moment.
 func (c *Cluster) StartComponents(ctx context.Context) error {
-	return c.startSuite(ctx, c.SchedulerComponent, c.FakeAgentComponent, c.ControllerComponent)
+	if err := c.startSuite(ctx, c.SchedulerComponent, c.FakeAgentComponent, c.ControllerComponent); err != nil {
+		return err
+	}
+	return c.WaitTopologyPublished(ctx, 2*time.Minute)
 }
 
 // startSuite starts the components describes says, in order, and records
