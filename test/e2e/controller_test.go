@@ -186,12 +186,8 @@ func TestControllerPyTorchJob(t *testing.T) {
 		if wantSearch := job.Name + "." + ns + ".svc.cluster.local"; p.Spec.DNSConfig == nil || !slices.Contains(p.Spec.DNSConfig.Searches, wantSearch) {
 			t.Errorf("pod %s: DNS config %+v lacks the search domain %s that resolves MASTER_ADDR", name, p.Spec.DNSConfig, wantSearch)
 		}
-		events, err := cluster.Events(ctx, ns, "Pod", name)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if !framework.HasEvent(events, "Scheduled", localcluster.SchedulerName) {
-			t.Errorf("pod %s was not bound by %s", name, localcluster.SchedulerName)
+		if err := waitEvent(ns, "Pod", name, "Scheduled", localcluster.SchedulerName); err != nil {
+			t.Errorf("pod %s was not bound by %s: %v", name, localcluster.SchedulerName, err)
 		}
 	}
 	var pg schedv1alpha1.PodGroup

@@ -17,7 +17,6 @@ import (
 	"github.com/lockstep-dev/lockstep/pkg/controller"
 	"github.com/lockstep-dev/lockstep/pkg/convert"
 	"github.com/lockstep-dev/lockstep/pkg/lockstep"
-	"github.com/lockstep-dev/lockstep/test/e2e/framework"
 )
 
 // exampleFiles are the Kubeflow manifests users already have, as the demo
@@ -109,12 +108,8 @@ func TestTemplateThatCannotBecomePod(t *testing.T) {
 	// The failure is an error to the workqueue, whose rate limiter spaces
 	// the retries (TestFailedPodCreateIsRetriedWithBackoff); here the job
 	// must say why and keep its spec.
-	events, err := cluster.Events(context.Background(), ns, "TrainingJob", job.Name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !framework.HasEvent(events, controller.ReasonFailedCreatePod, "") {
-		t.Errorf("no %s event on the job; events: %v", controller.ReasonFailedCreatePod, eventSummaries(events))
+	if err := waitEvent(ns, "TrainingJob", job.Name, controller.ReasonFailedCreatePod, ""); err != nil {
+		t.Error(err)
 	}
 	if pods, _ := jobPodsOf(context.Background(), ns, job.Name); len(pods) != 0 {
 		t.Errorf("%d pods exist, want none", len(pods))

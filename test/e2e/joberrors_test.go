@@ -13,9 +13,7 @@ import (
 
 	"github.com/lockstep-dev/lockstep/pkg/apis/lockstep/v1alpha1"
 	"github.com/lockstep-dev/lockstep/pkg/controller"
-	"github.com/lockstep-dev/lockstep/pkg/localcluster"
 	"github.com/lockstep-dev/lockstep/pkg/lockstep"
-	"github.com/lockstep-dev/lockstep/test/e2e/framework"
 )
 
 // TestSchedulingErrorsReachTheJob submits jobs that cannot be placed, each
@@ -91,11 +89,7 @@ func TestSchedulingErrorsReachTheJob(t *testing.T) {
 					t.Errorf("Scheduled condition message %q lacks %q", c.Message, want)
 				}
 			}
-			err := localcluster.Poll(ctx, 100*time.Millisecond, 10*time.Second, "event "+tc.reason, func(ctx context.Context) (bool, error) {
-				events, err := cluster.Events(ctx, ns, "TrainingJob", job.Name)
-				return err == nil && framework.HasEvent(events, tc.reason, ""), nil
-			})
-			if err != nil {
+			if err := waitEvent(ns, "TrainingJob", job.Name, tc.reason, ""); err != nil {
 				t.Error(err)
 			}
 			if pods, err := jobPodsOf(ctx, ns, job.Name); err == nil {

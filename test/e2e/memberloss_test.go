@@ -18,7 +18,6 @@ import (
 	"github.com/lockstep-dev/lockstep/pkg/apis/lockstep/v1alpha1"
 	"github.com/lockstep-dev/lockstep/pkg/localcluster"
 	"github.com/lockstep-dev/lockstep/pkg/lockstep"
-	"github.com/lockstep-dev/lockstep/test/e2e/framework"
 )
 
 // watchClient is a client of the test cluster that can watch.
@@ -146,12 +145,8 @@ func TestGangRestartsWhenAMemberIsLost(t *testing.T) {
 	if c == nil || c.Reason != "GangRunning" {
 		t.Errorf("Restarting condition %+v, want False with reason GangRunning after the restart", c)
 	}
-	events, err := cluster.Events(ctx, ns, "TrainingJob", job.Name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !framework.HasEvent(events, "Restarting", "") {
-		t.Errorf("no Restarting event on the job: %v", events)
+	if err := waitEvent(ns, "TrainingJob", job.Name, "Restarting", ""); err != nil {
+		t.Error(err)
 	}
 	for _, p := range second {
 		if p.Spec.NodeName == "" {

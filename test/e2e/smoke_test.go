@@ -66,12 +66,8 @@ func TestSchedulerBindsGPUPod(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	events, err := cluster.Events(ctx, ns, "Pod", pod.Name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !framework.HasEvent(events, "Scheduled", localcluster.SchedulerName) {
-		t.Errorf("no Scheduled event from %s; events: %v", localcluster.SchedulerName, eventSummaries(events))
+	if err := waitEvent(ns, "Pod", pod.Name, "Scheduled", localcluster.SchedulerName); err != nil {
+		t.Error(err)
 	}
 }
 
@@ -166,13 +162,26 @@ func TestGangThatCannotFitBindsNothing(t *testing.T) {
 
 func waitForEvent(t *testing.T, ns, pod, reason string) {
 	t.Helper()
-	err := localcluster.Poll(context.Background(), 250*time.Millisecond, time.Minute, reason+" event for "+pod, func(ctx context.Context) (bool, error) {
-		events, err := cluster.Events(ctx, ns, "Pod", pod)
-		return err == nil && framework.HasEvent(events, reason, localcluster.SchedulerName), nil
-	})
-	if err != nil {
+	if err := waitEvent(ns, "Pod", pod, reason, localcluster.SchedulerName); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// waitEvent waits up to a minute for an event with reason (from source,
+// when not "") on the named object. Events are sent after the write they
+// report, by a broadcaster of their own, so one read right after seeing a
+// pod bound or a condition set may come too early.
+func waitEvent(ns, kind, name, reason, source string) error {
+	var events []corev1.Event
+	err := localcluster.Poll(context.Background(), 250*time.Millisecond, time.Minute, reason+" event on "+kind+" "+name, func(ctx context.Context) (bool, error) {
+		var err error
+		events, err = cluster.Events(ctx, ns, kind, name)
+		return err == nil && framework.HasEvent(events, reason, source), nil
+	})
+	if err != nil {
+		return fmt.Errorf("%w; events: %v", err, eventSummaries(events))
+	}
+	return nil
 }
 
 func assertNoneBound(t *testing.T, ns string) {
