@@ -33,6 +33,23 @@ type Identity struct {
 
 func (id Identity) String() string { return id.Namespace + "/" + id.Name }
 
+// Objects are what an identity is made of: its Namespace and its
+// ServiceAccount, to apply before the roles bound to it.
+func (id Identity) Objects() (namespace, serviceAccount *unstructured.Unstructured) {
+	return &unstructured.Unstructured{Object: map[string]any{
+			"apiVersion": "v1", "kind": "Namespace",
+			"metadata": map[string]any{"name": id.Namespace},
+		}}, &unstructured.Unstructured{Object: map[string]any{
+			"apiVersion": "v1", "kind": "ServiceAccount",
+			"metadata": map[string]any{"name": id.Name, "namespace": id.Namespace},
+		}}
+}
+
+// Subject is the identity as a RoleBinding or ClusterRoleBinding subject.
+func (id Identity) Subject() map[string]any {
+	return map[string]any{"kind": "ServiceAccount", "name": id.Name, "namespace": id.Namespace}
+}
+
 // SchedulerIdentity is lockstep-scheduler's ServiceAccount.
 func SchedulerIdentity() Identity {
 	return Identity{Namespace: "lockstep-system", Name: "lockstep-scheduler"}
@@ -132,23 +149,14 @@ func (c *Cluster) Apply(ctx context.Context, objs ...*unstructured.Unstructured)
 // and a binding to lockstep-metrics-reader.
 func (c *Cluster) installMetricsScraper(ctx context.Context) error {
 	id := MetricsScraperIdentity()
-	objs := []*unstructured.Unstructured{
-		{Object: map[string]any{
-			"apiVersion": "v1", "kind": "Namespace",
-			"metadata": map[string]any{"name": id.Namespace, "labels": map[string]any{lockstep.LabelMetricsScraper: "true"}},
-		}},
-		{Object: map[string]any{
-			"apiVersion": "v1", "kind": "ServiceAccount",
-			"metadata": map[string]any{"name": id.Name, "namespace": id.Namespace},
-		}},
-		{Object: map[string]any{
-			"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
-			"metadata": map[string]any{"name": "lockstep-e2e-metrics-scraper"},
-			"roleRef":  map[string]any{"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "lockstep-metrics-reader"},
-			"subjects": []any{map[string]any{"kind": "ServiceAccount", "name": id.Name, "namespace": id.Namespace}},
-		}},
-	}
-	return c.Apply(ctx, objs...)
+	ns, sa := id.Objects()
+	ns.SetLabels(map[string]string{lockstep.LabelMetricsScraper: "true"})
+	return c.Apply(ctx, ns, sa, &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+		"metadata": map[string]any{"name": "lockstep-e2e-metrics-scraper"},
+		"roleRef":  map[string]any{"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "lockstep-metrics-reader"},
+		"subjects": []any{id.Subject()},
+	}})
 }
 
 // DecodeObjects decodes a multi-document YAML stream (a rendered overlay, a

@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"time"
 
@@ -33,15 +34,24 @@ func (c *Cluster) InstallCRDs(ctx context.Context) error {
 	if len(files) == 0 {
 		return fmt.Errorf("no CRDs in %s/deploy/crds: run make generate", c.RepoRoot)
 	}
+	files = slices.DeleteFunc(files, func(f string) bool {
+		return filepath.Base(f) == "kustomization.yaml" // deploy/default's list of them
+	})
+	return c.ApplyCRDFiles(ctx, files, nil)
+}
+
+// ApplyCRDFiles applies each CRD in files that keep accepts (nil: every
+// one) and waits until it is established (ApplyCRD).
+func (c *Cluster) ApplyCRDFiles(ctx context.Context, files []string, keep func(*apiextensionsv1.CustomResourceDefinition) bool) error {
 	for _, f := range files {
-		if filepath.Base(f) == "kustomization.yaml" { // deploy/default's list of them
-			continue
-		}
 		crds, err := ReadCRDs(f)
 		if err != nil {
 			return err
 		}
 		for _, crd := range crds {
+			if keep != nil && !keep(crd) {
+				continue
+			}
 			if err := c.ApplyCRD(ctx, crd); err != nil {
 				return fmt.Errorf("installing CRD %s from %s: %w", crd.Name, f, err)
 			}

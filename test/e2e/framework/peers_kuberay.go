@@ -55,16 +55,8 @@ func (c *Cluster) InstallKubeRay(ctx context.Context) error {
 	if len(files) == 0 {
 		return fmt.Errorf("no CRDs in %s/config/crd/bases", dir)
 	}
-	for _, f := range files {
-		crds, err := localcluster.ReadCRDs(f)
-		if err != nil {
-			return err
-		}
-		for _, crd := range crds {
-			if err := c.ApplyCRD(ctx, crd); err != nil {
-				return fmt.Errorf("installing CRD %s from %s: %w", crd.Name, f, err)
-			}
-		}
+	if err := c.ApplyCRDFiles(ctx, files, nil); err != nil {
+		return err
 	}
 	return c.installKubeRayIdentity(ctx, dir)
 }
@@ -84,16 +76,10 @@ func (c *Cluster) installKubeRayIdentity(ctx context.Context, moduleDir string) 
 	}
 	role := roles[0]
 	id := KubeRayIdentity()
-	subject := []any{map[string]any{"kind": "ServiceAccount", "name": id.Name, "namespace": id.Namespace}}
+	subject := []any{id.Subject()}
+	ns, sa := id.Objects()
 	objs := []*unstructured.Unstructured{
-		{Object: map[string]any{
-			"apiVersion": "v1", "kind": "Namespace",
-			"metadata": map[string]any{"name": id.Namespace},
-		}},
-		{Object: map[string]any{
-			"apiVersion": "v1", "kind": "ServiceAccount",
-			"metadata": map[string]any{"name": id.Name, "namespace": id.Namespace},
-		}},
+		ns, sa,
 		role,
 		{Object: map[string]any{
 			"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",

@@ -42,25 +42,15 @@ func (c *Cluster) InstallKueue(ctx context.Context) error {
 	if err != nil || len(files) == 0 {
 		return fmt.Errorf("no Kueue CRDs in %s: %v", mod, err)
 	}
-	for _, f := range files {
-		crds, err := localcluster.ReadCRDs(f)
-		if err != nil {
-			return err
-		}
-		for _, crd := range crds {
-			if err := c.ApplyCRD(ctx, crd); err != nil {
-				return fmt.Errorf("installing Kueue CRD %s from %s: %w", crd.Name, f, err)
-			}
-		}
+	if err := c.ApplyCRDFiles(ctx, files, nil); err != nil {
+		return err
 	}
 	// Kueue's own least privilege: its manager ClusterRole, and its Role
 	// on Secrets of its namespace (it watches them there).
 	id := KueueIdentity()
-	subjects := []any{map[string]any{"kind": "ServiceAccount", "name": id.Name, "namespace": id.Namespace}}
-	objs := []*unstructured.Unstructured{
-		{Object: map[string]any{"apiVersion": "v1", "kind": "Namespace", "metadata": map[string]any{"name": id.Namespace}}},
-		{Object: map[string]any{"apiVersion": "v1", "kind": "ServiceAccount", "metadata": map[string]any{"name": id.Name, "namespace": id.Namespace}}},
-	}
+	subjects := []any{id.Subject()}
+	ns, sa := id.Objects()
+	objs := []*unstructured.Unstructured{ns, sa}
 	for file, kind := range map[string]string{"role.yaml": "ClusterRole", "manager_secrets_role.yaml": "Role"} {
 		path := filepath.Join(mod, "config", "components", "rbac", file)
 		data, err := os.ReadFile(path)

@@ -21,6 +21,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -101,15 +102,9 @@ func (c *Cluster) InstallTrainingOperator(ctx context.Context) error {
 		return err
 	}
 	id := TrainingOperatorIdentity()
+	ns, sa := id.Objects()
 	objs := []*unstructured.Unstructured{
-		{Object: map[string]any{
-			"apiVersion": "v1", "kind": "Namespace",
-			"metadata": map[string]any{"name": id.Namespace},
-		}},
-		{Object: map[string]any{
-			"apiVersion": "v1", "kind": "ServiceAccount",
-			"metadata": map[string]any{"name": id.Name, "namespace": id.Namespace},
-		}},
+		ns, sa,
 	}
 	rolePath := filepath.Join(dir, "manifests", "base", "rbac", "role.yaml")
 	data, err := os.ReadFile(rolePath)
@@ -128,7 +123,7 @@ func (c *Cluster) InstallTrainingOperator(ctx context.Context) error {
 			"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
 			"metadata": map[string]any{"name": r.GetName()},
 			"roleRef":  map[string]any{"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": r.GetName()},
-			"subjects": []any{map[string]any{"kind": "ServiceAccount", "name": id.Name, "namespace": id.Namespace}},
+			"subjects": []any{id.Subject()},
 		}})
 	}
 	if len(objs) == 2 {
@@ -146,20 +141,16 @@ func (c *Cluster) installTrainingOperatorCRDs(ctx context.Context, dir string) e
 	for _, kind := range TrainingOperatorSchemes {
 		want[kind] = true
 	}
-	for _, f := range files {
-		crds, err := localcluster.ReadCRDs(f)
-		if err != nil {
-			return err
+	// Only the schemes the operator runs; each found is crossed off.
+	err = c.ApplyCRDFiles(ctx, files, func(crd *apiextensionsv1.CustomResourceDefinition) bool {
+		if !want[crd.Spec.Names.Kind] {
+			return false
 		}
-		for _, crd := range crds {
-			if !want[crd.Spec.Names.Kind] {
-				continue
-			}
-			if err := c.ApplyCRD(ctx, crd); err != nil {
-				return fmt.Errorf("installing CRD %s from %s: %w", crd.Name, f, err)
-			}
-			delete(want, crd.Spec.Names.Kind)
-		}
+		delete(want, crd.Spec.Names.Kind)
+		return true
+	})
+	if err != nil {
+		return err
 	}
 	if len(want) > 0 {
 		missing := make([]string, 0, len(want))
