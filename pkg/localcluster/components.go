@@ -82,25 +82,32 @@ func (c *Cluster) StartComponent(ctx context.Context, comp Component) (*Process,
 
 // KillComponent ends a component with SIGKILL, as a crash would.
 func (c *Cluster) KillComponent(name string) error {
-	c.mu.Lock()
-	p, ok := c.components[name]
-	delete(c.components, name)
-	c.mu.Unlock()
-	if !ok {
-		return fmt.Errorf("component %s is not running", name)
+	p, err := c.takeComponent(name)
+	if err != nil {
+		return err
 	}
 	return p.Kill()
+}
+
+// takeComponent removes a running component from the cluster's books, for
+// its caller to end.
+func (c *Cluster) takeComponent(name string) (*Process, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	p, ok := c.components[name]
+	if !ok {
+		return nil, fmt.Errorf("component %s is not running", name)
+	}
+	delete(c.components, name)
+	return p, nil
 }
 
 // StopComponent stops a component with SIGTERM, as a rolling update would,
 // and waits up to grace before killing it.
 func (c *Cluster) StopComponent(name string, grace time.Duration) error {
-	c.mu.Lock()
-	p, ok := c.components[name]
-	delete(c.components, name)
-	c.mu.Unlock()
-	if !ok {
-		return fmt.Errorf("component %s is not running", name)
+	p, err := c.takeComponent(name)
+	if err != nil {
+		return err
 	}
 	return p.Stop(grace)
 }

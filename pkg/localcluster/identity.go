@@ -159,6 +159,20 @@ func (c *Cluster) installMetricsScraper(ctx context.Context) error {
 	}})
 }
 
+// ReadObjects reads a multi-document YAML file (a peer's manifests) into
+// objects (DecodeObjects); errors name the file.
+func ReadObjects(path string) ([]*unstructured.Unstructured, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	objs, err := DecodeObjects(data)
+	if err != nil {
+		return nil, fmt.Errorf("decoding %s: %w", path, err)
+	}
+	return objs, nil
+}
+
 // DecodeObjects decodes a multi-document YAML stream (a rendered overlay, a
 // peer's manifests) into objects, skipping empty documents.
 func DecodeObjects(data []byte) ([]*unstructured.Unstructured, error) {

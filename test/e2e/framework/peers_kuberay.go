@@ -3,7 +3,6 @@ package framework
 import (
 	"context"
 	"fmt"
-	"os"
 	"path/filepath"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -63,13 +62,9 @@ func (c *Cluster) InstallKubeRay(ctx context.Context) error {
 
 func (c *Cluster) installKubeRayIdentity(ctx context.Context, moduleDir string) error {
 	rolePath := filepath.Join(moduleDir, "config", "rbac", "role.yaml")
-	data, err := os.ReadFile(rolePath)
+	roles, err := localcluster.ReadObjects(rolePath)
 	if err != nil {
 		return err
-	}
-	roles, err := localcluster.DecodeObjects(data)
-	if err != nil {
-		return fmt.Errorf("decoding %s: %w", rolePath, err)
 	}
 	if len(roles) != 1 || roles[0].GetKind() != "ClusterRole" {
 		return fmt.Errorf("%s: want one ClusterRole, got %d objects", rolePath, len(roles))

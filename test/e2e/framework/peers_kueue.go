@@ -53,11 +53,7 @@ func (c *Cluster) InstallKueue(ctx context.Context) error {
 	objs := []*unstructured.Unstructured{ns, sa}
 	for file, kind := range map[string]string{"role.yaml": "ClusterRole", "manager_secrets_role.yaml": "Role"} {
 		path := filepath.Join(mod, "config", "components", "rbac", file)
-		data, err := os.ReadFile(path)
-		if err != nil {
-			return err
-		}
-		roles, err := localcluster.DecodeObjects(data)
+		roles, err := localcluster.ReadObjects(path)
 		if err != nil || len(roles) != 1 || roles[0].GetKind() != kind {
 			return fmt.Errorf("%s: want one %s (%v)", path, kind, err)
 		}
@@ -197,13 +193,9 @@ func (c *Cluster) RegisterKueueWebhooks(ctx context.Context, port int, caPEM []b
 		return err
 	}
 	src := filepath.Join(mod, "config", "components", "webhook", "manifests.yaml")
-	data, err := os.ReadFile(src)
+	objs, err := localcluster.ReadObjects(src)
 	if err != nil {
 		return err
-	}
-	objs, err := localcluster.DecodeObjects(data)
-	if err != nil {
-		return fmt.Errorf("%s: %w", src, err)
 	}
 	for _, o := range objs {
 		hooks, _, _ := unstructured.NestedSlice(o.Object, "webhooks")

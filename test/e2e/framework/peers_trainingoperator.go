@@ -107,13 +107,9 @@ func (c *Cluster) InstallTrainingOperator(ctx context.Context) error {
 		ns, sa,
 	}
 	rolePath := filepath.Join(dir, "manifests", "base", "rbac", "role.yaml")
-	data, err := os.ReadFile(rolePath)
+	roles, err := localcluster.ReadObjects(rolePath)
 	if err != nil {
 		return err
-	}
-	roles, err := localcluster.DecodeObjects(data)
-	if err != nil {
-		return fmt.Errorf("decoding %s: %w", rolePath, err)
 	}
 	for _, r := range roles {
 		if r.GetKind() != "ClusterRole" {
