@@ -407,15 +407,21 @@ func (s *script) snapshot(except string, priority int32) (*Snapshot, error) {
 	return snap, nil
 }
 
+// scanMemberRequests reads what each member asks for: gpus, cpu
+// (millicores) and mem (GiB), each optional.
+func scanMemberRequests(t *testing.T, d *datadriven.TestData, gpus *int, milliCPU, memory *int64) {
+	d.MaybeScanArgs(t, "gpus", gpus)
+	d.MaybeScanArgs(t, "cpu", milliCPU)
+	if d.MaybeScanArgs(t, "mem", memory) {
+		*memory <<= 30
+	}
+}
+
 func (s *script) place(t *testing.T, d *datadriven.TestData) (string, error) {
 	key := arg(t, d, "gang", "")
 	g := Gang{Level: arg(t, d, "level", ""), Mode: lockstep.ConstraintMode(arg(t, d, "mode", ""))}
 	d.ScanArgs(t, "members", &g.Members)
-	d.MaybeScanArgs(t, "gpus", &g.GPUsPerMember)
-	d.MaybeScanArgs(t, "cpu", &g.MilliCPUPerMember)
-	if d.MaybeScanArgs(t, "mem", &g.MemoryPerMember) {
-		g.MemoryPerMember <<= 30
-	}
+	scanMemberRequests(t, d, &g.GPUsPerMember, &g.MilliCPUPerMember, &g.MemoryPerMember)
 	d.MaybeScanArgs(t, "widen", &g.Widen)
 	g.Implicit = d.HasArg("implicit")
 	g.NoDrain = s.books.Stalled(key, timeArg(t, d), drainStall)
@@ -465,11 +471,7 @@ func (s *script) decide(t *testing.T, d *datadriven.TestData) (string, error) {
 	d.ScanArgs(t, "members", &r.Pending)
 	r.Needed = r.Pending
 	d.MaybeScanArgs(t, "needed", &r.Needed)
-	d.MaybeScanArgs(t, "gpus", &r.GPUsPerMember)
-	d.MaybeScanArgs(t, "cpu", &r.MilliCPUPerMember)
-	if d.MaybeScanArgs(t, "mem", &r.MemoryPerMember) {
-		r.MemoryPerMember <<= 30
-	}
+	scanMemberRequests(t, d, &r.GPUsPerMember, &r.MilliCPUPerMember, &r.MemoryPerMember)
 	d.MaybeScanArgs(t, "near", &r.Near)
 	var first time.Duration
 	d.MaybeScanArgs(t, "first", &first)
