@@ -37,6 +37,8 @@ type Books struct {
 	// level (Drain), by gang; drainedFor names the gang per drained node.
 	drains     map[string]drain
 	drainedFor map[string]string
+	// victimOf names the gang each pending victim pod was evicted for.
+	victimOf map[string]string
 	// stalled are when the gangs whose last drain ended on a stall
 	// (ExpireDrain), and that were not planned or dropped since, stalled.
 	stalled map[string]time.Time
@@ -52,6 +54,11 @@ type drain struct {
 	// progressed when that most was first reached.
 	free       int
 	progressed time.Time
+	// victims are the pods evicted to make room for the gang (Hold) that
+	// are not gone yet: while any remains the drain holds whatever its
+	// progress, since pods that checkpoint on SIGTERM may take their whole
+	// grace period to go.
+	victims map[string]bool
 }
 
 // Held is one gang's plan in the books and which member slots pods have
@@ -91,6 +98,7 @@ func NewBooks() *Books {
 		drains:     map[string]drain{},
 		stalled:    map[string]time.Time{},
 		drainedFor: map[string]string{},
+		victimOf:   map[string]string{},
 	}
 }
 
@@ -408,6 +416,10 @@ func (b *Books) MarkPublished(key string) (*Held, bool) {
 // outrank the gang (KeptOff), so its free GPUs can grow past their most only
 // as often as it has GPUs, and a domain that stops freeing them stalls.
 func (b *Books) Drain(key string, d *topology.Domain, priority int32, free int, now time.Time) bool {
+	if old, ok := b.drains[key]; ok && len(old.victims) > 0 {
+		// The gang's hold (Hold) stays until its victims are gone.
+		return old.domain.ID == d.ID
+	}
 	for _, node := range d.Nodes {
 		if other, ok := b.drainedFor[node]; ok && other != key {
 			return false
@@ -438,9 +450,82 @@ func (b *Books) Undrain(key string) bool {
 	for _, node := range dr.domain.Nodes {
 		delete(b.drainedFor, node)
 	}
+	for pod := range dr.victims {
+		delete(b.victimOf, pod)
+	}
 	delete(b.drains, key)
 	return true
 }
+
+// Hold drains d for gang key, of the given priority, whose preemption
+// evicts pods (their UIDs): the domain freed for a preemptor. As a drain it
+// keeps off pods of the gang's priority or lower (KeptOff), and it holds
+// while any of the pods is not gone (VictimGone), then as a drain that
+// progressed when the last one went. Drains of lower-priority gangs on d's
+// nodes are released, and their gangs returned, sorted: the preemptor
+// outranks them. It reports false, changing nothing, when a node of d is
+// drained for another gang of equal or higher priority.
+func (b *Books) Hold(key string, d *topology.Domain, priority int32, pods []string, now time.Time) ([]string, bool) {
+	var lower []string
+	for _, node := range d.Nodes {
+		other, ok := b.drainedFor[node]
+		if !ok || other == key || slices.Contains(lower, other) {
+			continue
+		}
+		if b.drains[other].priority >= priority {
+			return nil, false
+		}
+		lower = append(lower, other)
+	}
+	for _, other := range lower {
+		b.Undrain(other)
+	}
+	b.Undrain(key)
+	dr := drain{domain: d, priority: priority, progressed: now, victims: make(map[string]bool, len(pods))}
+	for _, pod := range pods {
+		if prev, ok := b.victimOf[pod]; ok && prev != key {
+			// Evicted for another gang already: it leaves once, for both.
+			continue
+		}
+		dr.victims[pod] = true
+		b.victimOf[pod] = key
+	}
+	b.drains[key] = dr
+	for _, node := range d.Nodes {
+		b.drainedFor[node] = key
+	}
+	slices.Sort(lower)
+	return lower, true
+}
+
+// VictimGone records that pod, evicted for a gang's hold, is gone. It
+// returns the gang when pod was its last pending victim: the hold now
+// counts as a drain that progressed at now.
+func (b *Books) VictimGone(pod string, now time.Time) (string, bool) {
+	key, ok := b.victimOf[pod]
+	if !ok {
+		return "", false
+	}
+	delete(b.victimOf, pod)
+	dr := b.drains[key]
+	delete(dr.victims, pod)
+	if len(dr.victims) > 0 {
+		return "", false
+	}
+	dr.progressed = now
+	b.drains[key] = dr
+	return key, true
+}
+
+// EvictedFor returns the gang pod was evicted for while it is not gone
+// (Hold), so no other preemption counts it as a victim again.
+func (b *Books) EvictedFor(pod string) (string, bool) {
+	key, ok := b.victimOf[pod]
+	return key, ok
+}
+
+// Victims counts gang key's pending victims (Hold).
+func (b *Books) Victims(key string) int { return len(b.drains[key].victims) }
 
 // Drained returns the domain drained for gang key.
 func (b *Books) Drained(key string) (*topology.Domain, bool) {
@@ -518,6 +603,9 @@ func (b *Books) DrainHeld(key string, now time.Time, stall time.Duration) (time.
 	if !ok {
 		return time.Time{}, false
 	}
+	if len(dr.victims) > 0 {
+		return now.Add(stall), true
+	}
 	hold := dr.progressed.Add(stall)
 	return hold, now.Before(hold)
 }
@@ -525,7 +613,7 @@ func (b *Books) DrainHeld(key string, now time.Time, stall time.Duration) (time.
 // Empty reports whether the books hold nothing: no plan, no held GPU, no
 // reserved pod, no drain and no gang marked Stalled.
 func (b *Books) Empty() bool {
-	return len(b.gangs) == 0 && len(b.held) == 0 && len(b.pods) == 0 && len(b.podsOn) == 0 && len(b.drains) == 0 && len(b.stalled) == 0
+	return len(b.gangs) == 0 && len(b.held) == 0 && len(b.pods) == 0 && len(b.podsOn) == 0 && len(b.drains) == 0 && len(b.stalled) == 0 && len(b.victimOf) == 0
 }
 
 // String dumps the books deterministically, for tests and debugging: the
@@ -567,6 +655,11 @@ func (b *Books) String() string {
 	}
 	for _, key := range sortedKeys(b.drains) {
 		dr := b.drains[key]
+		if len(dr.victims) > 0 {
+			fmt.Fprintf(&s, "hold %s: %s (%s), priority %d, waiting for %s\n", key, dr.domain.DisplayID(), plural(len(dr.domain.Nodes), "node"),
+				dr.priority, strings.Join(sortedKeys(dr.victims), ","))
+			continue
+		}
 		fmt.Fprintf(&s, "drain %s: %s (%s), %s free since %s\n", key, dr.domain.DisplayID(), plural(len(dr.domain.Nodes), "node"),
 			plural(dr.free, "GPU"), dr.progressed.UTC().Format(time.TimeOnly))
 	}

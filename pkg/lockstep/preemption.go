@@ -1,0 +1,68 @@
+package lockstep
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+)
+
+// PreemptionMessagePrefix opens the message of the DisruptionTarget
+// condition (reason PreemptionByScheduler, as upstream's preemption writes)
+// that the scheduler puts on every pod of a gang or single pod it evicts to
+// make room for a higher-priority gang. The controller reads the condition
+// back (ParsePreemption) to tell the TrainingJob who preempted it and at what
+// priority, and to count the restart as a preemption, not a failure.
+const PreemptionMessagePrefix = "lockstep-scheduler: preempted"
+
+// Preemption is what the scheduler says to a victim: who took its place, at
+// what priority, and in which domain.
+type Preemption struct {
+	// Preemptor is the gang's "namespace/podgroup" or a single pod's
+	// "namespace/name".
+	Preemptor string
+	// Priority is the preemptor's pod priority.
+	Priority int32
+	// Domain is the topology domain the preemptor was given
+	// (topology.Domain.DisplayID); may be empty.
+	Domain string
+}
+
+// Message writes p as the DisruptionTarget condition's message, the one
+// format ParsePreemption reads: a sentence for people with the facts in
+// key=value form at the end.
+//
+//	lockstep-scheduler: preempted for gang team-a/release (priority 1000) in spine=s1/leaf=l2; preemptor=team-a/release priority=1000 domain=spine=s1/leaf=l2
+func (p Preemption) Message() string {
+	where := ""
+	if p.Domain != "" {
+		where = " in " + p.Domain
+	}
+	return fmt.Sprintf("%s for gang %s (priority %d)%s; preemptor=%s priority=%d domain=%s",
+		PreemptionMessagePrefix, p.Preemptor, p.Priority, where, p.Preemptor, p.Priority, p.Domain)
+}
+
+// ParsePreemption reads a message written by Preemption.Message. It reports
+// false for any other message, e.g. upstream DefaultPreemption's, whose
+// preemptor is unknown.
+func ParsePreemption(msg string) (Preemption, bool) {
+	if !strings.HasPrefix(msg, PreemptionMessagePrefix) {
+		return Preemption{}, false
+	}
+	_, facts, ok := strings.Cut(msg, "; preemptor=")
+	if !ok {
+		return Preemption{}, false
+	}
+	preemptor, rest, ok := strings.Cut(facts, " priority=")
+	if !ok {
+		return Preemption{}, false
+	}
+	prio, domain, ok := strings.Cut(rest, " domain=")
+	if !ok {
+		return Preemption{}, false
+	}
+	n, err := strconv.ParseInt(prio, 10, 32)
+	if err != nil || preemptor == "" {
+		return Preemption{}, false
+	}
+	return Preemption{Preemptor: preemptor, Priority: int32(n), Domain: domain}, true
+}

@@ -1,0 +1,330 @@
+package placement
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/lockstep-dev/lockstep/pkg/lockstep"
+	"github.com/lockstep-dev/lockstep/pkg/topology"
+)
+
+// Victim is running work a higher-priority gang may evict to make room: a
+// gang, evicted whole (every pod of its PodGroup, wherever they run), or a
+// pod outside gangs.
+type Victim struct {
+	// Key names it: "namespace/podgroup" for a gang, "namespace/name" for
+	// a single pod.
+	Key      string
+	Priority int32
+	// Started is when it last started running whole (its last member
+	// started); zero when it has not, which counts as starting at
+	// Preemptor.Now: no work lost, and protected by MinRuntime.
+	Started time.Time
+	Pods    []VictimPod
+}
+
+// VictimPod is one pod of a Victim and what evicting it frees.
+type VictimPod struct {
+	Node string
+	// GPUs are the GPUs the pod holds on Node: what its node's agent
+	// reported, else what the scheduler gave it.
+	GPUs     topology.GPUSet
+	MilliCPU int64
+	Memory   int64
+}
+
+// gpus counts the victim's GPUs.
+func (v *Victim) gpus() int {
+	n := 0
+	for _, p := range v.Pods {
+		n += p.GPUs.Len()
+	}
+	return n
+}
+
+// Preemptor is the gang that does not fit and what it may evict.
+type Preemptor struct {
+	// Gang is the gang as Policy.Gang made it. Its Widen is ignored: room
+	// is made in the tightest domain the constraint allows (see Preempt).
+	Gang     Gang
+	Priority int32
+	// Now and MinRuntime protect victims that started less than MinRuntime
+	// before Now (the scheduler's minimum run time; 0 protects none).
+	Now        time.Time
+	MinRuntime time.Duration
+}
+
+// Cost is what a set of victims loses, compared in field order: the
+// highest priority evicted, then the GPU time the victims had run (work lost
+// to a restart), then how many gangs and pods are hit.
+type Cost struct {
+	MaxPriority int32
+	GPUSeconds  float64
+	Victims     int
+}
+
+// Compare orders costs, cheapest first.
+func (c Cost) Compare(o Cost) int {
+	return cmp.Or(
+		cmp.Compare(c.MaxPriority, o.MaxPriority),
+		cmp.Compare(c.GPUSeconds, o.GPUSeconds),
+		cmp.Compare(c.Victims, o.Victims),
+	)
+}
+
+// Preemption is the cheapest way to make room for a gang.
+type Preemption struct {
+	// Victims are what to evict, sorted by Key.
+	Victims []Victim
+	// Plan is where the gang fits once they are gone, in topology order
+	// (RankOrder); its Domain is the domain freed for it.
+	Plan *Plan
+	Cost Cost
+}
+
+// NoPreemption says why no eviction makes room for the gang: then nothing
+// should be evicted.
+type NoPreemption struct {
+	Reason string
+}
+
+func (e *NoPreemption) Error() string { return e.Reason }
+
+// Preempt finds the cheapest set of whole victims whose eviction lets the
+// gang be planned in the tightest domain its constraint allows. Levels are
+// tried narrowest first, from the host up to the gang's level for a
+// Required gang and up to the cluster otherwise; the first level where
+// evicting lower-priority work makes room wins, and there the domain whose
+// victims cost least (Cost, then the domain ID). Tightness comes first
+// because a gang that preempts is the one the cluster values most: it should
+// get the placement it would have on an empty cluster, not merely a place.
+//
+// Only candidates of lower priority than the preemptor, not protected by
+// MinRuntime, are evicted; a gang is evicted whole or not at all. Within a
+// domain, candidates are added cheapest first until the gang fits, and then
+// each, most expensive first, is spared if the gang still fits without it
+// (upstream's reprieve), so no victim is evicted that the plan does not
+// need.
+//
+// Nodes drained for a gang the preemptor does not outrank (Node.Drained)
+// are off limits: a domain holding one is skipped. It returns
+// *NoPreemption when no set of candidates makes room, or the gang already
+// fits without evicting anything, and a plain error for bad input.
+func Preempt(s *Snapshot, p Preemptor, candidates []Victim) (*Preemption, error) {
+	g := p.Gang
+	req, err := newRequest(s, g, Options{})
+	if err != nil {
+		return nil, err
+	}
+	limit := req.limit
+	if g.Level == "" || req.mode != lockstep.Required {
+		limit = len(req.levelNames) - 1
+	}
+	eligible, why := p.eligible(candidates)
+	if len(eligible) == 0 {
+		return nil, &NoPreemption{Reason: "no lower-priority work to preempt" + why}
+	}
+	byName := make(map[string]*Node, len(s.Nodes))
+	for _, n := range s.Nodes {
+		byName[n.Name] = n
+	}
+	need := g.Members * g.GPUsPerMember
+	for level := 0; level <= limit; level++ {
+		if s.Tree.LevelAbsent(level) {
+			continue
+		}
+		// Within one domain the gang is placed as Place would at this
+		// level: tightest first, up to the domain.
+		at := g
+		at.Level, at.Mode, at.Widen, at.Implicit, at.NoDrain = req.levelNames[level], lockstep.Required, len(req.levelNames), false, true
+		var best *Preemption
+		for _, d := range s.Tree.Domains(level) {
+			c, ok := preemptIn(s, d, at, need, byName, eligible)
+			if ok && len(c.Victims) == 0 {
+				return nil, &NoPreemption{Reason: "the gang fits without preempting anything"}
+			}
+			if ok && (best == nil || c.Cost.Compare(best.Cost) < 0) {
+				best = c
+			}
+		}
+		if best != nil {
+			RankOrder(s.Tree, best.Plan, s.NodeTopology)
+			slices.SortFunc(best.Victims, func(a, b Victim) int { return strings.Compare(a.Key, b.Key) })
+			return best, nil
+		}
+	}
+	where := "any domain"
+	if limit < len(req.levelNames)-1 {
+		where = "one " + req.levelNames[limit]
+	}
+	return nil, &NoPreemption{Reason: fmt.Sprintf("evicting every lower-priority job that may be preempted would not make room for %s in %s%s",
+		describeGang(g.Members, g.GPUsPerMember), where, why)}
+}
+
+// eligible returns the candidates the preemptor may evict, cheapest first,
+// and what kept the others out, for the message.
+func (p Preemptor) eligible(candidates []Victim) ([]scored, string) {
+	var out []scored
+	higher, protected := 0, 0
+	for i := range candidates {
+		v := &candidates[i]
+		started := v.Started
+		if started.IsZero() || started.After(p.Now) {
+			started = p.Now
+		}
+		switch {
+		case v.Priority >= p.Priority:
+			higher++
+		case p.MinRuntime > 0 && p.Now.Sub(started) < p.MinRuntime:
+			protected++
+		default:
+			out = append(out, scored{v: v, gpuSeconds: float64(v.gpus()) * p.Now.Sub(started).Seconds()})
+		}
+	}
+	slices.SortFunc(out, func(a, b scored) int {
+		return cmp.Or(cmp.Compare(a.v.Priority, b.v.Priority), cmp.Compare(a.gpuSeconds, b.gpuSeconds), strings.Compare(a.v.Key, b.v.Key))
+	})
+	var why []string
+	if higher > 0 {
+		why = append(why, plural(higher, "job")+" of equal or higher priority")
+	}
+	if protected > 0 {
+		why = append(why, fmt.Sprintf("%s protected for their first %s", plural(protected, "job"), p.MinRuntime))
+	}
+	if len(why) == 0 {
+		return out, ""
+	}
+	return out, " (" + strings.Join(why, ", ") + " left alone)"
+}
+
+// scored is an eligible victim with the GPU time it has run.
+type scored struct {
+	v          *Victim
+	gpuSeconds float64
+}
+
+// preemptIn finds the cheapest victims whose eviction lets gang g (already
+// bound to d's level) fit in domain d, or reports false.
+func preemptIn(s *Snapshot, d *topology.Domain, g Gang, need int, byName map[string]*Node, eligible []scored) (*Preemption, bool) {
+	inD := make(map[string]*Node, len(d.Nodes))
+	free := 0
+	for _, name := range d.Nodes {
+		n, ok := byName[name]
+		if !ok {
+			continue
+		}
+		if n.Drained {
+			return nil, false
+		}
+		inD[name] = n
+		free += n.FreeGPUs.Len()
+	}
+	if len(inD) == 0 {
+		return nil, false
+	}
+	for _, near := range g.Near {
+		if !slices.Contains(d.Nodes, near) {
+			return nil, false
+		}
+	}
+	// The victims with pods in d, cheapest first, and the GPUs each frees
+	// there.
+	var touching []scored
+	var frees []int
+	total := free
+	for _, c := range eligible {
+		n := 0
+		touches := false
+		for _, pod := range c.v.Pods {
+			if _, ok := inD[pod.Node]; ok {
+				touches = true
+				n += pod.GPUs.Len()
+			}
+		}
+		if touches {
+			touching = append(touching, c)
+			frees = append(frees, n)
+			total += n
+		}
+	}
+	if total < need {
+		return nil, false
+	}
+	fits := func(chosen []bool) (*Plan, bool) {
+		sub := &Snapshot{Tree: s.Tree, Fabric: s.Fabric, Levels: s.Levels, Rater: s.Rater}
+		nodes := make(map[string]*Node, len(inD))
+		for _, name := range d.Nodes {
+			if n, ok := inD[name]; ok {
+				c := *n
+				nodes[name] = &c
+				sub.Nodes = append(sub.Nodes, &c)
+			}
+		}
+		for i, c := range touching {
+			if !chosen[i] {
+				continue
+			}
+			for _, pod := range c.v.Pods {
+				if n, ok := nodes[pod.Node]; ok {
+					n.FreeGPUs |= pod.GPUs
+					n.FreeMilliCPU = max(n.FreeMilliCPU, 0) + pod.MilliCPU
+					n.FreeMemory = max(n.FreeMemory, 0) + pod.Memory
+					n.FreePods = max(n.FreePods, 0) + 1
+				}
+			}
+		}
+		plan, err := Place(sub, g, Options{})
+		return plan, err == nil
+	}
+	chosen := make([]bool, len(touching))
+	freed := free
+	plan, ok := (*Plan)(nil), false
+	if freed >= need {
+		plan, ok = fits(chosen)
+	}
+	for i := 0; !ok && i < len(touching); i++ {
+		chosen[i] = true
+		freed += frees[i]
+		if freed >= need {
+			plan, ok = fits(chosen)
+		}
+	}
+	if !ok {
+		return nil, false
+	}
+	// Spare every victim the plan can do without, most expensive first.
+	for i := len(touching) - 1; i >= 0; i-- {
+		if !chosen[i] {
+			continue
+		}
+		chosen[i] = false
+		if p, ok := fits(chosen); ok {
+			plan = p
+		} else {
+			chosen[i] = true
+		}
+	}
+	out := &Preemption{Plan: plan}
+	for i, c := range touching {
+		if !chosen[i] {
+			continue
+		}
+		out.Victims = append(out.Victims, *c.v)
+		if out.Cost.Victims == 0 || c.v.Priority > out.Cost.MaxPriority {
+			out.Cost.MaxPriority = c.v.Priority
+		}
+		out.Cost.GPUSeconds += c.gpuSeconds
+		out.Cost.Victims++
+	}
+	return out, true
+}
+
+// IsNoPreemption reports whether err is a *NoPreemption.
+func IsNoPreemption(err error) bool {
+	var np *NoPreemption
+	return errors.As(err, &np)
+}
