@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"testing"
+	"time"
 
 	"github.com/lockstep-dev/lockstep/pkg/lockstep"
 	"github.com/lockstep-dev/lockstep/pkg/topology"
@@ -82,6 +83,54 @@ func BenchmarkPlace(b *testing.B) {
 					b.ReportMetric(plan.Efficiency, "efficiency")
 					b.ReportMetric(float64(plan.Estimate.Nodes), "nodes/op")
 				})
+			}
+		})
+	}
+}
+
+// BenchmarkPreempt finds victims for a 4×8 leaf:Required gang on a full
+// cluster of n nodes whose busy GPUs belong to lower-priority work: each
+// node's used GPUs are one pod, and runs of four nodes of a leaf form a
+// gang, as after a day of mixed jobs.
+func BenchmarkPreempt(b *testing.B) {
+	for _, n := range []int{512, 5000} {
+		b.Run(fmt.Sprintf("nodes=%d", n), func(b *testing.B) {
+			s := benchSnapshot(b, n)
+			// As the scheduler's snapshot: one rater per tree, built once.
+			rater, err := NewRater(s, 0)
+			if err != nil {
+				b.Fatal(err)
+			}
+			s.Rater = rater
+			now := time.Unix(0, 0).Add(24 * time.Hour)
+			rng := rand.New(rand.NewPCG(7, 0))
+			var victims []Victim
+			for i, node := range s.Nodes {
+				// At most GPUs 0-2 stay free, so no node is free whole.
+				node.FreeGPUs &= topology.NewGPUSet(0, 1, 2)
+				busy := node.Topology.AllGPUs() &^ node.FreeGPUs
+				if busy == 0 {
+					continue
+				}
+				pod := VictimPod{Node: node.Name, GPUs: busy}
+				if i%4 != 0 && len(victims) > 0 && rng.IntN(2) == 0 {
+					last := &victims[len(victims)-1]
+					last.Pods = append(last.Pods, pod)
+					continue
+				}
+				victims = append(victims, Victim{
+					Key:      fmt.Sprintf("ns/job-%05d", i),
+					Priority: int32(rng.IntN(3)),
+					Started:  now.Add(-time.Duration(rng.IntN(600)) * time.Minute),
+					Pods:     []VictimPod{pod},
+				})
+			}
+			p := Preemptor{Gang: Gang{Members: 4, GPUsPerMember: 8, Level: lockstep.LevelLeaf, Mode: lockstep.Required}, Priority: 10, Now: now}
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := Preempt(s, p, victims); err != nil {
+					b.Fatal(err)
+				}
 			}
 		})
 	}

@@ -351,23 +351,14 @@ func (p *planner) noteEver(i int32) {
 // initHost fills host i from snapshot node n.
 func (p *planner) initHost(i, n int32) {
 	node := p.s.Nodes[n]
-	free := node.FreeGPUs
+	free := usableGPUs(node, node.FreeGPUs)
 	if node.Drained {
 		free = 0
 		p.doms[i].drained = 1
 	}
-	if node.Topology != nil {
-		free &= node.Topology.AllGPUs()
-	}
-	if node.Selector != nil {
-		free &= topology.AllGPUs(node.Selector.NumGPUs())
-	}
 	all := free
 	if node.Topology != nil {
-		all = node.Topology.AllGPUs()
-		if node.Selector != nil {
-			all &= topology.AllGPUs(node.Selector.NumGPUs())
-		}
+		all = usableGPUs(node, node.Topology.AllGPUs())
 	}
 	d := &p.doms[i]
 	d.node, d.set, d.free = n, free, free.Len()
@@ -414,6 +405,18 @@ func (p *planner) clique(nv topology.NVLinkDomain) int32 {
 		p.cliques[nv] = id
 	}
 	return id
+}
+
+// usableGPUs clips set to the GPUs node has: those of its topology and its
+// selector; a node without topology has whatever set says.
+func usableGPUs(node *Node, set topology.GPUSet) topology.GPUSet {
+	if node.Topology != nil {
+		set &= node.Topology.AllGPUs()
+	}
+	if node.Selector != nil {
+		set &= topology.AllGPUs(node.Selector.NumGPUs())
+	}
+	return set
 }
 
 // room returns how many members node can take with free GPUs, at most the

@@ -89,6 +89,21 @@ import (
 //	expire-drains now=1m    ends the drains that freed no GPU for
 //	                        drainStall (ExpireDrains)
 //	books                   dumps the books (Books.String)
+//	run key=ns/v priority=N [started=-10m]
+//	  lower-priority work to preempt: one pod per input line "n1 0-7"
+//	  (pods named key#0, key#1, ...) takes those GPUs off its node's free
+//	  GPUs; a key with one line and started= omitted for a pod that has
+//	  not started. started is relative to the epoch (now=0).
+//	preempt gang=ns/x members=4 gpus=8 [level=leaf] [mode=...] [implicit]
+//	        [priority=N] [now=1h] [minruntime=30m] [near=(n1)] [hold]
+//	  Preempt over the work run so far (not evicted): prints the victims,
+//	  their cost and the plan, or why nothing is evicted. hold records the
+//	  preemption in the books (Books.Hold with the victims' pods) and
+//	  evicts nothing yet; the snapshot sees drains and holds of gangs the
+//	  preemptor does not outrank as drained, as the plugin's does.
+//	evict key=ns/v [now=0s]
+//	  the victim's pods are gone: their GPUs are free again, and each is
+//	  reported to the books (Books.VictimGone)
 //
 // drainStall is how long a drain in the scripts may go without freeing a
 // GPU (expire-drains): eight deployed preferredWaits, as the plugin bounds
@@ -120,6 +135,8 @@ func TestDataDriven(t *testing.T) {
 // script is the world a data-driven script changes: nodes with the GPUs
 // their agents report free, and the books.
 type script struct {
+	// victims is the work run (the run directive) not evicted, by key.
+	victims   map[string]*Victim
 	levels    []topology.Level
 	nodes     []*scriptNode
 	books     *Books
@@ -225,6 +242,12 @@ func (s *script) run(t *testing.T, d *datadriven.TestData) (string, error) {
 		return b.String(), nil
 	case "books":
 		return s.books.String(), nil
+	case "run":
+		return s.runVictim(t, d)
+	case "preempt":
+		return s.preempt(t, d)
+	case "evict":
+		return s.evict(t, d)
 	}
 	return "", fmt.Errorf("unknown directive %q", d.Cmd)
 }
@@ -243,7 +266,7 @@ func (s *script) topology(d *datadriven.TestData) (string, error) {
 			}
 		}
 	}
-	s.nodes, s.books = nil, NewBooks()
+	s.nodes, s.books, s.victims = nil, NewBooks(), map[string]*Victim{}
 	var b strings.Builder
 	for _, line := range strings.Split(d.Input, "\n") {
 		if line = strings.TrimSpace(line); line == "" || strings.HasPrefix(line, "#") {

@@ -93,6 +93,24 @@
 // they could use, for nothing. Pods that outrank the gang are not kept off
 // (Books.KeptOff).
 //
+// # Preemption
+//
+// A gang that does not fit may evict lower-priority work (Preempt): whole
+// gangs and single pods, never part of a gang, never of equal or higher
+// priority, never one younger than a minimum run time. Levels are tried
+// narrowest first up to what the constraint allows, so the preemptor gets
+// the placement it would have on an empty cluster; within the first level
+// where eviction makes room, the domain whose victims cost least wins:
+// the highest victim priority, then the GPU time the victims had run (work
+// lost to their restart), then how many are hit. In a domain, victims are
+// added cheapest first until Place succeeds, then each is spared, most
+// expensive first, if the gang still fits without it. Books.Hold keeps
+// the freed domain for the preemptor, as a drain at its priority that
+// holds while any victim pod is still going (a trainer checkpointing on
+// SIGTERM may take its whole grace period), takes over the drains of
+// lower-priority gangs there, and remembers the victims so no other
+// preemption counts them again (Books.EvictedFor).
+//
 // # Books
 //
 // Books hold every gang's plan between planning and binding: the GPUs a

@@ -132,9 +132,19 @@ func Preempt(s *Snapshot, p Preemptor, candidates []Victim) (*Preemption, error)
 	for _, n := range s.Nodes {
 		byName[n.Name] = n
 	}
-	need := g.Members * g.GPUsPerMember
+	// on[node] indexes the eligible victims with pods on node, ascending.
+	on := map[string][]int{}
+	for i, c := range eligible {
+		for _, pod := range c.v.Pods {
+			if l := on[pod.Node]; len(l) == 0 || l[len(l)-1] != i {
+				on[pod.Node] = append(l, i)
+			}
+		}
+	}
 	for level := 0; level <= limit; level++ {
-		if s.Tree.LevelAbsent(level) {
+		if level < limit && s.Tree.LevelAbsent(level) {
+			// Its domains hold the same nodes as those of the level
+			// above, tried next.
 			continue
 		}
 		// Within one domain the gang is placed as Place would at this
@@ -143,7 +153,7 @@ func Preempt(s *Snapshot, p Preemptor, candidates []Victim) (*Preemption, error)
 		at.Level, at.Mode, at.Widen, at.Implicit, at.NoDrain = req.levelNames[level], lockstep.Required, len(req.levelNames), false, true
 		var best *Preemption
 		for _, d := range s.Tree.Domains(level) {
-			c, ok := preemptIn(s, d, at, need, byName, eligible)
+			c, ok := preemptIn(s, d, at, req, byName, eligible, on)
 			if ok && len(c.Victims) == 0 {
 				return nil, &NoPreemption{Reason: "the gang fits without preempting anything"}
 			}
@@ -208,10 +218,22 @@ type scored struct {
 }
 
 // preemptIn finds the cheapest victims whose eviction lets gang g (already
-// bound to d's level) fit in domain d, or reports false.
-func preemptIn(s *Snapshot, d *topology.Domain, g Gang, need int, byName map[string]*Node, eligible []scored) (*Preemption, bool) {
-	inD := make(map[string]*Node, len(d.Nodes))
-	free := 0
+// bound to d's level) fit in domain d, or reports false. Place runs only
+// once d's nodes have room for every member (request.room summed, which
+// Place needs too), so a domain costs O(its nodes + its victims' pods) per
+// victim tried, and Place a handful of times.
+func preemptIn(s *Snapshot, d *topology.Domain, g Gang, req request, byName map[string]*Node, eligible []scored, on map[string][]int) (*Preemption, bool) {
+	for _, near := range g.Near {
+		if !slices.Contains(d.Nodes, near) {
+			return nil, false
+		}
+	}
+	// cur are copies of d's nodes in the snapshot, freed of the victims
+	// chosen so far; room is how many members each can take.
+	cur := make(map[string]*Node, len(d.Nodes))
+	var nodes []*Node
+	room := map[string]int{}
+	total := 0
 	for _, name := range d.Nodes {
 		n, ok := byName[name]
 		if !ok {
@@ -220,78 +242,60 @@ func preemptIn(s *Snapshot, d *topology.Domain, g Gang, need int, byName map[str
 		if n.Drained {
 			return nil, false
 		}
-		inD[name] = n
-		free += n.FreeGPUs.Len()
+		c := *n
+		cur[name] = &c
+		nodes = append(nodes, &c)
+		room[name] = req.room(&c, usableGPUs(&c, c.FreeGPUs))
+		total += room[name]
 	}
-	if len(inD) == 0 {
+	if len(nodes) == 0 {
 		return nil, false
 	}
-	for _, near := range g.Near {
-		if !slices.Contains(d.Nodes, near) {
-			return nil, false
-		}
+	// The victims with pods in d, cheapest first.
+	var idx []int
+	for _, name := range d.Nodes {
+		idx = append(idx, on[name]...)
 	}
-	// The victims with pods in d, cheapest first, and the GPUs each frees
-	// there.
-	var touching []scored
-	var frees []int
-	total := free
-	for _, c := range eligible {
-		n := 0
-		touches := false
-		for _, pod := range c.v.Pods {
-			if _, ok := inD[pod.Node]; ok {
-				touches = true
-				n += pod.GPUs.Len()
-			}
-		}
-		if touches {
-			touching = append(touching, c)
-			frees = append(frees, n)
-			total += n
-		}
+	slices.Sort(idx)
+	idx = slices.Compact(idx)
+	touching := make([]scored, len(idx))
+	for i, j := range idx {
+		touching[i] = eligible[j]
 	}
-	if total < need {
-		return nil, false
-	}
-	fits := func(chosen []bool) (*Plan, bool) {
-		sub := &Snapshot{Tree: s.Tree, Fabric: s.Fabric, Levels: s.Levels, Rater: s.Rater}
-		nodes := make(map[string]*Node, len(inD))
-		for _, name := range d.Nodes {
-			if n, ok := inD[name]; ok {
-				c := *n
-				nodes[name] = &c
-				sub.Nodes = append(sub.Nodes, &c)
-			}
-		}
-		for i, c := range touching {
-			if !chosen[i] {
+	// apply frees (sign 1) or takes back (-1) victim i's resources in d.
+	apply := func(i, sign int) {
+		for _, pod := range touching[i].v.Pods {
+			n, ok := cur[pod.Node]
+			if !ok {
 				continue
 			}
-			for _, pod := range c.v.Pods {
-				if n, ok := nodes[pod.Node]; ok {
-					n.FreeGPUs |= pod.GPUs
-					n.FreeMilliCPU = max(n.FreeMilliCPU, 0) + pod.MilliCPU
-					n.FreeMemory = max(n.FreeMemory, 0) + pod.Memory
-					n.FreePods = max(n.FreePods, 0) + 1
-				}
+			if sign > 0 {
+				n.FreeGPUs |= pod.GPUs
+			} else {
+				n.FreeGPUs &^= pod.GPUs
 			}
+			n.FreeMilliCPU = max(n.FreeMilliCPU, 0) + int64(sign)*pod.MilliCPU
+			n.FreeMemory = max(n.FreeMemory, 0) + int64(sign)*pod.Memory
+			n.FreePods = max(n.FreePods, 0) + sign
+			total -= room[pod.Node]
+			room[pod.Node] = req.room(n, usableGPUs(n, n.FreeGPUs))
+			total += room[pod.Node]
 		}
+	}
+	fits := func() (*Plan, bool) {
+		if total < g.Members {
+			return nil, false
+		}
+		sub := &Snapshot{Tree: s.Tree, Fabric: s.Fabric, Levels: s.Levels, Rater: s.Rater, Nodes: nodes}
 		plan, err := Place(sub, g, Options{})
 		return plan, err == nil
 	}
 	chosen := make([]bool, len(touching))
-	freed := free
-	plan, ok := (*Plan)(nil), false
-	if freed >= need {
-		plan, ok = fits(chosen)
-	}
+	plan, ok := fits()
 	for i := 0; !ok && i < len(touching); i++ {
 		chosen[i] = true
-		freed += frees[i]
-		if freed >= need {
-			plan, ok = fits(chosen)
-		}
+		apply(i, 1)
+		plan, ok = fits()
 	}
 	if !ok {
 		return nil, false
@@ -301,11 +305,11 @@ func preemptIn(s *Snapshot, d *topology.Domain, g Gang, need int, byName map[str
 		if !chosen[i] {
 			continue
 		}
-		chosen[i] = false
-		if p, ok := fits(chosen); ok {
-			plan = p
+		apply(i, -1)
+		if p, ok := fits(); ok {
+			chosen[i], plan = false, p
 		} else {
-			chosen[i] = true
+			apply(i, 1)
 		}
 	}
 	out := &Preemption{Plan: plan}
