@@ -1,0 +1,447 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	schedulingv1 "k8s.io/api/scheduling/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
+
+	"github.com/lockstep-dev/lockstep/pkg/apis/lockstep/v1alpha1"
+	"github.com/lockstep-dev/lockstep/pkg/controller"
+	"github.com/lockstep-dev/lockstep/pkg/localcluster"
+	"github.com/lockstep-dev/lockstep/pkg/lockstep"
+	utiltesting "github.com/lockstep-dev/lockstep/pkg/util/testing"
+)
+
+// Priorities of the preemption tests' classes.
+const (
+	lowPriority  = 100
+	highPriority = 1000
+)
+
+// priorityClass creates the PriorityClass ns-name, removed when the test
+// ends, and returns its name. never sets preemptionPolicy: Never.
+func priorityClass(t *testing.T, ns, name string, value int32, never bool) string {
+	t.Helper()
+	pc := &schedulingv1.PriorityClass{ObjectMeta: metav1.ObjectMeta{Name: ns + "-" + name}, Value: value}
+	if never {
+		pc.PreemptionPolicy = ptr.To(corev1.PreemptNever)
+	}
+	if err := cluster.Client.Create(context.Background(), pc); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cluster.Client.Delete(context.Background(), pc) })
+	return pc.Name
+}
+
+// checkpointingJob is a PyTorch gang of 1 + workers pods of gpus GPUs in
+// class, constrained to one leaf when leaf is set. Its pods take 2 s to
+// exit once deleted, within their 30 s grace period, as trainers that
+// checkpoint on SIGTERM do, so a preemptor must wait for them.
+func checkpointingJob(ns, name string, workers int32, gpus int64, class string, leaf bool) *v1alpha1.TrainingJob {
+	tpl := utiltesting.MakePodTemplate("pytorch").CPU("1").GPULimit(gpus).Obj()
+	tpl.Spec.TerminationGracePeriodSeconds = ptr.To[int64](30)
+	w := pytorchGang(ns, name, workers, tpl).PriorityClass(class).TemplateAnnotation(lockstep.AnnotationSimulatedShutdown, "2s")
+	if leaf {
+		w = w.Topology(lockstep.LevelLeaf, v1alpha1.TopologyRequired)
+	}
+	return w.Obj()
+}
+
+// podUIDs are a job's pods by name.
+func podUIDs(pods map[string]corev1.Pod) map[string]types.UID {
+	out := map[string]types.UID{}
+	for name, p := range pods {
+		out[name] = p.UID
+	}
+	return out
+}
+
+// checkUntouched fails the test if any pod of want is gone, replaced or
+// being deleted.
+func checkUntouched(t *testing.T, ns, job string, want map[string]types.UID) {
+	t.Helper()
+	pods, err := cluster.Clientset.CoreV1().Pods(ns).List(context.Background(), metav1.ListOptions{LabelSelector: lockstep.LabelJobName + "=" + job})
+	if err != nil {
+		t.Fatal(err)
+	}
+	have := map[string]corev1.Pod{}
+	for _, p := range pods.Items {
+		have[p.Name] = p
+	}
+	for name, uid := range want {
+		p, ok := have[name]
+		switch {
+		case !ok || p.UID != uid:
+			t.Errorf("job %s lost pod %s", job, name)
+		case p.DeletionTimestamp != nil:
+			t.Errorf("job %s: pod %s is being deleted", job, name)
+		}
+	}
+}
+
+// waitPreempted waits until every pod of want is being deleted or gone,
+// checking that each it still sees carries the scheduler's DisruptionTarget
+// condition naming preemptor and priority, and returns when the last went.
+func waitPreempted(t *testing.T, ns string, want map[string]types.UID, preemptor string, priority int32) time.Time {
+	t.Helper()
+	checked := map[types.UID]bool{}
+	err := localcluster.Poll(context.Background(), 50*time.Millisecond, 2*time.Minute, "victim pods gone", func(ctx context.Context) (bool, error) {
+		pods, err := cluster.Pods(ctx, ns)
+		if err != nil {
+			return false, nil
+		}
+		alive := 0
+		for _, p := range pods {
+			if !slices.Contains(mapsValues(want), p.UID) {
+				continue
+			}
+			alive++
+			c := findPodCondition(&p, corev1.DisruptionTarget)
+			if c == nil || checked[p.UID] {
+				continue
+			}
+			checked[p.UID] = true
+			got, ok := lockstep.ParsePreemption(c.Message)
+			if c.Reason != corev1.PodReasonPreemptionByScheduler || !ok || got.Preemptor != preemptor || got.Priority != priority {
+				t.Errorf("victim %s: DisruptionTarget %s %q, want a preemption by %s at priority %d", p.Name, c.Reason, c.Message, preemptor, priority)
+			}
+		}
+		return alive == 0, nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(checked) == 0 {
+		t.Errorf("saw no victim pod with a DisruptionTarget condition")
+	}
+	return time.Now()
+}
+
+func mapsValues[K comparable, V any](m map[K]V) []V {
+	out := make([]V, 0, len(m))
+	for _, v := range m {
+		out = append(out, v)
+	}
+	return out
+}
+
+func findPodCondition(p *corev1.Pod, t corev1.PodConditionType) *corev1.PodCondition {
+	for i := range p.Status.Conditions {
+		if p.Status.Conditions[i].Type == t {
+			return &p.Status.Conditions[i]
+		}
+	}
+	return nil
+}
+
+// preempted is the victim job's state once the controller has seen its
+// preemption: counted once, not as a failure, with the preemptor named.
+func preempted(preemptor string, priority int32) func(*v1alpha1.TrainingJob) bool {
+	return func(j *v1alpha1.TrainingJob) bool {
+		c := meta.FindStatusCondition(j.Status.Conditions, v1alpha1.ConditionPreempted)
+		return j.Status.Preemptions == 1 && c != nil && c.Status == metav1.ConditionTrue &&
+			strings.Contains(c.Message, preemptor) && strings.Contains(c.Message, fmt.Sprint(priority))
+	}
+}
+
+// TestPreemptionDisplacesOneWholeGang: four low-priority 8 x 8-GPU jobs fill
+// the four leaves, started one after another. A high-priority 4 x 8-GPU
+// leaf:Required job displaces exactly one of them, the youngest (least work
+// lost), whole; it runs in that leaf once the victims have gone, and the
+// other three never lose a pod. The victim's restart is counted as a
+// preemption, not against its backoffLimit of 0, and its new pods wait:
+// the freed leaf is held for the preemptor.
+func TestPreemptionDisplacesOneWholeGang(t *testing.T) {
+	ns := cluster.NewNamespace(t)
+	low := priorityClass(t, ns, "low", lowPriority, false)
+	high := priorityClass(t, ns, "high", highPriority, false)
+	before := map[string]map[string]types.UID{}
+	var youngest map[string]corev1.Pod
+	for i := range 4 {
+		name := fmt.Sprintf("low-%d", i)
+		job := checkpointingJob(ns, name, 7, 8, low, true)
+		job.Spec.RunPolicy.BackoffLimit = ptr.To[int32](0)
+		createJob(t, job)
+		youngest = waitPods(t, ns, name, 8, 2*time.Minute)
+		before[name] = podUIDs(youngest)
+	}
+	victimLeaf := oneLeaf(t, youngest)
+
+	createJob(t, checkpointingJob(ns, "high", 3, 8, high, true))
+	gone := waitPreempted(t, ns, before["low-3"], ns+"/high", highPriority)
+	running := waitPods(t, ns, "high", 4, time.Minute)
+	t.Logf("high running whole %s after its victims went", time.Since(gone).Round(100*time.Millisecond))
+	if leaf := oneLeaf(t, running); leaf != victimLeaf {
+		t.Errorf("high runs in %s, its victim ran in %s", leaf, victimLeaf)
+	}
+	leafOf := map[string]string{}
+	for _, n := range cluster.Model.Nodes() {
+		leafOf[n.Name] = n.Labels[leafLabel]
+	}
+	for _, i := range []int{0, 1, 2} {
+		checkUntouched(t, ns, fmt.Sprintf("low-%d", i), before[fmt.Sprintf("low-%d", i)])
+	}
+	victim := waitJob(t, ns, "low-3", time.Minute, "low-3 preempted", preempted(ns+"/high", highPriority))
+	if hasCondition(v1alpha1.JobFailed, "")(victim) {
+		t.Errorf("victim failed: a preemption counted against backoffLimit 0")
+	}
+	if err := waitEvent(ns, "TrainingJob", "low-3", controller.ReasonPreempted, ""); err != nil {
+		t.Error(err)
+	}
+	if err := waitEvent(ns, "Pod", "high-master-0", "Preempting", ""); err != nil {
+		t.Error(err)
+	}
+	// The victim's new pods wait: nothing of its priority enters the leaf
+	// held for the preemptor, and there is no room elsewhere.
+	pods, err := cluster.Pods(context.Background(), ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range pods {
+		if p.Labels[lockstep.LabelJobName] == "low-3" && p.DeletionTimestamp == nil && p.Spec.NodeName != "" {
+			t.Errorf("restarted victim pod %s bound to %s (%s)", p.Name, p.Spec.NodeName, leafOf[p.Spec.NodeName])
+		}
+	}
+}
+
+// TestPreemptionPicksTheCheapestVictim: with the rest of the cluster held by
+// work of the preemptor's own priority, a one-pod 8-GPU high-priority job
+// may displace either a 64-GPU or an 8-GPU low-priority job; it takes the
+// 8-GPU one, though that one started first.
+func TestPreemptionPicksTheCheapestVictim(t *testing.T) {
+	ns := cluster.NewNamespace(t)
+	low := priorityClass(t, ns, "low", lowPriority, false)
+	high := priorityClass(t, ns, "high", highPriority, false)
+	createJob(t, checkpointingJob(ns, "small", 0, 8, low, false))
+	small := podUIDs(waitPods(t, ns, "small", 1, time.Minute))
+	createJob(t, checkpointingJob(ns, "big", 7, 8, low, true))
+	big := podUIDs(waitPods(t, ns, "big", 8, 2*time.Minute))
+	fillRest(t, ns, high)
+
+	createJob(t, checkpointingJob(ns, "urgent", 0, 8, high, false))
+	waitPreempted(t, ns, small, ns+"/urgent", highPriority)
+	waitPods(t, ns, "urgent", 1, time.Minute)
+	waitJob(t, ns, "small", time.Minute, "small preempted", preempted(ns+"/urgent", highPriority))
+	checkUntouched(t, ns, "big", big)
+}
+
+// fillRest pins an 8-GPU pod of class to every node with 8 GPUs free, and
+// waits until they run: the cluster is then full.
+func fillRest(t *testing.T, ns, class string) {
+	t.Helper()
+	used := map[string]bool{}
+	pods, err := cluster.Pods(context.Background(), ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range pods {
+		used[p.Spec.NodeName] = true
+	}
+	n := 0
+	for _, node := range cluster.Model.Nodes() {
+		if used[node.Name] {
+			continue
+		}
+		pod := utiltesting.MakePod(fmt.Sprintf("filler-%d", n), ns).GPUs(8).SchedulerName(localcluster.SchedulerName).Obj()
+		pod.Spec.NodeSelector = map[string]string{corev1.LabelHostname: node.Name}
+		pod.Spec.PriorityClassName = class
+		cluster.CreatePods(t, pod)
+		n++
+	}
+	waitRunningAllocated(t, ns, len(pods)+n)
+}
+
+// waitUnschedulable waits until pod's PodScheduled condition is False with
+// a message containing want, and returns the message.
+func waitUnschedulable(t *testing.T, ns, pod, want string) string {
+	t.Helper()
+	var msg string
+	err := localcluster.Poll(context.Background(), 100*time.Millisecond, time.Minute, pod+" unschedulable: "+want, func(ctx context.Context) (bool, error) {
+		p, err := cluster.Clientset.CoreV1().Pods(ns).Get(ctx, pod, metav1.GetOptions{})
+		if err != nil {
+			return false, nil
+		}
+		if c := findPodCondition(p, corev1.PodScheduled); c != nil && c.Status == corev1.ConditionFalse {
+			msg = c.Message
+		}
+		return strings.Contains(msg, want), nil
+	})
+	if err != nil {
+		t.Fatalf("%v; last message %q", err, msg)
+	}
+	return msg
+}
+
+// TestPreemptionEvictsNothingThatCannotHelp: a low-priority 4 x 8-GPU job
+// holds half of one leaf and work of high priority holds the rest of the
+// cluster. A high-priority 5 x 8-GPU leaf:Required job could not fit even
+// with the low job gone, so nothing is evicted; a 4 x 8-GPU one whose
+// PriorityClass says preemptionPolicy: Never would fit, and evicts nothing
+// either.
+func TestPreemptionEvictsNothingThatCannotHelp(t *testing.T) {
+	ctx := context.Background()
+	ns := cluster.NewNamespace(t)
+	low := priorityClass(t, ns, "low", lowPriority, false)
+	high := priorityClass(t, ns, "high", highPriority, false)
+	never := priorityClass(t, ns, "never", highPriority, true)
+	createJob(t, checkpointingJob(ns, "low", 3, 8, low, true))
+	lowPods := podUIDs(waitPods(t, ns, "low", 4, time.Minute))
+	fillRest(t, ns, high)
+
+	createJob(t, checkpointingJob(ns, "wide", 4, 8, high, true))
+	t.Logf("wide: %s", waitUnschedulable(t, ns, "wide-master-0", "would not make room"))
+	checkUntouched(t, ns, "low", lowPods)
+	if err := cluster.Client.Delete(ctx, &v1alpha1.TrainingJob{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "wide"}}); err != nil {
+		t.Fatal(err)
+	}
+
+	createJob(t, checkpointingJob(ns, "polite", 3, 8, never, true))
+	t.Logf("polite: %s", waitUnschedulable(t, ns, "polite-master-0", "preemptionPolicy"))
+	checkUntouched(t, ns, "low", lowPods)
+}
+
+// TestCompetingPreemptorsEvictEachVictimOnce: in 20 seeded rounds, eight
+// low-priority 4 x 8-GPU gangs fill the cluster and two to four
+// higher-priority leaf:Required gangs (2 or 4 members of 8 GPUs, equal or
+// different priorities) arrive at once. Every preemptor runs (no
+// deadlock), each needs exactly one low gang's room, so exactly as many
+// low gangs are evicted as preemptors, whole, and no victim pod is
+// preempted for two preemptors.
+func TestCompetingPreemptorsEvictEachVictimOnce(t *testing.T) {
+	const rounds = 20
+	for round := range rounds {
+		rng := rand.New(rand.NewPCG(uint64(round), 26))
+		ns := cluster.NewNamespace(t)
+		classes := []string{
+			priorityClass(t, ns, "low", lowPriority, false),
+			priorityClass(t, ns, "mid", 500, false),
+			priorityClass(t, ns, "high", highPriority, false),
+		}
+		for i := range 8 {
+			name := fmt.Sprintf("low-%d", i)
+			pg := utiltesting.MakePodGroup(name, ns, 4).Obj()
+			pg.Annotations = map[string]string{lockstep.AnnotationTopologyLevel: lockstep.LevelLeaf, lockstep.AnnotationTopologyMode: string(lockstep.Required)}
+			if err := cluster.Client.Create(context.Background(), pg); err != nil {
+				t.Fatal(err)
+			}
+			for m := range 4 {
+				pod := utiltesting.MakePod(fmt.Sprintf("%s-%d", name, m), ns).GPUs(8).SchedulerName(localcluster.SchedulerName).PodGroup(name).Obj()
+				pod.Spec.PriorityClassName = classes[0]
+				cluster.CreatePods(t, pod)
+			}
+		}
+		waitRunningAllocated(t, ns, 32)
+
+		preemptors := 2 + rng.IntN(3)
+		type want struct {
+			name    string
+			members int
+		}
+		var gangs []want
+		for i := range preemptors {
+			g := want{name: fmt.Sprintf("pre-%d", i), members: []int{2, 4}[rng.IntN(2)]}
+			gangs = append(gangs, g)
+			pg := utiltesting.MakePodGroup(g.name, ns, int32(g.members)).Obj()
+			pg.Annotations = map[string]string{lockstep.AnnotationTopologyLevel: lockstep.LevelLeaf, lockstep.AnnotationTopologyMode: string(lockstep.Required)}
+			if err := cluster.Client.Create(context.Background(), pg); err != nil {
+				t.Fatal(err)
+			}
+		}
+		var pods []*corev1.Pod
+		for i, g := range gangs {
+			class := classes[1+rng.IntN(2)]
+			for m := range g.members {
+				pod := utiltesting.MakePod(fmt.Sprintf("%s-%d", g.name, m), ns).GPUs(8).SchedulerName(localcluster.SchedulerName).PodGroup(gangs[i].name).Obj()
+				pod.Spec.PriorityClassName = class
+				pods = append(pods, pod)
+			}
+		}
+		rng.Shuffle(len(pods), func(i, j int) { pods[i], pods[j] = pods[j], pods[i] })
+		cluster.CreatePods(t, pods...)
+		for _, g := range gangs {
+			waitGangBound(t, ns, g.name, g.members, 2*time.Minute)
+		}
+
+		// Count the low gangs that lost pods, and the Preempted events of
+		// each victim pod.
+		all, err := cluster.Pods(context.Background(), ns)
+		if err != nil {
+			t.Fatal(err)
+		}
+		alive := map[string]int{}
+		for _, p := range all {
+			if g := p.Labels[lockstep.PodGroupLabel]; strings.HasPrefix(g, "low-") && p.DeletionTimestamp == nil {
+				alive[g]++
+			}
+		}
+		evicted := 0
+		for i := range 8 {
+			name := fmt.Sprintf("low-%d", i)
+			switch alive[name] {
+			case 4:
+			case 0:
+				evicted++
+				for m := range 4 {
+					pod := fmt.Sprintf("%s-%d", name, m)
+					events, err := cluster.Events(context.Background(), ns, "Pod", pod)
+					if err != nil {
+						t.Fatal(err)
+					}
+					if n := countEvents(events, "Preempted"); n != 1 {
+						t.Errorf("round %d: victim pod %s has %d Preempted events, want 1", round, pod, n)
+					}
+				}
+			default:
+				t.Errorf("round %d: gang %s lost %d of its 4 pods: evicted in part", round, name, 4-alive[name])
+			}
+		}
+		// Each preemptor needs at most one low gang's room (two 2-member
+		// ones may share one), and together at least their GPUs' worth.
+		need := 0
+		for _, g := range gangs {
+			need += g.members
+		}
+		if least := (need + 3) / 4; evicted > preemptors || evicted < least {
+			t.Errorf("round %d: %d low gangs evicted for %d preemptors of %d members in all; want %d to %d", round, evicted, preemptors, need, least, preemptors)
+		}
+		deletePods(t, ns)
+	}
+}
+
+// countEvents counts the events of reason, each series once.
+func countEvents(events []corev1.Event, reason string) int {
+	n := 0
+	for _, e := range events {
+		if e.Reason == reason {
+			n++
+		}
+	}
+	return n
+}
+
+// deletePods deletes every pod of ns at once and waits until they are gone.
+func deletePods(t *testing.T, ns string) {
+	t.Helper()
+	ctx := context.Background()
+	if err := cluster.Clientset.CoreV1().Pods(ns).DeleteCollection(ctx, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}, metav1.ListOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	err := localcluster.Poll(ctx, 100*time.Millisecond, time.Minute, "pods of "+ns+" gone", func(ctx context.Context) (bool, error) {
+		pods, err := cluster.Pods(ctx, ns)
+		return err == nil && len(pods) == 0, nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
