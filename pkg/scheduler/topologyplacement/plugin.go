@@ -14,6 +14,10 @@
 //     GPU pods off GPUs that plans hold.
 //   - Score prefers the plan's nodes, and for pods outside gangs the nodes
 //     whose free GPUs give the best NVLink set.
+//   - PostFilter preempts for a gang that did not fit: whole lower-priority
+//     gangs and pods in the tightest domain that then fits it
+//     (placement.Preempt), the domain held for it until they are gone;
+//     pods outside gangs go to an embedded upstream DefaultPreemption.
 //   - Reserve/Unreserve take and release plan slots.
 //   - PreBind records the achieved placement on the PodGroup; Bind writes
 //     the chosen GPUs, domain and rank on the pod with its Binding.
