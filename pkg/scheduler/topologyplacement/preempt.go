@@ -422,12 +422,22 @@ func (g *victimGPUs) fill(victims []placement.Victim, podsOf map[string][]*v1.Po
 // scheduling thread: each pod gets a DisruptionTarget condition whose
 // message (lockstep.Preemption) tells the controller who preempted it, is
 // deleted with its own termination grace period (the trainer checkpoints
-// on SIGTERM), and gets an event naming the preemptor. A pod already gone
-// is skipped; other failures are logged and counted, and leave the hold to
-// end as a drain does when the domain stops freeing GPUs.
+// on SIGTERM), and gets an event naming the preemptor. The hold waits for
+// each victim's deletion event (victimGone), except for a pod found gone
+// already, whose event may have come before the hold, and a pod that could
+// not be evicted (logged and counted), which is not going: the hold stops
+// waiting for both, and once it waits for none the domain is held as a
+// drain, which ends when it stops freeing GPUs.
 func (p *TopologyPlacement) evict(logger klog.Logger, preemptor *v1.Pod, victims []*v1.Pod, msg string) {
 	cs, recorder := p.handle.ClientSet(), p.handle.EventRecorder()
 	ctx := klog.NewContext(context.Background(), logger)
+	failed := func(victim *v1.Pod, err error, what string) {
+		if !apierrors.IsNotFound(err) {
+			logger.Error(err, what, "victim", klog.KObj(victim))
+			p.metrics.evictionErrors.Inc()
+		}
+		p.victimGone(ctx, victim)
+	}
 	go workqueue.ParallelizeUntil(ctx, evictionWorkers, len(victims), func(i int) {
 		victim := victims[i]
 		condition := &v1.PodCondition{
@@ -440,21 +450,14 @@ func (p *TopologyPlacement) evict(logger klog.Logger, preemptor *v1.Pod, victims
 		status := victim.Status.DeepCopy()
 		if apipod.UpdatePodCondition(status, condition) {
 			if err := util.PatchPodStatus(ctx, cs, victim.Name, victim.Namespace, &victim.Status, status); err != nil {
-				if apierrors.IsNotFound(err) {
-					return
-				}
 				// Deleted without the condition, the controller would
-				// count the restart as a failure.
-				logger.Error(err, "Could not mark a victim of gang preemption; not deleting it", "victim", klog.KObj(victim))
-				p.metrics.evictionErrors.Inc()
+				// count the restart as a failure: the pod is left running.
+				failed(victim, err, "Could not mark a victim of gang preemption; not deleting it")
 				return
 			}
 		}
 		if err := util.DeletePod(ctx, cs, victim); err != nil {
-			if !apierrors.IsNotFound(err) {
-				logger.Error(err, "Could not delete a victim of gang preemption", "victim", klog.KObj(victim))
-				p.metrics.evictionErrors.Inc()
-			}
+			failed(victim, err, "Could not delete a victim of gang preemption")
 			return
 		}
 		logger.V(2).Info("Evicted a victim of gang preemption", "victim", klog.KObj(victim), "node", victim.Spec.NodeName)

@@ -3,6 +3,7 @@ package topologyplacement
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	v1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
@@ -474,5 +476,41 @@ func TestPostFilterDelegatesPodsOutsideGangs(t *testing.T) {
 	})
 	if err != nil {
 		t.Errorf("the lower-priority pod was not deleted: %v", err)
+	}
+}
+
+// A victim that cannot be evicted is counted and no longer waited for: the
+// hold waits only for the victims that are going, and a victim found gone
+// already (its deletion event may have come before the hold) is not
+// waited for either.
+func TestEvictionFailureIsNotWaitedFor(t *testing.T) {
+	pods, groups := gangsOf(time.Unix(1000, 0))
+	env := newPreemptionEnv(t, pods, groups...)
+	env.clientset.PrependReactor("delete", "pods", func(a clienttesting.Action) (bool, runtime.Object, error) {
+		switch a.(clienttesting.DeleteAction).GetName() {
+		case "young-0":
+			return true, nil, apierrors.NewInternalError(errors.New("etcd is down"))
+		case "young-1":
+			return true, nil, apierrors.NewNotFound(v1.Resource("pods"), "young-1")
+		}
+		return false, nil, nil
+	})
+	const key = "ns/high#8"
+	if _, status := env.preFilterThenPostFilter(t, env.pods["high-0"], env.nodes(t)); !status.IsSuccess() {
+		t.Fatalf("PostFilter: %v", status)
+	}
+	err := wait.PollUntilContextTimeout(context.Background(), 10*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		_, held := env.books.preemption(key)
+		return !held, nil
+	})
+	if err != nil {
+		t.Errorf("the hold still waits for victims that are not going:\n%s", env.books.core)
+	}
+	if env.books.drainedFor("n2") != key {
+		t.Errorf("want leaf l1 drained for the gang once it waits for no victim:\n%s", env.books.core)
+	}
+	series := "lockstep_scheduler_preemption_eviction_errors_total{}"
+	if got := observed(t, env.reg, "lockstep_scheduler_preemption_eviction_errors_total")[series]; got != 1 {
+		t.Errorf("%s = %v, want 1 (the pod found gone is no error)", series, got)
 	}
 }
