@@ -514,3 +514,47 @@ func TestEvictionFailureIsNotWaitedFor(t *testing.T) {
 		t.Errorf("%s = %v, want 1 (the pod found gone is no error)", series, got)
 	}
 }
+
+// The hold ends, and its plan is forgotten, when the preemptor no longer
+// waits: its PodGroup is deleted, or its last pending pod is.
+func TestHoldEndsWhenThePreemptorGoes(t *testing.T) {
+	ctx := context.Background()
+	tests := []struct {
+		name string
+		end  func(env *preemptionEnv)
+	}{
+		{
+			name: "PodGroup deleted",
+			end:  func(env *preemptionEnv) { env.releaseDrainsOf(ctx, "ns/high", "its PodGroup was deleted") },
+		},
+		{
+			name: "pending pods deleted",
+			end: func(env *preemptionEnv) {
+				indexer := env.handle.informers.Core().V1().Pods().Informer().GetIndexer()
+				for _, name := range []string{"high-0", "high-1"} {
+					if err := indexer.Delete(env.pods[name]); err != nil {
+						t.Fatal(err)
+					}
+					env.podEvents(ctx).OnDelete(env.pods[name])
+				}
+			},
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			pods, groups := gangsOf(time.Unix(1000, 0))
+			env := newPreemptionEnv(t, pods, groups...)
+			const key = "ns/high#8"
+			if _, status := env.preFilterThenPostFilter(t, env.pods["high-0"], env.nodes(t)); !status.IsSuccess() {
+				t.Fatalf("PostFilter: %v", status)
+			}
+			if _, held := env.books.preemption(key); !held {
+				t.Fatalf("no hold:\n%s", env.books.core)
+			}
+			tc.end(env)
+			if _, held := env.books.preemption(key); held || env.books.drains(key) || len(env.books.preempted) != 0 {
+				t.Errorf("the hold outlived its gang:\n%s", env.books.core)
+			}
+		})
+	}
+}
