@@ -58,6 +58,13 @@ type Args struct {
 	// NodeTopology fails validation are left out regardless. Default 5m;
 	// 0 turns the staleness check off.
 	TopologyMaxAge *metav1.Duration `json:"topologyMaxAge,omitempty"`
+	// PreemptionMinRuntime protects running work from gang preemption
+	// (PostFilter) for this long after it started: a gang from when its
+	// last member started, a pod from its start. A large gang restarted
+	// from its last checkpoint soon after it started loses little, but
+	// preempted again and again it never gets going. Default 0s: none is
+	// protected.
+	PreemptionMinRuntime metav1.Duration `json:"preemptionMinRuntime,omitempty"`
 }
 
 // UnconstrainedPlacement is a value of Args.Unconstrained.
@@ -149,7 +156,7 @@ func (a *Args) validate(path *field.Path) field.ErrorList {
 	for _, d := range []struct {
 		name string
 		v    time.Duration
-	}{{"preferredWait", a.PreferredWait.Duration}, {"planTTL", a.PlanTTL.Duration}, {"topologyMaxAge", a.maxAge()}} {
+	}{{"preferredWait", a.PreferredWait.Duration}, {"planTTL", a.PlanTTL.Duration}, {"topologyMaxAge", a.maxAge()}, {"preemptionMinRuntime", a.PreemptionMinRuntime.Duration}} {
 		if d.v < 0 {
 			errs = append(errs, field.Invalid(path.Child(d.name), d.v.String(), "must not be negative"))
 		}

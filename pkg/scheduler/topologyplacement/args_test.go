@@ -59,6 +59,20 @@ func TestDecodeArgs(t *testing.T) {
 		{name: "negative wait", raw: `{"preferredWait":"-1s"}`, wantErr: "args.preferredWait"},
 		{name: "unknown field", raw: `{"levelz":[]}`, wantErr: "levelz"},
 		{name: "negative topologyMaxAge", raw: `{"topologyMaxAge":"-1m"}`, wantErr: "args.topologyMaxAge"},
+		{name: "negative preemptionMinRuntime", raw: `{"preemptionMinRuntime":"-5m"}`, wantErr: `args.preemptionMinRuntime: Invalid value: "-5m0s": must not be negative`},
+		{
+			name: "preemptionMinRuntime off by default, set",
+			raw:  `{"planTTL":"90s"}`,
+			check: func(t *testing.T, a *Args) {
+				if a.PreemptionMinRuntime.Duration != 0 {
+					t.Errorf("preemptionMinRuntime = %v, want 0 (off)", a.PreemptionMinRuntime.Duration)
+				}
+				got, err := decodeArgs(&runtime.Unknown{Raw: []byte(`{"preemptionMinRuntime":"10m"}`), ContentType: runtime.ContentTypeJSON})
+				if err != nil || got.PreemptionMinRuntime.Duration != 10*time.Minute {
+					t.Errorf("preemptionMinRuntime %v, %v; want 10m", got.PreemptionMinRuntime.Duration, err)
+				}
+			},
+		},
 		{
 			name: "topologyMaxAge default, set, and 0 to disable",
 			raw:  `{"planTTL":"90s"}`,

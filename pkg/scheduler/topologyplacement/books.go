@@ -24,9 +24,74 @@ type assignment = placement.Reservation
 type books struct {
 	mu   sync.Mutex
 	core *placement.Books
+	// preempted are the plans of the gangs holding a domain freed by their
+	// preemption (placement.Books.Hold) while victims are pending: every
+	// member that fails again meanwhile is nominated to its node of it.
+	// A plan goes when its gang's victims are gone or its hold ends
+	// (pruneHolds).
+	preempted map[string]*placement.Plan
 }
 
-func newBooks() *books { return &books{core: placement.NewBooks()} }
+func newBooks() *books {
+	return &books{core: placement.NewBooks(), preempted: map[string]*placement.Plan{}}
+}
+
+// pruneHolds forgets the preemption plans of gangs with no victim pending
+// any more: their hold ended, or goes on as a plain drain. The caller
+// holds b.mu.
+func (b *books) pruneHolds() {
+	for key := range b.preempted {
+		if b.core.Victims(key) == 0 {
+			delete(b.preempted, key)
+		}
+	}
+}
+
+// hold drains plan's domain for gang key, of the given priority, until the
+// pods evicted for it are gone (placement.Books.Hold), and remembers the
+// plan for the nominations of its members. It returns the lower-priority
+// gangs whose drains it released, and false, changing nothing, when the
+// domain is drained for a gang of equal or higher priority.
+func (b *books) hold(key string, plan *placement.Plan, priority int32, victims []string, now time.Time) ([]string, bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	released, ok := b.core.Hold(key, plan.Domain, priority, victims, now)
+	if !ok {
+		return nil, false
+	}
+	b.preempted[key] = plan
+	b.pruneHolds()
+	return released, true
+}
+
+// preemption returns the plan of gang key's preemption while its victims
+// are pending.
+func (b *books) preemption(key string) (*placement.Plan, bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	plan, ok := b.preempted[key]
+	return plan, ok && b.core.Victims(key) > 0
+}
+
+// victimGone records that pod, evicted for a gang's hold, is gone, and
+// returns the gang when it was its last pending victim
+// (placement.Books.VictimGone).
+func (b *books) victimGone(pod types.UID, now time.Time) (string, bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	key, last := b.core.VictimGone(string(pod), now)
+	b.pruneHolds()
+	return key, last
+}
+
+// evictedFor reports whether pod was evicted for a gang's hold and is not
+// gone yet (placement.Books.EvictedFor).
+func (b *books) evictedFor(pod types.UID) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	_, ok := b.core.EvictedFor(string(pod))
+	return ok
+}
 
 // get returns a gang's plan.
 func (b *books) get(key string) (*gangPlan, bool) {
@@ -39,6 +104,7 @@ func (b *books) get(key string) (*gangPlan, bool) {
 func (b *books) add(key string, plan *placement.Plan, now time.Time) *gangPlan {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	defer b.pruneHolds()
 	return b.core.Add(key, plan, now)
 }
 
@@ -182,6 +248,7 @@ func (b *books) drain(key string, d *topology.Domain, priority int32, free int, 
 func (b *books) undrain(key string) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	defer b.pruneHolds()
 	return b.core.Undrain(key)
 }
 
@@ -197,6 +264,7 @@ func (b *books) drainedFor(node string) string {
 func (b *books) expireDrain(key string, now time.Time, stall time.Duration) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	defer b.pruneHolds()
 	return b.core.ExpireDrain(key, now, stall)
 }
 
@@ -213,6 +281,7 @@ func (b *books) stalled(key string, now time.Time, stall time.Duration) bool {
 func (b *books) expireDrains(now time.Time, stall time.Duration) []string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	defer b.pruneHolds()
 	return b.core.ExpireDrains(now, stall)
 }
 

@@ -19,9 +19,16 @@ type nodeGPUs struct {
 	selector *topology.Selector
 	// free are the healthy GPUs the agent reports no pod holding.
 	free topology.GPUSet
-	// allocated are the UIDs of the pods the agent reports holding GPUs:
-	// their GPUs are known, so adoption need not guess them.
-	allocated []string
+	// allocated are the pods the agent reports holding GPUs, and which:
+	// their GPUs are known, so adoption need not guess them, and
+	// preemption knows what evicting one frees.
+	allocated []podGPUs
+}
+
+// podGPUs are the GPUs a node's agent reports a pod (by UID) holding.
+type podGPUs struct {
+	pod  string
+	gpus topology.GPUSet
 }
 
 // gpuIndex maps node names to nodeGPUs, fed by the NodeTopology informer.
@@ -89,12 +96,14 @@ func (x *gpuIndex) set(nt *v1alpha1.NodeTopology) {
 	for _, h := range nt.Status.GPUHealth {
 		free &^= topology.NewGPUSet(int(h.Index))
 	}
-	var allocated []string
+	var allocated []podGPUs
 	for _, a := range nt.Status.Allocations {
+		var gpus topology.GPUSet
 		for _, g := range a.GPUs {
-			free &^= topology.NewGPUSet(int(g))
+			gpus |= topology.NewGPUSet(int(g))
 		}
-		allocated = append(allocated, a.PodUID)
+		free &^= gpus
+		allocated = append(allocated, podGPUs{pod: a.PodUID, gpus: gpus})
 	}
 	n, ok := x.nodes[nt.Name]
 	if !ok {
@@ -107,10 +116,23 @@ func (x *gpuIndex) set(nt *v1alpha1.NodeTopology) {
 
 // reports reports whether node's agent reports pod holding GPUs.
 func (x *gpuIndex) reports(node, pod string) bool {
+	_, ok := x.allocatedTo(node, pod)
+	return ok
+}
+
+// allocatedTo returns the GPUs node's agent reports pod holding.
+func (x *gpuIndex) allocatedTo(node, pod string) (topology.GPUSet, bool) {
 	x.mu.RLock()
 	defer x.mu.RUnlock()
 	n, ok := x.nodes[node]
-	return ok && slices.Contains(n.allocated, pod)
+	if !ok {
+		return 0, false
+	}
+	i := slices.IndexFunc(n.allocated, func(a podGPUs) bool { return a.pod == pod })
+	if i < 0 {
+		return 0, false
+	}
+	return n.allocated[i].gpus, true
 }
 
 func (x *gpuIndex) remove(name string) {

@@ -18,6 +18,20 @@ const (
 	outcomePlanned       = "planned"
 	outcomeUnschedulable = "unschedulable"
 	outcomeError         = "error"
+
+	// Values of the result label of preemption_attempts_total: a gang
+	// evicted victims, no eviction would make room (or the gang fits
+	// already), the pod may not preempt (preemptionPolicy Never, or its
+	// gang was not waiting for room), or its gang's earlier preemption
+	// still waits for its victims to go.
+	preemptionPreempted         = "preempted"
+	preemptionNoRoom            = "no_room"
+	preemptionNotEligible       = "not_eligible"
+	preemptionWaitingForVictims = "waiting_for_victims"
+
+	// Values of the kind label of preemption_victims_total.
+	victimGang = "gang"
+	victimPod  = "pod"
 )
 
 // dropReason says why a plan was dropped before its gang completed. The
@@ -56,6 +70,10 @@ type pluginMetrics struct {
 	heldGPUs            *metrics.Gauge
 	drainedNodes        *metrics.Gauge
 	nodesExcluded       *metrics.GaugeVec
+	preemptionAttempts  *metrics.CounterVec
+	preemptionVictims   *metrics.CounterVec
+	preemptionGPUHours  *metrics.Counter
+	evictionErrors      *metrics.Counter
 }
 
 func newPluginMetrics() *pluginMetrics {
@@ -121,6 +139,34 @@ func newPluginMetrics() *pluginMetrics {
 			Help:           "Nodes left out of gang planning because their NodeTopology is stale (heartbeat older than topologyMaxAge) or invalid (fails validation), by reason; updated at each plan and every few seconds.",
 			StabilityLevel: metrics.ALPHA,
 		}, []string{"reason"}),
+		preemptionAttempts: metrics.NewCounterVec(&metrics.CounterOpts{
+			Namespace:      metricsNamespace,
+			Subsystem:      metricsSubsystem,
+			Name:           "preemption_attempts_total",
+			Help:           "Gang members that reached PostFilter, by result: preempted (victims evicted), no_room (no eviction would make room), not_eligible (preemptionPolicy Never, or the gang was not waiting for room) or waiting_for_victims (the gang's victims are still going). Pods outside gangs count in scheduler_preemption_attempts_total.",
+			StabilityLevel: metrics.ALPHA,
+		}, []string{"result"}),
+		preemptionVictims: metrics.NewCounterVec(&metrics.CounterOpts{
+			Namespace:      metricsNamespace,
+			Subsystem:      metricsSubsystem,
+			Name:           "preemption_victims_total",
+			Help:           "Work evicted whole to make room for higher-priority gangs, by kind: gang (every pod of a PodGroup) or pod (a pod outside gangs).",
+			StabilityLevel: metrics.ALPHA,
+		}, []string{"kind"}),
+		preemptionGPUHours: metrics.NewCounter(&metrics.CounterOpts{
+			Namespace:      metricsNamespace,
+			Subsystem:      metricsSubsystem,
+			Name:           "preemption_lost_gpu_hours_total",
+			Help:           "GPU-hours the victims of gang preemption had run when they were evicted: the work lost to their restart, at most, as they restart from their last checkpoint.",
+			StabilityLevel: metrics.ALPHA,
+		}),
+		evictionErrors: metrics.NewCounter(&metrics.CounterOpts{
+			Namespace:      metricsNamespace,
+			Subsystem:      metricsSubsystem,
+			Name:           "preemption_eviction_errors_total",
+			Help:           "Victim pods of gang preemption whose DisruptionTarget condition or deletion failed (other than the pod being gone already).",
+			StabilityLevel: metrics.ALPHA,
+		}),
 	}
 }
 
@@ -154,6 +200,10 @@ func registerMetrics(register func(metrics.Registerable) error) (*pluginMetrics,
 	add(m.heldGPUs, adoptAs(&m.heldGPUs))
 	add(m.drainedNodes, adoptAs(&m.drainedNodes))
 	add(m.nodesExcluded, adoptAs(&m.nodesExcluded))
+	add(m.preemptionAttempts, adoptAs(&m.preemptionAttempts))
+	add(m.preemptionVictims, adoptAs(&m.preemptionVictims))
+	add(m.preemptionGPUHours, adoptAs(&m.preemptionGPUHours))
+	add(m.evictionErrors, adoptAs(&m.evictionErrors))
 	if err := errors.Join(errs...); err != nil {
 		return nil, fmt.Errorf("%s: registering metrics: %w", Name, err)
 	}
@@ -164,6 +214,12 @@ func registerMetrics(register func(metrics.Registerable) error) (*pluginMetrics,
 	}
 	for _, r := range []string{excludedStale, excludedInvalid} {
 		m.nodesExcluded.WithLabelValues(r)
+	}
+	for _, r := range []string{preemptionPreempted, preemptionNoRoom, preemptionNotEligible, preemptionWaitingForVictims} {
+		m.preemptionAttempts.WithLabelValues(r)
+	}
+	for _, k := range []string{victimGang, victimPod} {
+		m.preemptionVictims.WithLabelValues(k)
 	}
 	return m, nil
 }

@@ -17,6 +17,7 @@ import (
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	clientsetfake "k8s.io/client-go/kubernetes/fake"
+	"k8s.io/client-go/tools/events"
 	"k8s.io/component-base/metrics"
 	"k8s.io/component-base/metrics/testutil"
 	"k8s.io/klog/v2"
@@ -39,6 +40,15 @@ type fakeHandle struct {
 	informers informers.SharedInformerFactory
 	// apiCacher stands for SchedulerAsyncAPICalls; nil when it is off.
 	apiCacher framework.APICacher
+	// recorder gets the plugin's events; nil drops them.
+	recorder events.EventRecorder
+}
+
+func (h *fakeHandle) EventRecorder() events.EventRecorder {
+	if h.recorder == nil {
+		return &events.FakeRecorder{}
+	}
+	return h.recorder
 }
 
 func (h *fakeHandle) SharedInformerFactory() informers.SharedInformerFactory { return h.informers }

@@ -14,6 +14,10 @@
 //     GPU pods off GPUs that plans hold.
 //   - Score prefers the plan's nodes, and for pods outside gangs the nodes
 //     whose free GPUs give the best NVLink set.
+//   - PostFilter preempts for a gang that did not fit: whole lower-priority
+//     gangs and pods in the tightest domain that then fits it
+//     (placement.Preempt), the domain held for it until they are gone;
+//     pods outside gangs go to an embedded upstream DefaultPreemption.
 //   - Reserve/Unreserve take and release plan slots.
 //   - PreBind records the achieved placement on the PodGroup; Bind writes
 //     the chosen GPUs, domain and rank on the pod with its Binding.
@@ -39,6 +43,7 @@ import (
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
+	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/defaultpreemption"
 	"k8s.io/utils/clock"
 	ctrlcache "sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -92,6 +97,9 @@ type TopologyPlacement struct {
 	// ignored are the pods (UID/annotation) whose GPU annotation was
 	// refused, so each gets its event once.
 	ignored *keySet
+	// defaultPreemption is upstream's, for pods outside gangs (PostFilter);
+	// nil (tests) preempts nothing for them.
+	defaultPreemption *defaultpreemption.DefaultPreemption
 }
 
 var (
@@ -176,6 +184,10 @@ func build(ctx context.Context, args *Args, handle framework.Handle) (*TopologyP
 	if err != nil {
 		return nil, err
 	}
+	dp, err := newDefaultPreemption(ctx, handle)
+	if err != nil {
+		return nil, fmt.Errorf("%s: building %s for pods outside gangs: %w", Name, defaultpreemption.Name, err)
+	}
 	m, err := registerMetrics(legacyregistry.Register)
 	if err != nil {
 		return nil, err
@@ -204,6 +216,8 @@ func build(ctx context.Context, args *Args, handle framework.Handle) (*TopologyP
 		metrics:    m,
 		profiles:   newKeySet(),
 		ignored:    newKeySet(),
+
+		defaultPreemption: dp,
 	}
 	health.rejoined = func() { p.retryTurnedAway("") }
 	if _, err := ntInformer.AddEventHandler(p.retryOnFreedGPUs()); err != nil {
@@ -226,11 +240,22 @@ func build(ctx context.Context, args *Args, handle framework.Handle) (*TopologyP
 	}); err != nil {
 		return nil, err
 	}
-	// Forget a pod's GPUs once it is gone or finished: from then on the
-	// scheduler's own accounting and the NodeTopology agree without us.
-	// Adopt the GPUs of pods found bound with them that the books do not
-	// know (a previous leader's, or a Binding whose answer was lost).
-	_, err = handle.SharedInformerFactory().Core().V1().Pods().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+	if _, err := handle.SharedInformerFactory().Core().V1().Pods().Informer().AddEventHandler(p.podEvents(ctx)); err != nil {
+		return nil, err
+	}
+	go p.expirePlans(ctx)
+	logger.V(2).Info("Plugin ready", "levels", args.Levels, "defaultMode", args.DefaultMode)
+	return p, nil
+}
+
+// podEvents keeps the books in step with pods. A pod's GPUs are forgotten
+// once it is gone or finished: from then on the scheduler's own accounting
+// and the NodeTopology agree without us. The GPUs of pods found bound with
+// them that the books do not know (a previous leader's, or a Binding whose
+// answer was lost) are adopted. A victim of gang preemption going ends its
+// hold when it is the last (victimGone).
+func (p *TopologyPlacement) podEvents(ctx context.Context) cache.ResourceEventHandlerFuncs {
+	return cache.ResourceEventHandlerFuncs{
 		AddFunc: func(obj any) {
 			if pod, ok := obj.(*v1.Pod); ok {
 				p.adoptBoundGPUs(pod)
@@ -243,6 +268,7 @@ func build(ctx context.Context, args *Args, handle framework.Handle) (*TopologyP
 			}
 			if pod.Status.Phase == v1.PodSucceeded || pod.Status.Phase == v1.PodFailed {
 				p.books.forgetPod(pod.UID)
+				p.victimGone(ctx, pod)
 				return
 			}
 			if pod.DeletionTimestamp != nil {
@@ -256,18 +282,13 @@ func build(ctx context.Context, args *Args, handle framework.Handle) (*TopologyP
 			}
 			if pod, ok := obj.(*v1.Pod); ok {
 				p.books.forgetPod(pod.UID)
+				p.victimGone(ctx, pod)
 				p.steered.forget(pod.UID)
 				p.ignored.remove(string(pod.UID) + "/" + pod.Annotations[lockstep.AnnotationGPUs])
 				p.releaseDrainIfNoPending(ctx, pod)
 			}
 		},
-	})
-	if err != nil {
-		return nil, err
 	}
-	go p.expirePlans(ctx)
-	logger.V(2).Info("Plugin ready", "levels", args.Levels, "defaultMode", args.DefaultMode)
-	return p, nil
 }
 
 // Name returns the plugin name.

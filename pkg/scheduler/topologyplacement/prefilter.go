@@ -9,6 +9,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/sets"
 	corev1helpers "k8s.io/component-helpers/scheduling/corev1"
 	"k8s.io/klog/v2"
@@ -34,6 +35,18 @@ type cycleState struct {
 	// slot is the plan slot of the pod's rank (rankSlot), -1 for a pod
 	// without one.
 	slot int
+	// waiting is set when PreFilter planned the gang and it did not fit
+	// (placement.Waiting): only then may PostFilter preempt for it.
+	waiting *waitingGang
+}
+
+// waitingGang is what PostFilter needs of a gang that did not fit.
+type waitingGang struct {
+	// gang is the gang as placement.Decide last tried to place it.
+	gang     placement.Gang
+	priority int32
+	// nodes are the cycle's nodes, as PreFilter was given them.
+	nodes []fwk.NodeInfo
 }
 
 // Clone is never needed to copy: the state is read-only after PreFilter.
@@ -121,24 +134,14 @@ func (p *TopologyPlacement) rankSlot(pod *v1.Pod, gpus int, g *gangPlan) int {
 	if !ok {
 		return -1
 	}
-	selector := labels.SelectorFromSet(labels.Set{schedv1alpha1.PodGroupLabel: pod.Labels[schedv1alpha1.PodGroupLabel]})
-	pods, err := p.handle.SharedInformerFactory().Core().V1().Pods().Lister().Pods(pod.Namespace).List(selector)
+	// A member reserved through an earlier plan of the gang (the running
+	// part of a gang that grew) holds no slot of this one.
+	peers, err := p.pendingPeers(pod, gpus, func(uid types.UID) bool { _, here := g.SlotOf(string(uid)); return here })
 	if err != nil {
 		return -1
 	}
 	slot := 0
-	for _, member := range pods {
-		if member.UID == pod.UID || member.Spec.NodeName != "" || member.DeletionTimestamp != nil ||
-			member.Status.Phase == v1.PodSucceeded || member.Status.Phase == v1.PodFailed || requestOf(member).gpus != gpus {
-			continue
-		}
-		// A member reserved through an earlier plan of the gang (the
-		// running part of a gang that grew) holds no slot of this one.
-		if _, reserved := p.books.assignmentOf(member.UID); reserved {
-			if _, here := g.SlotOf(string(member.UID)); !here {
-				continue
-			}
-		}
+	for _, member := range peers {
 		if r, ok := rankOf(member); ok && r < rank {
 			slot++
 		}
@@ -147,6 +150,29 @@ func (p *TopologyPlacement) rankSlot(pod *v1.Pod, gpus int, g *gangPlan) int {
 		return -1
 	}
 	return slot
+}
+
+// pendingPeers returns the other members of pod's gang that ask for gpus
+// GPUs and wait to be placed: unbound, not being deleted, not finished, and
+// not reserved through another plan than the one inPlan tells the slots of.
+func (p *TopologyPlacement) pendingPeers(pod *v1.Pod, gpus int, inPlan func(types.UID) bool) ([]*v1.Pod, error) {
+	selector := labels.SelectorFromSet(labels.Set{schedv1alpha1.PodGroupLabel: pod.Labels[schedv1alpha1.PodGroupLabel]})
+	pods, err := p.handle.SharedInformerFactory().Core().V1().Pods().Lister().Pods(pod.Namespace).List(selector)
+	if err != nil {
+		return nil, err
+	}
+	var out []*v1.Pod
+	for _, member := range pods {
+		if member.UID == pod.UID || member.Spec.NodeName != "" || member.DeletionTimestamp != nil ||
+			member.Status.Phase == v1.PodSucceeded || member.Status.Phase == v1.PodFailed || requestOf(member).gpus != gpus {
+			continue
+		}
+		if _, reserved := p.books.assignmentOf(member.UID); reserved && !inPlan(member.UID) {
+			continue
+		}
+		out = append(out, member)
+	}
+	return out, nil
 }
 
 // rankOf reads a pod's lockstep.dev/rank annotation.
@@ -247,6 +273,7 @@ func (p *TopologyPlacement) plan(ctx context.Context, pod *v1.Pod, s *cycleState
 		return nil, outcomeError, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, fmt.Sprintf("PodGroup %s: %s", s.gang, d.Reason))
 	case placement.Waiting:
 		logger.V(2).Info("Gang does not fit; holding nothing", "reason", d.Reason)
+		s.waiting = &waitingGang{gang: d.Gang, priority: corev1helpers.PodPriority(pod), nodes: nodes}
 		if d.Drain != nil {
 			p.setDrain(ctx, s.gang, corev1helpers.PodPriority(pod), d.Drain, d.DrainFree)
 		}

@@ -1,0 +1,466 @@
+package topologyplacement
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/bits"
+	"slices"
+	"strings"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apiserver/pkg/util/feature"
+	"k8s.io/client-go/util/workqueue"
+	corev1helpers "k8s.io/component-helpers/scheduling/corev1"
+	"k8s.io/klog/v2"
+	configv1 "k8s.io/kube-scheduler/config/v1"
+	fwk "k8s.io/kube-scheduler/framework"
+	apipod "k8s.io/kubernetes/pkg/api/v1/pod"
+	"k8s.io/kubernetes/pkg/scheduler/apis/config"
+	"k8s.io/kubernetes/pkg/scheduler/apis/config/scheme"
+	"k8s.io/kubernetes/pkg/scheduler/framework"
+	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/defaultpreemption"
+	plfeature "k8s.io/kubernetes/pkg/scheduler/framework/plugins/feature"
+	"k8s.io/kubernetes/pkg/scheduler/util"
+	schedv1alpha1 "sigs.k8s.io/scheduler-plugins/apis/scheduling/v1alpha1"
+
+	"github.com/lockstep-dev/lockstep/pkg/lockstep"
+	"github.com/lockstep-dev/lockstep/pkg/topology"
+	"github.com/lockstep-dev/lockstep/pkg/topology/placement"
+)
+
+// Reasons of the events gang preemption records: EventPreempted on each
+// victim pod (upstream's DefaultPreemption uses the same reason),
+// EventPreempting on the member of the preemptor whose cycle evicted them.
+const (
+	EventPreempted  = "Preempted"
+	EventPreempting = "Preempting"
+)
+
+// evictionWorkers bounds the victims evicted at once: a 64-pod gang's
+// status patches and deletes go out in a few rounds, not 128 requests at
+// once against the API server's priority-and-fairness share of the
+// scheduler.
+const evictionWorkers = 16
+
+var (
+	_ framework.PostFilterPlugin = &TopologyPlacement{}
+	_ framework.PreEnqueuePlugin = &TopologyPlacement{}
+)
+
+// newDefaultPreemption builds upstream's DefaultPreemption with its default
+// args (defaulted by the scheduler's scheme, as an unconfigured plugin's
+// are) and the features of the process's feature gates, as kube-scheduler's
+// in-tree registry builds it: pods outside gangs are preempted for exactly
+// as by the stock scheduler. It runs on handle, the framework of the first
+// profile that enabled TopologyPlacement; every profile has the same
+// plugins and shares the scheduler's snapshot and queue.
+func newDefaultPreemption(ctx context.Context, handle framework.Handle) (*defaultpreemption.DefaultPreemption, error) {
+	versioned := &configv1.DefaultPreemptionArgs{}
+	scheme.Scheme.Default(versioned)
+	args := &config.DefaultPreemptionArgs{}
+	if err := scheme.Scheme.Convert(versioned, args, nil); err != nil {
+		return nil, fmt.Errorf("defaulting %s args: %w", defaultpreemption.Name, err)
+	}
+	return defaultpreemption.New(ctx, args, handle, plfeature.NewSchedulerFeaturesFromGates(feature.DefaultFeatureGate))
+}
+
+// PreEnqueue is DefaultPreemption's, which the configuration disables in
+// favour of this plugin: with asynchronous preemption, a pod outside gangs
+// waits while its victims are evicted. Gang members never wait here.
+func (p *TopologyPlacement) PreEnqueue(ctx context.Context, pod *v1.Pod) *fwk.Status {
+	if p.defaultPreemption == nil {
+		return nil
+	}
+	return p.defaultPreemption.PreEnqueue(ctx, pod)
+}
+
+// PostFilter preempts for a gang that PreFilter found no room for, and
+// hands pods outside gangs to upstream's DefaultPreemption. The rules of
+// who is evicted are placement.Preempt's; this reads its input (the
+// snapshot PreFilter planned on and the running work on it) and carries
+// out the decision: the domain is held for the gang in the books, the
+// victims are evicted off the scheduling thread, and the member is
+// nominated to its node of the plan, as every later member is while the
+// victims go.
+func (p *TopologyPlacement) PostFilter(ctx context.Context, state fwk.CycleState, pod *v1.Pod, m framework.NodeToStatusReader) (*framework.PostFilterResult, *fwk.Status) {
+	if planKey(pod) == "" {
+		if p.defaultPreemption == nil {
+			return nil, fwk.NewStatus(fwk.Unschedulable, "preemption for pods outside gangs is not set up")
+		}
+		return p.defaultPreemption.PostFilter(ctx, state, pod, m)
+	}
+	result, status, outcome := p.preemptForGang(ctx, state, pod)
+	if outcome != "" {
+		p.metrics.preemptionAttempts.WithLabelValues(outcome).Inc()
+	}
+	return result, status
+}
+
+// preemptForGang is PostFilter for a gang member; outcome is the result
+// label of preemption_attempts_total, "" for an error.
+func (p *TopologyPlacement) preemptForGang(ctx context.Context, state fwk.CycleState, pod *v1.Pod) (*framework.PostFilterResult, *fwk.Status, string) {
+	logger := klog.FromContext(ctx).WithValues("plugin", Name, "pod", klog.KObj(pod))
+	if pod.Spec.PreemptionPolicy != nil && *pod.Spec.PreemptionPolicy == v1.PreemptNever {
+		return nil, fwk.NewStatus(fwk.Unschedulable, "gang preemption: the pod's preemptionPolicy is Never"), preemptionNotEligible
+	}
+	s, err := stateOf(state)
+	if err != nil || s.waiting == nil {
+		// Coscheduling turned the gang away before our PreFilter ran, or
+		// the gang was refused (a bad constraint, no PodGroup) rather than
+		// waiting for room: evicting would not place it.
+		return nil, fwk.NewStatus(fwk.Unschedulable, "gang preemption: the gang is not waiting for room"), preemptionNotEligible
+	}
+	if plan, ok := p.books.preemption(s.gang); ok {
+		node := p.nominatedNode(pod, s.req.gpus, plan)
+		logger.V(5).Info("Gang's earlier preemption still waits for its victims; nominating", "podGroup", s.gang, "node", node)
+		return nominate(node), fwk.NewStatus(fwk.Success), preemptionWaitingForVictims
+	}
+	snap, err := p.snapshot(pod, s.gang, s.waiting.nodes)
+	if err != nil {
+		return nil, fwk.AsStatus(err), ""
+	}
+	now := p.clock.Now()
+	candidates, podsOf := p.candidates(pod, s.waiting.priority, snap, s.waiting.nodes)
+	pre, err := placement.Preempt(snap, placement.Preemptor{
+		Gang: s.waiting.gang, Priority: s.waiting.priority, Now: now, MinRuntime: p.args.PreemptionMinRuntime.Duration,
+	}, candidates)
+	var none *placement.NoPreemption
+	if errors.As(err, &none) {
+		logger.V(2).Info("No preemption makes room for the gang", "podGroup", s.gang, "reason", none.Reason)
+		return nil, fwk.NewStatus(fwk.Unschedulable, "gang preemption: "+none.Reason), preemptionNoRoom
+	}
+	if err != nil {
+		return nil, fwk.AsStatus(err), ""
+	}
+	if pre.Plan.Domain == nil {
+		return nil, fwk.NewStatus(fwk.Unschedulable, "gang preemption: the plan names no domain to hold"), preemptionNoRoom
+	}
+	var victims []*v1.Pod
+	var uids []string
+	for _, v := range pre.Victims {
+		for _, vp := range podsOf[v.Key] {
+			victims = append(victims, vp)
+			uids = append(uids, string(vp.UID))
+		}
+	}
+	released, ok := p.books.hold(s.gang, pre.Plan, s.waiting.priority, uids, now)
+	if !ok {
+		logger.V(2).Info("The domain the preemption would free is held for a gang of equal or higher priority; evicting nothing", "podGroup", s.gang, "domain", pre.Plan.Domain.ID)
+		return nil, fwk.NewStatus(fwk.Unschedulable, fmt.Sprintf("gang preemption: %s is held for a gang of equal or higher priority", pre.Plan.Domain.DisplayID())), preemptionNoRoom
+	}
+	p.metrics.drainedNodes.Set(float64(p.books.drainedNodes()))
+	if len(released) > 0 {
+		logger.V(2).Info("Released the drains of lower-priority gangs in the domain", "podGroup", s.gang, "released", released)
+		p.retryTurnedAway(s.gang)
+	}
+	preemptor := gangKey(pod)
+	msg := lockstep.Preemption{Preemptor: preemptor, Priority: s.waiting.priority, Domain: pre.Plan.Domain.DisplayID()}.Message()
+	names := make([]string, len(pre.Victims))
+	for i, v := range pre.Victims {
+		names[i] = v.Key
+		kind := victimPod
+		if gangKey(podsOf[v.Key][0]) != "" {
+			kind = victimGang
+		}
+		p.metrics.preemptionVictims.WithLabelValues(kind).Inc()
+	}
+	p.metrics.preemptionGPUHours.Add(pre.Cost.GPUSeconds / 3600)
+	logger.V(2).Info("Preempting for the gang", "podGroup", s.gang, "priority", s.waiting.priority, "domain", pre.Plan.Domain.ID,
+		"victims", names, "pods", len(victims), "gpuSeconds", pre.Cost.GPUSeconds)
+	p.handle.EventRecorder().Eventf(pod, nil, v1.EventTypeNormal, EventPreempting, "Preempting",
+		"Preempting %s in %s for gang %s (priority %d)", strings.Join(names, ", "), pre.Plan.Domain.DisplayID(), preemptor, s.waiting.priority)
+	p.evict(logger, pod, victims, msg)
+	return nominate(p.nominatedNode(pod, s.req.gpus, pre.Plan)), fwk.NewStatus(fwk.Success), preemptionPreempted
+}
+
+// victimGone records that pod, if evicted for a gang's hold, is gone. When
+// it was the hold's last victim the domain is free for the gang, which is
+// retried at once: the scheduler's pod deletion event may have retried it
+// before the books knew, and then it was nominated, not planned.
+func (p *TopologyPlacement) victimGone(ctx context.Context, pod *v1.Pod) {
+	gang, last := p.books.victimGone(pod.UID, p.clock.Now())
+	if !last {
+		return
+	}
+	klog.FromContext(ctx).V(2).Info("The last victim of the gang's preemption is gone; retrying the gang", "plugin", Name, "podGroup", gang, "victim", klog.KObj(pod))
+	p.activateUnbound(gang)
+}
+
+// nominate is the PostFilter result nominating node.
+func nominate(node string) *framework.PostFilterResult {
+	return &framework.PostFilterResult{NominatingInfo: &framework.NominatingInfo{NominatedNodeName: node, NominatingMode: framework.ModeOverride}}
+}
+
+// nominatedNode returns pod's node in its gang's preemption plan: its
+// rank's slot, or for a pod without a rank a slot from the end by its
+// place among the pending members without one, as Reserve fills slots
+// (placement.Books.ReserveSlot). Members so nominate the plan's nodes as
+// many times as it has slots there: the scheduler counts nominated pods
+// of equal or higher priority against a node's room when filtering others,
+// members included.
+func (p *TopologyPlacement) nominatedNode(pod *v1.Pod, gpus int, plan *placement.Plan) string {
+	n := len(plan.Members)
+	peers, err := p.pendingPeers(pod, gpus, func(types.UID) bool { return false })
+	if err != nil || n == 0 {
+		return ""
+	}
+	slot := 0
+	if rank, ok := rankOf(pod); ok {
+		for _, peer := range peers {
+			if r, ok := rankOf(peer); ok && r < rank {
+				slot++
+			}
+		}
+	} else {
+		for _, peer := range peers {
+			if _, ranked := rankOf(peer); !ranked && peer.Name < pod.Name {
+				slot++
+			}
+		}
+		slot = n - 1 - slot
+	}
+	return plan.Members[min(max(slot, 0), n-1)].Node
+}
+
+// candidates returns the running work of lower priority than the
+// preemptor on snap's nodes that it may evict, and the pods of each
+// candidate by its Key: the pods of a PodGroup form one candidate with
+// every live pod of that PodGroup wherever it runs, so a gang is evicted
+// whole or not at all; other pods are candidates alone. Pods being deleted,
+// pods evicted for another gang's hold (not counted twice by competing
+// preemptors) and the preemptor's own gang are left out; so is a gang one
+// of whose pods was evicted already, or does not have lower priority.
+func (p *TopologyPlacement) candidates(preemptor *v1.Pod, priority int32, snap *placement.Snapshot, nodes []fwk.NodeInfo) ([]placement.Victim, map[string][]*v1.Pod) {
+	inSnap := make(map[string]*placement.Node, len(snap.Nodes))
+	for _, n := range snap.Nodes {
+		inSnap[n.Name] = n
+	}
+	own := gangKey(preemptor)
+	gpus := &victimGPUs{p: p, known: map[string]topology.GPUSet{}}
+	var out []placement.Victim
+	podsOf := map[string][]*v1.Pod{}
+	gangs := map[string]bool{}
+	for _, ni := range nodes {
+		if ni.Node() == nil || inSnap[ni.Node().Name] == nil {
+			continue
+		}
+		for _, pi := range ni.GetPods() {
+			pod := pi.GetPod()
+			if corev1helpers.PodPriority(pod) >= priority || pod.DeletionTimestamp != nil || p.books.evictedFor(pod.UID) {
+				continue
+			}
+			if g := gangKey(pod); g != "" {
+				if g != own {
+					gangs[g] = true
+				}
+				continue
+			}
+			key := pod.Namespace + "/" + pod.Name
+			out = append(out, placement.Victim{
+				Key: key, Priority: corev1helpers.PodPriority(pod), Started: startedAt(pod),
+				Pods: []placement.VictimPod{gpus.victimPod(pod, ni.Node().Name, inSnap)},
+			})
+			podsOf[key] = []*v1.Pod{pod}
+		}
+	}
+	keys := make([]string, 0, len(gangs))
+	for g := range gangs {
+		keys = append(keys, g)
+	}
+	slices.Sort(keys)
+	for _, key := range keys {
+		v, pods, ok := p.gangVictim(key, priority, gpus, inSnap)
+		if ok {
+			out = append(out, v)
+			podsOf[key] = pods
+		}
+	}
+	gpus.fill(out, podsOf, nodes, inSnap)
+	return out, podsOf
+}
+
+// gangVictim is the candidate of gang key ("namespace/podgroup"): all its
+// live pods, at the highest priority among them, started when the last of
+// them started. It reports false when the gang may not be evicted: a pod
+// of it does not have lower priority than the preemptor, or was evicted for
+// another gang already (the gang is going whole).
+func (p *TopologyPlacement) gangVictim(key string, priority int32, gpus *victimGPUs, inSnap map[string]*placement.Node) (placement.Victim, []*v1.Pod, bool) {
+	ns, name, _ := strings.Cut(key, "/")
+	listed, err := p.handle.SharedInformerFactory().Core().V1().Pods().Lister().Pods(ns).List(labels.SelectorFromSet(labels.Set{schedv1alpha1.PodGroupLabel: name}))
+	if err != nil {
+		return placement.Victim{}, nil, false
+	}
+	v := placement.Victim{Key: key}
+	var pods []*v1.Pod
+	allStarted := true
+	for _, pod := range listed {
+		if pod.DeletionTimestamp != nil || pod.Status.Phase == v1.PodSucceeded || pod.Status.Phase == v1.PodFailed {
+			continue
+		}
+		prio := corev1helpers.PodPriority(pod)
+		if prio >= priority || p.books.evictedFor(pod.UID) {
+			return placement.Victim{}, nil, false
+		}
+		if len(pods) == 0 || prio > v.Priority {
+			v.Priority = prio
+		}
+		node := pod.Spec.NodeName
+		if node == "" {
+			// Reserved at Permit, or binding: it holds its GPUs there.
+			if r, ok := p.books.assignmentOf(pod.UID); ok {
+				node = r.Node
+			}
+		}
+		started := startedAt(pod)
+		if started.IsZero() {
+			allStarted = false
+		} else if started.After(v.Started) {
+			v.Started = started
+		}
+		v.Pods = append(v.Pods, gpus.victimPod(pod, node, inSnap))
+		pods = append(pods, pod)
+	}
+	if len(pods) == 0 {
+		return placement.Victim{}, nil, false
+	}
+	if !allStarted {
+		v.Started = time.Time{}
+	}
+	return v, pods, true
+}
+
+// startedAt is when the pod started running, zero when it has not.
+func startedAt(pod *v1.Pod) time.Time {
+	if pod.Status.StartTime == nil {
+		return time.Time{}
+	}
+	return pod.Status.StartTime.Time
+}
+
+// victimGPUs finds the GPUs candidate pods hold: their reservation in the
+// books (reported by the node's agent, or chosen by the scheduler), else
+// what the node's NodeTopology reports allocated to them. A pod known by
+// its GPU count only (its allocation not reported yet) is given, in fill,
+// the highest-indexed of its node's GPUs that no known pod holds and are
+// not free: the ones the planner's snapshot takes out of the free GPUs for
+// such pods.
+type victimGPUs struct {
+	p *TopologyPlacement
+	// known are the GPUs of the candidates found so far, by node.
+	known map[string]topology.GPUSet
+	// unknown are the candidate pods whose GPUs are known by count.
+	unknown []unknownGPUs
+}
+
+type unknownGPUs struct {
+	node string
+	pod  types.UID
+	gpus int
+}
+
+// victimPod describes pod, running on node, as a VictimPod. Pods off the
+// snapshot's nodes free nothing the preemptor could use: their GPUs are
+// not looked up.
+func (g *victimGPUs) victimPod(pod *v1.Pod, node string, inSnap map[string]*placement.Node) placement.VictimPod {
+	req := requestOf(pod)
+	vp := placement.VictimPod{Node: node, MilliCPU: req.milliCPU, Memory: req.memory}
+	if node == "" || inSnap[node] == nil || req.gpus == 0 {
+		return vp
+	}
+	if r, ok := g.p.books.assignmentOf(pod.UID); ok && r.Node == node {
+		vp.GPUs = r.GPUs
+	} else if set, ok := g.p.gpus.allocatedTo(node, string(pod.UID)); ok {
+		vp.GPUs = set
+	} else {
+		g.unknown = append(g.unknown, unknownGPUs{node: node, pod: pod.UID, gpus: req.gpus})
+		return vp
+	}
+	g.known[node] |= vp.GPUs
+	return vp
+}
+
+// fill gives the candidates' pods known by GPU count their GPUs (see
+// victimGPUs); podsOf holds each candidate's pods in the order of its
+// VictimPods.
+func (g *victimGPUs) fill(victims []placement.Victim, podsOf map[string][]*v1.Pod, nodes []fwk.NodeInfo, inSnap map[string]*placement.Node) {
+	if len(g.unknown) == 0 {
+		return
+	}
+	count := map[string]int{}
+	for _, ni := range nodes {
+		if n := ni.Node(); n != nil && inSnap[n.Name] != nil {
+			count[n.Name] = int(ni.GetAllocatable().GetScalarResources()[lockstep.GPUResource])
+		}
+	}
+	given := make(map[types.UID]topology.GPUSet, len(g.unknown))
+	for _, u := range g.unknown {
+		left := topology.AllGPUs(min(count[u.node], topology.MaxGPUs)) &^ inSnap[u.node].FreeGPUs &^ g.known[u.node]
+		var set topology.GPUSet
+		for i := 0; i < u.gpus && left != 0; i++ {
+			top := topology.GPUSet(1) << (63 - bits.LeadingZeros64(uint64(left)))
+			set |= top
+			left &^= top
+		}
+		g.known[u.node] |= set
+		given[u.pod] = set
+	}
+	for i := range victims {
+		for j, pod := range podsOf[victims[i].Key] {
+			if set, ok := given[pod.UID]; ok {
+				victims[i].Pods[j].GPUs = set
+			}
+		}
+	}
+}
+
+// evict evicts the victims of a preemption for preemptor's gang, off the
+// scheduling thread: each pod gets a DisruptionTarget condition whose
+// message (lockstep.Preemption) tells the controller who preempted it, is
+// deleted with its own termination grace period (the trainer checkpoints
+// on SIGTERM), and gets an event naming the preemptor. The hold waits for
+// each victim's deletion event (victimGone), except for a pod found gone
+// already, whose event may have come before the hold, and a pod that could
+// not be evicted (logged and counted), which is not going: the hold stops
+// waiting for both, and once it waits for none the domain is held as a
+// drain, which ends when it stops freeing GPUs.
+func (p *TopologyPlacement) evict(logger klog.Logger, preemptor *v1.Pod, victims []*v1.Pod, msg string) {
+	cs, recorder := p.handle.ClientSet(), p.handle.EventRecorder()
+	ctx := klog.NewContext(context.Background(), logger)
+	failed := func(victim *v1.Pod, err error, what string) {
+		if !apierrors.IsNotFound(err) {
+			logger.Error(err, what, "victim", klog.KObj(victim))
+			p.metrics.evictionErrors.Inc()
+		}
+		p.victimGone(ctx, victim)
+	}
+	go workqueue.ParallelizeUntil(ctx, evictionWorkers, len(victims), func(i int) {
+		victim := victims[i]
+		condition := &v1.PodCondition{
+			Type:               v1.DisruptionTarget,
+			ObservedGeneration: apipod.CalculatePodConditionObservedGeneration(&victim.Status, victim.Generation, v1.DisruptionTarget),
+			Status:             v1.ConditionTrue,
+			Reason:             v1.PodReasonPreemptionByScheduler,
+			Message:            msg,
+		}
+		status := victim.Status.DeepCopy()
+		if apipod.UpdatePodCondition(status, condition) {
+			if err := util.PatchPodStatus(ctx, cs, victim.Name, victim.Namespace, &victim.Status, status); err != nil {
+				// Deleted without the condition, the controller would
+				// count the restart as a failure: the pod is left running.
+				failed(victim, err, "Could not mark a victim of gang preemption; not deleting it")
+				return
+			}
+		}
+		if err := util.DeletePod(ctx, cs, victim); err != nil {
+			failed(victim, err, "Could not delete a victim of gang preemption")
+			return
+		}
+		logger.V(2).Info("Evicted a victim of gang preemption", "victim", klog.KObj(victim), "node", victim.Spec.NodeName)
+		recorder.Eventf(victim, preemptor, v1.EventTypeNormal, EventPreempted, "Preempting", "%s", msg)
+	})
+}
