@@ -42,6 +42,9 @@ type fakeHandle struct {
 	apiCacher framework.APICacher
 	// recorder gets the plugin's events; nil drops them.
 	recorder events.EventRecorder
+	// snapshot is the scheduler's snapshot; nil by default (see
+	// SnapshotSharedLister).
+	snapshot framework.SharedLister
 }
 
 func (h *fakeHandle) EventRecorder() events.EventRecorder {
@@ -57,10 +60,15 @@ func (h *fakeHandle) IterateOverWaitingPods(func(framework.WaitingPod))      {}
 func (h *fakeHandle) Activate(klog.Logger, map[string]*v1.Pod)               {}
 func (h *fakeHandle) APICacher() framework.APICacher                         { return h.apiCacher }
 
-// SnapshotSharedLister is nil: the tests hand PreFilter its nodes, which
-// the plugin then indexes itself (nodeLookup); the real scheduler's
-// snapshot is exercised by internal/perf's TestSmoke.
-func (h *fakeHandle) SnapshotSharedLister() framework.SharedLister { return nil }
+// SnapshotSharedLister is nil unless a test sets snapshot: the tests hand
+// PreFilter its nodes, which the plugin then indexes itself (nodeLookup);
+// the real scheduler's snapshot is exercised by internal/perf's TestSmoke.
+func (h *fakeHandle) SnapshotSharedLister() framework.SharedLister {
+	if h.snapshot == nil {
+		return nil
+	}
+	return h.snapshot
+}
 
 // metricsPlugin is a test plugin on two empty HGX nodes, a and b, whose
 // metrics go to a registry of its own. Its PodGroup "ns/g" wants members

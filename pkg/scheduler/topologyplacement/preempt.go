@@ -109,10 +109,14 @@ func (p *TopologyPlacement) preemptForGang(ctx context.Context, state fwk.CycleS
 		return nil, fwk.NewStatus(fwk.Unschedulable, "gang preemption: the pod's preemptionPolicy is Never"), preemptionNotEligible
 	}
 	s, err := stateOf(state)
-	if err != nil || s.waiting == nil {
-		// Coscheduling turned the gang away before our PreFilter ran, or
-		// the gang was refused (a bad constraint, no PodGroup) rather than
-		// waiting for room: evicting would not place it.
+	if err != nil {
+		// Coscheduling turned the gang away before our PreFilter ran.
+		s = p.decideUnplanned(ctx, pod)
+	}
+	if s == nil || s.waiting == nil {
+		// Too few members yet, or the gang was refused (a bad
+		// constraint, no PodGroup) rather than waiting for room:
+		// evicting would not place it.
 		return nil, fwk.NewStatus(fwk.Unschedulable, "gang preemption: the gang is not waiting for room"), preemptionNotEligible
 	}
 	if plan, ok := p.books.preemption(s.gang); ok {
@@ -176,6 +180,57 @@ func (p *TopologyPlacement) preemptForGang(ctx context.Context, state fwk.CycleS
 		"Preempting %s in %s for gang %s (priority %d)", strings.Join(names, ", "), pre.Plan.Domain.DisplayID(), preemptor, s.waiting.priority)
 	p.evict(logger, pod, victims, msg)
 	return nominate(p.nominatedNode(pod, s.req.gpus, pre.Plan)), fwk.NewStatus(fwk.Success), preemptionPreempted
+}
+
+// decideUnplanned is PreFilter's decision for a gang member whose PreFilter
+// did not run, changing nothing, or nil when the gang is not waiting for
+// room. Coscheduling, which runs first, turns a gang away when its
+// PodGroup's minResources exceed the cluster's free capacity, as every
+// TrainingJob's and training-operator's PodGroup states them: on a full
+// cluster, exactly when a higher-priority gang needs preemption, our
+// PreFilter never sees it. Coscheduling also turns away a gang with fewer
+// live pods than minMember; that one must not preempt, as its missing
+// members may never come.
+func (p *TopologyPlacement) decideUnplanned(ctx context.Context, pod *v1.Pod) *cycleState {
+	s := &cycleState{gang: planKey(pod), req: requestOf(pod), slot: -1}
+	pg, err := p.gangSpec(ctx, pod)
+	if err != nil {
+		return nil
+	}
+	selector := labels.SelectorFromSet(labels.Set{schedv1alpha1.PodGroupLabel: pod.Labels[schedv1alpha1.PodGroupLabel]})
+	members, err := p.handle.SharedInformerFactory().Core().V1().Pods().Lister().Pods(pod.Namespace).List(selector)
+	if err != nil {
+		return nil
+	}
+	live := 0
+	for _, m := range members {
+		if m.DeletionTimestamp == nil && m.Status.Phase != v1.PodSucceeded && m.Status.Phase != v1.PodFailed {
+			live++
+		}
+	}
+	if live < int(pg.Spec.MinMember) {
+		return nil
+	}
+	lister := p.handle.SnapshotSharedLister()
+	if lister == nil {
+		return nil
+	}
+	nodes, err := lister.NodeInfos().List()
+	if err != nil {
+		return nil
+	}
+	req, err := p.request(pg, pod, s, p.classMembers(pod, s.req.gpus))
+	if err != nil {
+		return nil
+	}
+	snap, err := p.snapshot(pod, s.gang, nodes)
+	if err != nil {
+		return nil
+	}
+	if d := placement.Decide(snap, req, p.policy()); d.Verdict == placement.Waiting {
+		s.waiting = &waitingGang{gang: d.Gang, priority: corev1helpers.PodPriority(pod), nodes: nodes}
+	}
+	return s
 }
 
 // victimGone records that pod, if evicted for a gang's hold, is gone. When

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"k8s.io/kubernetes/pkg/scheduler/backend/cache"
 	"slices"
 	"strings"
 	"testing"
@@ -343,6 +344,49 @@ func TestPostFilterPreemptsCheapestGangWhole(t *testing.T) {
 	}
 }
 
+// A gang Coscheduling turned away at PreFilter, before ours ran, because
+// its PodGroup's minResources exceed the free capacity (every TrainingJob's
+// PodGroup states them), still preempts: PostFilter decides what PreFilter
+// would have.
+func TestPostFilterPreemptsForGangCoschedulingTurnedAway(t *testing.T) {
+	pods, groups := gangsOf(time.Unix(1000, 0))
+	env := newPreemptionEnv(t, pods, groups...)
+	env.report(t, "n0", "old-0")
+	env.report(t, "n1", "old-1")
+	env.handle.snapshot = cache.NewSnapshot(podsOf(env.pods), nodesOf(env.nodes(t)))
+	r, status := env.PostFilter(context.Background(), framework.NewCycleState(), env.pods["high-0"], framework.NewDefaultNodeToStatus())
+	if !status.IsSuccess() {
+		t.Fatalf("PostFilter: %v", status)
+	}
+	if node := nominatedNode(r); node != "n2" && node != "n3" {
+		t.Errorf("nominated %q, want a node of leaf l1", node)
+	}
+	deleted, _ := env.evicted(t, 2)
+	if diff := cmp.Diff([]string{"young-0", "young-1"}, deleted); diff != "" {
+		t.Errorf("deleted pods (-want,+got):\n%s", diff)
+	}
+}
+
+// nodesOf returns the nodes of infos.
+func nodesOf(infos []fwk.NodeInfo) []*v1.Node {
+	out := make([]*v1.Node, len(infos))
+	for i, ni := range infos {
+		out[i] = ni.Node()
+	}
+	return out
+}
+
+// podsOf returns the bound pods of env.
+func podsOf(pods map[string]*v1.Pod) []*v1.Pod {
+	var out []*v1.Pod
+	for _, p := range pods {
+		if p.Spec.NodeName != "" {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
 // Nothing is evicted when the gang may not preempt or no eviction makes
 // room.
 func TestPostFilterEvictsNothing(t *testing.T) {
@@ -364,8 +408,14 @@ func TestPostFilterEvictsNothing(t *testing.T) {
 			wantResult:  preemptionNotEligible,
 		},
 		{
-			name:        "PreFilter did not run",
-			scene:       func() ([]*v1.Pod, []*schedv1alpha1.PodGroup) { return gangsOf(now) },
+			// Coscheduling turned the gang away for too few members: it
+			// must not preempt, as the rest may never come.
+			name: "PreFilter did not run and the gang lacks members",
+			scene: func() ([]*v1.Pod, []*schedv1alpha1.PodGroup) {
+				pods, groups := gangsOf(now)
+				groups[2].Spec.MinMember = 3
+				return pods, groups
+			},
 			noState:     true,
 			wantMessage: "not waiting for room",
 			wantResult:  preemptionNotEligible,
@@ -393,6 +443,7 @@ func TestPostFilterEvictsNothing(t *testing.T) {
 			var r *framework.PostFilterResult
 			var status *fwk.Status
 			if tc.noState {
+				env.handle.snapshot = cache.NewSnapshot(nil, nodesOf(env.nodes(t)))
 				r, status = env.PostFilter(context.Background(), framework.NewCycleState(), env.pods["high-0"], framework.NewDefaultNodeToStatus())
 			} else {
 				r, status = env.preFilterThenPostFilter(t, env.pods["high-0"], env.nodes(t))
