@@ -15,13 +15,19 @@ import (
 // framework and state, counted from reader (the manager's cache) at each
 // scrape. Counting at scrape time rather than in Reconcile keeps the gauge
 // right after a restart and for jobs deleted while the controller was down.
+// And lockstep_controller_preemptions_total, the preemptions the controller
+// recorded in status.preemptions (preemption.go), counted as it records
+// them: a counter of events, not of jobs.
 //
 // Reconcile counts, errors (terminal ones included) and latencies are
 // controller-runtime's own controller_runtime_reconcile_* series with
 // controller="trainingjob" (the builder names a controller after its For
 // kind); they are not repeated here.
 func RegisterMetrics(reg prometheus.Registerer, reader client.Reader) error {
-	return reg.Register(newJobStates(reader))
+	if err := reg.Register(newJobStates(reader)); err != nil {
+		return err
+	}
+	return reg.Register(preemptionsTotal)
 }
 
 // jobStatePending labels jobs the controller has not yet given a state.
