@@ -12,11 +12,15 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/record"
+	"k8s.io/client-go/util/workqueue"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/lockstep-dev/lockstep/pkg/apis/lockstep/v1alpha1"
 	"github.com/lockstep-dev/lockstep/pkg/controller/framework"
@@ -456,5 +460,31 @@ func preemptedEvents(r record.EventRecorder) []string {
 		default:
 			return out
 		}
+	}
+}
+
+// TestPodEventsNoteBeforeEnqueue: the handler notes a preempted pod before
+// it enqueues the job, so the reconcile the event causes knows why the pod
+// went even when the cache no longer holds it.
+func TestPodEventsNoteBeforeEnqueue(t *testing.T) {
+	job := testJob("")
+	p := preemptedBy(testPod(v1alpha1.ReplicaWorker, 0, corev1.PodRunning, 0), releaseRun.Message())
+	p.OwnerReferences = []metav1.OwnerReference{{APIVersion: v1alpha1.GroupVersion.String(), Kind: "TrainingJob", Name: job.Name,
+		UID: job.UID, Controller: ptr.To(true)}}
+	var v vanishedPods
+	var noted []int
+	h := podEvents{vanished: &v, EventHandler: handler.Funcs{
+		UpdateFunc: func(context.Context, event.UpdateEvent, workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			noted = append(noted, len(v.of(job)))
+		},
+		DeleteFunc: func(context.Context, event.DeleteEvent, workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			noted = append(noted, len(v.of(job)))
+		},
+	}}
+	h.Update(context.Background(), event.UpdateEvent{ObjectOld: testPod(v1alpha1.ReplicaWorker, 0, corev1.PodRunning, 0), ObjectNew: p}, nil)
+	v.forget(job.UID)
+	h.Delete(context.Background(), event.DeleteEvent{Object: p, DeleteStateUnknown: true}, nil)
+	if diff := cmp.Diff([]int{1, 1}, noted); diff != "" {
+		t.Errorf("pods noted when the job was enqueued (-want,+got):\n%s", diff)
 	}
 }
