@@ -62,6 +62,7 @@ const DefaultClusterDomain = "cluster.local"
 // +kubebuilder:rbac:groups="",resources=events,verbs=create;patch
 // +kubebuilder:rbac:groups=scheduling.x-k8s.io,resources=podgroups,verbs=get;list;watch;create;update;patch
 // +kubebuilder:rbac:groups=scheduling.x-k8s.io,resources=podgroups/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=scheduling.k8s.io,resources=priorityclasses,verbs=get;list;watch
 // +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;list;watch;create;update;patch
 type TrainingJobReconciler struct {
 	Client   client.Client
@@ -81,8 +82,8 @@ type TrainingJobReconciler struct {
 	// scheduler's, loaded with pkg/lockstep/topologyconfig. Default:
 	// lockstep.DefaultTopologyConfig().
 	Topology lockstep.TopologyConfig
-	// APIReader reads objects the cache should not hold (PriorityClasses
-	// and ResourceFlavors of Kueue-queued jobs); the client when nil.
+	// APIReader reads objects the cache should not hold (the ResourceFlavors
+	// of Kueue-queued jobs); the client when nil.
 	APIReader client.Reader
 
 	// queue: whether Kueue's Workload API is served (queueing.go).
@@ -136,6 +137,10 @@ func (r *TrainingJobReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if err != nil {
 		return err
 	}
+	// PriorityClasses that jobs wait for (priorityclass.go).
+	if b, err = r.watchPriorityClasses(mgr, b); err != nil {
+		return err
+	}
 	c, err := b.Build(r)
 	if err != nil {
 		return err
@@ -177,7 +182,13 @@ func (r *TrainingJobReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 		return ctrl.Result{}, err
 	}
 
+	// A job whose PriorityClass is missing gets no pods (priorityclass.go).
+	held := false
+	if !isFinished(&job.Status) && !job.Spec.IsSuspended() && len(pods) == 0 {
+		held, err = r.ensurePriorityClass(ctx, job)
+	}
 	switch {
+	case err != nil || held:
 	case isFinished(&job.Status):
 		if queueName(job) != "" {
 			_, err = r.ensureQueued(ctx, job, pods)
