@@ -27,6 +27,11 @@ func RegisterMetrics(reg prometheus.Registerer, reader client.Reader) error {
 	if err := reg.Register(newJobStates(reader)); err != nil {
 		return err
 	}
+	// A zero for every framework, so that an alert on a series sees 0, not
+	// nothing.
+	for _, f := range v1alpha1.Frameworks {
+		preemptionsTotal.WithLabelValues(string(f))
+	}
 	return reg.Register(preemptionsTotal)
 }
 
@@ -73,8 +78,7 @@ type frameworkState struct {
 // nothing.
 func countJobStates(jobs []v1alpha1.TrainingJob) map[frameworkState]int {
 	counts := map[frameworkState]int{}
-	for _, f := range []v1alpha1.Framework{v1alpha1.FrameworkPyTorch, v1alpha1.FrameworkTensorFlow, v1alpha1.FrameworkMPI,
-		v1alpha1.FrameworkJAX, v1alpha1.FrameworkXGBoost, v1alpha1.FrameworkPaddle} {
+	for _, f := range v1alpha1.Frameworks {
 		for _, s := range []v1alpha1.JobState{v1alpha1.JobCreated, v1alpha1.JobRunning, v1alpha1.JobRestarting,
 			v1alpha1.JobSucceeded, v1alpha1.JobFailed, v1alpha1.JobSuspended, jobStatePending} {
 			counts[frameworkState{f, string(s)}] = 0

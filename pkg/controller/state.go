@@ -120,7 +120,7 @@ func observe(job *v1alpha1.TrainingJob, pods []*corev1.Pod, scope v1alpha1.Resta
 		// containers stopped before the scheduler's delete) was not the
 		// program's failure: it is taken for lost, as when it is deleted.
 		// Under a pod scope it is retried as any failed pod.
-		doomed := p.DeletionTimestamp != nil || preempted && p.Status.Phase == corev1.PodFailed && scope == v1alpha1.RestartScopeGang
+		doomed := p.DeletionTimestamp != nil || preempted && known && p.Status.Phase == corev1.PodFailed && scope == v1alpha1.RestartScopeGang
 		if preempted && doomed && known {
 			obs.preempted[p.Name] = cause
 		}
