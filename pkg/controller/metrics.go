@@ -15,13 +15,24 @@ import (
 // framework and state, counted from reader (the manager's cache) at each
 // scrape. Counting at scrape time rather than in Reconcile keeps the gauge
 // right after a restart and for jobs deleted while the controller was down.
+// And lockstep_controller_preemptions_total, the preemptions the controller
+// recorded in status.preemptions (preemption.go), counted as it records
+// them: a counter of events, not of jobs.
 //
 // Reconcile counts, errors (terminal ones included) and latencies are
 // controller-runtime's own controller_runtime_reconcile_* series with
 // controller="trainingjob" (the builder names a controller after its For
 // kind); they are not repeated here.
 func RegisterMetrics(reg prometheus.Registerer, reader client.Reader) error {
-	return reg.Register(newJobStates(reader))
+	if err := reg.Register(newJobStates(reader)); err != nil {
+		return err
+	}
+	// A zero for every framework, so that an alert on a series sees 0, not
+	// nothing.
+	for _, f := range v1alpha1.Frameworks {
+		preemptionsTotal.WithLabelValues(string(f))
+	}
+	return reg.Register(preemptionsTotal)
 }
 
 // jobStatePending labels jobs the controller has not yet given a state.
@@ -67,8 +78,7 @@ type frameworkState struct {
 // nothing.
 func countJobStates(jobs []v1alpha1.TrainingJob) map[frameworkState]int {
 	counts := map[frameworkState]int{}
-	for _, f := range []v1alpha1.Framework{v1alpha1.FrameworkPyTorch, v1alpha1.FrameworkTensorFlow, v1alpha1.FrameworkMPI,
-		v1alpha1.FrameworkJAX, v1alpha1.FrameworkXGBoost, v1alpha1.FrameworkPaddle} {
+	for _, f := range v1alpha1.Frameworks {
 		for _, s := range []v1alpha1.JobState{v1alpha1.JobCreated, v1alpha1.JobRunning, v1alpha1.JobRestarting,
 			v1alpha1.JobSucceeded, v1alpha1.JobFailed, v1alpha1.JobSuspended, jobStatePending} {
 			counts[frameworkState{f, string(s)}] = 0

@@ -41,6 +41,10 @@ func TestJobsGaugeCountsTheCache(t *testing.T) {
 	if n, err := testutil.GatherAndCount(reg, "lockstep_controller_jobs"); err != nil || n != 42 {
 		t.Errorf("series = %d (%v), want 42", n, err)
 	}
+	// A preemptions counter for each of the 6 frameworks, zeros included.
+	if n, err := testutil.GatherAndCount(reg, "lockstep_controller_preemptions_total"); err != nil || n != 6 {
+		t.Errorf("preemption series = %d (%v), want 6", n, err)
+	}
 	got := map[string]float64{}
 	families, err := reg.Gather()
 	if err != nil {

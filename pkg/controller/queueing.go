@@ -44,7 +44,8 @@ import (
 //
 // RBAC (deploy/default/controller.yaml): Workloads get, list, watch,
 // create, update (Kueue's finalizer), delete (stale ones); workloads/status
-// update; ResourceFlavors and PriorityClasses get.
+// update; ResourceFlavors get. PriorityClasses are read from the cache
+// (priorityclass.go).
 
 // queueAPI tracks whether the Workload API is served and, once it is,
 // watches Workloads for the TrainingJob controller.
@@ -99,8 +100,8 @@ func served(dc discovery.DiscoveryInterface) bool {
 	return slices.ContainsFunc(list.APIResources, func(r metav1.APIResource) bool { return r.Name == kueue.WorkloadResource })
 }
 
-// reader reads what the cache should not hold (PriorityClasses,
-// ResourceFlavors: one get each when a job is queued or started).
+// reader reads what the cache should not hold (ResourceFlavors: one get
+// each when a job is started).
 func (r *TrainingJobReconciler) reader() client.Reader {
 	if r.APIReader != nil {
 		return r.APIReader
@@ -126,7 +127,7 @@ func (r *TrainingJobReconciler) runProtocol(ctx context.Context, job *v1alpha1.T
 	var prio *kueue.Priority
 	if sp := job.Spec.RunPolicy.SchedulingPolicy; sp != nil && sp.PriorityClass != "" {
 		pc := &schedulingv1.PriorityClass{}
-		if err := r.reader().Get(ctx, client.ObjectKey{Name: sp.PriorityClass}, pc); err != nil {
+		if err := r.Client.Get(ctx, client.ObjectKey{Name: sp.PriorityClass}, pc); err != nil {
 			return kueue.Decision{}, "", fmt.Errorf("spec.runPolicy.schedulingPolicy.priorityClass %q: %w", sp.PriorityClass, err)
 		}
 		prio = &kueue.Priority{ClassName: pc.Name, Value: pc.Value}

@@ -20,6 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	schedv1alpha1 "sigs.k8s.io/scheduler-plugins/apis/scheduling/v1alpha1"
@@ -61,6 +62,7 @@ const DefaultClusterDomain = "cluster.local"
 // +kubebuilder:rbac:groups="",resources=events,verbs=create;patch
 // +kubebuilder:rbac:groups=scheduling.x-k8s.io,resources=podgroups,verbs=get;list;watch;create;update;patch
 // +kubebuilder:rbac:groups=scheduling.x-k8s.io,resources=podgroups/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=scheduling.k8s.io,resources=priorityclasses,verbs=get;list;watch
 // +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;list;watch;create;update;patch
 type TrainingJobReconciler struct {
 	Client   client.Client
@@ -80,8 +82,8 @@ type TrainingJobReconciler struct {
 	// scheduler's, loaded with pkg/lockstep/topologyconfig. Default:
 	// lockstep.DefaultTopologyConfig().
 	Topology lockstep.TopologyConfig
-	// APIReader reads objects the cache should not hold (PriorityClasses
-	// and ResourceFlavors of Kueue-queued jobs); the client when nil.
+	// APIReader reads objects the cache should not hold (the ResourceFlavors
+	// of Kueue-queued jobs); the client when nil.
 	APIReader client.Reader
 
 	// queue: whether Kueue's Workload API is served (queueing.go).
@@ -94,6 +96,9 @@ type TrainingJobReconciler struct {
 	// failedCreates are the pods whose creation failed in their job's
 	// current incarnation.
 	failedCreates failedCreates
+	// vanished are the preempted members the pod events showed
+	// (preemption.go).
+	vanished vanishedPods
 }
 
 // SetupWithManager registers the reconciler, watching jobs, their pods and
@@ -117,7 +122,11 @@ func (r *TrainingJobReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	r.expectations = newExpectations(r.Clock)
 	b := ctrl.NewControllerManagedBy(mgr).
 		For(&v1alpha1.TrainingJob{}).
-		Owns(&corev1.Pod{}).
+		// Owns, noting the preempted pods as they go (preemption.go).
+		Watches(&corev1.Pod{}, podEvents{
+			EventHandler: handler.EnqueueRequestForOwner(mgr.GetScheme(), mgr.GetRESTMapper(), &v1alpha1.TrainingJob{}, handler.OnlyControllerOwner()),
+			vanished:     &r.vanished,
+		}).
 		Owns(&autoscalingv2.HorizontalPodAutoscaler{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		// The PodGroup controller rewrites status as pods change; only a
 		// changed or deleted spec concerns this one.
@@ -126,6 +135,10 @@ func (r *TrainingJobReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	// Nodes that go dark under a job (nodeloss.go).
 	b, err := r.watchNodes(mgr, b)
 	if err != nil {
+		return err
+	}
+	// PriorityClasses that jobs wait for (priorityclass.go).
+	if b, err = r.watchPriorityClasses(mgr, b); err != nil {
 		return err
 	}
 	c, err := b.Build(r)
@@ -149,6 +162,7 @@ func (r *TrainingJobReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 		r.expectations.Forget(job.UID)
 		r.forgetCreated(job.UID)
 		r.failedCreates.forget(job.UID)
+		r.vanished.forget(job.UID)
 		return ctrl.Result{}, r.releaseWorkloads(ctx, req.Namespace, req.Name)
 	}
 	ctx = ctrl.LoggerInto(ctx, ctrl.LoggerFrom(ctx).WithValues("job", klog.KObj(job)))
@@ -168,7 +182,13 @@ func (r *TrainingJobReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 		return ctrl.Result{}, err
 	}
 
+	// A job whose PriorityClass is missing gets no pods (priorityclass.go).
+	held := false
+	if !isFinished(&job.Status) && !job.Spec.IsSuspended() && len(pods) == 0 {
+		held, err = r.ensurePriorityClass(ctx, job)
+	}
 	switch {
+	case err != nil || held:
 	case isFinished(&job.Status):
 		if queueName(job) != "" {
 			_, err = r.ensureQueued(ctx, job, pods)
@@ -254,6 +274,7 @@ func (r *TrainingJobReconciler) ensureRunning(ctx context.Context, job *v1alpha1
 		r.Recorder.Event(job, corev1.EventTypeNormal, ReasonResumed, "Resumed: recreating the pods")
 	}
 	obs := observe(job, pods, framework.EffectiveRestartScope(a, job))
+	obs.noteVanished(job, r.vanished.of(job))
 	obs.excuse(r.failedCreates.neverCreated(job))
 	r.recordReplicas(job, obs)
 	if !r.expectations.Satisfied(job.UID, pods) {
@@ -317,6 +338,7 @@ func (r *TrainingJobReconciler) ensureRunningConditions(ctx context.Context, job
 		setCondition(&job.Status, job.Generation, v1alpha1.JobRestarting, metav1.ConditionFalse, ReasonGangRunning,
 			truncateMessage(fmt.Sprintf("the restarted gang is running (%s: %s)", c.Reason, c.Message)))
 	}
+	ensurePreemptedCleared(job)
 	complete, err := r.ensurePlacement(ctx, job, obs)
 	if err != nil {
 		// The summary is informational: a node or NodeTopology the cache
@@ -347,9 +369,24 @@ func (r *TrainingJobReconciler) ensureRestart(ctx context.Context, job *v1alpha1
 	if c := meta.FindStatusCondition(job.Status.Conditions, string(v1alpha1.JobRunning)); c != nil && c.Status == metav1.ConditionTrue {
 		runningSince = &c.LastTransitionTime.Time
 	}
-	job.Status.RestartBackoff = nextRestartBackoff(job.Spec.RunPolicy.RestartBackoff, job.Status.RestartBackoff, runningSince, r.Clock.Now())
 	job.Status.RestartCount++
-	msg := fmt.Sprintf("restart %d (%s scope): %s; %s", job.Status.RestartCount, scope, d.incident, describeBackoff(job.Status.RestartBackoff))
+	var when string
+	if d.preemption != nil {
+		// No failure of the job's: its pods are created as soon as the old
+		// ones are gone, to wait in the scheduler's queue, and the backoff
+		// is neither waited out nor grown.
+		job.Status.Preemptions++
+		if b := job.Status.RestartBackoff; b != nil {
+			b.NextAttemptTime = nil
+		}
+		when = fmt.Sprintf("the pods are created again once the old ones are gone (preemption %d, not counted against backoffLimit)", job.Status.Preemptions)
+		setCondition(&job.Status, job.Generation, v1alpha1.ConditionPreempted, metav1.ConditionTrue, v1alpha1.ReasonPreemptedByScheduler,
+			truncateMessage(d.preemption.message()))
+	} else {
+		job.Status.RestartBackoff = nextRestartBackoff(job.Spec.RunPolicy.RestartBackoff, job.Status.RestartBackoff, runningSince, r.Clock.Now())
+		when = describeBackoff(job.Status.RestartBackoff)
+	}
+	msg := truncateMessage(fmt.Sprintf("restart %d (%s scope): %s; %s", job.Status.RestartCount, scope, d.incident, when))
 	reason := ReasonRestarting
 	if d.reason != "" {
 		reason = d.reason
@@ -365,8 +402,13 @@ func (r *TrainingJobReconciler) ensureRestart(ctx context.Context, job *v1alpha1
 		}
 		return fmt.Errorf("recording restart of %s: %w", klog.KObj(job), err)
 	}
+	if d.preemption != nil {
+		r.Recorder.Event(job, corev1.EventTypeWarning, ReasonPreempted, truncateMessage(d.preemption.message()))
+		preemptionsTotal.WithLabelValues(string(job.Spec.Framework)).Inc()
+	}
 	r.Recorder.Event(job, corev1.EventTypeWarning, reason, "Restarting: "+msg)
-	ctrl.LoggerFrom(ctx).V(2).Info("Restarting", "scope", scope, "pods", len(d.restart), "restartCount", job.Status.RestartCount, "incident", d.incident)
+	ctrl.LoggerFrom(ctx).V(2).Info("Restarting", "scope", scope, "pods", len(d.restart), "restartCount", job.Status.RestartCount,
+		"preemptions", job.Status.Preemptions, "incident", d.incident)
 	if err := r.deletePods(ctx, job, podsOf(d.restart)); err != nil {
 		return err
 	}

@@ -60,8 +60,14 @@ type observation struct {
 	staleTerminating int
 	// lost names the members of this incarnation that are missing or being
 	// deleted by someone else (evicted, preempted, their node gone) after
-	// the gang started; nil before it started.
-	lost []string
+	// the gang started; nil before it started. terminatingMembers are those
+	// being deleted.
+	lost               []string
+	terminatingMembers []string
+	// preempted are the members of this incarnation, by name, that the
+	// scheduler marked preempted and that are being deleted, failed or gone
+	// (preemption.go).
+	preempted map[string]preemptionCause
 	// started says a pod of this incarnation was bound to a node. Gang
 	// scheduling binds no member before every member exists, so a member
 	// missing after that was lost, not yet to be created.
@@ -82,9 +88,10 @@ type observation struct {
 // an earlier incarnation are set apart as stale.
 func observe(job *v1alpha1.TrainingJob, pods []*corev1.Pod, scope v1alpha1.RestartScope) observation {
 	obs := observation{
-		live:     map[string]jobPod{},
-		phases:   framework.Observed{},
-		replicas: map[v1alpha1.ReplicaType]v1alpha1.ReplicaStatus{},
+		live:      map[string]jobPod{},
+		preempted: map[string]preemptionCause{},
+		phases:    framework.Observed{},
+		replicas:  map[v1alpha1.ReplicaType]v1alpha1.ReplicaStatus{},
 	}
 	for role, spec := range job.Spec.ReplicaSpecs {
 		phases := make([]corev1.PodPhase, spec.DesiredReplicas())
@@ -94,7 +101,6 @@ func observe(job *v1alpha1.TrainingJob, pods []*corev1.Pod, scope v1alpha1.Resta
 		obs.phases[role] = phases
 		obs.replicas[role] = v1alpha1.ReplicaStatus{}
 	}
-	var terminating []string
 	for _, p := range pods {
 		jp, known := podRole(job, p)
 		earlierRun := jp.suspensions < job.Status.Suspensions
@@ -109,10 +115,21 @@ func observe(job *v1alpha1.TrainingJob, pods []*corev1.Pod, scope v1alpha1.Resta
 		if p.Spec.NodeName != "" {
 			obs.started = true
 		}
-		if p.DeletionTimestamp != nil {
-			obs.terminating++
+		cause, preempted := podPreemption(p)
+		// A member that failed after the scheduler marked it preempted (its
+		// containers stopped before the scheduler's delete) was not the
+		// program's failure: it is taken for lost, as when it is deleted.
+		// Under a pod scope it is retried as any failed pod.
+		doomed := p.DeletionTimestamp != nil || preempted && known && p.Status.Phase == corev1.PodFailed && scope == v1alpha1.RestartScopeGang
+		if preempted && doomed && known {
+			obs.preempted[p.Name] = cause
+		}
+		if doomed {
+			if p.DeletionTimestamp != nil {
+				obs.terminating++
+			}
 			if known {
-				terminating = append(terminating, p.Name)
+				obs.terminatingMembers = append(obs.terminatingMembers, p.Name)
 			}
 			continue
 		}
@@ -142,18 +159,23 @@ func observe(job *v1alpha1.TrainingJob, pods []*corev1.Pod, scope v1alpha1.Resta
 		obs.phases[jp.role][jp.index] = phase
 	}
 	if obs.started {
-		obs.lost = terminating
-		for role, spec := range job.Spec.ReplicaSpecs {
-			for i := range spec.DesiredReplicas() {
-				name := framework.PodName(job.Name, role, i)
-				if _, ok := obs.live[name]; !ok && !slices.Contains(terminating, name) {
-					obs.lost = append(obs.lost, name)
-				}
-			}
-		}
-		slices.Sort(obs.lost)
+		obs.findLost(job)
 	}
 	return obs
+}
+
+// findLost lists the members of a gang that started that are not live.
+func (o *observation) findLost(job *v1alpha1.TrainingJob) {
+	o.lost = slices.Clone(o.terminatingMembers)
+	for role, spec := range job.Spec.ReplicaSpecs {
+		for i := range spec.DesiredReplicas() {
+			name := framework.PodName(job.Name, role, i)
+			if _, ok := o.live[name]; !ok && !slices.Contains(o.terminatingMembers, name) {
+				o.lost = append(o.lost, name)
+			}
+		}
+	}
+	slices.Sort(o.lost)
 }
 
 // excuse takes the members whose creation the controller tried and failed
@@ -168,13 +190,7 @@ func (o *observation) excuse(neverCreated func(name string) bool) {
 // podRole reads a pod's role and index; false when the job's spec has no
 // such pod (a role removed or scaled down while suspended).
 func podRole(job *v1alpha1.TrainingJob, p *corev1.Pod) (jobPod, bool) {
-	jp := jobPod{Pod: p, role: v1alpha1.ReplicaType(p.Labels[lockstep.LabelReplicaType]), incarnation: job.Status.RestartCount}
-	if n, err := strconv.ParseInt(p.Labels[lockstep.LabelIncarnation], 10, 32); err == nil && n >= 0 {
-		jp.incarnation = int32(n)
-	}
-	if n, err := strconv.ParseInt(p.Labels[lockstep.LabelSuspensions], 10, 32); err == nil && n >= 0 {
-		jp.suspensions = int32(n)
-	}
+	jp := podLabels(p, job.Status.RestartCount)
 	i, err := strconv.ParseInt(p.Labels[lockstep.LabelReplicaIndex], 10, 32)
 	spec, ok := job.Spec.ReplicaSpecs[jp.role]
 	if err != nil || !ok || i < 0 || int32(i) >= spec.DesiredReplicas() || p.Name != framework.PodName(job.Name, jp.role, int32(i)) {
@@ -182,6 +198,19 @@ func podRole(job *v1alpha1.TrainingJob, p *corev1.Pod) (jobPod, bool) {
 	}
 	jp.index = int32(i)
 	return jp, true
+}
+
+// podLabels reads a pod's role, incarnation and suspension count off its
+// labels; incarnation is the one of a pod made before the label existed.
+func podLabels(p *corev1.Pod, incarnation int32) jobPod {
+	jp := jobPod{Pod: p, role: v1alpha1.ReplicaType(p.Labels[lockstep.LabelReplicaType]), incarnation: incarnation}
+	if n, err := strconv.ParseInt(p.Labels[lockstep.LabelIncarnation], 10, 32); err == nil && n >= 0 {
+		jp.incarnation = int32(n)
+	}
+	if n, err := strconv.ParseInt(p.Labels[lockstep.LabelSuspensions], 10, 32); err == nil && n >= 0 {
+		jp.suspensions = int32(n)
+	}
+	return jp
 }
 
 // retryable says whether the restart policy of a failed pod's role retries
@@ -224,6 +253,10 @@ type decision struct {
 	// gangRestart marks a restart of the whole gang: the restart count
 	// rises and every pod of the incarnation goes, lost members included.
 	gangRestart bool
+	// preemption is set when the gang restarts because the scheduler
+	// preempted it: counted in status.preemptions, not against
+	// backoffLimit, and without the restart backoff.
+	preemption *preemptionCause
 	// removeStale are pods of an earlier incarnation still to delete, and
 	// waitStale says the new gang waits for them to be gone: a gang
 	// restart is under way.
@@ -263,6 +296,12 @@ func decide(job *v1alpha1.TrainingJob, a framework.Adapter, obs observation, now
 	gang := framework.EffectiveRestartScope(a, job) == v1alpha1.RestartScopeGang
 	lost := gang && len(obs.lost) > 0 && (job.Spec.ElasticPolicy == nil || int32(len(obs.live)) < minMember(job))
 	switch {
+	case gang && (lost || len(obs.retry) > 0) && obs.preemption() != nil:
+		// The scheduler evicts a gang whole: whatever else its members
+		// did meanwhile, the gang restarts because it was preempted.
+		d.preemption = obs.preemption()
+		d.incident = d.preemption.message()
+		d.reason = v1alpha1.ReasonPreemptedByScheduler
 	case len(obs.retry) > 0:
 		d.incident = fmt.Sprintf("%s %d failed", obs.retry[0].role, obs.retry[0].index)
 	case lost:
@@ -273,9 +312,13 @@ func decide(job *v1alpha1.TrainingJob, a framework.Adapter, obs observation, now
 	default:
 		return d
 	}
-	if bl := job.Spec.RunPolicy.BackoffLimit; bl != nil && job.Status.RestartCount >= *bl {
-		return decision{outcome: framework.Outcome{Result: framework.Failed, Reason: ReasonBackoffLimitExceeded,
-			Message: fmt.Sprintf("%s after %d restarts (backoffLimit %d)", d.incident, job.Status.RestartCount, *bl)}}
+	if bl := job.Spec.RunPolicy.BackoffLimit; bl != nil && d.preemption == nil && failures(&job.Status) >= *bl {
+		msg := fmt.Sprintf("%s after %d restarts (backoffLimit %d)", d.incident, failures(&job.Status), *bl)
+		if job.Status.Preemptions > 0 {
+			msg = fmt.Sprintf("%s after %d restarts for failures and %d for preemptions, which do not count (backoffLimit %d)",
+				d.incident, failures(&job.Status), job.Status.Preemptions, *bl)
+		}
+		return decision{outcome: framework.Outcome{Result: framework.Failed, Reason: ReasonBackoffLimitExceeded, Message: msg}}
 	}
 	if gang {
 		d.gangRestart = true
@@ -287,6 +330,12 @@ func decide(job *v1alpha1.TrainingJob, a framework.Adapter, obs observation, now
 		d.restart = obs.retry
 	}
 	return d
+}
+
+// failures is how many of the job's restarts were for failures, what
+// backoffLimit bounds: preemptions are restarts too, but no failure.
+func failures(st *v1alpha1.TrainingJobStatus) int32 {
+	return max(st.RestartCount-st.Preemptions, 0)
 }
 
 // isFinished says whether the job has succeeded or failed for good.
@@ -329,7 +378,7 @@ func finish(st *v1alpha1.TrainingJobStatus, generation int64, out framework.Outc
 	if out.Result == framework.Failed {
 		t = v1alpha1.JobFailed
 	}
-	for _, c := range []v1alpha1.JobState{v1alpha1.JobRunning, v1alpha1.JobRestarting} {
+	for _, c := range []v1alpha1.JobState{v1alpha1.JobRunning, v1alpha1.JobRestarting, v1alpha1.ConditionPreempted} {
 		if meta.FindStatusCondition(st.Conditions, string(c)) != nil {
 			setCondition(st, generation, c, metav1.ConditionFalse, ReasonFinished, "the job finished")
 		}

@@ -17,6 +17,9 @@ const (
 	FrameworkPaddle     Framework = "Paddle"
 )
 
+// Frameworks are the frameworks a job may name, in the Enum's order.
+var Frameworks = []Framework{FrameworkPyTorch, FrameworkTensorFlow, FrameworkMPI, FrameworkJAX, FrameworkXGBoost, FrameworkPaddle}
+
 // ReplicaType is a role in a job. Which roles a job may have depends on its
 // framework (see FrameworkRoles).
 type ReplicaType string

@@ -7,10 +7,11 @@ import (
 // TrainingJobStatus is the observed state of a job.
 type TrainingJobStatus struct {
 	// Conditions are Created, Running, Restarting, Succeeded, Failed and
-	// Suspended (also the job's states), and Scheduled: False with the
+	// Suspended (also the job's states); Scheduled: False with the
 	// scheduler's reason while the gang cannot be placed (an unknown
 	// topology level, a gang larger than the cluster, a template no node
-	// fits, a PodGroup the scheduler rejected).
+	// fits, a PodGroup the scheduler rejected, a PriorityClass that does not
+	// exist); Preempted: True while the gang restarts after a preemption.
 	// +listType=map
 	// +listMapKey=type
 	// +optional
@@ -29,9 +30,24 @@ type TrainingJobStatus struct {
 	TotalReplicas int32 `json:"totalReplicas,omitempty"`
 
 	// RestartCount is how often the job (Gang) or one of its pods (Pod) was
-	// restarted; runPolicy.backoffLimit bounds it.
+	// restarted, for any reason, preemptions included. Under a gang scope it
+	// is also the gang's incarnation: each pod carries the count it was
+	// created under (lockstep.dev/incarnation). runPolicy.backoffLimit bounds
+	// the failures among them, restartCount - preemptions.
 	// +optional
 	RestartCount int32 `json:"restartCount,omitempty"`
+
+	// Preemptions counts the gang restarts caused by a higher-priority
+	// workload taking the gang's place: the scheduler (Lockstep's gang
+	// preemption or upstream's DefaultPreemption) marked a member with a
+	// DisruptionTarget condition of reason PreemptionByScheduler and
+	// deleted it. Each is also counted in restartCount (it is a new
+	// incarnation), once per preemption of the gang however many members it
+	// took, but not against runPolicy.backoffLimit, and it neither waits out
+	// nor grows the restart backoff: a preemption is no failure of the job.
+	// +kubebuilder:validation:Minimum=0
+	// +optional
+	Preemptions int32 `json:"preemptions,omitempty"`
 
 	// RestartBackoff is where the restart backoff stands: when the pods of
 	// the latest restart are created again. Unset before the first restart.
@@ -102,6 +118,18 @@ const (
 // ConditionScheduled is True once every pod of the gang is bound, and False
 // with the reason while the scheduler cannot place it. It is not a state.
 const ConditionScheduled = "Scheduled"
+
+// ConditionPreempted is True, with reason ReasonPreemptedByScheduler and a
+// message naming the preemptor, its priority and the domain it took (or "a
+// higher-priority pod" when the preemptor is unknown, as with upstream's
+// DefaultPreemption), from the moment a preemption restarts the gang until
+// the gang runs whole again; then False with reason GangRunning, the
+// message keeping who preempted it. It is not a state.
+const ConditionPreempted = "Preempted"
+
+// ReasonPreemptedByScheduler is the reason of the Preempted condition, and
+// of the Restarting condition of a restart caused by a preemption.
+const ReasonPreemptedByScheduler = "PreemptedByScheduler"
 
 // ConditionResizing is True while an elastic job queued in Kueue runs
 // fewer pods than it asks for, the rest waiting for Kueue to admit the

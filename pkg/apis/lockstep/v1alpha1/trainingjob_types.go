@@ -187,10 +187,11 @@ type RunPolicy struct {
 	// +optional
 	ActiveDeadlineSeconds *int64 `json:"activeDeadlineSeconds,omitempty"`
 
-	// BackoffLimit is how many restarts (status.restartCount) the job may
-	// have before it fails. Defaults to 6, as for a Job: a job that fails
-	// on every start must end, not restart forever. Restarts are spaced
-	// by restartBackoff.
+	// BackoffLimit is how many restarts for failures the job may have
+	// before it fails: status.restartCount - status.preemptions (a
+	// preemption is not the job's failure). Defaults to 6, as for a Job: a
+	// job that fails on every start must end, not restart forever. Restarts
+	// are spaced by restartBackoff.
 	// +kubebuilder:default=6
 	// +kubebuilder:validation:Minimum=0
 	// +kubebuilder:validation:Maximum=1000000
@@ -306,7 +307,9 @@ type SchedulingPolicy struct {
 	// +optional
 	MinAvailable *int32 `json:"minAvailable,omitempty"`
 
-	// PriorityClass is the PriorityClass of the job's pods and PodGroup.
+	// PriorityClass is the PriorityClass of the job's pods and PodGroup. A
+	// class that does not exist holds the job (no pods; Scheduled=False with
+	// reason PriorityClassNotFound) until it is created.
 	// +kubebuilder:validation:MaxLength=253
 	// +optional
 	PriorityClass string `json:"priorityClass,omitempty"`

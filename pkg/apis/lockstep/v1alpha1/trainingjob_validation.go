@@ -36,8 +36,7 @@ func (j *TrainingJob) Validate() field.ErrorList {
 
 	valid := FrameworkRoles(s.Framework)
 	if valid == nil {
-		errs = append(errs, field.NotSupported(specPath.Child("framework"), s.Framework,
-			[]Framework{FrameworkPyTorch, FrameworkTensorFlow, FrameworkMPI, FrameworkJAX, FrameworkXGBoost, FrameworkPaddle}))
+		errs = append(errs, field.NotSupported(specPath.Child("framework"), s.Framework, Frameworks))
 	}
 	switch n := len(s.ReplicaSpecs); {
 	case n == 0:
