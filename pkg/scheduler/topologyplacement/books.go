@@ -25,10 +25,10 @@ type books struct {
 	mu   sync.Mutex
 	core *placement.Books
 	// preempted are the plans of the gangs holding a domain freed by their
-	// preemption (placement.Books.Hold) while victims are pending: every
-	// member that fails again meanwhile is nominated to its node of it.
-	// A plan goes when its gang's victims are gone or its hold ends
-	// (pruneHolds).
+	// preemption (placement.Books.Hold, Preempted): every member that
+	// fails again meanwhile is nominated to its node of it, and nothing
+	// more is evicted. A plan goes when its hold ends: the gang is
+	// planned or gone, or the domain stalled (pruneHolds).
 	preempted map[string]*placement.Plan
 }
 
@@ -36,12 +36,11 @@ func newBooks() *books {
 	return &books{core: placement.NewBooks(), preempted: map[string]*placement.Plan{}}
 }
 
-// pruneHolds forgets the preemption plans of gangs with no victim pending
-// any more: their hold ended, or goes on as a plain drain. The caller
-// holds b.mu.
+// pruneHolds forgets the preemption plans of gangs whose hold ended. The
+// caller holds b.mu.
 func (b *books) pruneHolds() {
 	for key := range b.preempted {
-		if b.core.Victims(key) == 0 {
+		if !b.core.Preempted(key) {
 			delete(b.preempted, key)
 		}
 	}
@@ -64,13 +63,39 @@ func (b *books) hold(key string, plan *placement.Plan, priority int32, victims [
 	return released, true
 }
 
-// preemption returns the plan of gang key's preemption while its victims
-// are pending.
+// preemption returns the plan of gang key's preemption while it holds the
+// domain (placement.Books.Preempted).
 func (b *books) preemption(key string) (*placement.Plan, bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	plan, ok := b.preempted[key]
-	return plan, ok && b.core.Victims(key) > 0
+	return plan, ok && b.core.Preempted(key)
+}
+
+// heldForOthers returns the nodes among nodes that other gangs'
+// preemptions hold and gang key, of the given priority, outranks, with
+// those gangs' priorities (placement.Preemptor.Held).
+func (b *books) heldForOthers(nodes []*placement.Node, key string, priority int32) map[string]int32 {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var out map[string]int32
+	for _, n := range nodes {
+		if by, q := b.core.PreemptedFor(n.Name); by != "" && by != key && q < priority {
+			if out == nil {
+				out = map[string]int32{}
+			}
+			out[n.Name] = q
+		}
+	}
+	return out
+}
+
+// pendingVictims counts gang key's victims not gone yet
+// (placement.Books.Victims).
+func (b *books) pendingVictims(key string) int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.core.Victims(key)
 }
 
 // victimGone records that pod, evicted for a gang's hold, is gone, and

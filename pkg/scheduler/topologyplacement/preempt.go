@@ -132,6 +132,7 @@ func (p *TopologyPlacement) preemptForGang(ctx context.Context, state fwk.CycleS
 	candidates, podsOf := p.candidates(pod, s.waiting.priority, snap, s.waiting.nodes)
 	pre, err := placement.Preempt(snap, placement.Preemptor{
 		Gang: s.waiting.gang, Priority: s.waiting.priority, Now: now, MinRuntime: p.args.PreemptionMinRuntime.Duration,
+		Held: p.books.heldForOthers(snap.Nodes, s.gang, s.waiting.priority),
 	}, candidates)
 	var none *placement.NoPreemption
 	if errors.As(err, &none) {

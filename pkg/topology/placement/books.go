@@ -59,6 +59,11 @@ type drain struct {
 	// progress, since pods that checkpoint on SIGTERM may take their whole
 	// grace period to go.
 	victims map[string]bool
+	// preempted marks a drain made by Hold: the gang paid for the domain
+	// with evictions, so it keeps it (Drain does not move it elsewhere)
+	// until it is planned, leaves, or the domain stalls, and does not
+	// preempt again meanwhile (Preempted).
+	preempted bool
 }
 
 // Held is one gang's plan in the books and which member slots pods have
@@ -416,8 +421,8 @@ func (b *Books) MarkPublished(key string) (*Held, bool) {
 // outrank the gang (KeptOff), so its free GPUs can grow past their most only
 // as often as it has GPUs, and a domain that stops freeing them stalls.
 func (b *Books) Drain(key string, d *topology.Domain, priority int32, free int, now time.Time) bool {
-	if old, ok := b.drains[key]; ok && len(old.victims) > 0 {
-		// The gang's hold (Hold) stays until its victims are gone.
+	if old, ok := b.drains[key]; ok && old.preempted {
+		// The domain the gang preempted for (Hold) stays its drain.
 		return old.domain.ID == d.ID
 	}
 	for _, node := range d.Nodes {
@@ -461,7 +466,7 @@ func (b *Books) Undrain(key string) bool {
 // evicts pods (their UIDs): the domain freed for a preemptor. As a drain it
 // keeps off pods of the gang's priority or lower (KeptOff), and it holds
 // while any of the pods is not gone (VictimGone), then as a drain that
-// progressed when the last one went. Drains of lower-priority gangs on d's
+// progressed when the last one went; Drain never moves it (Preempted). Drains of lower-priority gangs on d's
 // nodes are released, and their gangs returned, sorted: the preemptor
 // outranks them. It reports false, changing nothing, when a node of d is
 // drained for another gang of equal or higher priority.
@@ -481,7 +486,7 @@ func (b *Books) Hold(key string, d *topology.Domain, priority int32, pods []stri
 		b.Undrain(other)
 	}
 	b.Undrain(key)
-	dr := drain{domain: d, priority: priority, progressed: now, victims: make(map[string]bool, len(pods))}
+	dr := drain{domain: d, priority: priority, progressed: now, victims: make(map[string]bool, len(pods)), preempted: true}
 	for _, pod := range pods {
 		if prev, ok := b.victimOf[pod]; ok && prev != key {
 			// Evicted for another gang already: it leaves once, for both.
@@ -524,8 +529,25 @@ func (b *Books) EvictedFor(pod string) (string, bool) {
 	return key, ok
 }
 
+// PreemptedFor returns the gang whose preemption holds node (Hold,
+// Preempted), and its priority; "" when none does.
+func (b *Books) PreemptedFor(node string) (string, int32) {
+	if key := b.drainedFor[node]; b.drains[key].preempted {
+		return key, b.drains[key].priority
+	}
+	return "", 0
+}
+
 // Victims counts gang key's pending victims (Hold).
 func (b *Books) Victims(key string) int { return len(b.drains[key].victims) }
+
+// Preempted reports whether gang key holds a domain it preempted for
+// (Hold), its victims gone or not: it waits for that domain and should not
+// preempt again until the hold ends (Undrain, ExpireDrain). The victims'
+// going is seen by the books and the scheduler's own cache in no fixed
+// order, so a gang retried when its last victim went may still find no
+// room: that is no reason to evict more.
+func (b *Books) Preempted(key string) bool { return b.drains[key].preempted }
 
 // Drained returns the domain drained for gang key.
 func (b *Books) Drained(key string) (*topology.Domain, bool) {

@@ -100,7 +100,9 @@ import (
 //	  their cost and the plan, or why nothing is evicted. hold records the
 //	  preemption in the books (Books.Hold with the victims' pods) and
 //	  evicts nothing yet; the snapshot sees drains and holds of gangs the
-//	  preemptor does not outrank as drained, as the plugin's does.
+//	  preemptor does not outrank as drained, and taking over another
+//	  gang's hold costs as a victim of its priority (Preemptor.Held), as
+//	  in the plugin.
 //	evict key=ns/v [now=0s]
 //	  the victim's pods are gone: their GPUs are free again, and each is
 //	  reported to the books (Books.VictimGone)

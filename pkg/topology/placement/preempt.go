@@ -56,6 +56,11 @@ type Preemptor struct {
 	// before Now (the scheduler's minimum run time; 0 protects none).
 	Now        time.Time
 	MinRuntime time.Duration
+	// Held are the nodes of domains held for other gangs' preemptions
+	// that this gang outranks (Books.PreemptedFor), with those gangs'
+	// priorities. Taking such a domain over sends its gang to preempt
+	// again, so it costs as one more victim of that priority.
+	Held map[string]int32
 }
 
 // Cost is what a set of victims loses, compared in field order: the
@@ -141,6 +146,20 @@ func Preempt(s *Snapshot, p Preemptor, candidates []Victim) (*Preemption, error)
 			}
 		}
 	}
+	if pre, err := p.preempt(s, g, req, limit, eligible, byName, on); pre != nil || err != nil {
+		return pre, err
+	}
+	where := "any domain"
+	if limit < len(req.levelNames)-1 {
+		where = "one " + req.levelNames[limit]
+	}
+	return nil, &NoPreemption{Reason: fmt.Sprintf("evicting every lower-priority job that may be preempted would not make room for %s in %s%s",
+		describeGang(g.Members, g.GPUsPerMember), where, why)}
+}
+
+// preempt is Preempt's search. It returns nil and no error when no domain
+// can be freed.
+func (p Preemptor) preempt(s *Snapshot, g Gang, req request, limit int, eligible []scored, byName map[string]*Node, on map[string][]int) (*Preemption, error) {
 	for level := 0; level <= limit; level++ {
 		if level < limit && s.Tree.LevelAbsent(level) {
 			// Its domains hold the same nodes as those of the level
@@ -153,7 +172,7 @@ func Preempt(s *Snapshot, p Preemptor, candidates []Victim) (*Preemption, error)
 		at.Level, at.Mode, at.Widen, at.Implicit, at.NoDrain = req.levelNames[level], lockstep.Required, len(req.levelNames), false, true
 		var best *Preemption
 		for _, d := range s.Tree.Domains(level) {
-			c, ok := preemptIn(s, d, at, req, byName, eligible, on)
+			c, ok := preemptIn(s, d, at, req, byName, eligible, on, p.Held)
 			if ok && len(c.Victims) == 0 {
 				return nil, &NoPreemption{Reason: "the gang fits without preempting anything"}
 			}
@@ -167,12 +186,7 @@ func Preempt(s *Snapshot, p Preemptor, candidates []Victim) (*Preemption, error)
 			return best, nil
 		}
 	}
-	where := "any domain"
-	if limit < len(req.levelNames)-1 {
-		where = "one " + req.levelNames[limit]
-	}
-	return nil, &NoPreemption{Reason: fmt.Sprintf("evicting every lower-priority job that may be preempted would not make room for %s in %s%s",
-		describeGang(g.Members, g.GPUsPerMember), where, why)}
+	return nil, nil
 }
 
 // eligible returns the candidates the preemptor may evict, cheapest first,
@@ -222,7 +236,7 @@ type scored struct {
 // once d's nodes have room for every member (request.room summed, which
 // Place needs too), so a domain costs O(its nodes + its victims' pods) per
 // victim tried, and Place a handful of times.
-func preemptIn(s *Snapshot, d *topology.Domain, g Gang, req request, byName map[string]*Node, eligible []scored, on map[string][]int) (*Preemption, bool) {
+func preemptIn(s *Snapshot, d *topology.Domain, g Gang, req request, byName map[string]*Node, eligible []scored, on map[string][]int, held map[string]int32) (*Preemption, bool) {
 	for _, near := range g.Near {
 		if !slices.Contains(d.Nodes, near) {
 			return nil, false
@@ -322,6 +336,19 @@ func preemptIn(s *Snapshot, d *topology.Domain, g Gang, req request, byName map[
 			out.Cost.MaxPriority = c.v.Priority
 		}
 		out.Cost.GPUSeconds += c.gpuSeconds
+		out.Cost.Victims++
+	}
+	// A hold taken over: its gang must make room again elsewhere.
+	takeover, taken := int32(0), false
+	for _, name := range d.Nodes {
+		if q, ok := held[name]; ok && (!taken || q > takeover) {
+			takeover, taken = q, true
+		}
+	}
+	if taken {
+		if out.Cost.Victims == 0 || takeover > out.Cost.MaxPriority {
+			out.Cost.MaxPriority = takeover
+		}
 		out.Cost.Victims++
 	}
 	return out, true

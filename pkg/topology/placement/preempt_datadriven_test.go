@@ -67,6 +67,15 @@ func (s *script) preempt(t *testing.T, d *datadriven.TestData) (string, error) {
 	if err != nil {
 		return "", err
 	}
+	// As the plugin: the nodes held for other preemptions it outranks.
+	for _, n := range s.nodes {
+		if by, q := s.books.PreemptedFor(n.node.Name); by != "" && by != key && q < p.Priority {
+			if p.Held == nil {
+				p.Held = map[string]int32{}
+			}
+			p.Held[n.node.Name] = q
+		}
+	}
 	var b strings.Builder
 	candidates := make([]Victim, 0, len(s.victims))
 	for _, k := range sortedKeys(s.victims) {
