@@ -339,10 +339,10 @@ func preemptionNotes(scheds []scheduler, compression float64) []string {
 	}
 	var notes []string
 	if len(keep) > 0 {
-		notes = append(notes, fmt.Sprintf("%s keep upstream's DefaultPreemption in their profiles (kube-scheduler and Coscheduling as their default profiles have it): a pending pod evicts lower-priority pods on one node for itself, whichever gangs they belong to.", strings.Join(keep, ", ")))
+		notes = append(notes, fmt.Sprintf("Upstream's DefaultPreemption is in the scheduler profile of %s (kube-scheduler's and Coscheduling's default profiles have it): a pending pod evicts lower-priority pods on one node for itself, whichever gangs they belong to.", strings.Join(keep, ", ")))
 	}
 	if len(drop) > 0 {
-		notes = append(notes, fmt.Sprintf("%s run without DefaultPreemption.", strings.Join(drop, ", ")))
+		notes = append(notes, fmt.Sprintf("DefaultPreemption is disabled in the scheduler profile of %s.", strings.Join(drop, ", ")))
 	}
 	rb := restartBackoff(compression)
 	notes = append(notes, fmt.Sprintf("A preempted job restarts whole (the TrainingJob controller's gang restart) after its restart backoff, compressed like the trace: %d s, doubling up to %d s of replay time; its backoffLimit is %d.",

@@ -224,14 +224,14 @@ func (o *observer) onPod(obj any, gone bool) {
 	}
 	if (gone || pod.DeletionTimestamp != nil) && ps.deleted.IsZero() {
 		if ps.holdsGPUs() {
-			ps.preempted, ps.preemptor = preemptedBy(pod)
 			o.lastProgress = now
 		}
 		ps.deleted = now
 	}
 	if !ps.preempted && !ps.deleted.IsZero() && ps.finished.IsZero() && !ps.bound.IsZero() {
-		// The condition is written before the deletion; should an event
-		// show them the other way round, the later one still counts.
+		// Deleted while it held its GPUs. The scheduler writes the
+		// condition before it deletes; each later event of the pod is read
+		// again, should one show them the other way round.
 		ps.preempted, ps.preemptor = preemptedBy(pod)
 	}
 	ps.running = pod.Status.Phase == corev1.PodRunning && ps.deleted.IsZero()
@@ -311,11 +311,16 @@ func (o *observer) releaseLoop(ctx context.Context) {
 				continue
 			}
 			o.mu.Lock()
+			run := o.jobs[id].current()
 			uids := map[string]types.UID{}
-			for name, ps := range o.jobs[id].current().pods {
+			for name, ps := range run.pods {
 				uids[name] = ps.uid
 			}
+			stale := run.incarnation != rel.incarnation
 			o.mu.Unlock()
+			if stale {
+				continue
+			}
 			names := slices.Collect(maps.Keys(uids))
 			// KWOK counts each pod's runtime from its own patch, and the
 			// job ends with its last pod: patching a 32-pod gang one pod at
