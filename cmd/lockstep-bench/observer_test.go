@@ -172,7 +172,9 @@ func TestObserverRuns(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			o := newObserver(nil, nil, benchNamespace, 1, true, nil)
+			// Room for every release of the test, so none waits in a
+			// goroutine (queueRelease) and draining is deterministic.
+			o := newObserver(nil, nil, benchNamespace, 4, true, nil)
 			done := make(chan struct{})
 			defer close(done)
 			o.done = done
@@ -191,7 +193,7 @@ func TestObserverRuns(t *testing.T) {
 				select {
 				case <-o.releases:
 					releases++
-				case <-time.After(50 * time.Millisecond):
+				default:
 					break drain
 				}
 			}
