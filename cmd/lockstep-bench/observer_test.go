@@ -221,3 +221,26 @@ func TestObserverRuns(t *testing.T) {
 		})
 	}
 }
+
+// TestQueueReleaseOverflows: a job restarted while its release is queued
+// is queued again without blocking the pod handler, and both arrive.
+func TestQueueReleaseOverflows(t *testing.T) {
+	o := newObserver(nil, nil, benchNamespace, 1, true, nil)
+	done := make(chan struct{})
+	defer close(done)
+	o.done = done
+	o.queueRelease(release{job: "g", incarnation: 0})
+	o.queueRelease(release{job: "g", incarnation: 1}) // must not block
+	var got []release
+	for range 2 {
+		select {
+		case r := <-o.releases:
+			got = append(got, r)
+		case <-time.After(10 * time.Second):
+			t.Fatalf("got releases %v, want two", got)
+		}
+	}
+	if diff := cmp.Diff([]release{{"g", 0}, {"g", 1}}, got, cmp.AllowUnexported(release{})); diff != "" {
+		t.Errorf("releases (-want,+got):\n%s", diff)
+	}
+}
