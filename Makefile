@@ -164,6 +164,11 @@ BENCH_OUT ?= docs/benchmarks/results
 BENCH_SCALE_OUT ?= $(ROOT)/_output/bench-scale
 BENCH_MODEL ?= test/e2e/models/hgx-32-oversubscribed.yaml
 BENCH_TRACE ?= test/e2e/traces/default.csv
+# The trace of two priority classes make bench replays after BENCH_TRACE, for
+# the report's Priorities table; empty skips it. make bench-priority replays
+# only it, into BENCH_PRIORITY_OUT (never the committed report).
+BENCH_PRIORITY_TRACE ?= test/e2e/traces/priority.csv
+BENCH_PRIORITY_OUT ?= $(ROOT)/_output/bench-priority
 BENCH_SCALE_MODEL ?= test/e2e/models/scale-5000.yaml
 # Extra lockstep-bench flags, e.g. BENCH_FLAGS=--schedulers=lockstep.
 BENCH_FLAGS ?=
@@ -173,10 +178,16 @@ BENCH_FLAGS ?=
 BENCH_ROUNDS ?= 3
 
 .PHONY: bench
-bench: tools build ## Replay BENCH_TRACE on BENCH_MODEL with kube-scheduler, Coscheduling and Lockstep, sweep Lockstep's preferredWait, then time a gang burst on BENCH_SCALE_MODEL (KWOK and in process); results in BENCH_OUT.
+bench: tools build ## Replay BENCH_TRACE, then BENCH_PRIORITY_TRACE, on BENCH_MODEL with kube-scheduler, Coscheduling and Lockstep, sweep Lockstep's preferredWait, then time a gang burst on BENCH_SCALE_MODEL (KWOK and in process); results in BENCH_OUT.
 	$(BIN)/lockstep-bench --bin $(BIN) --model $(BENCH_MODEL) --trace $(BENCH_TRACE) \
+	  --priority-trace=$(BENCH_PRIORITY_TRACE) \
 	  --scale-model $(BENCH_SCALE_MODEL) --inprocess-model $(BENCH_SCALE_MODEL) --inprocess-rounds $(BENCH_ROUNDS) \
 	  --out $(BENCH_OUT) $(BENCH_FLAGS)
+
+.PHONY: bench-priority
+bench-priority: tools build ## Only the priority replay: BENCH_PRIORITY_TRACE on BENCH_MODEL with kube-scheduler, Coscheduling and Lockstep (BENCH_FLAGS=--schedulers=... for fewer); results in BENCH_PRIORITY_OUT.
+	$(BIN)/lockstep-bench --bin $(BIN) --model $(BENCH_MODEL) --skip-replay --sweep-preferred-wait= \
+	  --priority-trace=$(BENCH_PRIORITY_TRACE) --out $(BENCH_PRIORITY_OUT) $(BENCH_FLAGS)
 
 .PHONY: bench-scale
 bench-scale: tools build ## Only the in-process scale run: kube-scheduler and Lockstep in turn in one process on BENCH_SCALE_MODEL, BENCH_ROUNDS rounds; results in BENCH_SCALE_OUT.

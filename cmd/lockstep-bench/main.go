@@ -2,8 +2,10 @@
 // local clusters of fake GPU nodes, once per scheduler (the stock
 // kube-scheduler, kube-scheduler with scheduler-plugins' Coscheduling, and
 // Lockstep), and reports placement quality, gang waits, utilization and
-// throughput side by side; then it measures pods bound per second for a
-// burst of gangs on a large cluster model. See docs/benchmarks.md.
+// throughput side by side; then it replays a trace of two priority classes
+// the same way, for the high class's waits and what preemption cost; then
+// it measures pods bound per second for a burst of gangs on a large
+// cluster model. See docs/benchmarks.md.
 package main
 
 import (
@@ -35,6 +37,9 @@ type options struct {
 	schedulers             string
 	compression            float64
 	stall, timeout         time.Duration
+
+	priorityTrace   string
+	priorityTimeout time.Duration
 
 	scaleModel      string
 	scaleGangs      int
@@ -77,7 +82,9 @@ func main() {
 	fs.StringVar(&o.scaleSchedulers, "scale-schedulers", "kube-scheduler,lockstep", "schedulers of the scale run")
 	fs.StringVar(&o.inProcessModel, "inprocess-model", "", "cluster model of the in-process scale run (internal/perf: schedulers in this process, no KWOK); empty skips it")
 	fs.IntVar(&o.inProcessRounds, "inprocess-rounds", 3, "rounds of the in-process scale run, each running kube-scheduler then Lockstep on the --scale-gangs burst")
-	fs.BoolVar(&o.skipReplay, "skip-replay", false, "skip the trace replays: run only the scale runs")
+	fs.BoolVar(&o.skipReplay, "skip-replay", false, "skip the --trace replays (the --priority-trace replay still runs when given)")
+	fs.StringVar(&o.priorityTrace, "priority-trace", "", "job trace with priority classes (the priority column) to replay once per scheduler after the --trace replays, for the report's Priorities table; empty skips it")
+	fs.DurationVar(&o.priorityTimeout, "priority-timeout", 5*time.Minute, "longest --priority-trace replay per scheduler")
 	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the in-process scale run to this file")
 	fs.StringVar(&o.memProfile, "memprofile", "", "write a heap profile after each in-process run has bound every pod, to FILE.<scheduler>.<round>")
 	fs.StringVar(&o.render, "render", "", "only rewrite report.md and the plots of this results directory from its results.json (after a change of the report's format); runs nothing")
@@ -155,6 +162,16 @@ func run(ctx context.Context, o options) error {
 		return err
 	}
 	jobs = bench.Compress(jobs, o.compression)
+	var priorityJobs []bench.Job
+	if o.priorityTrace != "" {
+		if priorityJobs, err = loadTrace(o.priorityTrace, model); err != nil {
+			return err
+		}
+		priorityJobs = bench.Compress(priorityJobs, o.compression)
+		if o.priorityTimeout <= 0 {
+			return fmt.Errorf("--priority-timeout %s: must be more than 0", o.priorityTimeout)
+		}
+	}
 	var scaleScheds []scheduler
 	if o.scaleModel != "" {
 		// The burst has no constraints and no clock to compress.
@@ -206,10 +223,11 @@ func run(ctx context.Context, o options) error {
 	}
 	ro := replayOptions{root: root, model: o.model, logDir: filepath.Join(out, "logs"), stall: o.stall, timeout: o.timeout, progressEvery: 10 * time.Second,
 		runtime: runtime, compression: o.compression}
+	replayScheds := scheds
 	if o.skipReplay {
-		scheds = nil
+		replayScheds = nil
 	}
-	for _, s := range scheds {
+	for _, s := range replayScheds {
 		observed, err := replay(ctx, ro, s, jobs)
 		if err != nil {
 			return fmt.Errorf("replay on %s: %w", s.Name, err)
@@ -225,6 +243,26 @@ func run(ctx context.Context, o options) error {
 	// scale run does not lose them.
 	if err := report.WriteAll(out); err != nil {
 		return fmt.Errorf("writing the report to %s: %w", out, err)
+	}
+	if o.priorityTrace != "" {
+		report.Priority = &bench.PriorityReplay{Trace: o.priorityTrace, Notes: preemptionNotes(scheds, o.compression)}
+		po := ro
+		po.timeout = o.priorityTimeout
+		for _, s := range scheds {
+			fmt.Printf("priority trace %s on %s\n", o.priorityTrace, s.Name)
+			observed, err := replay(ctx, po, s, priorityJobs)
+			if err != nil {
+				return fmt.Errorf("priority replay on %s: %w", s.Name, err)
+			}
+			result, err := bench.Summarize(cluster, observed)
+			if err != nil {
+				return fmt.Errorf("summarizing the %s priority replay: %w", s.Name, err)
+			}
+			report.Priority.Results = append(report.Priority.Results, result)
+			if err := report.WriteAll(out); err != nil {
+				return fmt.Errorf("writing the report to %s: %w", out, err)
+			}
+		}
 	}
 	if len(sweepWaits) > 0 {
 		report.Sweep = &bench.Sweep{DeployedWaitSeconds: deployedWait.Seconds()}
@@ -286,6 +324,30 @@ func run(ctx context.Context, o options) error {
 	}
 	fmt.Printf("\nResults in %s (report.md, results.json, *.png)\n", out)
 	return nil
+}
+
+// preemptionNotes say how the schedulers preempt and how a preempted job
+// comes back, for the Priorities table.
+func preemptionNotes(scheds []scheduler, compression float64) []string {
+	var keep, drop []string
+	for _, s := range scheds {
+		if keepsDefaultPreemption(s.config) {
+			keep = append(keep, s.Name)
+		} else {
+			drop = append(drop, s.Name)
+		}
+	}
+	var notes []string
+	if len(keep) > 0 {
+		notes = append(notes, fmt.Sprintf("Upstream's DefaultPreemption is in the scheduler profile of %s (kube-scheduler's and Coscheduling's default profiles have it): a pending pod evicts lower-priority pods on one node for itself, whichever gangs they belong to.", strings.Join(keep, ", ")))
+	}
+	if len(drop) > 0 {
+		notes = append(notes, fmt.Sprintf("DefaultPreemption is disabled in the scheduler profile of %s.", strings.Join(drop, ", ")))
+	}
+	rb := restartBackoff(compression)
+	notes = append(notes, fmt.Sprintf("A preempted job restarts whole (the TrainingJob controller's gang restart) after its restart backoff, compressed like the trace: %d s, doubling up to %d s of replay time; its backoffLimit is %d.",
+		*rb.InitialSeconds, *rb.MaxSeconds, benchBackoffLimit))
+	return notes
 }
 
 // resultOf returns the result of the named scheduler.

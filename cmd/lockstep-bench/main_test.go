@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"k8s.io/utils/ptr"
 
 	"github.com/lockstep-dev/lockstep/pkg/apis/lockstep/v1alpha1"
 	"github.com/lockstep-dev/lockstep/pkg/bench"
@@ -86,20 +87,31 @@ func TestTrainingJobFromTrace(t *testing.T) {
 	tests := []struct {
 		name        string
 		job         bench.Job
+		compression float64
 		wantWorkers int32
 		wantTopo    *v1alpha1.TopologyConstraint
+		wantRun     *v1alpha1.RunPolicy
 	}{
-		{name: "single pod", job: bench.Job{ID: "one", Replicas: 1, GPUsPerReplica: 1, Duration: time.Minute}},
 		{
-			name:        "gang with constraint",
-			job:         bench.Job{ID: "gang", Replicas: 4, GPUsPerReplica: 8, Duration: time.Minute, Topology: &bench.Constraint{Level: "leaf", Mode: bench.ModeRequired}},
+			name: "single pod", job: bench.Job{ID: "one", Replicas: 1, GPUsPerReplica: 1, Duration: time.Minute}, compression: 1,
+			wantRun: &v1alpha1.RunPolicy{BackoffLimit: ptr.To[int32](1000),
+				RestartBackoff: &v1alpha1.RestartBackoff{InitialSeconds: ptr.To[int32](10), MaxSeconds: ptr.To[int32](360), ResetAfterSeconds: ptr.To[int32](600)}},
+		},
+		{
+			name:        "gang with constraint and priority class, compressed 60×",
+			job:         bench.Job{ID: "gang", Replicas: 4, GPUsPerReplica: 8, Duration: time.Minute, Topology: &bench.Constraint{Level: "leaf", Mode: bench.ModeRequired}, Priority: bench.PriorityHigh},
+			compression: 60,
 			wantWorkers: 3,
 			wantTopo:    &v1alpha1.TopologyConstraint{Level: "leaf", Mode: v1alpha1.TopologyRequired},
+			// 10 s, 360 s and 600 s over 60, floored at 1 s.
+			wantRun: &v1alpha1.RunPolicy{BackoffLimit: ptr.To[int32](1000),
+				RestartBackoff:   &v1alpha1.RestartBackoff{InitialSeconds: ptr.To[int32](1), MaxSeconds: ptr.To[int32](6), ResetAfterSeconds: ptr.To[int32](10)},
+				SchedulingPolicy: &v1alpha1.SchedulingPolicy{PriorityClass: bench.PriorityHigh}},
 		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			tj := trainingJob(tt.job)
+			tj := trainingJob(tt.job, tt.compression)
 			if errs := tj.Validate(); len(errs) > 0 {
 				t.Fatalf("invalid TrainingJob: %v", errs.ToAggregate())
 			}
@@ -124,6 +136,9 @@ func TestTrainingJobFromTrace(t *testing.T) {
 			}
 			if diff := cmp.Diff(tt.wantTopo, tj.Spec.Topology); diff != "" {
 				t.Errorf("topology (-want,+got):\n%s", diff)
+			}
+			if diff := cmp.Diff(tt.wantRun, tj.Spec.RunPolicy); diff != "" {
+				t.Errorf("runPolicy (-want,+got):\n%s", diff)
 			}
 		})
 	}
@@ -271,5 +286,51 @@ func TestReplayBackoffIsCompressed(t *testing.T) {
 				t.Errorf("%gx: %s's backoff (-want,+got):\n%s", tt.compression, name, diff)
 			}
 		}
+	}
+}
+
+// TestSchedulersKeepDefaultPreemption is what the priority replay's report
+// says: every scheduler compared keeps upstream's DefaultPreemption.
+func TestSchedulersKeepDefaultPreemption(t *testing.T) {
+	cfg, _, _, err := compressedConfig(filepath.Join("..", ".."), 60, -1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range schedulers(cfg) {
+		if !keepsDefaultPreemption(s.config) {
+			t.Errorf("%s: its configuration disables DefaultPreemption", s.Name)
+		}
+	}
+}
+
+func TestKeepsDefaultPreemption(t *testing.T) {
+	profile := func(plugins map[string]any) map[string]any {
+		return map[string]any{"profiles": []any{
+			map[string]any{"schedulerName": "a"},
+			map[string]any{"schedulerName": "b", "plugins": plugins},
+		}}
+	}
+	disable := func(name string) map[string]any {
+		return map[string]any{"disabled": []any{map[string]any{"name": name}}}
+	}
+	tests := []struct {
+		name string
+		cfg  map[string]any
+		want bool
+	}{
+		{"default profiles", profile(nil), true},
+		{"only queueSort disabled", profile(map[string]any{"queueSort": disable("*")}), true},
+		{"another postFilter plugin disabled", profile(map[string]any{"postFilter": disable("Coscheduling")}), true},
+		{"postFilter disabled", profile(map[string]any{"postFilter": disable(defaultPreemption)}), false},
+		{"every postFilter plugin disabled", profile(map[string]any{"postFilter": disable("*")}), false},
+		{"multiPoint disabled", profile(map[string]any{"multiPoint": disable(defaultPreemption)}), false},
+		{"no profiles", map[string]any{}, false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := keepsDefaultPreemption(tc.cfg); got != tc.want {
+				t.Errorf("keepsDefaultPreemption = %v, want %v", got, tc.want)
+			}
+		})
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -29,6 +30,14 @@ import (
 // observer watches the benchmark's pods and records, for each job, when its
 // pods were bound, to which node and GPUs, and when they finished.
 //
+// A job may run more than once: when the scheduler preempts a pod of a gang
+// (deletes it with a DisruptionTarget condition of reason
+// PreemptionByScheduler), the controller restarts the whole gang, deleting
+// the other pods and creating them all again under the same names with the
+// next incarnation label. The observer keeps each incarnation as a run of
+// its own: the job finishes with its last run, and the earlier ones are
+// what preemption cost (bench.EarlierRun).
+//
 // It also plays the training processes' rendezvous: a pod's simulated run
 // starts only once every pod of its gang is running, as ranks block in
 // init_process_group until the world is complete. A gang placed in part
@@ -49,10 +58,12 @@ type observer struct {
 
 	mu   sync.Mutex
 	jobs map[string]*jobState
-	// lastProgress is the last submission, bind or finish.
+	// lastProgress is the last submission, bind, finish or deletion.
 	lastProgress time.Time
-	// releases queues jobs whose gang is complete, for the release workers.
-	releases chan string
+	// releases queues runs whose gang is complete, for the release
+	// workers; done closes with the context start was given.
+	releases chan release
+	done     <-chan struct{}
 	// releaseErr is the first failure to release a gang.
 	releaseErr error
 }
@@ -60,10 +71,17 @@ type observer struct {
 type jobState struct {
 	job       bench.Job
 	submitted time.Time
-	pods      map[string]*podState
-	released  bool
-	// slowdown is the runtime model's factor at release.
+	// runs are the job's incarnations in order; the last is current.
+	runs []*runState
+	// slowdown is the runtime model's factor at the last release.
 	slowdown float64
+}
+
+// runState is one incarnation of a job: the pods of one gang.
+type runState struct {
+	incarnation int
+	pods        map[string]*podState
+	released    bool
 }
 
 type podState struct {
@@ -73,6 +91,42 @@ type podState struct {
 	bound    time.Time
 	running  bool
 	finished time.Time
+	// deleted is when the pod was first seen deleting or gone.
+	deleted time.Time
+	// preempted says the pod was deleted while it held its GPUs, by
+	// preemption; preemptor is who took its place, when Lockstep says.
+	preempted bool
+	preemptor string
+}
+
+// release is a complete gang to start: a job's run.
+type release struct {
+	job         string
+	incarnation int
+}
+
+// current returns the job's current run.
+func (js *jobState) current() *runState { return js.runs[len(js.runs)-1] }
+
+// run returns the job's run of incarnation inc, adding it when it is newer
+// than the current one; nil for an older incarnation never seen.
+func (js *jobState) run(inc int) *runState {
+	if cur := js.current(); inc > cur.incarnation {
+		js.runs = append(js.runs, &runState{incarnation: inc, pods: map[string]*podState{}})
+		return js.current()
+	}
+	for _, r := range js.runs {
+		if r.incarnation == inc {
+			return r
+		}
+	}
+	return nil
+}
+
+// holdsGPUs reports whether the pod is bound and has neither ended nor been
+// deleted.
+func (ps *podState) holdsGPUs() bool {
+	return !ps.bound.IsZero() && ps.finished.IsZero() && ps.deleted.IsZero()
 }
 
 // newObserver watches namespace for up to jobs jobs. Each job is queued
@@ -85,7 +139,7 @@ func newObserver(clientset kubernetes.Interface, c client.Client, namespace stri
 		rendezvous: rendezvous,
 		runtime:    runtime,
 		jobs:       map[string]*jobState{},
-		releases:   make(chan string, jobs),
+		releases:   make(chan release, jobs),
 	}
 }
 
@@ -98,9 +152,11 @@ const releaseWorkers = 4
 func (o *observer) start(ctx context.Context) error {
 	factory := informers.NewSharedInformerFactoryWithOptions(o.clientset, 0, informers.WithNamespace(o.namespace))
 	pods := factory.Core().V1().Pods().Informer()
+	o.done = ctx.Done()
 	if _, err := pods.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(obj any) { o.onPod(obj) },
-		UpdateFunc: func(_, obj any) { o.onPod(obj) },
+		AddFunc:    func(obj any) { o.onPod(obj, false) },
+		UpdateFunc: func(_, obj any) { o.onPod(obj, false) },
+		DeleteFunc: func(obj any) { o.onPod(obj, true) },
 	}); err != nil {
 		return fmt.Errorf("watching pods: %w", err)
 	}
@@ -121,11 +177,15 @@ func (o *observer) start(ctx context.Context) error {
 func (o *observer) submitted(j bench.Job, at time.Time) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	o.jobs[j.ID] = &jobState{job: j, submitted: at, pods: map[string]*podState{}}
+	o.jobs[j.ID] = &jobState{job: j, submitted: at, runs: []*runState{{pods: map[string]*podState{}}}}
 	o.lastProgress = at
 }
 
-func (o *observer) onPod(obj any) {
+// onPod records a pod's add, update or, when gone, deletion.
+func (o *observer) onPod(obj any, gone bool) {
+	if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = tomb.Obj
+	}
 	pod, ok := obj.(*corev1.Pod)
 	if !ok {
 		return
@@ -137,11 +197,21 @@ func (o *observer) onPod(obj any) {
 	if js == nil {
 		return
 	}
-	ps := js.pods[pod.Name]
+	// A pod without a readable incarnation is the first run's, as the
+	// controller labels every pod it creates.
+	inc, _ := strconv.Atoi(pod.Labels[lockstep.LabelIncarnation])
+	run := js.run(inc)
+	if run == nil {
+		return
+	}
+	ps := run.pods[pod.Name]
 	if ps == nil || ps.uid != pod.UID {
+		if gone {
+			return
+		}
 		// A pod replaced under the same name starts over.
 		ps = &podState{uid: pod.UID}
-		js.pods[pod.Name] = ps
+		run.pods[pod.Name] = ps
 	}
 	if pod.Spec.NodeName != "" && ps.bound.IsZero() {
 		ps.bound, ps.node = now, pod.Spec.NodeName
@@ -152,23 +222,65 @@ func (o *observer) onPod(obj any) {
 		// allocation may still fill it in.
 		ps.gpus, _ = topology.ParseGPUList(s)
 	}
-	ps.running = pod.Status.Phase == corev1.PodRunning
-	if (pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed) && ps.finished.IsZero() {
+	if (gone || pod.DeletionTimestamp != nil) && ps.deleted.IsZero() {
+		if ps.holdsGPUs() {
+			o.lastProgress = now
+		}
+		ps.deleted = now
+	}
+	if !ps.preempted && !ps.deleted.IsZero() && ps.finished.IsZero() && !ps.bound.IsZero() {
+		// Deleted while it held its GPUs. The scheduler writes the
+		// condition before it deletes; each later event of the pod is read
+		// again, should one show them the other way round.
+		ps.preempted, ps.preemptor = preemptedBy(pod)
+	}
+	ps.running = pod.Status.Phase == corev1.PodRunning && ps.deleted.IsZero()
+	if (pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed) && ps.finished.IsZero() && ps.deleted.IsZero() {
 		ps.finished = now
 		o.lastProgress = now
 	}
-	if o.rendezvous && !js.released && o.gangRunning(js) {
-		js.released = true
-		o.releases <- js.job.ID
+	if o.rendezvous && run == js.current() && !run.released && run.gangRunning(js.job) {
+		run.released = true
+		o.queueRelease(release{job: js.job.ID, incarnation: run.incarnation})
 	}
 }
 
-// gangRunning reports whether every pod of the job exists and runs.
-func (o *observer) gangRunning(js *jobState) bool {
-	if len(js.pods) < js.job.Replicas {
+// queueRelease queues r without blocking the pod handler: a job is queued
+// once per run, and a job preempted and restarted while its release is
+// still queued may overflow the queue's room of one per job.
+func (o *observer) queueRelease(r release) {
+	select {
+	case o.releases <- r:
+	default:
+		go func() {
+			select {
+			case o.releases <- r:
+			case <-o.done:
+			}
+		}()
+	}
+}
+
+// preemptedBy reports whether the scheduler preempted pod: a
+// DisruptionTarget condition of reason PreemptionByScheduler, which
+// upstream's DefaultPreemption and Lockstep both write before deleting a
+// victim; preemptor is who took its place when Lockstep's message says.
+func preemptedBy(pod *corev1.Pod) (preempted bool, preemptor string) {
+	for _, c := range pod.Status.Conditions {
+		if c.Type == corev1.DisruptionTarget && c.Status == corev1.ConditionTrue && c.Reason == corev1.PodReasonPreemptionByScheduler {
+			p, _ := lockstep.ParsePreemption(c.Message)
+			return true, p.Preemptor
+		}
+	}
+	return false, ""
+}
+
+// gangRunning reports whether every pod of job exists in the run and runs.
+func (r *runState) gangRunning(job bench.Job) bool {
+	if len(r.pods) < job.Replicas {
 		return false
 	}
-	for _, ps := range js.pods {
+	for _, ps := range r.pods {
 		if !ps.running {
 			return false
 		}
@@ -184,28 +296,32 @@ func (o *observer) releaseLoop(ctx context.Context) {
 		select {
 		case <-ctx.Done():
 			return
-		case id := <-o.releases:
-			runtime, err := o.placedRuntime(ctx, id)
+		case rel := <-o.releases:
+			id := rel.job
+			runtime, ok, err := o.placedRuntime(ctx, rel)
 			if err != nil {
 				if ctx.Err() == nil {
 					o.fail(fmt.Errorf("job %s: simulated runtime: %w", id, err))
 				}
 				continue
 			}
-			o.mu.Lock()
-			js := o.jobs[id]
-			names := make([]string, 0, len(js.pods))
-			for name := range js.pods {
-				names = append(names, name)
-			}
-			o.mu.Unlock()
-			patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{
-				lockstep.AnnotationSimulatedRuntime: runtime.String(),
-			}}})
-			if err != nil {
-				o.fail(err)
+			if !ok {
+				// Preempted before its release: the next run is released
+				// in its turn.
 				continue
 			}
+			o.mu.Lock()
+			run := o.jobs[id].current()
+			uids := map[string]types.UID{}
+			for name, ps := range run.pods {
+				uids[name] = ps.uid
+			}
+			stale := run.incarnation != rel.incarnation
+			o.mu.Unlock()
+			if stale {
+				continue
+			}
+			names := slices.Collect(maps.Keys(uids))
 			// KWOK counts each pod's runtime from its own patch, and the
 			// job ends with its last pod: patching a 32-pod gang one pod at
 			// a time would add the sum of the patches' latencies to its
@@ -214,12 +330,22 @@ func (o *observer) releaseLoop(ctx context.Context) {
 			var wg sync.WaitGroup
 			sem := make(chan struct{}, releasePatchParallelism)
 			for _, name := range names {
+				// The UID makes the patch conditional: a pod of the next
+				// run under the same name is not released with this one.
+				patch, err := json.Marshal(map[string]any{"metadata": map[string]any{
+					"uid":         uids[name],
+					"annotations": map[string]string{lockstep.AnnotationSimulatedRuntime: runtime.String()},
+				}})
+				if err != nil {
+					o.fail(err)
+					break
+				}
 				wg.Add(1)
 				sem <- struct{}{}
 				go func() {
 					defer func() { <-sem; wg.Done() }()
 					_, err := o.clientset.CoreV1().Pods(o.namespace).Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{})
-					if err != nil && !apierrors.IsNotFound(err) && ctx.Err() == nil {
+					if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) && ctx.Err() == nil {
 						o.fail(fmt.Errorf("releasing pod %s/%s of job %s: %w", o.namespace, name, id, err))
 					}
 				}()
@@ -239,37 +365,44 @@ const releasePatchParallelism = 16
 // wait delays the gang's start, so it is kept short.
 const gpuSetWait = time.Second
 
-// placedRuntime returns the simulated runtime of job id, whose gang is
-// whole, from the nodes and GPUs its pods hold, and records the slowdown.
-func (o *observer) placedRuntime(ctx context.Context, id string) (time.Duration, error) {
-	pods := func() (bench.Job, []bench.PodRun) {
+// placedRuntime returns the simulated runtime of the released run, whose
+// gang is whole, from the nodes and GPUs its pods hold, and records the
+// slowdown; ok is false when the run is no longer the job's current one.
+func (o *observer) placedRuntime(ctx context.Context, rel release) (runtime time.Duration, ok bool, err error) {
+	pods := func() (bench.Job, []bench.PodRun, bool) {
 		o.mu.Lock()
 		defer o.mu.Unlock()
-		js := o.jobs[id]
+		js := o.jobs[rel.job]
+		run := js.current()
 		var pods []bench.PodRun
-		for _, n := range slices.Sorted(maps.Keys(js.pods)) {
-			ps := js.pods[n]
+		for _, n := range slices.Sorted(maps.Keys(run.pods)) {
+			ps := run.pods[n]
 			pods = append(pods, bench.PodRun{Name: n, Node: ps.node, GPUs: ps.gpus, Bound: ps.bound})
 		}
-		return js.job, pods
+		return js.job, pods, run.incarnation == rel.incarnation
 	}
-	job, placed := pods()
+	job, placed, ok := pods()
+	if !ok {
+		return 0, false, nil
+	}
 	if o.runtime == nil {
-		return job.Duration, nil
+		return job.Duration, true, nil
 	}
 	deadline := time.Now().Add(gpuSetWait)
 	for {
 		runtime, slowdown, err := o.runtime.Runtime(job, placed)
 		if errors.Is(err, bench.ErrUnmodelled) && time.Now().Before(deadline) && !o.wholeNodes(job, placed) {
 			if err := o.fillGPUs(ctx, o.client); err != nil {
-				return 0, err
+				return 0, false, err
 			}
 			select {
 			case <-ctx.Done():
-				return 0, ctx.Err()
+				return 0, false, ctx.Err()
 			case <-time.After(100 * time.Millisecond):
 			}
-			job, placed = pods()
+			if job, placed, ok = pods(); !ok {
+				return 0, false, nil
+			}
 			continue
 		}
 		if errors.Is(err, bench.ErrUnmodelled) {
@@ -285,12 +418,12 @@ func (o *observer) placedRuntime(ctx context.Context, id string) (time.Duration,
 			runtime, slowdown, err = o.runtime.Runtime(job, placed)
 		}
 		if err != nil {
-			return 0, err
+			return 0, false, err
 		}
 		o.mu.Lock()
-		o.jobs[id].slowdown = slowdown
+		o.jobs[rel.job].slowdown = slowdown
 		o.mu.Unlock()
-		return runtime, nil
+		return runtime, true, nil
 	}
 }
 
@@ -337,7 +470,7 @@ func (o *observer) fillGPUs(ctx context.Context, c client.Client) error {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	for _, js := range o.jobs {
-		for _, ps := range js.pods {
+		for _, ps := range js.current().pods {
 			if ps.gpus == 0 && !ps.bound.IsZero() {
 				ps.gpus = byUID[ps.uid]
 			}
@@ -352,7 +485,7 @@ func (o *observer) bindTimes() (binds []time.Time, pods int) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	for _, js := range o.jobs {
-		for _, ps := range js.pods {
+		for _, ps := range js.current().pods {
 			pods++
 			if !ps.bound.IsZero() {
 				binds = append(binds, ps.bound)
@@ -370,18 +503,21 @@ type progress struct {
 	// releasedUnfinished counts complete gangs still running: while there
 	// are any, something will change.
 	releasedUnfinished int
-	lastProgress       time.Time
-	releaseErr         error
+	// evictedPods are the pods preempted so far.
+	evictedPods  int
+	lastProgress time.Time
+	releaseErr   error
 }
 
 // finishedAt is when the job's last pod finished, zero until every pod of
-// the job exists and has finished.
+// the job's current run exists and has finished.
 func (js *jobState) finishedAt() time.Time {
-	if len(js.pods) < js.job.Replicas {
+	pods := js.current().pods
+	if len(pods) < js.job.Replicas {
 		return time.Time{}
 	}
 	var last time.Time
-	for _, ps := range js.pods {
+	for _, ps := range pods {
 		if ps.finished.IsZero() {
 			return time.Time{}
 		}
@@ -397,15 +533,20 @@ func (o *observer) progress() progress {
 	defer o.mu.Unlock()
 	p := progress{submitted: len(o.jobs), lastProgress: o.lastProgress, releaseErr: o.releaseErr}
 	for _, js := range o.jobs {
-		for _, ps := range js.pods {
-			if ps.finished.IsZero() && !ps.bound.IsZero() {
-				p.busyGPUs += js.job.GPUsPerReplica
+		for _, run := range js.runs {
+			for _, ps := range run.pods {
+				if ps.holdsGPUs() {
+					p.busyGPUs += js.job.GPUsPerReplica
+				}
+				if ps.preempted {
+					p.evictedPods++
+				}
 			}
 		}
 		switch {
 		case !js.finishedAt().IsZero():
 			p.finished++
-		case js.released:
+		case js.current().released:
 			p.running++
 			p.releasedUnfinished++
 		default:
@@ -421,10 +562,12 @@ func (o *observer) run(name string, start, end time.Time, samples []bench.Sample
 	defer o.mu.Unlock()
 	r := bench.Run{Scheduler: name, Start: start, End: end, Utilization: samples}
 	for _, js := range o.jobs {
-		jr := bench.JobRun{Job: js.job, Submitted: js.submitted, Finished: js.finishedAt(), Slowdown: js.slowdown}
-		for _, n := range slices.Sorted(maps.Keys(js.pods)) {
-			ps := js.pods[n]
-			jr.Pods = append(jr.Pods, bench.PodRun{Name: n, Node: ps.node, GPUs: ps.gpus, Bound: ps.bound, Finished: ps.finished})
+		jr := bench.JobRun{Job: js.job, Submitted: js.submitted, Finished: js.finishedAt(), Slowdown: js.slowdown,
+			Pods: js.current().podRuns()}
+		for _, run := range js.runs[:len(js.runs)-1] {
+			if len(run.pods) > 0 {
+				jr.EarlierRuns = append(jr.EarlierRuns, run.earlierRun())
+			}
 		}
 		r.Jobs = append(r.Jobs, jr)
 	}
@@ -435,4 +578,39 @@ func (o *observer) run(name string, start, end time.Time, samples []bench.Sample
 		return strings.Compare(a.Job.ID, b.Job.ID)
 	})
 	return r
+}
+
+// podRuns returns the run's pods by name; a pod stops holding its GPUs
+// when it ends or is deleted, whichever comes first.
+func (r *runState) podRuns() []bench.PodRun {
+	var out []bench.PodRun
+	for _, n := range slices.Sorted(maps.Keys(r.pods)) {
+		ps := r.pods[n]
+		end := ps.finished
+		if end.IsZero() || (!ps.deleted.IsZero() && ps.deleted.Before(end)) {
+			end = ps.deleted
+		}
+		out = append(out, bench.PodRun{Name: n, Node: ps.node, GPUs: ps.gpus, Bound: ps.bound, Finished: end})
+	}
+	return out
+}
+
+// earlierRun is the run as one the job restarted after: its pods, and the
+// pods preemption took and when it took the first.
+func (r *runState) earlierRun() bench.EarlierRun {
+	er := bench.EarlierRun{Pods: r.podRuns()}
+	for _, n := range slices.Sorted(maps.Keys(r.pods)) {
+		ps := r.pods[n]
+		if !ps.preempted {
+			continue
+		}
+		er.EvictedPods++
+		if er.Evicted.IsZero() || ps.deleted.Before(er.Evicted) {
+			er.Evicted = ps.deleted
+		}
+		if er.Preemptor == "" {
+			er.Preemptor = ps.preemptor
+		}
+	}
+	return er
 }

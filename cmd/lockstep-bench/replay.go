@@ -41,7 +41,7 @@ func replay(ctx context.Context, o replayOptions, sched scheduler, jobs []bench.
 		fmt.Printf("[%s %5.0fs] %s\n", sched.Name, time.Since(begin).Seconds(), fmt.Sprintf(format, args...))
 	}
 	say("starting a fresh cluster from %s", o.model)
-	c, err := startCluster(ctx, o.root, o.model, &sched)
+	c, err := startCluster(ctx, o.root, o.model, &sched, bench.UsedPriorityClasses(jobs))
 	if err != nil {
 		return run, err
 	}
@@ -65,7 +65,7 @@ func replay(ctx context.Context, o replayOptions, sched scheduler, jobs []bench.
 
 	start := time.Now()
 	submitErr := make(chan error, 1)
-	go func() { submitErr <- submit(runCtx, c, obs, jobs, start) }()
+	go func() { submitErr <- submit(runCtx, c, obs, jobs, start, o.compression) }()
 
 	var samples []bench.Sample
 	tick := time.NewTicker(time.Second)
@@ -90,7 +90,7 @@ func replay(ctx context.Context, o replayOptions, sched scheduler, jobs []bench.
 				return run, p.releaseErr
 			}
 			if now.Sub(lastReport) >= o.progressEvery {
-				say("%d/%d submitted, %d finished, %d running, %d waiting, %d GPUs busy", p.submitted, len(jobs), p.finished, p.running, p.waiting, p.busyGPUs)
+				say("%d/%d submitted, %d finished, %d running, %d waiting, %d GPUs busy, %d pods evicted", p.submitted, len(jobs), p.finished, p.running, p.waiting, p.busyGPUs, p.evictedPods)
 				lastReport = now
 			}
 			if err := obs.fillGPUs(ctx, c.Client); err != nil {
@@ -117,9 +117,9 @@ func replay(ctx context.Context, o replayOptions, sched scheduler, jobs []bench.
 }
 
 // startCluster brings up a fresh local cluster of model with the fake
-// topology agent and, when sched is given, the controller giving pods
-// sched's name and sched itself.
-func startCluster(ctx context.Context, root, model string, sched *scheduler) (c *localcluster.Cluster, err error) {
+// topology agent, the priority classes and, when sched is given, the
+// controller giving pods sched's name and sched itself.
+func startCluster(ctx context.Context, root, model string, sched *scheduler, classes []bench.PriorityClass) (c *localcluster.Cluster, err error) {
 	// The benchmarks never darken nodes; the scale models need the longer
 	// grace on a small machine.
 	c, err = localcluster.Start(ctx, localcluster.Options{RepoRoot: root, Model: model,
@@ -159,11 +159,17 @@ func startCluster(ctx context.Context, root, model string, sched *scheduler) (c 
 	if err := c.Client.Create(ctx, ns); err != nil && !apierrors.IsAlreadyExists(err) {
 		return c, fmt.Errorf("creating namespace %s: %w", benchNamespace, err)
 	}
+	for _, pc := range classes {
+		if err := c.Client.Create(ctx, priorityClass(pc)); err != nil {
+			return c, fmt.Errorf("creating PriorityClass %s: %w", pc.Name, err)
+		}
+	}
 	return c, nil
 }
 
-// submit creates each job's TrainingJob at its submit time after start.
-func submit(ctx context.Context, c *localcluster.Cluster, obs *observer, jobs []bench.Job, start time.Time) error {
+// submit creates each job's TrainingJob at its submit time after start;
+// compression is the jobs' (trainingJob).
+func submit(ctx context.Context, c *localcluster.Cluster, obs *observer, jobs []bench.Job, start time.Time, compression float64) error {
 	for _, j := range jobs {
 		select {
 		case <-ctx.Done():
@@ -171,7 +177,7 @@ func submit(ctx context.Context, c *localcluster.Cluster, obs *observer, jobs []
 		case <-time.After(time.Until(start.Add(j.Submit))):
 		}
 		obs.submitted(j, time.Now())
-		if err := c.Client.Create(ctx, trainingJob(j)); err != nil {
+		if err := c.Client.Create(ctx, trainingJob(j, compression)); err != nil {
 			return fmt.Errorf("submitting job %s: %w", j.ID, err)
 		}
 	}

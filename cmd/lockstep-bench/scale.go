@@ -48,7 +48,7 @@ func scaleRun(ctx context.Context, o replayOptions, scheds []scheduler, jobs []b
 		fmt.Printf("[scale %5.0fs] %s\n", time.Since(begin).Seconds(), fmt.Sprintf(format, args...))
 	}
 	say("starting a cluster from %s", o.model)
-	c, err := startCluster(ctx, o.root, o.model, nil)
+	c, err := startCluster(ctx, o.root, o.model, nil, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -108,7 +108,7 @@ func scaleBurst(ctx context.Context, c *localcluster.Cluster, o replayOptions, s
 	if _, err := c.StartComponent(ctx, ctrl); err != nil {
 		return nil, 0, err
 	}
-	if err := submit(runCtx, c, obs, jobs, time.Now()); err != nil {
+	if err := submit(runCtx, c, obs, jobs, time.Now(), 1); err != nil {
 		return nil, 0, err
 	}
 	err = localcluster.Poll(ctx, 500*time.Millisecond, 5*time.Minute, fmt.Sprintf("the controller to create %d pods", want), func(context.Context) (bool, error) {

@@ -19,6 +19,8 @@ type scheduler struct {
 	Name string
 	// PodSchedulerName is the pods' spec.schedulerName.
 	PodSchedulerName string
+	// config is the scheduler's KubeSchedulerConfiguration.
+	config map[string]any
 	// component describes the scheduler process on c.
 	component func(c *localcluster.Cluster) (localcluster.Component, error)
 }
@@ -31,38 +33,44 @@ const coschedulingSchedulerName = "coscheduling"
 // runs with lockstepConfig.
 func schedulers(lockstepConfig map[string]any) []scheduler {
 	backoff := replayBackoff(lockstepConfig)
+	// The upstream kube-scheduler binary at our Kubernetes pin with its
+	// default profile: no gangs, no topology; DefaultPreemption evicts pods
+	// for a higher-priority pod.
+	kube := schedulerConfig(backoff, map[string]any{
+		"schedulerName": "default-scheduler",
+	})
+	// scheduler-plugins' Coscheduling with its own defaults (60 s Permit
+	// wait, no PodGroup backoff), as its documentation sets it up:
+	// Coscheduling orders the queue and gates Permit; every other plugin is
+	// kube-scheduler's default, DefaultPreemption included (it runs before
+	// Coscheduling's PostFilter: multiPoint plugins follow the defaults).
+	cosched := schedulerConfig(backoff, map[string]any{
+		"schedulerName": coschedulingSchedulerName,
+		"plugins": map[string]any{
+			"queueSort": map[string]any{
+				"enabled":  []any{map[string]any{"name": "Coscheduling"}},
+				"disabled": []any{map[string]any{"name": "*"}},
+			},
+			"multiPoint": map[string]any{
+				"enabled": []any{map[string]any{"name": "Coscheduling"}},
+			},
+		},
+	})
 	return []scheduler{
 		{
-			// The upstream kube-scheduler binary at our Kubernetes pin with its
-			// default profile: no gangs, no topology.
 			Name:             bench.SchedulerKube,
 			PodSchedulerName: "default-scheduler",
+			config:           kube,
 			component: func(c *localcluster.Cluster) (localcluster.Component, error) {
-				return c.KubeSchedulerComponent("scheduler", "kube-scheduler", schedulerConfig(backoff, map[string]any{
-					"schedulerName": "default-scheduler",
-				}))
+				return c.KubeSchedulerComponent("scheduler", "kube-scheduler", kube)
 			},
 		},
 		{
-			// scheduler-plugins' Coscheduling with its own defaults (60 s
-			// Permit wait, no PodGroup backoff), as its documentation sets it
-			// up: Coscheduling orders the queue and gates Permit; every other
-			// plugin is kube-scheduler's default.
 			Name:             bench.SchedulerCoscheduling,
 			PodSchedulerName: coschedulingSchedulerName,
+			config:           cosched,
 			component: func(c *localcluster.Cluster) (localcluster.Component, error) {
-				return c.KubeSchedulerComponent("scheduler", lockstep.SchedulerName, schedulerConfig(backoff, map[string]any{
-					"schedulerName": coschedulingSchedulerName,
-					"plugins": map[string]any{
-						"queueSort": map[string]any{
-							"enabled":  []any{map[string]any{"name": "Coscheduling"}},
-							"disabled": []any{map[string]any{"name": "*"}},
-						},
-						"multiPoint": map[string]any{
-							"enabled": []any{map[string]any{"name": "Coscheduling"}},
-						},
-					},
-				}))
+				return c.KubeSchedulerComponent("scheduler", lockstep.SchedulerName, cosched)
 			},
 		},
 		{
@@ -70,11 +78,41 @@ func schedulers(lockstepConfig map[string]any) []scheduler {
 			// Preferred wait on the replay's clock: see compressedConfig.
 			Name:             bench.SchedulerLockstep,
 			PodSchedulerName: localcluster.SchedulerName,
+			config:           lockstepConfig,
 			component: func(c *localcluster.Cluster) (localcluster.Component, error) {
 				return c.KubeSchedulerComponent("scheduler", lockstep.SchedulerName, lockstepConfig)
 			},
 		},
 	}
+}
+
+// defaultPreemption is the name of upstream's preemption plugin.
+const defaultPreemption = "DefaultPreemption"
+
+// keepsDefaultPreemption reports whether every profile of cfg keeps
+// upstream's DefaultPreemption: neither its multiPoint nor its postFilter
+// plugins disable it or "*". Every default profile does; the priority
+// replay's report says which schedulers preempt this way.
+func keepsDefaultPreemption(cfg map[string]any) bool {
+	profiles, _ := cfg["profiles"].([]any)
+	if len(profiles) == 0 {
+		return false
+	}
+	for _, p := range profiles {
+		profile, _ := p.(map[string]any)
+		plugins, _ := profile["plugins"].(map[string]any)
+		for _, point := range []string{"multiPoint", "postFilter"} {
+			set, _ := plugins[point].(map[string]any)
+			disabled, _ := set["disabled"].([]any)
+			for _, d := range disabled {
+				name, _ := d.(map[string]any)["name"].(string)
+				if name == defaultPreemption || name == "*" {
+					return false
+				}
+			}
+		}
+	}
+	return true
 }
 
 // compressedConfig returns deploy/'s lockstep-scheduler configuration with

@@ -24,10 +24,15 @@
 //   - topology: empty for no constraint, or "<level>:<mode>" with level a
 //     level name of the cluster model ("leaf") and mode Required or
 //     Preferred, e.g. "leaf:Required".
-//   - comm_fraction, an optional last column (TraceHeaderCommFraction): the
-//     share of step time in collectives at ideal placement, in [0, 1); an
-//     empty cell takes DefaultCommFraction. RuntimeModel slows that share
-//     by the placement's Rating.
+//
+// Two optional columns may follow, in this order, each only when the header
+// names it (TraceHeaderCommFraction, TraceHeaderPriority, TraceHeaderAll):
+//
+//   - comm_fraction: the share of step time in collectives at ideal
+//     placement, in [0, 1); an empty cell takes DefaultCommFraction.
+//     RuntimeModel slows that share by the placement's Rating.
+//   - priority: the name of one of PriorityClasses (bench-high, bench-low)
+//     or empty for none; the job's pods get that PriorityClass.
 //
 // Lines starting with '#' are comments; blank lines are skipped. Rows need
 // not be sorted: ParseTrace orders jobs by submission time, then ID.

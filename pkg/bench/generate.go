@@ -17,8 +17,15 @@ type TraceConfig struct {
 	Seed int64
 	// Jobs is the number of jobs.
 	Jobs int
-	// Span is the time over which submissions are spread uniformly.
-	Span time.Duration
+	// Span is the time over which submissions are spread uniformly,
+	// starting Start after the trace starts.
+	Start, Span time.Duration
+	// IDPrefix names the jobs <IDPrefix>-000, <IDPrefix>-001, …; empty is
+	// "job".
+	IDPrefix string
+	// Priority is every job's priority class (Job.Priority); empty for
+	// none.
+	Priority string
 	// ClusterGPUs caps job sizes: sizes above it are not drawn. Zero or less
 	// is no cap.
 	ClusterGPUs int
@@ -88,8 +95,8 @@ func DefaultTraceConfig() TraceConfig {
 // GenerateTrace draws a trace: job sizes in exact proportion to their shares
 // (largest remainder) in random order, submissions uniform over Span,
 // log-normal durations, constraints on some multi-pod gangs. Jobs are named
-// job-000, job-001, … in submission order. The same config always gives the
-// same trace.
+// job-000, job-001, … (IDPrefix) in submission order. The same config
+// always gives the same trace.
 func GenerateTrace(cfg TraceConfig) []Job {
 	cfg = cfg.withDefaults()
 	if cfg.Jobs <= 0 {
@@ -104,7 +111,7 @@ func GenerateTrace(cfg TraceConfig) []Job {
 	}
 	submits := make([]time.Duration, cfg.Jobs)
 	for i := range submits {
-		submits[i] = (time.Duration(rng.float64() * float64(cfg.Span))).Round(time.Second)
+		submits[i] = cfg.Start + (time.Duration(rng.float64() * float64(cfg.Span))).Round(time.Second)
 	}
 	slices.Sort(submits)
 
@@ -112,9 +119,10 @@ func GenerateTrace(cfg TraceConfig) []Job {
 	jobs := make([]Job, cfg.Jobs)
 	for i := range jobs {
 		job := Job{
-			ID:       fmt.Sprintf("job-%0*d", width, i),
+			ID:       fmt.Sprintf("%s-%0*d", cfg.IDPrefix, width, i),
 			Submit:   submits[i],
 			Duration: cfg.duration(rng.normal()),
+			Priority: cfg.Priority,
 		}
 		size := sizes[i]
 		if size <= cfg.GPUsPerNode {
@@ -136,8 +144,84 @@ func GenerateTrace(cfg TraceConfig) []Job {
 	return jobs
 }
 
+// PriorityTraceConfig parameterises GeneratePriorityTrace: two traces of
+// two priority classes, replayed together.
+type PriorityTraceConfig struct {
+	// Low keeps the cluster full; High arrives while it is.
+	Low, High TraceConfig
+}
+
+// DefaultPriorityTraceConfig is the configuration of
+// test/e2e/traces/priority.csv, for the 256 GPUs of
+// test/e2e/models/hgx-32-oversubscribed.yaml (8 GPUs per node, 8 nodes per
+// leaf): 40 bench-low gangs and whole-node jobs submitted in the first ten
+// minutes, about 1.4 hours of the whole cluster's work, and 6 bench-high
+// gangs (four of 4×8 GPUs, two of 2×8, each leaf:Required or
+// leaf:Preferred) submitted between minutes 15 and 45, while the low work
+// still queues. docs/benchmarks.md explains the choice.
+func DefaultPriorityTraceConfig() PriorityTraceConfig {
+	return PriorityTraceConfig{
+		Low: TraceConfig{
+			Seed:        20260126,
+			Jobs:        40,
+			Span:        10 * time.Minute,
+			IDPrefix:    "low",
+			Priority:    PriorityLow,
+			ClusterGPUs: 256,
+			GPUsPerNode: 8,
+			Sizes: []SizeShare{
+				{GPUs: 8, Share: 0.25},
+				{GPUs: 16, Share: 0.3},
+				{GPUs: 32, Share: 0.3},
+				{GPUs: 64, Share: 0.15},
+			},
+			MedianDuration:      20 * time.Minute,
+			DurationSigma:       0.4,
+			MinDuration:         10 * time.Minute,
+			MaxDuration:         40 * time.Minute,
+			ConstraintLevel:     "leaf",
+			ConstraintLevelGPUs: 64,
+			PreferredShare:      0.3,
+		},
+		High: TraceConfig{
+			Seed:        20260128,
+			Jobs:        6,
+			Start:       15 * time.Minute,
+			Span:        30 * time.Minute,
+			IDPrefix:    "high",
+			Priority:    PriorityHigh,
+			ClusterGPUs: 256,
+			GPUsPerNode: 8,
+			Sizes: []SizeShare{
+				{GPUs: 16, Share: 1.0 / 3},
+				{GPUs: 32, Share: 2.0 / 3},
+			},
+			MedianDuration:      10 * time.Minute,
+			DurationSigma:       0.4,
+			MinDuration:         5 * time.Minute,
+			MaxDuration:         20 * time.Minute,
+			ConstraintLevel:     "leaf",
+			ConstraintLevelGPUs: 64,
+			RequiredShare:       0.5,
+			PreferredShare:      0.5,
+		},
+	}
+}
+
+// GeneratePriorityTrace draws the Low and the High trace (GenerateTrace)
+// and returns them together in submission order. Give the two configs
+// different IDPrefixes: their jobs' IDs must differ.
+func GeneratePriorityTrace(cfg PriorityTraceConfig) []Job {
+	jobs := append(GenerateTrace(cfg.Low), GenerateTrace(cfg.High)...)
+	SortJobs(jobs)
+	return jobs
+}
+
 func (cfg TraceConfig) withDefaults() TraceConfig {
 	def := DefaultTraceConfig()
+	if cfg.IDPrefix == "" {
+		cfg.IDPrefix = "job"
+	}
 	if len(cfg.Sizes) == 0 {
 		cfg.Sizes = def.Sizes
 	}

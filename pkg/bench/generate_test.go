@@ -3,6 +3,7 @@ package bench
 import (
 	"bytes"
 	"flag"
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
@@ -201,5 +202,82 @@ func TestSmokeTrace(t *testing.T) {
 		if shapes[shape] != want {
 			t.Errorf("%d jobs of %d×%d GPUs, want %d", shapes[shape], shape[0], shape[1], want)
 		}
+	}
+}
+
+const priorityTracePath = "../../test/e2e/traces/priority.csv"
+
+// priorityTraceComment heads the committed priority trace.
+const priorityTraceComment = `# The priority lockstep-bench trace: bench-low gangs that keep the 256 GPUs
+# of test/e2e/models/hgx-32-oversubscribed.yaml full, and bench-high gangs
+# arriving while they do. Generated from bench.DefaultPriorityTraceConfig;
+# do not edit: regenerate with
+#   go test ./pkg/bench -run TestPriorityTraceIsGenerated -update
+# docs/benchmarks.md explains the mix.
+`
+
+func TestPriorityTraceIsGenerated(t *testing.T) {
+	var want bytes.Buffer
+	want.WriteString(priorityTraceComment)
+	mustNoError(t, WriteTrace(&want, GeneratePriorityTrace(DefaultPriorityTraceConfig())))
+	if *update {
+		mustNoError(t, os.WriteFile(priorityTracePath, want.Bytes(), 0o644))
+	}
+	got, err := os.ReadFile(priorityTracePath)
+	mustNoError(t, err)
+	if diff := cmp.Diff(want.String(), string(got)); diff != "" {
+		t.Errorf("%s is not what DefaultPriorityTraceConfig generates; run go test ./pkg/bench -run TestPriorityTraceIsGenerated -update (-want,+got):\n%s", priorityTracePath, diff)
+	}
+	if _, err := ParseTrace(bytes.NewReader(got)); err != nil {
+		t.Errorf("ParseTrace(%s): %v", priorityTracePath, err)
+	}
+}
+
+// TestPriorityTraceShape checks what the priority trace is for: the low
+// class alone more than fills the cluster until after the last high gang
+// arrives, so every high gang finds it full, and the high gangs are the
+// few leaf-constrained gangs the issue names.
+func TestPriorityTraceShape(t *testing.T) {
+	const clusterGPUs = 256
+	cfg := DefaultPriorityTraceConfig()
+	jobs := GeneratePriorityTrace(cfg)
+	byClass := map[string]int{}
+	highShapes := map[string]int{}
+	var lowGPUSeconds float64
+	var lastHigh time.Duration
+	for i, j := range jobs {
+		mustNoError(t, j.Validate())
+		byClass[j.Priority]++
+		if i > 0 && jobs[i-1].Submit > j.Submit {
+			t.Errorf("%s is submitted before %s", j.ID, jobs[i-1].ID)
+		}
+		switch j.Priority {
+		case PriorityLow:
+			lowGPUSeconds += float64(j.GPUs()) * j.Duration.Seconds()
+		case PriorityHigh:
+			lastHigh = max(lastHigh, j.Submit)
+			if j.Topology == nil || j.Topology.Level != "leaf" {
+				t.Errorf("%s: high gang without a leaf constraint", j.ID)
+				continue
+			}
+			highShapes[fmt.Sprintf("%dx%d %s", j.Replicas, j.GPUsPerReplica, j.Topology.Mode)]++
+		}
+	}
+	if diff := cmp.Diff(map[string]int{PriorityLow: 40, PriorityHigh: 6}, byClass); diff != "" {
+		t.Errorf("jobs per class (-want,+got):\n%s", diff)
+	}
+	if n := highShapes["4x8 Required"] + highShapes["4x8 Preferred"]; n != 4 {
+		t.Errorf("high gangs %v: want four of 4×8", highShapes)
+	}
+	if n := highShapes["2x8 Required"] + highShapes["2x8 Preferred"]; n != 2 {
+		t.Errorf("high gangs %v: want two of 2×8", highShapes)
+	}
+	if highShapes["4x8 Required"]+highShapes["2x8 Required"] == 0 || highShapes["4x8 Preferred"]+highShapes["2x8 Preferred"] == 0 {
+		t.Errorf("high gangs %v: want both modes", highShapes)
+	}
+	// Even packed perfectly from time 0, the low work keeps every GPU busy
+	// past the last high submission.
+	if busyUntil := time.Duration(lowGPUSeconds / clusterGPUs * float64(time.Second)); busyUntil < lastHigh+10*time.Minute {
+		t.Errorf("the low work fills the cluster for %v, want beyond the last high gang's arrival at %v", busyUntil, lastHigh)
 	}
 }

@@ -28,8 +28,10 @@ type Report struct {
 	// InProcess is the in-process scale run (internal/perf).
 	InProcess *InProcessResult `json:"in_process,omitempty"`
 	// Sweep is Lockstep's preferredWait sweep, if one ran.
-	Sweep   *Sweep  `json:"sweep,omitempty"`
-	Targets Targets `json:"targets"`
+	Sweep *Sweep `json:"sweep,omitempty"`
+	// Priority is the replay of a trace with priority classes, if one ran.
+	Priority *PriorityReplay `json:"priority,omitempty"`
+	Targets  Targets         `json:"targets"`
 	// Notes say how the run differs from a deployment, one sentence each.
 	Notes []string `json:"notes,omitempty"`
 }
@@ -278,6 +280,10 @@ func (r Report) WriteMarkdown(w io.Writer) error {
 		}
 	}
 
+	if r.Priority != nil {
+		r.Priority.writeMarkdown(&b)
+	}
+
 	if r.Sweep != nil {
 		r.Sweep.writeMarkdown(&b)
 	}
@@ -352,23 +358,11 @@ func metricRows() []metricRow {
 			}
 			return fmt.Sprintf("%.1f GPU-h (%.1f%%)", r.WasteGPUHours, 100**r.WasteShare)
 		}},
-		{"makespan (trace time)", func(r Result) string {
-			s := formatWait(&r.MakespanTraceSeconds)
-			if r.MakespanIncomplete {
-				s = "≥ " + s + " (incomplete)"
-			}
-			return s
-		}},
+		{"makespan (trace time)", func(r Result) string { return formatMakespan(r.MakespanTraceSeconds, r.MakespanIncomplete) }},
 		{"gang wait, p50", func(r Result) string { return formatWait(r.GangWaitP50Seconds) }},
 		{"gang wait, p99", func(r Result) string { return formatWait(r.GangWaitP99Seconds) }},
 		{"jobs never fully bound", func(r Result) string { return fmt.Sprint(r.NeverFullyBoundJobs) }},
-		{"makespan (replay)", func(r Result) string {
-			s := formatWait(&r.MakespanSeconds)
-			if r.MakespanIncomplete {
-				s = "≥ " + s + " (incomplete)"
-			}
-			return s
-		}},
+		{"makespan (replay)", func(r Result) string { return formatMakespan(r.MakespanSeconds, r.MakespanIncomplete) }},
 		{"GPUs held, time-weighted mean (incomplete gangs included)", func(r Result) string { return formatPercent(r.UtilizationMean) }},
 		{"pods bound per second", func(r Result) string {
 			if r.PodsPerSecond == nil {
@@ -431,6 +425,16 @@ func formatWait(seconds *float64) string {
 	default:
 		return time.Duration(*seconds * float64(time.Second)).Round(time.Second).String()
 	}
+}
+
+// formatMakespan is formatWait, marked as a lower bound when the makespan
+// ended with observation.
+func formatMakespan(seconds float64, incomplete bool) string {
+	s := formatWait(&seconds)
+	if incomplete {
+		s = "≥ " + s + " (incomplete)"
+	}
+	return s
 }
 
 func formatFloat(v float64) string { return strings.TrimSuffix(fmt.Sprintf("%g", v), ".0") }

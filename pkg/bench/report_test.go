@@ -98,6 +98,27 @@ func sampleReport() Report {
 			{WaitSeconds: 30, Jobs: 150, FinishedJobs: 150, JCTMeanSeconds: ptr(640.0), JCTP99Seconds: ptr(2900.0), GPUHours: 210.0, EfficiencyMean: ptr(0.9871), OneLeafShare: ptr(19.0 / 21)},
 			{WaitSeconds: 30, Jobs: 150, FinishedJobs: 150, JCTMeanSeconds: ptr(650.0), JCTP99Seconds: ptr(2950.0), GPUHours: 213.0, EfficiencyMean: ptr(0.991), OneLeafShare: ptr(19.0 / 21)},
 		}},
+		Priority: &PriorityReplay{
+			Trace: "test/e2e/traces/priority.csv",
+			Notes: []string{"kube-scheduler preempts pod by pod."},
+			Results: []Result{
+				{Scheduler: SchedulerKube, Jobs: 46, FinishedJobs: 40, PreemptedJobs: 9, Preemptions: 12, EvictedPods: 30,
+					PreemptionLostGPUHours: 41.25, GPUHours: 400.5, MakespanTraceSeconds: 7200, MakespanIncomplete: true,
+					Priorities: []PriorityResult{
+						{Class: PriorityHigh, Value: 1000, Jobs: 6, FinishedJobs: 6, FullyBoundJobs: 6, GangWaitP50Seconds: ptr(1.5), GangWaitP99Seconds: ptr(70.0), MakespanTraceSeconds: 1900},
+						{Class: PriorityLow, Value: 100, Jobs: 40, FinishedJobs: 34, FullyBoundJobs: 36, GangWaitP50Seconds: ptr(30.0), GangWaitP99Seconds: ptr(90.0),
+							MakespanTraceSeconds: 7200, MakespanIncomplete: true, PreemptedJobs: 9, Preemptions: 12, EvictedPods: 30, PreemptionLostGPUHours: 41.25},
+					}},
+				{Scheduler: SchedulerLockstep, Jobs: 46, FinishedJobs: 46, PreemptedJobs: 3, Preemptions: 3, EvictedPods: 12,
+					PreemptionLostGPUHours: 8.5, GPUHours: 350.0, MakespanTraceSeconds: 5000,
+					Priorities: []PriorityResult{
+						{Class: PriorityHigh, Value: 1000, Jobs: 6, FinishedJobs: 6, FullyBoundJobs: 6, GangWaitP50Seconds: ptr(0.8), GangWaitP99Seconds: ptr(3.0), MakespanTraceSeconds: 1800},
+						{Class: PriorityLow, Value: 100, Jobs: 39, FinishedJobs: 39, FullyBoundJobs: 39, GangWaitP50Seconds: ptr(20.0), GangWaitP99Seconds: ptr(80.0),
+							MakespanTraceSeconds: 5000, PreemptedJobs: 3, Preemptions: 3, EvictedPods: 12, PreemptionLostGPUHours: 8.5},
+						{Jobs: 1, FinishedJobs: 1, FullyBoundJobs: 1, GangWaitP50Seconds: ptr(0.1), GangWaitP99Seconds: ptr(0.1), MakespanTraceSeconds: 60},
+					}},
+			},
+		},
 		Scale: &ScaleResult{
 			Model: "scale-5000", Nodes: 5000, Jobs: 2000, Pods: 20000,
 			PodsPerSecond: map[string]float64{SchedulerKube: 100, SchedulerLockstep: 70, SchedulerCoscheduling: 60, "other": 1},

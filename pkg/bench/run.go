@@ -62,12 +62,38 @@ type JobRun struct {
 	Submitted time.Time
 	// Finished is zero when the job did not finish before End.
 	Finished time.Time
-	// Pods are the job's pods; a pod that was never created may be absent.
+	// Pods are the pods of the job's last run; a pod that was never
+	// created may be absent.
 	Pods []PodRun
+	// EarlierRuns are the job's runs before its last one, in order. The
+	// controller restarts a gang whole, so a preempted job runs again from
+	// the start: Finished and the wait are its last run's.
+	EarlierRuns []EarlierRun
 	// Slowdown is the factor RuntimeModel applied to the job's duration
 	// when its gang was released; 0 when it was never released.
 	Slowdown float64
 }
+
+// EarlierRun is a run of a job that ended before the job's last run did.
+type EarlierRun struct {
+	// Pods are the run's pods; a pod's Finished is when it stopped holding
+	// its GPUs: its end or its deletion.
+	Pods []PodRun
+	// EvictedPods are the run's pods the scheduler preempted: deleted
+	// while bound, with a DisruptionTarget condition of reason
+	// PreemptionByScheduler. Upstream's DefaultPreemption and Lockstep
+	// both write it.
+	EvictedPods int
+	// Evicted is the first of those deletions; zero when the run ended for
+	// another reason.
+	Evicted time.Time
+	// Preemptor is the preemptor Lockstep's condition message names
+	// (lockstep.ParsePreemption); "" when unknown, as for upstream's.
+	Preemptor string
+}
+
+// Preempted reports whether preemption ended the run.
+func (r EarlierRun) Preempted() bool { return r.EvictedPods > 0 }
 
 // PodRun is one pod of a job.
 type PodRun struct {

@@ -79,13 +79,31 @@ type Result struct {
 	JCTP99Seconds  *float64 `json:"jct_p99_s"`
 	IncompleteJobs int      `json:"incomplete_jobs"`
 	// GPUHours are the GPUs held by the trace's pods, each from its bind to
-	// its finish or the end of observation, in trace time. UsefulGPUHours
-	// are the part held by whole gangs: each of a fully bound job's pods
-	// from the job's full-bind time on. WasteGPUHours are the rest: GPUs
+	// its finish, deletion or the end of observation, in trace time, over
+	// every run of a job. UsefulGPUHours are the part held by whole gangs
+	// in their last run: each of a fully bound job's pods from the job's
+	// full-bind time on. PreemptionLostGPUHours are the part held by whole
+	// gangs that preemption then ended. WasteGPUHours are the rest: GPUs
 	// held by pods whose gang was not yet, or never, whole.
 	GPUHours       float64 `json:"gpu_hours"`
 	UsefulGPUHours float64 `json:"useful_gpu_hours"`
 	WasteGPUHours  float64 `json:"waste_gpu_hours"`
+
+	// PreemptedJobs had at least one run ended by preemption; Preemptions
+	// are those runs and EvictedPods the pods evicted in them
+	// (EarlierRun).
+	PreemptedJobs int `json:"preempted_jobs"`
+	Preemptions   int `json:"preemptions"`
+	EvictedPods   int `json:"evicted_pods"`
+	// PreemptionLostGPUHours is the work preemption threw away, in trace
+	// time: for each preempted run whose gang was whole, the job's GPUs
+	// times how long it had been (its full bind to the first eviction).
+	// The restarted job runs that work again.
+	PreemptionLostGPUHours float64 `json:"preemption_lost_gpu_hours"`
+	// Priorities are the numbers per priority class (Job.Priority), in
+	// the order of PriorityClasses, then jobs without a class; null when no
+	// job names a class.
+	Priorities []PriorityResult `json:"priorities,omitempty"`
 	// IdealGPUHours is what the trace's jobs need at their ideal
 	// placement: each job's GPUs times its duration, in trace time. It is
 	// the same for every scheduler; UsefulGPUHours beyond it are the
@@ -151,6 +169,13 @@ type JobResult struct {
 	// Slowdown is JobRun.Slowdown: how much longer than its trace duration
 	// the runtime model ran it; null when it never ran.
 	Slowdown *float64 `json:"slowdown"`
+	// Priority is Job.Priority.
+	Priority string `json:"priority,omitempty"`
+	// Preemptions, EvictedPods and PreemptionLostGPUHours are the job's
+	// part of the Result's.
+	Preemptions            int     `json:"preemptions,omitempty"`
+	EvictedPods            int     `json:"evicted_pods,omitempty"`
+	PreemptionLostGPUHours float64 `json:"preemption_lost_gpu_hours,omitempty"`
 }
 
 // UtilizationPoint is one utilization sample.
@@ -202,7 +227,7 @@ func SummarizeWithOptions(c Cluster, r Run, opts Options) (Result, error) {
 		PerJob:                  make([]JobResult, len(r.Jobs)),
 	}
 	var efficiencies, waits, jcts []float64
-	var usefulGPUSeconds, heldGPUSeconds, idealGPUSeconds, modelledGPUSeconds float64
+	var usefulGPUSeconds, heldGPUSeconds, lostGPUSeconds, idealGPUSeconds, modelledGPUSeconds float64
 	var binds []time.Time
 	var lastFinish time.Time
 	allFinished := true
@@ -216,7 +241,7 @@ func SummarizeWithOptions(c Cluster, r Run, opts Options) (Result, error) {
 		}
 		res.Pods += job.Replicas
 		idealGPUSeconds += float64(job.GPUs()) * job.Duration.Seconds()
-		out := JobResult{ID: job.ID, GPUs: job.GPUs(), Replicas: job.Replicas, Finished: !jr.Finished.IsZero()}
+		out := JobResult{ID: job.ID, GPUs: job.GPUs(), Replicas: job.Replicas, Finished: !jr.Finished.IsZero(), Priority: job.Priority}
 
 		bound := boundPods(jr.Pods)
 		out.PodsBound = len(bound)
@@ -256,10 +281,31 @@ func SummarizeWithOptions(c Cluster, r Run, opts Options) (Result, error) {
 			res.NeverFullyBoundJobs++
 		}
 		held, useful := gpuSeconds(job, bound, r.End)
+		var lost float64
+		for _, er := range jr.EarlierRuns {
+			erBound := boundPods(er.Pods)
+			for _, p := range erBound {
+				binds = append(binds, p.Bound)
+			}
+			h, l := earlierRunGPUSeconds(job, er, erBound, r.End)
+			held += h
+			lost += l
+			if er.Preempted() {
+				out.Preemptions++
+				out.EvictedPods += er.EvictedPods
+			}
+		}
 		heldGPUSeconds += held
 		usefulGPUSeconds += useful
+		lostGPUSeconds += lost
 		out.GPUHours = held * compression / 3600
 		out.UsefulGPUHours = useful * compression / 3600
+		out.PreemptionLostGPUHours = lost * compression / 3600
+		if out.Preemptions > 0 {
+			res.PreemptedJobs++
+			res.Preemptions += out.Preemptions
+			res.EvictedPods += out.EvictedPods
+		}
 
 		if job.Replicas >= 2 && len(bound) > 0 {
 			until := r.End
@@ -306,11 +352,14 @@ func SummarizeWithOptions(c Cluster, r Run, opts Options) (Result, error) {
 	res.UsefulGPUHours = usefulGPUSeconds * compression / 3600
 	res.IdealGPUHours = idealGPUSeconds * compression / 3600
 	res.ModelledGPUHours = modelledGPUSeconds * compression / 3600
-	res.WasteGPUHours = (heldGPUSeconds - usefulGPUSeconds) * compression / 3600
+	res.PreemptionLostGPUHours = lostGPUSeconds * compression / 3600
+	wasteGPUSeconds := heldGPUSeconds - usefulGPUSeconds - lostGPUSeconds
+	res.WasteGPUHours = wasteGPUSeconds * compression / 3600
 	if capacity := float64(m.totalGPUs) * r.End.Sub(r.Start).Seconds(); capacity > 0 {
-		useful, waste := usefulGPUSeconds/capacity, (heldGPUSeconds-usefulGPUSeconds)/capacity
+		useful, waste := usefulGPUSeconds/capacity, wasteGPUSeconds/capacity
 		res.UsefulUtilization, res.WasteShare = &useful, &waste
 	}
+	res.Priorities = priorityResults(r, res.PerJob, compression)
 	res.Utilization, res.UtilizationMean = utilization(r.Utilization, r.Start, m.totalGPUs)
 	if rate := BindThroughput(binds); rate > 0 {
 		res.PodsPerSecond = &rate
@@ -384,6 +433,21 @@ func gpuSeconds(job Job, bound []PodRun, end time.Time) (held, useful float64) {
 		}
 	}
 	return held, useful
+}
+
+// earlierRunGPUSeconds returns the GPU-seconds (replay time) an earlier run
+// of job held until end (bound are its bound pods, earliest first), and
+// the part of them preemption threw away: the job's GPUs from the run's
+// full bind to its first eviction. A run never whole lost no work; its
+// GPUs were waste already.
+func earlierRunGPUSeconds(job Job, er EarlierRun, bound []PodRun, end time.Time) (held, lost float64) {
+	held, _ = gpuSeconds(job, bound, end)
+	if !er.Preempted() || er.Evicted.IsZero() || len(bound) < job.Replicas {
+		return held, 0
+	}
+	fullAt := bound[job.Replicas-1].Bound
+	lost = float64(job.GPUs()) * max(0, er.Evicted.Sub(fullAt).Seconds())
+	return held, min(lost, held)
 }
 
 // boundPods returns the pods that were bound, earliest first.

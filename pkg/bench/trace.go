@@ -28,6 +28,9 @@ type Job struct {
 	// CommFraction is the share of the job's step time spent in collectives
 	// at its ideal placement, in [0, 1); nil for DefaultCommFraction.
 	CommFraction *float64
+	// Priority is the name of one of PriorityClasses; "" for none (the
+	// cluster's default priority, 0).
+	Priority string
 }
 
 // GPUs returns the job's total GPU count.
@@ -56,14 +59,31 @@ const (
 	MaxGPUsPerReplica = topology.MaxGPUs
 )
 
-// TraceHeader is the header line of a trace without the optional
-// comm_fraction column; TraceHeaderCommFraction the header with it.
+// TraceHeader is the header line of a trace without optional columns.
+// The optional columns, ColumnCommFraction and ColumnPriority, follow it in
+// that order, each only when the trace uses it: a header names every column
+// a row has, so rows are read by the header's names and stay unambiguous
+// whichever optional columns are given. TraceHeaderCommFraction and
+// TraceHeaderPriority are the headers with one of them, TraceHeaderAll the
+// header with both.
 const (
 	TraceHeader             = "job_id,submit_s,replicas,gpus_per_replica,duration_s,topology"
-	TraceHeaderCommFraction = TraceHeader + ",comm_fraction"
+	TraceHeaderCommFraction = TraceHeader + "," + ColumnCommFraction
+	TraceHeaderPriority     = TraceHeader + "," + ColumnPriority
+	TraceHeaderAll          = TraceHeaderCommFraction + "," + ColumnPriority
 )
 
-// Column indices of a trace row.
+// Names of the optional trace columns.
+const (
+	ColumnCommFraction = "comm_fraction"
+	ColumnPriority     = "priority"
+)
+
+// optionalColumns are the optional columns in the order a header lists
+// them.
+var optionalColumns = []string{ColumnCommFraction, ColumnPriority}
+
+// Column indices of the columns every trace row has.
 const (
 	colID = iota
 	colSubmit
@@ -71,7 +91,7 @@ const (
 	colGPUs
 	colDuration
 	colTopology
-	colCommFraction
+	requiredColumns
 )
 
 // TraceError is a problem at one place of a trace file.
@@ -109,16 +129,11 @@ func ParseTrace(r io.Reader) ([]Job, error) {
 	if err != nil {
 		return nil, csvError(err)
 	}
-	var traceHeader []string
-	for _, h := range []string{TraceHeader, TraceHeaderCommFraction} {
-		if slices.Equal(trimAll(header), strings.Split(h, ",")) {
-			traceHeader = strings.Split(h, ",")
-		}
-	}
-	if traceHeader == nil {
+	traceHeader := trimAll(header)
+	if !validHeader(traceHeader) {
 		line, _ := cr.FieldPos(0)
-		return nil, &TraceError{Line: line, Problem: fmt.Sprintf("header is %q: the first line that is not a comment must be exactly %s, or %s",
-			strings.Join(header, ","), TraceHeader, TraceHeaderCommFraction)}
+		return nil, &TraceError{Line: line, Problem: fmt.Sprintf("header is %q: the first line that is not a comment must be exactly %s, optionally followed by %s",
+			strings.Join(header, ","), TraceHeader, strings.Join(optionalColumns, " and then ")+", e.g. "+TraceHeaderAll)}
 	}
 
 	var jobs []Job
@@ -136,7 +151,7 @@ func ParseTrace(r io.Reader) ([]Job, error) {
 			return nil, &TraceError{Line: line, Problem: fmt.Sprintf("%d fields, want %d (%s); leave topology empty but keep its comma",
 				len(record), len(traceHeader), strings.Join(traceHeader, ","))}
 		}
-		job, err := parseJob(cr, record)
+		job, err := parseJob(cr, traceHeader, record)
 		if err != nil {
 			return nil, err
 		}
@@ -156,9 +171,27 @@ func ParseTrace(r io.Reader) ([]Job, error) {
 	return jobs, nil
 }
 
-// parseJob reads one row; cr locates its fields for errors.
-func parseJob(cr *csv.Reader, record []string) (Job, error) {
-	traceHeader := strings.Split(TraceHeaderCommFraction, ",")
+// validHeader reports whether header is TraceHeader followed by some of
+// the optional columns, in their order, each at most once.
+func validHeader(header []string) bool {
+	base := strings.Split(TraceHeader, ",")
+	if len(header) < len(base) || !slices.Equal(header[:len(base)], base) {
+		return false
+	}
+	next := 0
+	for _, name := range header[len(base):] {
+		i := slices.Index(optionalColumns, name)
+		if i < next {
+			return false
+		}
+		next = i + 1
+	}
+	return true
+}
+
+// parseJob reads one row of a trace with header traceHeader; cr locates its
+// fields for errors.
+func parseJob(cr *csv.Reader, traceHeader, record []string) (Job, error) {
 	fail := func(col int, problem string) error {
 		line, column := cr.FieldPos(col)
 		return &TraceError{Line: line, Column: column, Field: traceHeader[col], Problem: problem}
@@ -197,9 +230,16 @@ func parseJob(cr *csv.Reader, record []string) (Job, error) {
 	if job.Topology, err = parseConstraint(field(colTopology)); err != nil {
 		return Job{}, fail(colTopology, err.Error())
 	}
-	if len(record) > colCommFraction {
-		if job.CommFraction, err = parseCommFraction(field(colCommFraction)); err != nil {
-			return Job{}, fail(colCommFraction, err.Error())
+	for col := requiredColumns; col < len(traceHeader); col++ {
+		switch traceHeader[col] {
+		case ColumnCommFraction:
+			job.CommFraction, err = parseCommFraction(field(col))
+		case ColumnPriority:
+			job.Priority = field(col)
+			err = checkPriority(job.Priority)
+		}
+		if err != nil {
+			return Job{}, fail(col, err.Error())
 		}
 	}
 	return job, nil
@@ -224,16 +264,15 @@ func trimAll(fields []string) []string {
 }
 
 // WriteTrace writes jobs, in the given order, in the format ParseTrace
-// reads. The comm_fraction column is written only when some job sets
-// CommFraction, so traces without it stay in the six-column format. It
-// fails, writing nothing, on a job ParseTrace would reject.
+// reads. An optional column is written only when some job sets it
+// (CommFraction, Priority), so traces without them stay in the six-column
+// format. It fails, writing nothing, on a job ParseTrace would reject.
 func WriteTrace(w io.Writer, jobs []Job) error {
 	seen := make(map[string]int, len(jobs))
-	header := TraceHeader
+	var withCommFraction, withPriority bool
 	for i, j := range jobs {
-		if j.CommFraction != nil {
-			header = TraceHeaderCommFraction
-		}
+		withCommFraction = withCommFraction || j.CommFraction != nil
+		withPriority = withPriority || j.Priority != ""
 		if err := j.Validate(); err != nil {
 			return fmt.Errorf("jobs[%d]: %w", i, err)
 		}
@@ -241,6 +280,13 @@ func WriteTrace(w io.Writer, jobs []Job) error {
 			return fmt.Errorf("jobs[%d]: ID %q is also jobs[%d]'s", i, j.ID, first)
 		}
 		seen[j.ID] = i
+	}
+	header := TraceHeader
+	if withCommFraction {
+		header += "," + ColumnCommFraction
+	}
+	if withPriority {
+		header += "," + ColumnPriority
 	}
 	cw := csv.NewWriter(w)
 	if err := cw.Write(strings.Split(header, ",")); err != nil {
@@ -252,12 +298,15 @@ func WriteTrace(w io.Writer, jobs []Job) error {
 			topo = j.Topology.Level + ":" + j.Topology.Mode
 		}
 		row := []string{j.ID, formatSeconds(j.Submit), strconv.Itoa(j.Replicas), strconv.Itoa(j.GPUsPerReplica), formatSeconds(j.Duration), topo}
-		if header == TraceHeaderCommFraction {
+		if withCommFraction {
 			cf := ""
 			if j.CommFraction != nil {
 				cf = strconv.FormatFloat(*j.CommFraction, 'f', -1, 64)
 			}
 			row = append(row, cf)
+		}
+		if withPriority {
+			row = append(row, j.Priority)
 		}
 		if err := cw.Write(row); err != nil {
 			return fmt.Errorf("writing job %s: %w", j.ID, err)
@@ -282,7 +331,8 @@ func (j Job) Validate() error {
 		{"gpus_per_replica", checkGPUsPerReplica(j.GPUsPerReplica)},
 		{"duration_s", checkDuration(j.Duration)},
 		{"topology", checkConstraint(j.Topology)},
-		{"comm_fraction", checkCommFraction(j.CommFraction)},
+		{ColumnCommFraction, checkCommFraction(j.CommFraction)},
+		{ColumnPriority, checkPriority(j.Priority)},
 	}
 	var errs []error
 	for _, c := range checks {

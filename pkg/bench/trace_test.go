@@ -11,8 +11,11 @@ import (
 )
 
 const (
-	header   = TraceHeader + "\n"
-	cfHeader = TraceHeaderCommFraction + "\n"
+	header        = TraceHeader + "\n"
+	cfHeader      = TraceHeaderCommFraction + "\n"
+	prioHeader    = TraceHeaderPriority + "\n"
+	bothHeader    = TraceHeaderAll + "\n"
+	headerProblem = " must be exactly " + TraceHeader + ", optionally followed by comm_fraction and then priority, e.g. " + TraceHeaderAll
 )
 
 func TestParseTrace(t *testing.T) {
@@ -55,6 +58,30 @@ func TestParseTrace(t *testing.T) {
 			},
 		},
 		{
+			name: "priority column, given and left empty",
+			trace: prioHeader +
+				"a,0,4,8,600,leaf:Required,bench-high\n" +
+				"b,1,2,8,60,, bench-low \n" +
+				"c,2,1,1,60,,\n",
+			want: []Job{
+				{ID: "a", Submit: 0, Replicas: 4, GPUsPerReplica: 8, Duration: 10 * time.Minute, Topology: &Constraint{Level: "leaf", Mode: ModeRequired}, Priority: PriorityHigh},
+				{ID: "b", Submit: time.Second, Replicas: 2, GPUsPerReplica: 8, Duration: time.Minute, Priority: PriorityLow},
+				{ID: "c", Submit: 2 * time.Second, Replicas: 1, GPUsPerReplica: 1, Duration: time.Minute},
+			},
+		},
+		{
+			name: "both optional columns",
+			trace: bothHeader +
+				"a,0,4,8,600,,0.45,bench-high\n" +
+				"b,1,2,8,60,,,bench-low\n" +
+				"c,2,1,1,60,,0.1,\n",
+			want: []Job{
+				{ID: "a", Submit: 0, Replicas: 4, GPUsPerReplica: 8, Duration: 10 * time.Minute, CommFraction: ptr(0.45), Priority: PriorityHigh},
+				{ID: "b", Submit: time.Second, Replicas: 2, GPUsPerReplica: 8, Duration: time.Minute, Priority: PriorityLow},
+				{ID: "c", Submit: 2 * time.Second, Replicas: 1, GPUsPerReplica: 1, Duration: time.Minute, CommFraction: ptr(0.1)},
+			},
+		},
+		{
 			name:  "CRLF line endings",
 			trace: "job_id,submit_s,replicas,gpus_per_replica,duration_s,topology\r\nj,1,1,1,1,\r\n",
 			want:  []Job{{ID: "j", Submit: time.Second, Replicas: 1, GPUsPerReplica: 1, Duration: time.Second}},
@@ -81,8 +108,11 @@ func TestParseTraceErrors(t *testing.T) {
 	}{
 		{"empty", "", "trace line 1: the trace is empty: start it with the header " + TraceHeader},
 		{"only comments", "# nothing\n", "trace line 1: the trace is empty: start it with the header " + TraceHeader},
-		{"wrong header", "id,submit,replicas\n", `trace line 1: header is "id,submit,replicas": the first line that is not a comment must be exactly ` + TraceHeader + ", or " + TraceHeaderCommFraction},
-		{"header after comment", "# c\njob_id,submit_s\n", `trace line 2: header is "job_id,submit_s": the first line that is not a comment must be exactly ` + TraceHeader + ", or " + TraceHeaderCommFraction},
+		{"wrong header", "id,submit,replicas\n", `trace line 1: header is "id,submit,replicas": the first line that is not a comment` + headerProblem},
+		{"header after comment", "# c\njob_id,submit_s\n", `trace line 2: header is "job_id,submit_s": the first line that is not a comment` + headerProblem},
+		{"optional columns out of order", TraceHeaderPriority + ",comm_fraction\n", `trace line 1: header is "` + TraceHeaderPriority + `,comm_fraction": the first line that is not a comment` + headerProblem},
+		{"optional column twice", TraceHeaderPriority + ",priority\n", `trace line 1: header is "` + TraceHeaderPriority + `,priority": the first line that is not a comment` + headerProblem},
+		{"unknown optional column", TraceHeader + ",queue\n", `trace line 1: header is "` + TraceHeader + `,queue": the first line that is not a comment` + headerProblem},
 		{"no jobs", header, "trace line 1: the trace has no jobs: add one line per job after the header"},
 		{"too few fields", header + "a,0,1,1,1\n", "trace line 2: 5 fields, want 6 (" + TraceHeader + "); leave topology empty but keep its comma"},
 		{"too many fields", header + "a,0,1,1,1,,x\n", "trace line 2: 7 fields, want 6 (" + TraceHeader + "); leave topology empty but keep its comma"},
@@ -118,6 +148,10 @@ func TestParseTraceErrors(t *testing.T) {
 		{"comm_fraction with an exponent", cfHeader + "a,0,2,8,1,,1e-1\n", `trace line 2, column 12 (comm_fraction): "1e-1" is not a decimal fraction: write digits with an optional '.', e.g. 0.3, or leave it empty for the default`},
 		{"comm_fraction of 1", cfHeader + "a,0,2,8,1,,1\n", "trace line 2, column 12 (comm_fraction): comm_fraction 1: give the share of step time in collectives at ideal placement, at least 0 and below 1, e.g. 0.3, or leave it empty for the default"},
 		{"negative comm_fraction", cfHeader + "a,0,2,8,1,,-0.1\n", "trace line 2, column 12 (comm_fraction): comm_fraction -0.1: give the share of step time in collectives at ideal placement, at least 0 and below 1, e.g. 0.3, or leave it empty for the default"},
+		{"priority column missing in a row", prioHeader + "a,0,2,8,1,\n", "trace line 2: 6 fields, want 7 (" + TraceHeaderPriority + "); leave topology empty but keep its comma"},
+		{"unknown priority class", prioHeader + "a,0,2,8,1,,bench-low\nb,0,2,8,1,,urgent\n", `trace line 3, column 12 (priority): priority class "urgent" is not one of the benchmark's: name bench-high or bench-low, or leave it empty for none`},
+		{"priority class in the wrong case", bothHeader + "a,0,2,8,1,,0.3,Bench-High\n", `trace line 2, column 16 (priority): priority class "Bench-High" is not one of the benchmark's: name bench-high or bench-low, or leave it empty for none`},
+		{"comm_fraction error named with both columns", bothHeader + "a,0,2,8,1,,lots,bench-low\n", `trace line 2, column 12 (comm_fraction): "lots" is not a decimal fraction: write digits with an optional '.', e.g. 0.3, or leave it empty for the default`},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -197,6 +231,45 @@ func TestWriteTraceCommFractionRoundTrip(t *testing.T) {
 	}
 }
 
+func TestWriteTracePriorityRoundTrip(t *testing.T) {
+	tests := []struct {
+		name     string
+		jobs     []Job
+		wantText string
+	}{
+		{
+			name: "priority only",
+			jobs: []Job{
+				{ID: "a", Submit: 0, Replicas: 4, GPUsPerReplica: 8, Duration: 10 * time.Minute, Priority: PriorityHigh},
+				{ID: "b", Submit: time.Second, Replicas: 1, GPUsPerReplica: 1, Duration: time.Second},
+			},
+			wantText: prioHeader + "a,0,4,8,600,,bench-high\n" + "b,1,1,1,1,,\n",
+		},
+		{
+			name: "priority and comm_fraction",
+			jobs: []Job{
+				{ID: "a", Submit: 0, Replicas: 4, GPUsPerReplica: 8, Duration: 10 * time.Minute, CommFraction: ptr(0.35), Priority: PriorityLow},
+				{ID: "b", Submit: time.Second, Replicas: 1, GPUsPerReplica: 1, Duration: time.Second, Priority: PriorityHigh},
+			},
+			wantText: bothHeader + "a,0,4,8,600,,0.35,bench-low\n" + "b,1,1,1,1,,,bench-high\n",
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			var buf bytes.Buffer
+			mustNoError(t, WriteTrace(&buf, tc.jobs))
+			if diff := cmp.Diff(tc.wantText, buf.String()); diff != "" {
+				t.Errorf("WriteTrace (-want,+got):\n%s", diff)
+			}
+			got, err := ParseTrace(&buf)
+			mustNoError(t, err)
+			if diff := cmp.Diff(tc.jobs, got); diff != "" {
+				t.Errorf("ParseTrace(WriteTrace(jobs)) (-want,+got):\n%s", diff)
+			}
+		})
+	}
+}
+
 func TestWriteTraceRejectsInvalidJobs(t *testing.T) {
 	valid := Job{ID: "a", Replicas: 1, GPUsPerReplica: 1, Duration: time.Second}
 	tests := []struct {
@@ -215,6 +288,8 @@ func TestWriteTraceRejectsInvalidJobs(t *testing.T) {
 		{"duplicate", []Job{valid, valid}, `jobs[1]: ID "a" is also jobs[0]'s`},
 		{"comm_fraction of 1", []Job{{ID: "a", Replicas: 2, GPUsPerReplica: 8, Duration: time.Second, CommFraction: ptr(1.0)}},
 			`jobs[0]: job "a": comm_fraction: comm_fraction 1: give the share of step time in collectives at ideal placement, at least 0 and below 1, e.g. 0.3, or leave it empty for the default`},
+		{"unknown priority class", []Job{valid, {ID: "b", Replicas: 1, Duration: time.Second, Priority: "system-node-critical"}},
+			`jobs[1]: job "b": priority: priority class "system-node-critical" is not one of the benchmark's: name bench-high or bench-low, or leave it empty for none`},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -1,0 +1,246 @@
+package main
+
+import (
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/lockstep-dev/lockstep/pkg/bench"
+	"github.com/lockstep-dev/lockstep/pkg/lockstep"
+)
+
+func TestPreemptedBy(t *testing.T) {
+	cond := func(reason, msg string, status corev1.ConditionStatus) corev1.PodCondition {
+		return corev1.PodCondition{Type: corev1.DisruptionTarget, Status: status, Reason: reason, Message: msg}
+	}
+	ours := lockstep.Preemption{Preemptor: "bench/high-000", Priority: 1000, Domain: "spine=s0/leaf=l1"}.Message()
+	tests := []struct {
+		name          string
+		conditions    []corev1.PodCondition
+		wantPreempted bool
+		wantPreemptor string
+	}{
+		{"no condition", nil, false, ""},
+		{"upstream DefaultPreemption", []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue},
+			cond(corev1.PodReasonPreemptionByScheduler, "default-scheduler: preempting to accommodate a higher priority pod", corev1.ConditionTrue)}, true, ""},
+		{"Lockstep names the preemptor", []corev1.PodCondition{cond(corev1.PodReasonPreemptionByScheduler, ours, corev1.ConditionTrue)}, true, "bench/high-000"},
+		{"another disruption", []corev1.PodCondition{cond("DeletionByTaintManager", "", corev1.ConditionTrue)}, false, ""},
+		{"condition not true", []corev1.PodCondition{cond(corev1.PodReasonPreemptionByScheduler, ours, corev1.ConditionFalse)}, false, ""},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			pod := &corev1.Pod{Status: corev1.PodStatus{Conditions: tc.conditions}}
+			preempted, preemptor := preemptedBy(pod)
+			if preempted != tc.wantPreempted || preemptor != tc.wantPreemptor {
+				t.Errorf("preemptedBy = %v, %q; want %v, %q", preempted, preemptor, tc.wantPreempted, tc.wantPreemptor)
+			}
+		})
+	}
+}
+
+// podEvent is one informer event of the observer test.
+type podEvent struct {
+	name        string
+	uid         string
+	incarnation int
+	node        string
+	phase       corev1.PodPhase
+	deleting    bool
+	preempted   bool
+	gone        bool
+	tombstone   bool
+}
+
+func (e podEvent) pod() *corev1.Pod {
+	p := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: e.name, Namespace: benchNamespace, UID: types.UID(e.uid), Labels: map[string]string{
+			lockstep.LabelJobName: "g", lockstep.LabelIncarnation: strconv.Itoa(e.incarnation),
+		}},
+		Spec:   corev1.PodSpec{NodeName: e.node},
+		Status: corev1.PodStatus{Phase: e.phase},
+	}
+	if e.deleting {
+		p.DeletionTimestamp = &metav1.Time{Time: time.Now()}
+	}
+	if e.preempted {
+		p.Status.Conditions = []corev1.PodCondition{{Type: corev1.DisruptionTarget, Status: corev1.ConditionTrue,
+			Reason: corev1.PodReasonPreemptionByScheduler, Message: "preempted"}}
+	}
+	return p
+}
+
+// observedPod is what the test compares of a bench.PodRun: times only as
+// whether they are set.
+type observedPod struct {
+	Name, Node      string
+	Bound, Finished bool
+}
+
+type observedRun struct {
+	Pods        []observedPod
+	EvictedPods int
+	Evicted     bool
+}
+
+func observe(pods []bench.PodRun) []observedPod {
+	var out []observedPod
+	for _, p := range pods {
+		out = append(out, observedPod{Name: p.Name, Node: p.Node, Bound: !p.Bound.IsZero(), Finished: !p.Finished.IsZero()})
+	}
+	return out
+}
+
+// TestObserverRuns replays pod events of one 2-pod job through the
+// observer and checks the runs it records: a gang restart after a
+// preemption starts a new run, and only pods deleted while they held GPUs
+// with the preemption condition count as evicted.
+func TestObserverRuns(t *testing.T) {
+	running := func(name, uid string, inc int, node string) []podEvent {
+		return []podEvent{
+			{name: name, uid: uid, incarnation: inc, phase: corev1.PodPending},
+			{name: name, uid: uid, incarnation: inc, node: node, phase: corev1.PodPending},
+			{name: name, uid: uid, incarnation: inc, node: node, phase: corev1.PodRunning},
+		}
+	}
+	concat := func(seqs ...[]podEvent) []podEvent {
+		var out []podEvent
+		for _, s := range seqs {
+			out = append(out, s...)
+		}
+		return out
+	}
+	tests := []struct {
+		name         string
+		events       []podEvent
+		wantReleases int
+		wantFinished bool
+		wantEarlier  []observedRun
+		wantLast     []observedPod
+	}{
+		{
+			name: "preempted once, restarted, finished",
+			events: concat(running("g-0", "a0", 0, "n1"), running("g-1", "a1", 0, "n2"),
+				[]podEvent{
+					// The scheduler writes the condition, then deletes.
+					{name: "g-1", uid: "a1", node: "n2", phase: corev1.PodRunning, preempted: true},
+					{name: "g-1", uid: "a1", node: "n2", phase: corev1.PodRunning, preempted: true, deleting: true},
+					{name: "g-1", uid: "a1", node: "n2", phase: corev1.PodRunning, preempted: true, deleting: true, gone: true},
+					// The gang restart deletes the other pod.
+					{name: "g-0", uid: "a0", node: "n1", phase: corev1.PodRunning, gone: true, tombstone: true},
+				},
+				running("g-0", "b0", 1, "n3"), running("g-1", "b1", 1, "n4"),
+				[]podEvent{
+					{name: "g-0", uid: "b0", incarnation: 1, node: "n3", phase: corev1.PodSucceeded},
+					{name: "g-1", uid: "b1", incarnation: 1, node: "n4", phase: corev1.PodSucceeded},
+				}),
+			wantReleases: 2,
+			wantFinished: true,
+			wantEarlier:  []observedRun{{Pods: []observedPod{{"g-0", "n1", true, true}, {"g-1", "n2", true, true}}, EvictedPods: 1, Evicted: true}},
+			wantLast:     []observedPod{{"g-0", "n3", true, true}, {"g-1", "n4", true, true}},
+		},
+		{
+			name: "a late event of the old run does not touch the new one; an unbound pod deleted is not evicted",
+			events: concat(running("g-0", "a0", 0, "n1"), []podEvent{{name: "g-1", uid: "a1", phase: corev1.PodPending}},
+				[]podEvent{
+					{name: "g-0", uid: "a0", node: "n1", phase: corev1.PodRunning, preempted: true, deleting: true},
+					{name: "g-1", uid: "a1", phase: corev1.PodPending, gone: true},
+				},
+				running("g-0", "b0", 1, "n3"),
+				[]podEvent{{name: "g-0", uid: "a0", node: "n1", phase: corev1.PodRunning, preempted: true, deleting: true, gone: true}}),
+			wantEarlier: []observedRun{{Pods: []observedPod{{"g-0", "n1", true, true}, {Name: "g-1", Finished: true}}, EvictedPods: 1, Evicted: true}},
+			wantLast:    []observedPod{{"g-0", "n3", true, false}},
+		},
+		{
+			name: "a pod deleted after it finished, or without the condition, is no eviction",
+			events: concat(running("g-0", "a0", 0, "n1"), running("g-1", "a1", 0, "n2"),
+				[]podEvent{
+					{name: "g-0", uid: "a0", node: "n1", phase: corev1.PodSucceeded},
+					{name: "g-0", uid: "a0", node: "n1", phase: corev1.PodSucceeded, preempted: true, gone: true},
+					{name: "g-1", uid: "a1", node: "n2", phase: corev1.PodRunning, gone: true},
+				},
+				running("g-0", "b0", 1, "n3")),
+			wantReleases: 1,
+			wantEarlier:  []observedRun{{Pods: []observedPod{{"g-0", "n1", true, true}, {"g-1", "n2", true, true}}}},
+			wantLast:     []observedPod{{"g-0", "n3", true, false}},
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			// Room for every release of the test, so none waits in a
+			// goroutine (queueRelease) and draining is deterministic.
+			o := newObserver(nil, nil, benchNamespace, 4, true, nil)
+			done := make(chan struct{})
+			defer close(done)
+			o.done = done
+			start := time.Now()
+			o.submitted(bench.Job{ID: "g", Replicas: 2, GPUsPerReplica: 8, Duration: time.Minute}, start)
+			for _, e := range tc.events {
+				var obj any = e.pod()
+				if e.tombstone {
+					obj = cache.DeletedFinalStateUnknown{Key: benchNamespace + "/" + e.name, Obj: obj}
+				}
+				o.onPod(obj, e.gone)
+			}
+			releases := 0
+		drain:
+			for {
+				select {
+				case <-o.releases:
+					releases++
+				default:
+					break drain
+				}
+			}
+			if releases != tc.wantReleases {
+				t.Errorf("%d releases, want %d", releases, tc.wantReleases)
+			}
+			run := o.run("test", start, time.Now(), nil)
+			jr := run.Jobs[0]
+			if got := !jr.Finished.IsZero(); got != tc.wantFinished {
+				t.Errorf("finished = %v, want %v", got, tc.wantFinished)
+			}
+			var earlier []observedRun
+			for _, er := range jr.EarlierRuns {
+				earlier = append(earlier, observedRun{Pods: observe(er.Pods), EvictedPods: er.EvictedPods, Evicted: !er.Evicted.IsZero()})
+			}
+			if diff := cmp.Diff(tc.wantEarlier, earlier); diff != "" {
+				t.Errorf("earlier runs (-want,+got):\n%s", diff)
+			}
+			if diff := cmp.Diff(tc.wantLast, observe(jr.Pods)); diff != "" {
+				t.Errorf("last run's pods (-want,+got):\n%s", diff)
+			}
+			if _, err := bench.Summarize(bench.Cluster{Nodes: []bench.Node{{Name: "n1", Profile: "hgx-h100"}, {Name: "n2", Profile: "hgx-h100"}, {Name: "n3", Profile: "hgx-h100"}, {Name: "n4", Profile: "hgx-h100"}}}, run); err != nil {
+				t.Errorf("Summarize: %v", err)
+			}
+		})
+	}
+}
+
+// TestQueueReleaseOverflows: a job restarted while its release is queued
+// is queued again without blocking the pod handler, and both arrive.
+func TestQueueReleaseOverflows(t *testing.T) {
+	o := newObserver(nil, nil, benchNamespace, 1, true, nil)
+	done := make(chan struct{})
+	defer close(done)
+	o.done = done
+	o.queueRelease(release{job: "g", incarnation: 0})
+	o.queueRelease(release{job: "g", incarnation: 1}) // must not block
+	var got []release
+	for range 2 {
+		select {
+		case r := <-o.releases:
+			got = append(got, r)
+		case <-time.After(10 * time.Second):
+			t.Fatalf("got releases %v, want two", got)
+		}
+	}
+	if diff := cmp.Diff([]release{{"g", 0}, {"g", 1}}, got, cmp.AllowUnexported(release{})); diff != "" {
+		t.Errorf("releases (-want,+got):\n%s", diff)
+	}
+}
