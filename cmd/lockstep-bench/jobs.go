@@ -58,10 +58,10 @@ func trainingJob(j bench.Job, compression float64) *v1alpha1.TrainingJob {
 		Spec: v1alpha1.TrainingJobSpec{
 			Framework:    v1alpha1.FrameworkPyTorch,
 			ReplicaSpecs: specs,
-			RunPolicy: &v1alpha1.RunPolicy{
-				BackoffLimit:   ptr.To(benchBackoffLimit),
-				RestartBackoff: restartBackoff(compression),
-			},
+			// A preemption restarts the job at once and is no failure;
+			// failures, which the trace has none of, back off on the
+			// replay's clock.
+			RunPolicy: &v1alpha1.RunPolicy{RestartBackoff: restartBackoff(compression)},
 		},
 	}
 	if j.Priority != "" {
@@ -72,10 +72,6 @@ func trainingJob(j bench.Job, compression float64) *v1alpha1.TrainingJob {
 	}
 	return tj
 }
-
-// benchBackoffLimit is the backoffLimit of the benchmark's jobs: more
-// restarts than a replay's preemptions of one job.
-const benchBackoffLimit int32 = 1000
 
 // restartBackoff is the controller's default restart backoff with its
 // delays divided by compression, floored at the 1 s the API allows.

@@ -342,11 +342,9 @@ func preemptionNotes(scheds []scheduler, compression float64) []string {
 		notes = append(notes, fmt.Sprintf("Upstream's DefaultPreemption is in the scheduler profile of %s (kube-scheduler's and Coscheduling's default profiles have it): a pending pod evicts lower-priority pods on one node for itself, whichever gangs they belong to.", strings.Join(keep, ", ")))
 	}
 	if len(drop) > 0 {
-		notes = append(notes, fmt.Sprintf("DefaultPreemption is disabled in the scheduler profile of %s.", strings.Join(drop, ", ")))
+		notes = append(notes, fmt.Sprintf("DefaultPreemption is disabled in the scheduler profile of %s, which preempts whole lower-priority gangs for a gang through TopologyPlacement's PostFilter (docs/scheduler.md, \"Preemption\") and keeps upstream's DefaultPreemption for pods outside gangs.", strings.Join(drop, ", ")))
 	}
-	rb := restartBackoff(compression)
-	notes = append(notes, fmt.Sprintf("A preempted job restarts whole (the TrainingJob controller's gang restart) after its restart backoff, compressed like the trace: %d s, doubling up to %d s of replay time; its backoffLimit is %d.",
-		*rb.InitialSeconds, *rb.MaxSeconds, benchBackoffLimit))
+	notes = append(notes, "A preempted job restarts whole at once (the TrainingJob controller's gang restart): a preemption is no failure, so it neither waits out the restart backoff nor counts against backoffLimit.")
 	return notes
 }
 

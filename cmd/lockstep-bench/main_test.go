@@ -94,7 +94,7 @@ func TestTrainingJobFromTrace(t *testing.T) {
 	}{
 		{
 			name: "single pod", job: bench.Job{ID: "one", Replicas: 1, GPUsPerReplica: 1, Duration: time.Minute}, compression: 1,
-			wantRun: &v1alpha1.RunPolicy{BackoffLimit: ptr.To[int32](1000),
+			wantRun: &v1alpha1.RunPolicy{
 				RestartBackoff: &v1alpha1.RestartBackoff{InitialSeconds: ptr.To[int32](10), MaxSeconds: ptr.To[int32](360), ResetAfterSeconds: ptr.To[int32](600)}},
 		},
 		{
@@ -104,7 +104,7 @@ func TestTrainingJobFromTrace(t *testing.T) {
 			wantWorkers: 3,
 			wantTopo:    &v1alpha1.TopologyConstraint{Level: "leaf", Mode: v1alpha1.TopologyRequired},
 			// 10 s, 360 s and 600 s over 60, floored at 1 s.
-			wantRun: &v1alpha1.RunPolicy{BackoffLimit: ptr.To[int32](1000),
+			wantRun: &v1alpha1.RunPolicy{
 				RestartBackoff:   &v1alpha1.RestartBackoff{InitialSeconds: ptr.To[int32](1), MaxSeconds: ptr.To[int32](6), ResetAfterSeconds: ptr.To[int32](10)},
 				SchedulingPolicy: &v1alpha1.SchedulingPolicy{PriorityClass: bench.PriorityHigh}},
 		},
@@ -290,15 +290,16 @@ func TestReplayBackoffIsCompressed(t *testing.T) {
 }
 
 // TestSchedulersKeepDefaultPreemption is what the priority replay's report
-// says: every scheduler compared keeps upstream's DefaultPreemption.
+// says: the stock schedulers keep upstream's DefaultPreemption, Lockstep
+// replaces it with TopologyPlacement's gang preemption.
 func TestSchedulersKeepDefaultPreemption(t *testing.T) {
 	cfg, _, _, err := compressedConfig(filepath.Join("..", ".."), 60, -1)
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, s := range schedulers(cfg) {
-		if !keepsDefaultPreemption(s.config) {
-			t.Errorf("%s: its configuration disables DefaultPreemption", s.Name)
+		if want := s.Name != bench.SchedulerLockstep; keepsDefaultPreemption(s.config) != want {
+			t.Errorf("%s: keeps DefaultPreemption = %v, want %v", s.Name, !want, want)
 		}
 	}
 }
