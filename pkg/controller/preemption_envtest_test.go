@@ -75,8 +75,16 @@ func waitForEvent(t *testing.T, job *v1alpha1.TrainingJob, reason string) string
 
 func preemptedGang(t *testing.T, name string, grace int64) (*v1alpha1.TrainingJob, []corev1.Pod, []string) {
 	t.Helper()
+	return runningGang(t, name, 0, grace)
+}
+
+// runningGang creates a PyTorch job of one Master and three Workers with
+// backoffLimit and its pods' termination grace period, binds its pods and
+// runs them, and returns the job, the pods and their names.
+func runningGang(t *testing.T, name string, backoffLimit int32, grace int64) (*v1alpha1.TrainingJob, []corev1.Pod, []string) {
+	t.Helper()
 	ns := envtestNamespace(t)
-	job := createJob(t, pyTorchJob(ns, name, withBackoffLimit(0), func(j *v1alpha1.TrainingJob) {
+	job := createJob(t, pyTorchJob(ns, name, withBackoffLimit(backoffLimit), func(j *v1alpha1.TrainingJob) {
 		for role, s := range j.Spec.ReplicaSpecs {
 			s.Template.Spec.TerminationGracePeriodSeconds = ptr.To(grace)
 			j.Spec.ReplicaSpecs[role] = s

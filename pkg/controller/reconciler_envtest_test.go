@@ -685,19 +685,8 @@ func bindPod(t *testing.T, p *corev1.Pod, node string) {
 // counted once however their phases change meanwhile, and the gang comes
 // back once the old pods are gone.
 func TestEnvtestGangRestartWaitsForTerminatingPods(t *testing.T) {
-	ns := envtestNamespace(t)
-	job := createJob(t, pyTorchJob(ns, "graceful", withBackoffLimit(3), func(j *v1alpha1.TrainingJob) {
-		for role, s := range j.Spec.ReplicaSpecs {
-			s.Template.Spec.TerminationGracePeriodSeconds = ptr.To[int64](30)
-			j.Spec.ReplicaSpecs[role] = s
-		}
-	}))
-	names := gangNames(job.Name, map[v1alpha1.ReplicaType]int32{v1alpha1.ReplicaMaster: 1, v1alpha1.ReplicaWorker: 3})
-	pods := waitForPods(t, job, names, nil)
-	for i := range pods {
-		bindPod(t, &pods[i], fmt.Sprintf("node-%d", i))
-	}
-	runGang(t, job, pods)
+	job, pods, names := runningGang(t, "graceful", 3, 30)
+	ns := job.Namespace
 	before := podUIDs(pods)
 
 	failed := job.Name + "-worker-1"

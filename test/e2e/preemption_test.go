@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"slices"
 	"strings"
@@ -14,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	podutil "k8s.io/kubernetes/pkg/api/v1/pod"
 	"k8s.io/utils/ptr"
 
 	"github.com/lockstep-dev/lockstep/pkg/apis/lockstep/v1alpha1"
@@ -103,11 +105,11 @@ func waitPreempted(t *testing.T, ns string, want map[string]types.UID, preemptor
 		}
 		alive := 0
 		for _, p := range pods {
-			if !slices.Contains(mapsValues(want), p.UID) {
+			if !slices.Contains(slices.Collect(maps.Values(want)), p.UID) {
 				continue
 			}
 			alive++
-			c := findPodCondition(&p, corev1.DisruptionTarget)
+			_, c := podutil.GetPodConditionFromList(p.Status.Conditions, corev1.DisruptionTarget)
 			if c == nil || checked[p.UID] {
 				continue
 			}
@@ -126,23 +128,6 @@ func waitPreempted(t *testing.T, ns string, want map[string]types.UID, preemptor
 		t.Errorf("saw no victim pod with a DisruptionTarget condition")
 	}
 	return time.Now()
-}
-
-func mapsValues[K comparable, V any](m map[K]V) []V {
-	out := make([]V, 0, len(m))
-	for _, v := range m {
-		out = append(out, v)
-	}
-	return out
-}
-
-func findPodCondition(p *corev1.Pod, t corev1.PodConditionType) *corev1.PodCondition {
-	for i := range p.Status.Conditions {
-		if p.Status.Conditions[i].Type == t {
-			return &p.Status.Conditions[i]
-		}
-	}
-	return nil
 }
 
 // preempted is the victim job's state once the controller has seen its
@@ -303,7 +288,7 @@ func waitUnschedulable(t *testing.T, ns, pod, want string) string {
 		if err != nil {
 			return false, nil
 		}
-		if c := findPodCondition(p, corev1.PodScheduled); c != nil && c.Status == corev1.ConditionFalse {
+		if _, c := podutil.GetPodConditionFromList(p.Status.Conditions, corev1.PodScheduled); c != nil && c.Status == corev1.ConditionFalse {
 			msg = c.Message
 		}
 		return strings.Contains(msg, want), nil
@@ -477,4 +462,30 @@ func deletePods(t *testing.T, ns string) {
 	if err != nil {
 		t.Fatal(err)
 	}
+}
+
+// TestMissingPriorityClassIsReported: a job naming a PriorityClass that
+// does not exist gets Scheduled=False with reason PriorityClassNotFound
+// naming the field, and no pods (no silent default); once the class is
+// created, the job runs without anyone touching it.
+func TestMissingPriorityClassIsReported(t *testing.T) {
+	t.Parallel()
+	ns := cluster.NewNamespace(t)
+	class := ns + "-late"
+	createJob(t, pytorchGang(ns, "late", 1, gpuTemplate("pytorch", 1).Obj()).PriorityClass(class).Obj())
+	job := waitJob(t, ns, "late", time.Minute, "PriorityClassNotFound", func(j *v1alpha1.TrainingJob) bool {
+		c := meta.FindStatusCondition(j.Status.Conditions, v1alpha1.ConditionScheduled)
+		return c != nil && c.Status == metav1.ConditionFalse && c.Reason == controller.ReasonPriorityClassNotFound
+	})
+	if msg := meta.FindStatusCondition(job.Status.Conditions, v1alpha1.ConditionScheduled).Message; !strings.Contains(msg, "spec.runPolicy.schedulingPolicy.priorityClass") || !strings.Contains(msg, class) {
+		t.Errorf("condition message %q does not name the field and the class", msg)
+	}
+	if pods, err := jobPodsOf(context.Background(), ns, "late"); err != nil || len(pods) != 0 {
+		t.Errorf("%d pods (%v) before the class exists, want none", len(pods), err)
+	}
+	if err := waitEvent(ns, "TrainingJob", "late", controller.ReasonPriorityClassNotFound, ""); err != nil {
+		t.Error(err)
+	}
+	priorityClass(t, ns, "late", lowPriority, false)
+	waitPods(t, ns, "late", 2, time.Minute)
 }
