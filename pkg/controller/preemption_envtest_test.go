@@ -37,7 +37,13 @@ func preemptPod(t *testing.T, p corev1.Pod, msg string) {
 			return err
 		}
 		preemptedBy(&now, msg)
-		return harness.api.Status().Update(ctx, &now)
+		err = harness.api.Status().Update(ctx, &now)
+		if apierrors.IsNotFound(err) {
+			// Deleted between the read and the write.
+			gone = true
+			return nil
+		}
+		return err
 	})
 	if gone {
 		return

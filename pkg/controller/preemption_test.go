@@ -3,6 +3,7 @@ package controller
 import (
 	"context"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -270,12 +271,16 @@ func TestPreemptionCountedOnce(t *testing.T) {
 	scheme := fakeScheme(t)
 	job := pyTorchJob("ns", "j", withBackoffLimit(0), func(j *v1alpha1.TrainingJob) { j.UID = "job-uid" })
 	job.Default()
+	// The controller deletes pods in parallel.
+	var mu sync.Mutex
 	var deletes []client.DeleteOption
 	c := fake.NewClientBuilder().WithScheme(scheme).WithStatusSubresource(&v1alpha1.TrainingJob{}, &corev1.Pod{}).WithObjects(job).
 		WithInterceptorFuncs(interceptor.Funcs{
 			Delete: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.DeleteOption) error {
 				if _, ok := obj.(*corev1.Pod); ok {
+					mu.Lock()
 					deletes = append(deletes, opts...)
+					mu.Unlock()
 				}
 				return c.Delete(ctx, obj, opts...)
 			},
