@@ -1,6 +1,7 @@
 package placement
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
 	"strings"
@@ -33,6 +34,13 @@ type Books struct {
 	// O(1) however many pods run.
 	pods   map[string]Reservation
 	podsOn map[string]topology.GPUSet
+	// podsAt are the pods of pods by node, so forgetting one recomputes
+	// its node's union from that node's pods only: a gang restart in a
+	// cluster of tens of thousands of pods costs its own pods, not theirs.
+	podsAt map[string]map[string]struct{}
+	// holders are the live plans (gangs) with a slot each pod took, so
+	// that a pod coming or going updates their Held.booked in O(1).
+	holders map[string][]*Held
 	// drains are the domains drained for gangs waiting for their base
 	// level (Drain), by gang; drainedFor names the gang per drained node.
 	drains     map[string]drain
@@ -76,6 +84,32 @@ type Held struct {
 	slots []string
 	// published is set once the placement was recorded (MarkPublished).
 	published bool
+
+	// The indexes below keep the slot queries Filter and Score make per
+	// node O(slots on that node) and free of allocation, however large
+	// the plan. They are built once by Books.Add and kept by reserve.
+	//
+	// slotOf is the slot of each pod in slots.
+	slotOf map[string]int
+	// on indexes nodes by name; nodes[on[n]].open are node n's open slots,
+	// ascending.
+	on    map[string]int32
+	nodes []heldNode
+	// openNodes are the nodes with an open slot, ordered by their lowest
+	// open slot (which are distinct), so plan order.
+	openNodes []string
+	// open counts the open slots.
+	open int
+	// booked counts the slots whose pod the books still hold
+	// (Books.pods): a complete plan with none left is forgotten.
+	booked int
+}
+
+// heldNode is one node of a plan.
+type heldNode struct {
+	// open are the node's open slots, ascending, in a share of one array
+	// for the whole plan.
+	open []int
 }
 
 // Reservation is the GPUs a pod was given: slot Slot of gang Gang's plan,
@@ -100,6 +134,8 @@ func NewBooks() *Books {
 		held:       map[string]topology.GPUSet{},
 		pods:       map[string]Reservation{},
 		podsOn:     map[string]topology.GPUSet{},
+		podsAt:     map[string]map[string]struct{}{},
+		holders:    map[string][]*Held{},
 		drains:     map[string]drain{},
 		stalled:    map[string]time.Time{},
 		drainedFor: map[string]string{},
@@ -119,37 +155,88 @@ func (h *Held) Created() time.Time { return h.created }
 // Slot returns the pod holding member i, or "" while it is open.
 func (h *Held) Slot(i int) string { return h.slots[i] }
 
-// OpenSlotsOn returns the indices of open slots on node, ascending.
+// OpenSlotsOn returns the indices of open slots on node, ascending. The
+// slice is the plan's own: it must not be changed, and is valid until the
+// next slot is reserved.
 func (h *Held) OpenSlotsOn(node string) []int {
-	var out []int
-	for i, m := range h.plan.Members {
-		if m.Node == node && h.slots[i] == "" {
-			out = append(out, i)
-		}
+	if k, ok := h.on[node]; ok {
+		return h.nodes[k].open
 	}
-	return out
+	return nil
 }
 
 // OpenNodes returns the nodes with open slots, in plan order, each once.
-func (h *Held) OpenNodes() []string {
-	var out []string
-	for i, m := range h.plan.Members {
-		if h.slots[i] == "" && !slices.Contains(out, m.Node) {
-			out = append(out, m.Node)
-		}
-	}
-	return out
-}
+// The slice is the plan's own: it must not be changed, and is valid until
+// the next slot is reserved.
+func (h *Held) OpenNodes() []string { return h.openNodes }
 
 // SlotOf returns the member slot pod holds, false when it holds none.
 func (h *Held) SlotOf(pod string) (int, bool) {
-	i := slices.Index(h.slots, pod)
-	return i, i >= 0
+	i, ok := h.slotOf[pod]
+	return i, ok
 }
 
 // Complete reports whether every slot is taken.
-func (h *Held) Complete() bool {
-	return !slices.Contains(h.slots, "")
+func (h *Held) Complete() bool { return h.open == 0 }
+
+// newHeld returns plan's entry in the books with every slot open, and its
+// node index.
+func newHeld(key string, plan *Plan, now time.Time) *Held {
+	n := len(plan.Members)
+	h := &Held{key: key, plan: plan, created: now, slots: make([]string, n), slotOf: map[string]int{}, on: map[string]int32{}, open: n}
+	var counts []int
+	for _, m := range plan.Members {
+		k, ok := h.on[m.Node]
+		if !ok {
+			k = int32(len(counts))
+			h.on[m.Node] = k
+			counts = append(counts, 0)
+			h.openNodes = append(h.openNodes, m.Node)
+		}
+		counts[k]++
+	}
+	h.nodes = make([]heldNode, len(counts))
+	all := make([]int, n)
+	at := 0
+	for k, c := range counts {
+		h.nodes[k].open = all[at : at : at+c]
+		at += c
+	}
+	for i, m := range plan.Members {
+		hn := &h.nodes[h.on[m.Node]]
+		hn.open = append(hn.open, i)
+	}
+	return h
+}
+
+// take gives open slot i, on node, to pod.
+func (h *Held) take(i int, pod, node string) {
+	hn := &h.nodes[h.on[node]]
+	j := slices.Index(hn.open, i)
+	// openNodes is sorted by each node's lowest open slot; only a node
+	// losing its lowest moves, later or out.
+	pos := -1
+	if j == 0 {
+		pos, _ = slices.BinarySearchFunc(h.openNodes, i, h.byLowestOpen)
+	}
+	hn.open = slices.Delete(hn.open, j, j+1)
+	h.slots[i], h.slotOf[pod] = pod, i
+	h.open--
+	switch {
+	case pos < 0:
+	case len(hn.open) == 0:
+		h.openNodes = slices.Delete(h.openNodes, pos, pos+1)
+	default:
+		rest := h.openNodes[pos+1:]
+		moved, _ := slices.BinarySearchFunc(rest, hn.open[0], h.byLowestOpen)
+		copy(h.openNodes[pos:], rest[:moved])
+		h.openNodes[pos+moved] = node
+	}
+}
+
+// byLowestOpen compares node's lowest open slot with slot.
+func (h *Held) byLowestOpen(node string, slot int) int {
+	return cmp.Compare(h.nodes[h.on[node]].open[0], slot)
 }
 
 // Fits reports whether every open slot's node still exists and still has
@@ -157,15 +244,12 @@ func (h *Held) Complete() bool {
 // false when the node is gone or no longer takes pods. A plan that no
 // longer fits is to be dropped and the gang planned afresh.
 func (h *Held) Fits(free func(node string) (gpus int, ok bool)) bool {
-	need := map[string]int{}
-	for i, m := range h.plan.Members {
-		if h.slots[i] == "" {
-			need[m.Node] += m.GPUs.Len()
+	for _, node := range h.openNodes {
+		gpus := 0
+		for _, i := range h.OpenSlotsOn(node) {
+			gpus += h.plan.Members[i].GPUs.Len()
 		}
-	}
-	for node, gpus := range need {
-		have, ok := free(node)
-		if !ok || have < gpus {
+		if have, ok := free(node); !ok || have < gpus {
 			return false
 		}
 	}
@@ -183,7 +267,7 @@ func (b *Books) Get(key string) (*Held, bool) {
 func (b *Books) Add(key string, plan *Plan, now time.Time) *Held {
 	b.Drop(key)
 	b.Undrain(key)
-	h := &Held{key: key, plan: plan, created: now, slots: make([]string, len(plan.Members))}
+	h := newHeld(key, plan, now)
 	b.gangs[key] = h
 	for _, m := range plan.Members {
 		b.held[m.Node] |= m.GPUs
@@ -208,8 +292,24 @@ func (b *Books) Drop(key string) bool {
 			b.release(m.Node, m.GPUs)
 		}
 	}
-	delete(b.gangs, key)
+	b.forgetPlan(h)
 	return true
+}
+
+// forgetPlan deletes plan h from the books, and from its pods' holders.
+func (b *Books) forgetPlan(h *Held) {
+	delete(b.gangs, h.key)
+	for _, pod := range h.slots {
+		if pod == "" {
+			continue
+		}
+		rest := slices.DeleteFunc(b.holders[pod], func(o *Held) bool { return o == h })
+		if len(rest) == 0 {
+			delete(b.holders, pod)
+		} else {
+			b.holders[pod] = rest
+		}
+	}
 }
 
 func (b *Books) release(node string, gpus topology.GPUSet) {
@@ -247,7 +347,7 @@ func (b *Books) reserve(key, pod, node string, want int, last bool) (Reservation
 	if !ok {
 		return Reservation{}, false
 	}
-	if i := slices.Index(h.slots, pod); i >= 0 {
+	if i, ok := h.slotOf[pod]; ok {
 		m := h.plan.Members[i]
 		return Reservation{Gang: key, Node: m.Node, GPUs: m.GPUs, Slot: i}, m.Node == node
 	}
@@ -262,11 +362,15 @@ func (b *Books) reserve(key, pod, node string, want int, last bool) (Reservation
 	case last:
 		i = open[len(open)-1]
 	}
-	h.slots[i] = pod
+	h.take(i, pod, node)
 	m := h.plan.Members[i]
 	b.release(node, m.GPUs)
 	r := Reservation{Gang: key, Node: node, GPUs: m.GPUs, Slot: i}
 	b.assign(pod, r)
+	// After assign, which counts the pod for the plans it held slots of
+	// before: this one counts it here.
+	b.holders[pod] = append(b.holders[pod], h)
+	h.booked++
 	return r, true
 }
 
@@ -276,30 +380,46 @@ func (b *Books) Assign(pod, node string, gpus topology.GPUSet) {
 }
 
 func (b *Books) assign(pod string, r Reservation) {
-	b.unassign(pod)
+	if !b.unassign(pod) {
+		// Booked again after it was forgotten: the plans it holds a
+		// slot of count it again.
+		for _, h := range b.holders[pod] {
+			h.booked++
+		}
+	}
 	b.pods[pod] = r
 	b.podsOn[r.Node] |= r.GPUs
+	at := b.podsAt[r.Node]
+	if at == nil {
+		at = map[string]struct{}{}
+		b.podsAt[r.Node] = at
+	}
+	at[pod] = struct{}{}
 }
 
 // unassign forgets a pod's GPUs and recomputes its node's union from the
-// pods still there.
-func (b *Books) unassign(pod string) {
+// pods still there. It reports whether the pod was booked.
+func (b *Books) unassign(pod string) bool {
 	r, ok := b.pods[pod]
 	if !ok {
-		return
+		return false
 	}
 	delete(b.pods, pod)
+	at := b.podsAt[r.Node]
+	delete(at, pod)
 	var rest topology.GPUSet
-	for _, other := range b.pods {
-		if other.Node == r.Node {
-			rest |= other.GPUs
-		}
+	for other := range at {
+		rest |= b.pods[other].GPUs
 	}
 	if rest == 0 {
 		delete(b.podsOn, r.Node)
 	} else {
 		b.podsOn[r.Node] = rest
 	}
+	if len(at) == 0 {
+		delete(b.podsAt, r.Node)
+	}
+	return true
 }
 
 // Report records the GPUs the node's agent reports pod holding (its
@@ -335,16 +455,12 @@ func (b *Books) ForgetPod(pod string) {
 		return
 	}
 	b.unassign(pod)
-	h, ok := b.gangs[r.Gang]
-	if !ok || !h.Complete() {
-		return
+	for _, h := range b.holders[pod] {
+		h.booked--
 	}
-	for _, s := range h.slots {
-		if _, still := b.pods[s]; still {
-			return
-		}
+	if h, ok := b.gangs[r.Gang]; ok && h.Complete() && h.booked == 0 {
+		b.forgetPlan(h)
 	}
-	delete(b.gangs, r.Gang)
 }
 
 // HeldOn returns the GPUs on node held by plans other than except's, plus
@@ -353,10 +469,8 @@ func (b *Books) ForgetPod(pod string) {
 func (b *Books) HeldOn(node, except string) topology.GPUSet {
 	held := b.held[node]
 	if h, ok := b.gangs[except]; ok {
-		for i, m := range h.plan.Members {
-			if m.Node == node && h.slots[i] == "" {
-				held &^= m.GPUs
-			}
+		for _, i := range h.OpenSlotsOn(node) {
+			held &^= h.plan.Members[i].GPUs
 		}
 	}
 	return held | b.podsOn[node]

@@ -1,11 +1,14 @@
 package placement
 
 import (
+	"fmt"
+	"math/rand/v2"
 	"slices"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 
 	"github.com/lockstep-dev/lockstep/pkg/topology"
 )
@@ -188,4 +191,162 @@ func TestBooksReportTruth(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestHeldOpenSlotsInterleaved: a plan whose nodes' members are not
+// adjacent (RankOrder keeps them adjacent, but the books take any plan)
+// lists its open nodes by their lowest open slot, as they come in the plan.
+func TestHeldOpenSlotsInterleaved(t *testing.T) {
+	plan := &Plan{Members: []Assignment{
+		assign("a", 0), assign("b", 0), assign("a", 1), assign("c", 0), assign("b", 1),
+	}}
+	type want struct {
+		nodes []string
+		slots map[string][]int
+	}
+	for _, tc := range []struct {
+		name    string
+		reserve [][2]string // pod, node
+		want    want
+	}{
+		{"fresh", nil, want{[]string{"a", "b", "c"}, map[string][]int{"a": {0, 2}, "b": {1, 4}, "c": {3}}}},
+		{"a's lowest taken: a moves after b", [][2]string{{"p", "a"}}, want{[]string{"b", "a", "c"}, map[string][]int{"a": {2}, "b": {1, 4}, "c": {3}}}},
+		{"b's lowest taken: b moves after c", [][2]string{{"p", "b"}}, want{[]string{"a", "c", "b"}, map[string][]int{"a": {0, 2}, "b": {4}, "c": {3}}}},
+		{"c full: c leaves", [][2]string{{"p", "c"}}, want{[]string{"a", "b"}, map[string][]int{"a": {0, 2}, "b": {1, 4}}}},
+		{"all but b's last", [][2]string{{"p", "a"}, {"q", "b"}, {"r", "a"}, {"s", "c"}}, want{[]string{"b"}, map[string][]int{"b": {4}}}},
+		{"every slot", [][2]string{{"p", "a"}, {"q", "b"}, {"r", "a"}, {"s", "c"}, {"u", "b"}}, want{nil, map[string][]int{}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			b := NewBooks()
+			h := b.Add("ns/g", plan, time.Unix(0, 0))
+			for _, r := range tc.reserve {
+				if _, ok := b.Reserve("ns/g", r[0], r[1]); !ok {
+					t.Fatalf("%s did not reserve on %s", r[0], r[1])
+				}
+			}
+			got := want{nodes: h.OpenNodes(), slots: map[string][]int{}}
+			for _, node := range []string{"a", "b", "c", "d"} {
+				if open := h.OpenSlotsOn(node); len(open) > 0 {
+					got.slots[node] = open
+				}
+			}
+			if diff := cmp.Diff(tc.want, got, cmp.AllowUnexported(want{}), cmpopts.EquateEmpty()); diff != "" {
+				t.Errorf("open slots (-want,+got):\n%s", diff)
+			}
+			if gotComplete := h.Complete(); gotComplete != (len(tc.want.nodes) == 0) {
+				t.Errorf("Complete() = %v with open nodes %v", gotComplete, tc.want.nodes)
+			}
+		})
+	}
+}
+
+// TestBooksIndexesMatchScans drives books through random reservations,
+// reports, forgets and drops of plans whose members interleave nodes, and
+// checks after every step that each index answers as a scan of the books
+// would: a plan's open slots per node and open nodes in plan order, its
+// slots by pod, its count of booked pods, and every node's union of
+// booked GPUs.
+func TestBooksIndexesMatchScans(t *testing.T) {
+	nodes := []string{"a", "b", "c", "d"}
+	gangs := []string{"ns/x", "ns/y"}
+	now := time.Unix(0, 0)
+	for seed := range uint64(200) {
+		rng := rand.New(rand.NewPCG(seed, 27))
+		b := NewBooks()
+		randomPlan := func() *Plan {
+			plan := &Plan{}
+			for range 1 + rng.IntN(12) {
+				plan.Members = append(plan.Members, assign(nodes[rng.IntN(len(nodes))], rng.IntN(8)))
+			}
+			return plan
+		}
+		for step := range 60 {
+			pod := fmt.Sprintf("p%d", rng.IntN(16))
+			gang, node := gangs[rng.IntN(len(gangs))], nodes[rng.IntN(len(nodes))]
+			var op string
+			switch rng.IntN(7) {
+			case 0:
+				op = "add " + gang
+				b.Add(gang, randomPlan(), now)
+			case 1, 2:
+				op = fmt.Sprintf("reserve %s %s on %s", gang, pod, node)
+				b.ReserveSlot(gang, pod, node, rng.IntN(14)-2)
+			case 3:
+				op = "assign " + pod
+				b.Assign(pod, node, topology.NewGPUSet(rng.IntN(8)))
+			case 4:
+				op = "report " + pod
+				if r, ok := b.Reservation(pod); ok {
+					b.Report(pod, r.Node, topology.NewGPUSet(rng.IntN(8)))
+				}
+			case 5:
+				op = "forget " + pod
+				b.ForgetPod(pod)
+			case 6:
+				op = "drop " + gang
+				b.Drop(gang)
+			}
+			if err := checkIndexes(b); err != "" {
+				t.Fatalf("seed %d step %d (%s): %s\n%s", seed, step, op, err, b)
+			}
+		}
+	}
+}
+
+// checkIndexes returns how b's indexes differ from scans of its books, ""
+// when they agree.
+func checkIndexes(b *Books) string {
+	union := map[string]topology.GPUSet{}
+	for _, r := range b.pods {
+		union[r.Node] |= r.GPUs
+	}
+	for node := range union {
+		if union[node] == 0 {
+			delete(union, node)
+		}
+	}
+	if diff := cmp.Diff(union, b.podsOn, cmpopts.EquateEmpty()); diff != "" {
+		return "booked GPUs by node (-scan,+index):\n" + diff
+	}
+	for key, h := range b.gangs {
+		var openNodes []string
+		slots := map[string][]int{}
+		slotOf := map[string]int{}
+		booked := 0
+		for i, m := range h.plan.Members {
+			if pod := h.Slot(i); pod != "" {
+				slotOf[pod] = i
+				if _, ok := b.pods[pod]; ok {
+					booked++
+				}
+				continue
+			}
+			if !slices.Contains(openNodes, m.Node) {
+				openNodes = append(openNodes, m.Node)
+			}
+			slots[m.Node] = append(slots[m.Node], i)
+		}
+		gotSlots := map[string][]int{}
+		for _, m := range h.plan.Members {
+			if open := h.OpenSlotsOn(m.Node); len(open) > 0 {
+				gotSlots[m.Node] = open
+			}
+		}
+		if diff := cmp.Diff(openNodes, h.OpenNodes(), cmpopts.EquateEmpty()); diff != "" {
+			return key + ": open nodes (-scan,+index):\n" + diff
+		}
+		if diff := cmp.Diff(slots, gotSlots, cmpopts.EquateEmpty()); diff != "" {
+			return key + ": open slots (-scan,+index):\n" + diff
+		}
+		if diff := cmp.Diff(slotOf, h.slotOf, cmpopts.EquateEmpty()); diff != "" {
+			return key + ": slots by pod (-scan,+index):\n" + diff
+		}
+		if booked != h.booked {
+			return fmt.Sprintf("%s: %d booked pods, index says %d", key, booked, h.booked)
+		}
+		if h.Complete() != (len(openNodes) == 0) {
+			return fmt.Sprintf("%s: Complete() = %v with open nodes %v", key, h.Complete(), openNodes)
+		}
+	}
+	return ""
 }

@@ -100,7 +100,9 @@ type planner struct {
 	// is contiguous, so "the nodes below d" is a slice.
 	doms []domain
 	kids []int32
-	// cliques numbers the multi-node NVLink domains met.
+	// cliques numbers the multi-node NVLink domains met. Its buckets are
+	// reused from plan to plan with doms (planBuffers): a cluster of
+	// thousands of racks would otherwise grow a new map per plan.
 	cliques map[topology.NVLinkDomain]int32
 	// scratch holds the ordered children of the domains being placed into,
 	// one frame per recursion level.
@@ -134,13 +136,15 @@ type usedNode struct {
 // level of a Preferred gang's widening and settles req with it.
 func newPlanner(s *Snapshot, req request) (*planner, error) {
 	sk := skeletonOf(s.Tree)
+	bufs := sk.clone()
 	p := &planner{
-		s:    s,
-		req:  req,
-		sk:   sk,
-		doms: sk.clone(),
-		kids: sk.kids, // read-only
-		base: s.Tree.Root().Level,
+		s:       s,
+		req:     req,
+		sk:      sk,
+		doms:    bufs.doms,
+		cliques: bufs.cliques,
+		kids:    sk.kids, // read-only
+		base:    s.Tree.Root().Level,
 	}
 	p.nearLo, p.nearHi = -1, -1
 	for _, name := range req.near {
@@ -258,7 +262,7 @@ type skeleton struct {
 	// order is the host of every snapshot node of the last plan whose
 	// nodes were not all in the order before.
 	order atomic.Pointer[nodeOrder]
-	// pool recycles planners' copies of doms.
+	// pool recycles planners' buffers.
 	pool sync.Pool
 }
 
@@ -268,22 +272,32 @@ type nodeOrder struct {
 	hosts []int32
 }
 
-// clone returns a copy of the skeleton's domains for one planner, from the
-// pool when it has one; release gives it back.
-func (sk *skeleton) clone() []domain {
-	if doms, ok := sk.pool.Get().(*[]domain); ok {
-		copy(*doms, sk.doms)
-		return *doms
-	}
-	return slices.Clone(sk.doms)
+// planBuffers are what a planner allocates in proportion to the cluster,
+// recycled through its skeleton's pool so that a plan's allocations do not
+// grow with it.
+type planBuffers struct {
+	doms    []domain
+	cliques map[topology.NVLinkDomain]int32
 }
 
-// release returns the planner's domains to its skeleton's pool. The planner
+// clone returns a copy of the skeleton's domains for one planner, and an
+// empty clique map, from the pool when it has them; release gives them
+// back.
+func (sk *skeleton) clone() *planBuffers {
+	if bufs, ok := sk.pool.Get().(*planBuffers); ok {
+		copy(bufs.doms, sk.doms)
+		clear(bufs.cliques)
+		return bufs
+	}
+	return &planBuffers{doms: slices.Clone(sk.doms)}
+}
+
+// release returns the planner's buffers to its skeleton's pool. The planner
 // must not be used after.
 func (p *planner) release() {
-	doms := p.doms
-	p.doms = nil
-	p.sk.pool.Put(&doms)
+	bufs := &planBuffers{doms: p.doms, cliques: p.cliques}
+	p.doms, p.cliques = nil, nil
+	p.sk.pool.Put(bufs)
 }
 
 // lastSkeleton caches the skeleton of the last tree planned on: the
