@@ -49,8 +49,11 @@ func (p *planner) why() *Unschedulable {
 	}
 	if r.mode == lockstep.Required {
 		b.WriteString("; Required constraint")
-		if r.stop < r.want {
+		switch {
+		case r.stop < r.want && r.stop == r.base:
 			fmt.Fprintf(&b, " on %s, tightest first: kept to %s, the narrowest level that could ever hold it, for its first wait", r.levelNames[r.want], r.levelNames[r.stop])
+		case r.stop < r.want:
+			fmt.Fprintf(&b, " on %s, tightest first: from %s, the narrowest level that could ever hold it, widened so far to %s", r.levelNames[r.want], r.levelNames[r.base], r.levelNames[r.stop])
 		}
 	} else {
 		switch {

@@ -125,18 +125,39 @@ func checkPlace(t *testing.T, s *Snapshot, g Gang, plan *Plan, err error) {
 		}
 		return -1
 	}
+	// widen climbs n levels from level, passing over levels no node is
+	// labelled for (they hold the same nodes as the level above), at most
+	// to limit.
+	widen := func(level, n, limit int) int {
+		skip := func(l int) int {
+			for l < top && s.Tree.LevelAbsent(l) {
+				l++
+			}
+			return l
+		}
+		level = skip(level)
+		for ; n > 0 && level < limit; n-- {
+			level = skip(level + 1)
+		}
+		return min(level, limit)
+	}
 	stop, base, want := top, top, top
 	if g.Level != "" {
 		want = slices.Index(names, g.Level)
 		base, stop = want, want
-		if g.Mode == lockstep.Preferred {
-			// The widening counts from the narrowest level at or above
-			// Level that could hold the gang with every GPU free.
-			if base = narrowest(want, total); base < 0 {
-				base = top
-			}
-			stop = min(base+g.Widen, top)
+		from, limit := want, top
+		if g.Mode != lockstep.Preferred {
+			// Required is placed tightest first: it widens from the host
+			// as a Preferred gang does, never past Level.
+			from, limit = 0, want
 		}
+		// The widening counts from the narrowest level at or above from
+		// that could hold the gang with every GPU free.
+		if base = narrowest(from, total); base < 0 {
+			base = top
+		}
+		base = widen(base, 0, top)
+		stop = widen(base, g.Widen, limit)
 	}
 	fits := narrowest(0, usable) // the narrowest level where a domain has room now
 
@@ -155,7 +176,7 @@ func checkPlace(t *testing.T, s *Snapshot, g Gang, plan *Plan, err error) {
 		// The reason names skipped levels exactly when the constraint is
 		// what stops a Preferred gang that skipped some.
 		skipped := "skipped to " + names[base] + " "
-		if named := fits > stop && base > want; named != strings.Contains(u.Reason, skipped) {
+		if named := g.Mode == lockstep.Preferred && fits > stop && base > want; named != strings.Contains(u.Reason, skipped) {
 			t.Fatalf("Place(%+v) = %q; want %q in it: %v", g, u.Reason, skipped, named)
 		}
 		return
