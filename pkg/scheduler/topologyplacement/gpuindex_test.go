@@ -153,7 +153,9 @@ func TestGPUIndexBuildsSelectorsUnlocked(t *testing.T) {
 	const workers, perWorker = 4, 8
 	var wg sync.WaitGroup
 	for w := range workers {
-		wg.Go(func() {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
 			for i := range perWorker {
 				name := fmt.Sprintf("n-%d-%d", w, i)
 				if i%2 == 0 {
@@ -162,7 +164,7 @@ func TestGPUIndexBuildsSelectorsUnlocked(t *testing.T) {
 					x.set(pcieNodeTopology(t, name))
 				}
 			}
-		})
+		}()
 	}
 	wg.Wait()
 	// Nodes by their profile's hardware: the selectors they use.

@@ -75,6 +75,9 @@ func (p *TopologyPlacement) PreFilter(ctx context.Context, state fwk.CycleState,
 	if s.gang == "" {
 		return nil, nil
 	}
+	if !p.caughtUp(s.gang) {
+		return nil, fwk.NewStatus(fwk.Unschedulable, notCaughtUp)
+	}
 	g, ok := p.books.get(s.gang)
 	if ok && !p.planStillValid(g, nodes) {
 		logger.V(2).Info("Plan invalidated: a planned node is gone or taken", "podGroup", s.gang)
@@ -121,6 +124,10 @@ func (p *TopologyPlacement) PreFilter(ctx context.Context, state fwk.CycleState,
 	}
 	return &framework.PreFilterResult{NodeNames: open}, nil
 }
+
+// notCaughtUp is why a gang is not planned before the plugin's informer
+// handlers caught up.
+const notCaughtUp = "the scheduler started and is still reading NodeTopology objects and the GPUs of bound pods; the gang is retried once it has"
 
 // rankSlot returns the plan slot of the pod's rank (its lockstep.dev/rank
 // annotation), or -1 when it has none or the plan has no slot for it. The
