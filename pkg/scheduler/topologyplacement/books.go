@@ -1,6 +1,7 @@
 package topologyplacement
 
 import (
+	"slices"
 	"sync"
 	"time"
 
@@ -30,10 +31,69 @@ type books struct {
 	// more is evicted. A plan goes when its hold ends: the gang is
 	// planned or gone, or the domain stalled (pruneHolds).
 	preempted map[string]*placement.Plan
+	// ranks are the rank slots of each gang's plan (rankSlot), kept with
+	// it and forgotten with it.
+	ranks map[string]*rankSlots
 }
 
 func newBooks() *books {
-	return &books{core: placement.NewBooks(), preempted: map[string]*placement.Plan{}}
+	return &books{core: placement.NewBooks(), preempted: map[string]*placement.Plan{}, ranks: map[string]*rankSlots{}}
+}
+
+// rankSlots gives each rank of a gang's pending members its slot of the
+// gang's plan: the slot after those of the lower ranks (rankSlot).
+type rankSlots struct {
+	plan *gangPlan
+	// ranks are the pending members' ranks, ascending; slots maps each to
+	// the count of lower ones.
+	ranks []int
+	slots map[int]int
+}
+
+// slot returns the slot of rank, -1 when the plan has none for it.
+func (r *rankSlots) slot(rank int) int {
+	slot, ok := r.slots[rank]
+	if !ok {
+		// A member that was not pending when the plan was made.
+		slot, _ = slices.BinarySearch(r.ranks, rank)
+	}
+	if slot >= len(r.plan.Plan().Members) {
+		return -1
+	}
+	return slot
+}
+
+// setRankSlots records the slots of g's ranks, given the ranks of the
+// members it was made for, ascending, and returns them.
+func (b *books) setRankSlots(g *gangPlan, ranks []int) *rankSlots {
+	r := &rankSlots{plan: g, ranks: ranks, slots: make(map[int]int, len(ranks))}
+	for i := len(ranks) - 1; i >= 0; i-- {
+		r.slots[ranks[i]] = i // the first of equal ranks
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if cur, ok := b.core.Get(g.Key()); ok && cur == g {
+		b.ranks[g.Key()] = r
+	}
+	return r
+}
+
+// rankSlots returns the rank slots recorded for plan g.
+func (b *books) rankSlots(g *gangPlan) (*rankSlots, bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	r, ok := b.ranks[g.Key()]
+	return r, ok && r.plan == g
+}
+
+// pruneRanks forgets the rank slots of gang key unless its plan is still
+// in the books. The caller holds b.mu.
+func (b *books) pruneRanks(key string) {
+	if r, ok := b.ranks[key]; ok {
+		if cur, held := b.core.Get(key); !held || cur != r.plan {
+			delete(b.ranks, key)
+		}
+	}
 }
 
 // pruneHolds forgets the preemption plans of gangs whose hold ended. The
@@ -130,7 +190,9 @@ func (b *books) add(key string, plan *placement.Plan, now time.Time) *gangPlan {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	defer b.pruneHolds()
-	return b.core.Add(key, plan, now)
+	g := b.core.Add(key, plan, now)
+	b.pruneRanks(key)
+	return g
 }
 
 // drop forgets a gang's plan and releases what it holds; it reports whether
@@ -138,6 +200,7 @@ func (b *books) add(key string, plan *placement.Plan, now time.Time) *gangPlan {
 func (b *books) drop(key string) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	defer b.pruneRanks(key)
 	return b.core.Drop(key)
 }
 
@@ -205,7 +268,12 @@ func (b *books) assignmentOf(pod types.UID) (assignment, bool) {
 func (b *books) forgetPod(pod types.UID) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	r, ok := b.core.Reservation(string(pod))
 	b.core.ForgetPod(string(pod))
+	if ok && r.Gang != "" {
+		// Forgetting the last member of a complete plan forgets the plan.
+		b.pruneRanks(r.Gang)
+	}
 }
 
 // heldOn returns the GPUs on node held by plans other than except's, plus

@@ -1,6 +1,8 @@
 package topologyplacement
 
 import (
+	"encoding/binary"
+	"math"
 	"slices"
 	"sync"
 
@@ -15,8 +17,10 @@ import (
 // allocating.
 type nodeGPUs struct {
 	topology *topology.NodeTopology
-	// selector is shared by nodes of one shape.
+	// selector is shared by nodes of one hardware; hardware is its key in
+	// gpuIndex.selectors (hardwareKey).
 	selector *topology.Selector
+	hardware string
 	// free are the healthy GPUs the agent reports no pod holding.
 	free topology.GPUSet
 	// allocated are the pods the agent reports holding GPUs, and which:
@@ -35,20 +39,36 @@ type podGPUs struct {
 // A NodeTopology update rewrites the node's entry in place (under mu), so
 // the planner's snapshot can keep a pointer to it per node instead of
 // looking the name up for each of thousands of nodes on every plan.
+//
+// Selectors are shared by the nodes of one hardware, whatever their
+// profile is called: keyed by what topology.NewSelector reads of a node
+// (hardwareKey), so a node whose hardware changed gets another, and
+// counted by the nodes using them, so the last node leaving a selector
+// frees it. A selector is built without the index's lock held: for a
+// node of 16 GPUs that is a table of some 5 MB, during which Filter,
+// Score and the planner's snapshot would otherwise wait.
 type gpuIndex struct {
 	mu    sync.RWMutex
 	nodes map[string]*nodeGPUs
 	// epoch changes whenever an entry is added or removed, which makes the
 	// pointers kept by snapshotRows stale; updates in place leave it.
 	epoch     uint64
-	selectors map[string]*topology.Selector
+	selectors map[string]*sharedSelector
 	// specs converts specs, sharing the model of nodes of one profile (nil:
 	// each node converts its own).
 	specs *specTable
+	// newSelector is topology.NewSelector; tests watch it.
+	newSelector func(*topology.NodeTopology) (*topology.Selector, error)
+}
+
+// sharedSelector is a selector and how many indexed nodes use it.
+type sharedSelector struct {
+	selector *topology.Selector
+	nodes    int
 }
 
 func newGPUIndex(specs *specTable) *gpuIndex {
-	return &gpuIndex{nodes: map[string]*nodeGPUs{}, selectors: map[string]*topology.Selector{}, specs: specs}
+	return &gpuIndex{nodes: map[string]*nodeGPUs{}, selectors: map[string]*sharedSelector{}, specs: specs, newSelector: topology.NewSelector}
 }
 
 func (x *gpuIndex) get(node string) (nodeGPUs, bool) {
@@ -62,9 +82,20 @@ func (x *gpuIndex) get(node string) (nodeGPUs, bool) {
 
 // drop removes a node's entry. The caller holds x.mu.
 func (x *gpuIndex) drop(name string) {
-	if _, ok := x.nodes[name]; ok {
+	if n, ok := x.nodes[name]; ok {
+		x.release(n.hardware)
 		delete(x.nodes, name)
 		x.epoch++
+	}
+}
+
+// release counts one node fewer using the selector of hardware, and
+// forgets the selector when none is left. The caller holds x.mu.
+func (x *gpuIndex) release(hardware string) {
+	if s, ok := x.selectors[hardware]; ok {
+		if s.nodes--; s.nodes <= 0 {
+			delete(x.selectors, hardware)
+		}
 	}
 }
 
@@ -72,25 +103,14 @@ func (x *gpuIndex) drop(name string) {
 // index: it is then planned as GPUs without topology, never a crash.
 func (x *gpuIndex) set(nt *v1alpha1.NodeTopology) {
 	hw, err := x.specs.topology(&nt.Spec)
-	x.mu.Lock()
-	defer x.mu.Unlock()
 	if err != nil {
-		x.drop(nt.Name)
+		x.remove(nt.Name)
 		return
 	}
-	// Nodes of a built-in profile share one selector; other hardware gets its
-	// own (its table is built from its link matrix).
-	key := nt.Spec.Profile
-	if key == "" {
-		key = "node/" + nt.Name
-	}
-	sel, ok := x.selectors[key]
-	if !ok {
-		if sel, err = topology.NewSelector(hw); err != nil {
-			x.drop(nt.Name)
-			return
-		}
-		x.selectors[key] = sel
+	hardware, sel, err := x.selectorFor(nt.Name, hw)
+	if err != nil {
+		x.remove(nt.Name)
+		return
 	}
 	free := hw.AllGPUs()
 	for _, h := range nt.Status.GPUHealth {
@@ -105,13 +125,92 @@ func (x *gpuIndex) set(nt *v1alpha1.NodeTopology) {
 		free &^= gpus
 		allocated = append(allocated, podGPUs{pod: a.PodUID, gpus: gpus})
 	}
-	n, ok := x.nodes[nt.Name]
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	// Another node of the hardware may have stored its selector since, or
+	// the last one using it gone: the stored one is shared, else this one
+	// is stored.
+	shared, ok := x.selectors[hardware]
 	if !ok {
+		shared = &sharedSelector{selector: sel}
+		x.selectors[hardware] = shared
+	}
+	n, ok := x.nodes[nt.Name]
+	switch {
+	case !ok:
 		n = &nodeGPUs{}
 		x.nodes[nt.Name] = n
 		x.epoch++
+		shared.nodes++
+	case n.hardware != hardware:
+		x.release(n.hardware)
+		shared.nodes++
 	}
-	*n = nodeGPUs{topology: hw, selector: sel, free: free, allocated: allocated}
+	*n = nodeGPUs{topology: hw, selector: shared.selector, hardware: hardware, free: free, allocated: allocated}
+}
+
+// selectorFor returns the key of hw's hardware and a selector for it: the
+// node's own when its model is unchanged (a status update), else the one
+// nodes of the hardware share, else a new one, built without x.mu held.
+func (x *gpuIndex) selectorFor(node string, hw *topology.NodeTopology) (string, *topology.Selector, error) {
+	x.mu.RLock()
+	n, ok := x.nodes[node]
+	if ok && n.topology == hw {
+		hardware, sel := n.hardware, n.selector
+		x.mu.RUnlock()
+		return hardware, sel, nil
+	}
+	x.mu.RUnlock()
+	hardware := hardwareKey(hw)
+	x.mu.RLock()
+	shared, ok := x.selectors[hardware]
+	x.mu.RUnlock()
+	if ok {
+		return hardware, shared.selector, nil
+	}
+	sel, err := x.newSelector(hw)
+	return hardware, sel, err
+}
+
+// hardwareKey encodes what topology.NewSelector reads of a node (see
+// topology's newShape): the GPU count and each GPU's NUMA node, the link
+// matrix, and each NIC's rate, NUMA node, nearest GPUs and paths to the
+// GPUs. Names, identifiers, products and the NVLink domain are left out:
+// nodes that differ only there choose GPU sets alike.
+func hardwareKey(hw *topology.NodeTopology) string {
+	n := len(hw.GPUs)
+	b := make([]byte, 0, 16+n*(2+n*10)+len(hw.NICs)*(8+2*n))
+	b = binary.AppendUvarint(b, uint64(n))
+	for _, g := range hw.GPUs {
+		b = binary.AppendVarint(b, int64(g.NUMANode))
+	}
+	for _, row := range hw.Links {
+		for _, l := range row {
+			b = binary.AppendVarint(b, int64(l.Class))
+			b = binary.AppendVarint(b, int64(l.NVLinks))
+			b = binary.LittleEndian.AppendUint64(b, math.Float64bits(l.GBps))
+		}
+	}
+	b = binary.AppendUvarint(b, uint64(len(hw.NICs)))
+	for _, nic := range hw.NICs {
+		b = binary.AppendVarint(b, int64(nic.RateGbps))
+		b = binary.AppendVarint(b, int64(nic.NUMANode))
+		b = binary.AppendUvarint(b, uint64(len(nic.NearestGPUs)))
+		for _, g := range nic.NearestGPUs {
+			b = binary.AppendVarint(b, int64(g))
+		}
+		// nil paths are derived, so they differ from any given list.
+		if nic.GPUPaths == nil {
+			b = append(b, 0)
+			continue
+		}
+		b = append(b, 1)
+		b = binary.AppendUvarint(b, uint64(len(nic.GPUPaths)))
+		for _, c := range nic.GPUPaths {
+			b = binary.AppendVarint(b, int64(c))
+		}
+	}
+	return string(b)
 }
 
 // reports reports whether node's agent reports pod holding GPUs.

@@ -376,3 +376,80 @@ func TestTopologyHealthRejoinedCallback(t *testing.T) {
 		t.Errorf("rejoined called %d times after node a heartbeat again, want 1", calls)
 	}
 }
+
+// TestTopologyHealthHeartbeatCostsNoJudgement: a heartbeat of a usable node
+// leaves nothing to judge, so the next refresh judges no node; a node
+// judged again is one whose verdict can change: one left out that
+// heartbeats, one whose spec changed, or one whose last heartbeat aged past
+// topologyMaxAge.
+func TestTopologyHealthHeartbeatCostsNoJudgement(t *testing.T) {
+	start := time.Unix(10_000, 0)
+	tests := []struct {
+		name string
+		// update runs after a, b and c were judged at start and the clock
+		// moved by advance; c heartbeated last an hour before start.
+		advance time.Duration
+		update  func(t *testing.T, h *topologyHealth, now time.Time)
+		want    int
+	}{
+		{name: "nothing happened", want: 0},
+		{
+			name: "a usable node heartbeats", advance: time.Minute,
+			update: func(t *testing.T, h *topologyHealth, now time.Time) { h.set(topologyAt(t, "a", now)) },
+			want:   0,
+		},
+		{
+			name: "every usable node heartbeats", advance: 4 * time.Minute,
+			update: func(t *testing.T, h *topologyHealth, now time.Time) {
+				h.set(topologyAt(t, "a", now))
+				h.set(topologyAt(t, "b", now))
+			},
+			want: 0,
+		},
+		{
+			name: "a stale node heartbeats", advance: time.Second,
+			update: func(t *testing.T, h *topologyHealth, now time.Time) { h.set(topologyAt(t, "c", now)) },
+			want:   1,
+		},
+		{
+			name: "a spec turns invalid", advance: time.Second,
+			update: func(t *testing.T, h *topologyHealth, now time.Time) { h.set(malformed(topologyAt(t, "a", now))) },
+			want:   1,
+		},
+		{
+			name: "a node is deleted", advance: time.Second,
+			update: func(t *testing.T, h *topologyHealth, now time.Time) { h.remove("a") },
+			want:   0, // nothing left to judge; it only leaves the verdicts
+		},
+		{name: "a and b age past topologyMaxAge", advance: DefaultTopologyMaxAge + time.Second, want: 2},
+		{
+			name: "a heartbeated since its heap entry was filed", advance: DefaultTopologyMaxAge + time.Second,
+			update: func(t *testing.T, h *topologyHealth, now time.Time) {
+				// Judged when its first entry falls due, found fresh, and
+				// filed again: one judgement for a, one for b gone stale.
+				h.set(topologyAt(t, "a", now.Add(-time.Minute)))
+			},
+			want: 2,
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			clock := clocktesting.NewFakeClock(start)
+			h := newTopologyHealth(DefaultTopologyMaxAge, clock, nil, newPluginMetrics().nodesExcluded, klog.Background())
+			for _, name := range []string{"a", "b"} {
+				h.set(topologyAt(t, name, start))
+			}
+			h.set(topologyAt(t, "c", start.Add(-time.Hour)))
+			h.refresh()
+			clock.Step(tc.advance)
+			if tc.update != nil {
+				tc.update(t, h, clock.Now())
+			}
+			before := h.judgements
+			h.refresh()
+			if got := h.judgements - before; got != tc.want {
+				t.Errorf("refresh judged %d nodes, want %d", got, tc.want)
+			}
+		})
+	}
+}

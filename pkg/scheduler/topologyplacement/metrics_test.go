@@ -82,7 +82,7 @@ type metricsPlugin struct {
 	pods  []*v1.Pod
 }
 
-func newMetricsPlugin(t *testing.T, members int, podGroup bool, getErr error) *metricsPlugin {
+func newMetricsPlugin(t testing.TB, members int, podGroup bool, getErr error) *metricsPlugin {
 	t.Helper()
 	p, clock := newTestPlugin(t)
 	reg := metrics.NewKubeRegistry()

@@ -31,6 +31,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
@@ -100,6 +101,43 @@ type TopologyPlacement struct {
 	// defaultPreemption is upstream's, for pods outside gangs (PostFilter);
 	// nil (tests) preempts nothing for them.
 	defaultPreemption *defaultpreemption.DefaultPreemption
+	// behind is set until the plugin's informer handlers have handled what
+	// their informers first listed (catchUp): the scheduler starts
+	// scheduling once its informers synced, while the handlers that index
+	// NodeTopology, judge its health and adopt bound pods' GPUs may still
+	// be replaying them. Gangs are not planned meanwhile (caughtUp). Nil
+	// (tests) is caught up.
+	behind *atomic.Bool
+}
+
+// handlerAdder is an informer, client-go's or controller-runtime's.
+type handlerAdder interface {
+	AddEventHandler(cache.ResourceEventHandler) (cache.ResourceEventHandlerRegistration, error)
+}
+
+// catchUp waits until every registration in synced has handled its
+// informer's first list, then lets gangs be planned and retries those
+// turned away meanwhile: no cluster event need follow.
+func (p *TopologyPlacement) catchUp(ctx context.Context, synced ...cache.InformerSynced) {
+	if !cache.WaitForNamedCacheSync(Name, ctx.Done(), synced...) {
+		return
+	}
+	p.behind.Store(false)
+	p.logger.V(2).Info("Informer handlers caught up; planning gangs")
+	p.retryTurnedAway("")
+}
+
+// caughtUp reports whether gangs may be planned (behind). A gang asked
+// about before is remembered as turned away, and so retried by catchUp.
+func (p *TopologyPlacement) caughtUp(gang string) bool {
+	if p.behind == nil || !p.behind.Load() {
+		return true
+	}
+	p.turnedAway.add(gang)
+	// Read again once the gang is remembered: catchUp takes the gangs
+	// turned away after it clears behind, so a gang not seen caught up
+	// here is among them.
+	return !p.behind.Load()
 }
 
 var (
@@ -167,8 +205,19 @@ func build(ctx context.Context, args *Args, handle framework.Handle) (*TopologyP
 	if err != nil {
 		return nil, fmt.Errorf("watching NodeTopology: %w", err)
 	}
+	// The registrations of the plugin's own handlers: their HasSynced says
+	// when PreFilter may plan (catchUp).
+	var handlers []cache.InformerSynced
+	register := func(inf handlerAdder, h cache.ResourceEventHandler) error {
+		reg, err := inf.AddEventHandler(h)
+		if err != nil {
+			return err
+		}
+		handlers = append(handlers, reg.HasSynced)
+		return nil
+	}
 	gpus := newGPUIndex(specs)
-	if _, err := ntInformer.AddEventHandler(gpus.handler()); err != nil {
+	if err := register(ntInformer, gpus.handler()); err != nil {
 		return nil, err
 	}
 	go func() {
@@ -194,7 +243,7 @@ func build(ctx context.Context, args *Args, handle framework.Handle) (*TopologyP
 	}
 	health := newTopologyHealth(args.maxAge(), clock.RealClock{}, handle.EventRecorder(), m.nodesExcluded, logger)
 	health.specs = specs
-	if _, err := ntInformer.AddEventHandler(health.handler()); err != nil {
+	if err := register(ntInformer, health.handler()); err != nil {
 		return nil, err
 	}
 	p := &TopologyPlacement{
@@ -220,15 +269,15 @@ func build(ctx context.Context, args *Args, handle framework.Handle) (*TopologyP
 		defaultPreemption: dp,
 	}
 	health.rejoined = func() { p.retryTurnedAway("") }
-	if _, err := ntInformer.AddEventHandler(p.retryOnFreedGPUs()); err != nil {
+	if err := register(ntInformer, p.retryOnFreedGPUs()); err != nil {
 		return nil, err
 	}
-	if _, err := ntInformer.AddEventHandler(p.takeReportedAllocations()); err != nil {
+	if err := register(ntInformer, p.takeReportedAllocations()); err != nil {
 		return nil, err
 	}
 	// A deleted PodGroup (a suspended or evicted job's) ends its drain now,
 	// not at the next sweep or the stall.
-	if _, err := pgInformer.AddEventHandler(cache.ResourceEventHandlerFuncs{
+	if err := register(pgInformer, cache.ResourceEventHandlerFuncs{
 		DeleteFunc: func(obj any) {
 			if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 				obj = tomb.Obj
@@ -240,9 +289,12 @@ func build(ctx context.Context, args *Args, handle framework.Handle) (*TopologyP
 	}); err != nil {
 		return nil, err
 	}
-	if _, err := handle.SharedInformerFactory().Core().V1().Pods().Informer().AddEventHandler(p.podEvents(ctx)); err != nil {
+	if err := register(handle.SharedInformerFactory().Core().V1().Pods().Informer(), p.podEvents(ctx)); err != nil {
 		return nil, err
 	}
+	p.behind = &atomic.Bool{}
+	p.behind.Store(true)
+	go p.catchUp(ctx, handlers...)
 	go p.expirePlans(ctx)
 	logger.V(2).Info("Plugin ready", "levels", args.Levels, "defaultMode", args.DefaultMode)
 	return p, nil

@@ -111,6 +111,9 @@ func (p *TopologyPlacement) preemptForGang(ctx context.Context, state fwk.CycleS
 	s, err := stateOf(state)
 	if err != nil {
 		// Coscheduling turned the gang away before our PreFilter ran.
+		if !p.caughtUp(planKey(pod)) {
+			return nil, fwk.NewStatus(fwk.Unschedulable, "gang preemption: "+notCaughtUp), preemptionNotEligible
+		}
 		s = p.decideUnplanned(ctx, pod)
 	}
 	if s == nil || s.waiting == nil {

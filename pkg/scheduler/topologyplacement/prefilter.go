@@ -3,6 +3,7 @@ package topologyplacement
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strconv"
 	"time"
 
@@ -75,6 +76,9 @@ func (p *TopologyPlacement) PreFilter(ctx context.Context, state fwk.CycleState,
 	if s.gang == "" {
 		return nil, nil
 	}
+	if !p.caughtUp(s.gang) {
+		return nil, fwk.NewStatus(fwk.Unschedulable, notCaughtUp)
+	}
 	g, ok := p.books.get(s.gang)
 	if ok && !p.planStillValid(g, nodes) {
 		logger.V(2).Info("Plan invalidated: a planned node is gone or taken", "podGroup", s.gang)
@@ -107,7 +111,6 @@ func (p *TopologyPlacement) PreFilter(ctx context.Context, state fwk.CycleState,
 		// Reserve gives it back on that node only.
 		return &framework.PreFilterResult{NodeNames: sets.New(g.Plan().Members[slot].Node)}, nil
 	}
-	open := sets.New(g.OpenNodes()...)
 	s.slot = p.rankSlot(pod, s.req.gpus, g)
 	if s.slot >= 0 && g.Slot(s.slot) == "" {
 		node := g.Plan().Members[s.slot].Node
@@ -119,8 +122,12 @@ func (p *TopologyPlacement) PreFilter(ctx context.Context, state fwk.CycleState,
 		// a gang that never completes; the ring crosses one more boundary.
 		logger.V(2).Info("Rank's slot did not take the pod; falling back to any open slot of the plan", "podGroup", s.gang, "rank", pod.Annotations[lockstep.AnnotationRank], "slot", s.slot, "node", node)
 	}
-	return &framework.PreFilterResult{NodeNames: open}, nil
+	return &framework.PreFilterResult{NodeNames: sets.New(g.OpenNodes()...)}, nil
 }
+
+// notCaughtUp is why a gang is not planned before the plugin's informer
+// handlers caught up.
+const notCaughtUp = "the scheduler started and is still reading NodeTopology objects and the GPUs of bound pods; the gang is retried once it has"
 
 // rankSlot returns the plan slot of the pod's rank (its lockstep.dev/rank
 // annotation), or -1 when it has none or the plan has no slot for it. The
@@ -129,27 +136,43 @@ func (p *TopologyPlacement) PreFilter(ctx context.Context, state fwk.CycleState,
 // bound nor reserved through an earlier plan), so rank r takes the slot
 // after those of the lower ranks among them: the r-th when the class holds
 // every rank and none is bound, as in a fresh PyTorch or MPI gang.
+//
+// The members' ranks are read once per plan, when it is made (plan), not
+// for each member: listing and sizing the gang's pods on every member's
+// PreFilter cost O(gang²) per gang.
 func (p *TopologyPlacement) rankSlot(pod *v1.Pod, gpus int, g *gangPlan) int {
 	rank, ok := rankOf(pod)
 	if !ok {
 		return -1
 	}
-	// A member reserved through an earlier plan of the gang (the running
-	// part of a gang that grew) holds no slot of this one.
-	peers, err := p.pendingPeers(pod, gpus, func(uid types.UID) bool { _, here := g.SlotOf(string(uid)); return here })
-	if err != nil {
-		return -1
+	slots, ok := p.books.rankSlots(g)
+	if !ok {
+		// A plan added without its ranks (not by plan): read them now,
+		// the members reserved through it among them.
+		ranks, err := p.pendingRanks(pod, gpus, func(uid types.UID) bool { _, here := g.SlotOf(string(uid)); return here })
+		if err != nil {
+			return -1
+		}
+		slots = p.books.setRankSlots(g, ranks)
 	}
-	slot := 0
-	for _, member := range peers {
-		if r, ok := rankOf(member); ok && r < rank {
-			slot++
+	return slots.slot(rank)
+}
+
+// pendingRanks returns the ranks of pod's gang's members that rankSlot
+// gives slots by: pod's and those of its pendingPeers, ascending.
+func (p *TopologyPlacement) pendingRanks(pod *v1.Pod, gpus int, inPlan func(types.UID) bool) ([]int, error) {
+	peers, err := p.pendingPeers(pod, gpus, inPlan)
+	if err != nil {
+		return nil, err
+	}
+	var ranks []int
+	for _, member := range append(peers, pod) {
+		if r, ok := rankOf(member); ok {
+			ranks = append(ranks, r)
 		}
 	}
-	if slot >= len(g.Plan().Members) {
-		return -1
-	}
-	return slot
+	slices.Sort(ranks)
+	return ranks, nil
 }
 
 // pendingPeers returns the other members of pod's gang that ask for gpus
@@ -286,7 +309,14 @@ func (p *TopologyPlacement) plan(ctx context.Context, pod *v1.Pod, s *cycleState
 	}
 	logger.V(2).Info("Planned gang", "members", len(d.Plan.Members), "domain", d.Plan.Domain.ID, "level", d.Plan.LevelName, "efficiency", d.Plan.Efficiency)
 	p.releaseDrain(ctx, s.gang)
-	return p.books.add(s.gang, d.Plan, p.clock.Now()), outcomePlanned, nil
+	// The members the plan was made for, by rank (rankSlot): none is
+	// reserved through the new plan yet.
+	ranks, rankErr := p.pendingRanks(pod, s.req.gpus, func(types.UID) bool { return false })
+	g = p.books.add(s.gang, d.Plan, p.clock.Now())
+	if rankErr == nil {
+		p.books.setRankSlots(g, ranks)
+	}
+	return g, outcomePlanned, nil
 }
 
 // drainStallWaits, in PreferredWaits, bounds a drain. A gang that does not

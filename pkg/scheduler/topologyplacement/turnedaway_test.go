@@ -4,6 +4,7 @@ import (
 	"context"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -11,6 +12,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/klog/v2"
+	fwk "k8s.io/kube-scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
 
 	"github.com/lockstep-dev/lockstep/pkg/apis/lockstep/v1alpha1"
@@ -142,5 +144,58 @@ func TestFreedGPUsRetryGangsTurnedAway(t *testing.T) {
 		}
 	case <-time.After(30 * time.Second):
 		t.Fatal("freed GPUs did not retry the gang turned away")
+	}
+}
+
+// TestPreFilterWaitsForHandlersToCatchUp: until the plugin's informer
+// handlers have handled their first lists, PreFilter turns a gang away
+// without planning it, saying why, and PostFilter does not preempt for
+// it; once they have, the gang is retried (no cluster event would do it)
+// and planned.
+func TestPreFilterWaitsForHandlersToCatchUp(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	mp := newMetricsPlugin(t, 2, true, nil)
+	p := mp.TopologyPlacement
+	rec := &activations{fakeHandle: p.handle.(*fakeHandle), ch: make(chan []string, 4)}
+	p.handle = rec
+	var synced atomic.Bool
+	p.behind = &atomic.Bool{}
+	p.behind.Store(true)
+	go p.catchUp(ctx, synced.Load)
+
+	for _, pod := range mp.pods {
+		state := framework.NewCycleState()
+		result, status := p.PreFilter(ctx, state, pod, mp.nodes)
+		if status.Code() != fwk.Unschedulable || status.Message() != notCaughtUp {
+			t.Fatalf("PreFilter %s before the handlers caught up = %v, %v; want Unschedulable: %s", pod.Name, result, status, notCaughtUp)
+		}
+		if _, status := p.PostFilter(ctx, framework.NewCycleState(), pod, nil); status.IsSuccess() {
+			t.Errorf("PostFilter %s before the handlers caught up: %v, want no preemption", pod.Name, status)
+		}
+	}
+	if _, planned := p.books.get(planKey(mp.pods[0])); planned {
+		t.Fatal("the gang was planned before the handlers caught up")
+	}
+	select {
+	case names := <-rec.ch:
+		t.Fatalf("activated %v before the handlers caught up", names)
+	case <-time.After(2 * retryDelay):
+	}
+
+	synced.Store(true)
+	select {
+	case names := <-rec.ch:
+		if diff := cmp.Diff([]string{"ns/m-0", "ns/m-1"}, names); diff != "" {
+			t.Errorf("activated (-want,+got):\n%s", diff)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the gang turned away was not retried once the handlers caught up")
+	}
+	if _, status := p.PreFilter(ctx, framework.NewCycleState(), mp.pods[0], mp.nodes); !status.IsSuccess() {
+		t.Fatalf("PreFilter once caught up: %v", status)
+	}
+	if _, planned := p.books.get(planKey(mp.pods[0])); !planned {
+		t.Error("the gang was not planned once the handlers caught up")
 	}
 }
