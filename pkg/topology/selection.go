@@ -1,6 +1,7 @@
 package topology
 
 import (
+	"encoding/binary"
 	"fmt"
 	"math"
 	"math/bits"
@@ -28,6 +29,49 @@ type Selector struct {
 	// best[free*(n+1)+k] is the best k-subset of free; zero when k exceeds
 	// the free count.
 	best []uint16
+}
+
+// SelectorKey encodes what NewSelector reads of a node (newShape,
+// gpuNICs): the GPU count and each GPU's NUMA node, the link
+// matrix, and each NIC's rate, NUMA node, nearest GPUs and paths to the
+// GPUs. Names, identifiers, products and the NVLink domain are left out:
+// nodes that differ only there choose GPU sets alike, so nodes with equal
+// keys may share one Selector. It lives beside newShape so that it follows
+// what the selector reads.
+func SelectorKey(hw *NodeTopology) string {
+	n := len(hw.GPUs)
+	b := make([]byte, 0, 16+n*(2+n*10)+len(hw.NICs)*(8+2*n))
+	b = binary.AppendUvarint(b, uint64(n))
+	for _, g := range hw.GPUs {
+		b = binary.AppendVarint(b, int64(g.NUMANode))
+	}
+	for _, row := range hw.Links {
+		for _, l := range row {
+			b = binary.AppendVarint(b, int64(l.Class))
+			b = binary.AppendVarint(b, int64(l.NVLinks))
+			b = binary.LittleEndian.AppendUint64(b, math.Float64bits(l.GBps))
+		}
+	}
+	b = binary.AppendUvarint(b, uint64(len(hw.NICs)))
+	for _, nic := range hw.NICs {
+		b = binary.AppendVarint(b, int64(nic.RateGbps))
+		b = binary.AppendVarint(b, int64(nic.NUMANode))
+		b = binary.AppendUvarint(b, uint64(len(nic.NearestGPUs)))
+		for _, g := range nic.NearestGPUs {
+			b = binary.AppendVarint(b, int64(g))
+		}
+		// nil paths are derived, so they differ from any given list.
+		if nic.GPUPaths == nil {
+			b = append(b, 0)
+			continue
+		}
+		b = append(b, 1)
+		b = binary.AppendUvarint(b, uint64(len(nic.GPUPaths)))
+		for _, c := range nic.GPUPaths {
+			b = binary.AppendVarint(b, int64(c))
+		}
+	}
+	return string(b)
 }
 
 // NewSelector validates node and precomputes its selection table.

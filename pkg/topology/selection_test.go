@@ -380,3 +380,39 @@ func FuzzSelectorBest(f *testing.F) {
 		}
 	})
 }
+
+// TestSelectorKey: nodes that differ only in what NewSelector does not read
+// (UUIDs, products, the NVLink domain) share a key; any change to what it
+// reads (a link, a NIC's nearest GPUs) gives another.
+func TestSelectorKey(t *testing.T) {
+	p, _ := LookupProfile("hgx-h100")
+	base, err := p.Node()
+	if err != nil {
+		t.Fatal(err)
+	}
+	same, _ := p.Node()
+	for i := range same.GPUs {
+		same.GPUs[i].UUID, same.GPUs[i].Product = "GPU-other", "renamed"
+	}
+	if SelectorKey(base) != SelectorKey(same) {
+		t.Error("identifiers changed the key")
+	}
+	link, _ := p.Node()
+	link.Links[0][1].GBps /= 2
+	link.Links[1][0].GBps /= 2
+	if SelectorKey(base) == SelectorKey(link) {
+		t.Error("a slower link kept the key")
+	}
+	nic, _ := p.Node()
+	if len(nic.NICs) > 0 {
+		nic.NICs[0].NearestGPUs = nil
+		if SelectorKey(base) == SelectorKey(nic) {
+			t.Error("a NIC's nearest GPUs did not change the key")
+		}
+	}
+	dgx, _ := LookupProfile("dgx1-v100")
+	other, _ := dgx.Node()
+	if SelectorKey(base) == SelectorKey(other) {
+		t.Error("two profiles share a key")
+	}
+}

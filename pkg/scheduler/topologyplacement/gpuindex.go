@@ -1,8 +1,6 @@
 package topologyplacement
 
 import (
-	"encoding/binary"
-	"math"
 	"slices"
 	"sync"
 
@@ -18,7 +16,7 @@ import (
 type nodeGPUs struct {
 	topology *topology.NodeTopology
 	// selector is shared by nodes of one hardware; hardware is its key in
-	// gpuIndex.selectors (hardwareKey).
+	// gpuIndex.selectors (topology.SelectorKey).
 	selector *topology.Selector
 	hardware string
 	// free are the healthy GPUs the agent reports no pod holding.
@@ -42,7 +40,7 @@ type podGPUs struct {
 //
 // Selectors are shared by the nodes of one hardware, whatever their
 // profile is called: keyed by what topology.NewSelector reads of a node
-// (hardwareKey), so a node whose hardware changed gets another, and
+// (topology.SelectorKey), so a node whose hardware changed gets another, and
 // counted by the nodes using them, so the last node leaving a selector
 // frees it. A selector is built without the index's lock held: for a
 // node of 16 GPUs that is a table of some 5 MB, during which Filter,
@@ -161,7 +159,7 @@ func (x *gpuIndex) selectorFor(node string, hw *topology.NodeTopology) (string, 
 		return hardware, sel, nil
 	}
 	x.mu.RUnlock()
-	hardware := hardwareKey(hw)
+	hardware := topology.SelectorKey(hw)
 	x.mu.RLock()
 	shared, ok := x.selectors[hardware]
 	x.mu.RUnlock()
@@ -170,47 +168,6 @@ func (x *gpuIndex) selectorFor(node string, hw *topology.NodeTopology) (string, 
 	}
 	sel, err := x.newSelector(hw)
 	return hardware, sel, err
-}
-
-// hardwareKey encodes what topology.NewSelector reads of a node (see
-// topology's newShape): the GPU count and each GPU's NUMA node, the link
-// matrix, and each NIC's rate, NUMA node, nearest GPUs and paths to the
-// GPUs. Names, identifiers, products and the NVLink domain are left out:
-// nodes that differ only there choose GPU sets alike.
-func hardwareKey(hw *topology.NodeTopology) string {
-	n := len(hw.GPUs)
-	b := make([]byte, 0, 16+n*(2+n*10)+len(hw.NICs)*(8+2*n))
-	b = binary.AppendUvarint(b, uint64(n))
-	for _, g := range hw.GPUs {
-		b = binary.AppendVarint(b, int64(g.NUMANode))
-	}
-	for _, row := range hw.Links {
-		for _, l := range row {
-			b = binary.AppendVarint(b, int64(l.Class))
-			b = binary.AppendVarint(b, int64(l.NVLinks))
-			b = binary.LittleEndian.AppendUint64(b, math.Float64bits(l.GBps))
-		}
-	}
-	b = binary.AppendUvarint(b, uint64(len(hw.NICs)))
-	for _, nic := range hw.NICs {
-		b = binary.AppendVarint(b, int64(nic.RateGbps))
-		b = binary.AppendVarint(b, int64(nic.NUMANode))
-		b = binary.AppendUvarint(b, uint64(len(nic.NearestGPUs)))
-		for _, g := range nic.NearestGPUs {
-			b = binary.AppendVarint(b, int64(g))
-		}
-		// nil paths are derived, so they differ from any given list.
-		if nic.GPUPaths == nil {
-			b = append(b, 0)
-			continue
-		}
-		b = append(b, 1)
-		b = binary.AppendUvarint(b, uint64(len(nic.GPUPaths)))
-		for _, c := range nic.GPUPaths {
-			b = binary.AppendVarint(b, int64(c))
-		}
-	}
-	return string(b)
 }
 
 // reports reports whether node's agent reports pod holding GPUs.
