@@ -185,7 +185,7 @@ func TestStatusConflictIsRetriedSoon(t *testing.T) {
 }
 
 // fakeScheme knows every type the reconciler reads or writes.
-func fakeScheme(t *testing.T) *runtime.Scheme {
+func fakeScheme(t testing.TB) *runtime.Scheme {
 	t.Helper()
 	scheme := runtime.NewScheme()
 	for _, add := range []func(*runtime.Scheme) error{clientgoscheme.AddToScheme, v1alpha1.AddToScheme, schedv1alpha1.AddToScheme} {

@@ -253,7 +253,9 @@ func (r *TrainingJobReconciler) outages(ctx context.Context, pods []*corev1.Pod)
 		}
 		seen[name] = true
 		var n corev1.Node
-		if err := r.Client.Get(ctx, client.ObjectKey{Name: name}, &n); err != nil {
+		// Read only (outageOf): a Node, its images and conditions, is
+		// large, and this runs on every reconcile of a gang-scoped job.
+		if err := r.Client.Get(ctx, client.ObjectKey{Name: name}, &n, client.UnsafeDisableDeepCopy); err != nil {
 			if client.IgnoreNotFound(err) == nil {
 				continue
 			}
@@ -323,7 +325,8 @@ var nodeAvailabilityChanged = predicate.Funcs{
 // spec.nodeName index.
 func (r *TrainingJobReconciler) jobsOnNode(ctx context.Context, obj client.Object) []reconcile.Request {
 	var pods corev1.PodList
-	if err := r.Client.List(ctx, &pods, client.MatchingFields{podNodeNameField: obj.GetName()}); err != nil {
+	// Read only: the owners are all it needs.
+	if err := r.Client.List(ctx, &pods, client.MatchingFields{podNodeNameField: obj.GetName()}, client.UnsafeDisableDeepCopy); err != nil {
 		ctrl.LoggerFrom(ctx).Error(err, "Listing the pods of a node", "node", obj.GetName())
 		return nil
 	}
@@ -343,15 +346,18 @@ func (r *TrainingJobReconciler) jobsOnNode(ctx context.Context, obj client.Objec
 	return reqs
 }
 
+// podNodeName is the podNodeNameField index: a bound pod's node.
+func podNodeName(o client.Object) []string {
+	if p, ok := o.(*corev1.Pod); ok && p.Spec.NodeName != "" {
+		return []string{p.Spec.NodeName}
+	}
+	return nil
+}
+
 // watchNodes indexes pods by node and enqueues the jobs on a node whose
 // availability changed.
 func (r *TrainingJobReconciler) watchNodes(mgr ctrl.Manager, b *ctrl.Builder) (*ctrl.Builder, error) {
-	err := mgr.GetFieldIndexer().IndexField(context.Background(), &corev1.Pod{}, podNodeNameField, func(o client.Object) []string {
-		if p, ok := o.(*corev1.Pod); ok && p.Spec.NodeName != "" {
-			return []string{p.Spec.NodeName}
-		}
-		return nil
-	})
+	err := mgr.GetFieldIndexer().IndexField(context.Background(), &corev1.Pod{}, podNodeNameField, podNodeName)
 	if err != nil {
 		return nil, fmt.Errorf("indexing pods by node: %w", err)
 	}

@@ -4,25 +4,39 @@ import (
 	"context"
 	"fmt"
 	"hash/fnv"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	toolscache "k8s.io/client-go/tools/cache"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
 
 	"github.com/lockstep-dev/lockstep/pkg/apis/lockstep/v1alpha1"
 	"github.com/lockstep-dev/lockstep/pkg/lockstep"
 	"github.com/lockstep-dev/lockstep/pkg/topology"
 )
 
-// placedPod is what the placement summary needs of a bound pod: its node
-// and the GPU indices the scheduler chose for it (lockstep.dev/gpus, "0,1";
-// empty for a pod without GPUs or placed by another scheduler).
+// placedPod is what the placement summary needs of a bound pod: its node,
+// the GPU indices the scheduler chose for it (lockstep.dev/gpus, "0,1";
+// empty for a pod without GPUs or placed by another scheduler), and whether
+// it asks for no GPUs at all.
 type placedPod struct {
 	Node string
 	GPUs string
+	// NoGPUs: the pod asks for no GPUs (an MPI launcher, a parameter
+	// server). The scheduler leaves such pods out of its plans and their
+	// rating, and so does the summary; their nodes, CPU-only ones often,
+	// need no NodeTopology.
+	NoGPUs bool
 }
 
 // placementNode is what the placement summary needs of a node of the gang:
@@ -59,44 +73,121 @@ func newPlacementCluster(cfg lockstep.TopologyConfig, nodes []topology.NodeLabel
 	return &placementCluster{tree: tree, rater: rater}, nil
 }
 
-// placementCache keeps the placementCluster between reconciles, rebuilt
-// when node names or their level or profile labels change.
+// placementCache keeps the placementCluster between reconciles: the tree
+// and the Rater's references cost O(nodes) to build, and a running job is
+// summarized on each of its reconciles. The cluster is checked again only
+// when the node set may have changed: watchNodeSet bumps generation when a
+// node comes, goes, or changes a label the cluster is built from, so the
+// reconcile of a running job neither lists nor copies a Node. Without that
+// watch (a reconciler not set up with a manager, as in unit tests) every
+// get lists the nodes. Either way the cluster is rebuilt only when its
+// fingerprint (node names and those labels) changed.
 type placementCache struct {
-	mu          sync.Mutex
+	// watched says watchNodeSet keeps generation current.
+	watched    atomic.Bool
+	generation atomic.Uint64
+
+	mu sync.Mutex
+	// checked is the generation the cluster was last checked at.
+	checked     uint64
 	fingerprint uint64
 	cluster     *placementCluster
 }
 
-func (c *placementCache) get(cfg lockstep.TopologyConfig, nodes []corev1.Node) (*placementCluster, error) {
-	h := fnv.New64a()
-	keys := []string{lockstep.LabelProfile, lockstep.LabelGPUProduct, lockstep.LabelNVIDIAGPUProduct}
-	for _, l := range cfg.Levels {
-		keys = append(keys, l.LabelKey)
+// get returns the cluster of the nodes r lists, from the cache when the
+// node set has not changed since it was built.
+func (c *placementCache) get(ctx context.Context, r client.Reader, cfg lockstep.TopologyConfig) (*placementCluster, error) {
+	// Read before the nodes are: a node event after this read leaves the
+	// generation ahead of checked, and the next get looks again.
+	gen := c.generation.Load()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.cluster != nil && c.watched.Load() && c.checked == gen {
+		return c.cluster, nil
 	}
-	for i := range nodes {
-		h.Write([]byte(nodes[i].Name))
+	var nodes corev1.NodeList
+	// Read only, so no copies: the names and labels are hashed, and the
+	// tree keeps strings, never the cached Nodes or their label maps.
+	if err := r.List(ctx, &nodes, client.UnsafeDisableDeepCopy); err != nil {
+		return nil, fmt.Errorf("listing nodes: %w", err)
+	}
+	keys := placementLabelKeys(cfg)
+	h := fnv.New64a()
+	for i := range nodes.Items {
+		h.Write([]byte(nodes.Items[i].Name))
 		h.Write([]byte{0})
 		for _, k := range keys {
-			h.Write([]byte(nodes[i].Labels[k]))
+			h.Write([]byte(nodes.Items[i].Labels[k]))
 			h.Write([]byte{0})
 		}
 	}
 	fp := h.Sum64()
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.cluster != nil && c.fingerprint == fp {
-		return c.cluster, nil
+	if c.cluster == nil || c.fingerprint != fp {
+		labelled := make([]topology.NodeLabels, len(nodes.Items))
+		for i := range nodes.Items {
+			labelled[i] = topology.NodeLabels{Name: nodes.Items[i].Name, Labels: nodes.Items[i].Labels}
+		}
+		cluster, err := newPlacementCluster(cfg, labelled)
+		if err != nil {
+			return nil, err
+		}
+		c.fingerprint, c.cluster = fp, cluster
 	}
-	labelled := make([]topology.NodeLabels, len(nodes))
-	for i := range nodes {
-		labelled[i] = topology.NodeLabels{Name: nodes[i].Name, Labels: nodes[i].Labels}
+	c.checked = gen
+	return c.cluster, nil
+}
+
+// placementLabelKeys are the node labels the cluster is built from: the
+// levels' and those naming the node's profile.
+func placementLabelKeys(cfg lockstep.TopologyConfig) []string {
+	keys := []string{lockstep.LabelProfile, lockstep.LabelGPUProduct, lockstep.LabelNVIDIAGPUProduct}
+	for _, l := range cfg.Levels {
+		keys = append(keys, l.LabelKey)
 	}
-	cluster, err := newPlacementCluster(cfg, labelled)
+	return keys
+}
+
+// nodeSetChanged says whether a node event may change the cluster: a node
+// added or removed, or one of keys changed. Heartbeats and other status
+// updates, most Node events by far, do not.
+func nodeSetChanged(keys []string, old, updated *corev1.Node) bool {
+	if old == nil || updated == nil || old.Name != updated.Name {
+		return true
+	}
+	for _, k := range keys {
+		if old.Labels[k] != updated.Labels[k] {
+			return true
+		}
+	}
+	return false
+}
+
+// watchNodeSet keeps the placement cache's generation current from the
+// informer's Node events, so that get need not list the nodes to know
+// they did not change.
+func (r *TrainingJobReconciler) watchNodeSet(ctx context.Context, informers cache.Informers) error {
+	inf, err := informers.GetInformer(ctx, &corev1.Node{})
 	if err != nil {
-		return nil, err
+		return fmt.Errorf("getting the Node informer: %w", err)
 	}
-	c.fingerprint, c.cluster = fp, cluster
-	return cluster, nil
+	keys := placementLabelKeys(r.Topology)
+	bump := func() { r.placements.generation.Add(1) }
+	_, err = inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
+		AddFunc: func(any) { bump() },
+		UpdateFunc: func(o, n any) {
+			old, _ := o.(*corev1.Node)
+			updated, _ := n.(*corev1.Node)
+			if nodeSetChanged(keys, old, updated) {
+				bump()
+			}
+		},
+		DeleteFunc: func(any) { bump() },
+	})
+	if err != nil {
+		return fmt.Errorf("watching the node set: %w", err)
+	}
+	r.placements.watched.Store(true)
+	return nil
 }
 
 // maxReason is the CRD's bound on status.placement.reason.
@@ -104,31 +195,34 @@ const maxReason = 1024
 
 // summarizePlacement describes where a gang runs: the lowest common domain
 // of its nodes in the cluster's tree, the levels it spans, and, when every
-// pod has a GPU set and every node a topology, the placement's
-// topology.Rating: the modelled all-reduce bus bandwidth, the efficiency
-// and its reason, as the scheduler rates its plans. Bandwidth, efficiency
-// and reason are left empty when they cannot be modelled.
+// pod that asks for GPUs has a GPU set and each of their nodes a topology,
+// the placement's topology.Rating of those pods: the modelled all-reduce
+// bus bandwidth, the efficiency and its reason, as the scheduler rates its
+// plans (which leave out the pods that ask for no GPUs). Bandwidth,
+// efficiency and reason are left empty when they cannot be modelled.
 func summarizePlacement(pods []placedPod, nodes map[string]placementNode, cluster *placementCluster) (*v1alpha1.Placement, error) {
 	if len(pods) == 0 {
 		return nil, nil
 	}
+	// gpus are the GPUs of the rated pods by node; all, every node.
 	gpus := map[string]topology.GPUSet{}
+	all := map[string]bool{}
 	modelled := true
 	for _, p := range pods {
 		set, err := parseGPUSet(p.GPUs)
 		if err != nil {
 			return nil, fmt.Errorf("pod on node %s: %w", p.Node, err)
 		}
+		all[p.Node] = true
+		if p.NoGPUs {
+			continue
+		}
 		if set == 0 {
 			modelled = false
 		}
 		gpus[p.Node] |= set
 	}
-	names := make([]string, 0, len(gpus))
-	for n := range gpus {
-		names = append(names, n)
-	}
-	slices.Sort(names)
+	names := slices.Sorted(maps.Keys(all))
 
 	dom, err := cluster.tree.LowestCommonDomain(names)
 	if err != nil {
@@ -139,12 +233,13 @@ func summarizePlacement(pods []placedPod, nodes map[string]placementNode, cluste
 		return nil, err
 	}
 	out := &v1alpha1.Placement{Domain: dom.DisplayID(), LevelName: dom.LevelName, LevelsSpanned: int32(spanned), Nodes: names}
-	if !modelled {
+	if !modelled || len(gpus) == 0 {
 		return out, nil
 	}
 
-	members := make([]topology.Member, len(names))
-	for i, n := range names {
+	rated := slices.Sorted(maps.Keys(gpus))
+	members := make([]topology.Member, len(rated))
+	for i, n := range rated {
 		spec := nodes[n].Topology
 		if spec == nil {
 			return out, nil
@@ -178,41 +273,42 @@ func parseGPUSet(s string) (topology.GPUSet, error) {
 }
 
 // ensurePlacement summarizes where the gang runs once every pod is bound.
-func (r *TrainingJobReconciler) ensurePlacement(ctx context.Context, job *v1alpha1.TrainingJob, obs observation) (complete bool, err error) {
+// It runs on every reconcile of a running job, so it copies nothing of the
+// cluster: the tree and references come from r.placements, and the
+// NodeTopologies of the gang's GPU nodes are read from the cache without a
+// copy (read only: the spec is converted, never changed). A GPU node whose
+// agent has not published its NodeTopology yet leaves the rating out until
+// it does: its creation wakes the job (watchNodeTopologies), so nothing is
+// retried on a timer. waiting are those nodes.
+func (r *TrainingJobReconciler) ensurePlacement(ctx context.Context, job *v1alpha1.TrainingJob, obs observation) (waiting []string, err error) {
 	placed := make([]placedPod, 0, len(obs.live))
 	nodes := map[string]placementNode{}
-	complete = true
 	for _, p := range obs.live {
-		if p.Spec.NodeName == "" {
-			return false, nil
+		node := p.Spec.NodeName
+		if node == "" {
+			return nil, nil
 		}
-		placed = append(placed, placedPod{Node: p.Spec.NodeName, GPUs: p.Annotations[lockstep.AnnotationGPUs]})
-		if _, ok := nodes[p.Spec.NodeName]; ok {
+		noGPUs := podGPUs(&p.Spec) == 0
+		placed = append(placed, placedPod{Node: node, GPUs: p.Annotations[lockstep.AnnotationGPUs], NoGPUs: noGPUs})
+		if _, ok := nodes[node]; ok || noGPUs {
 			continue
 		}
-		var info placementNode
 		var nt v1alpha1.NodeTopology
-		switch err := r.Client.Get(ctx, client.ObjectKey{Name: p.Spec.NodeName}, &nt); {
+		switch err := r.Client.Get(ctx, client.ObjectKey{Name: node}, &nt, client.UnsafeDisableDeepCopy); {
 		case err == nil:
-			info.Topology = &nt.Spec
+			nodes[node] = placementNode{Topology: &nt.Spec}
 		case apierrors.IsNotFound(err):
-			// Its agent has not published yet: summarize what is known and
-			// come back for the efficiency.
-			complete = false
+			nodes[node] = placementNode{}
+			waiting = append(waiting, node)
 		default:
-			return false, fmt.Errorf("getting NodeTopology %s: %w", p.Spec.NodeName, err)
+			return nil, fmt.Errorf("getting NodeTopology %s: %w", node, err)
 		}
-		nodes[p.Spec.NodeName] = info
 	}
-	// Every node, from the cache: the reference placement of the rating is
-	// the best the empty cluster allows.
-	var all corev1.NodeList
-	if err := r.Client.List(ctx, &all); err != nil {
-		return false, fmt.Errorf("listing nodes: %w", err)
-	}
-	cluster, err := r.placements.get(r.Topology, all.Items)
+	// The reference placement of the rating is the best the empty cluster
+	// allows: the cluster is every node.
+	cluster, err := r.placements.get(ctx, r.Client, r.Topology)
 	if err != nil {
-		return false, err
+		return nil, err
 	}
 	// Recomputed on every pass (the cluster's tree and references are
 	// cached); the status is only written when the summary changes.
@@ -220,5 +316,18 @@ func (r *TrainingJobReconciler) ensurePlacement(ctx context.Context, job *v1alph
 	if pl != nil {
 		job.Status.Placement = pl
 	}
-	return complete, err
+	slices.Sort(waiting)
+	return waiting, err
+}
+
+// nodeTopologyPublished passes the NodeTopology events that can complete a
+// summary: a NodeTopology published (created) or its spec changed. Status
+// writes, the agent's heartbeats, do not bump the generation.
+var nodeTopologyPublished = predicate.GenerationChangedPredicate{}
+
+// watchNodeTopologies wakes the jobs with pods on a node whose NodeTopology
+// was published or changed, through the pod-by-node index of watchNodes.
+func (r *TrainingJobReconciler) watchNodeTopologies(b *ctrl.Builder) *ctrl.Builder {
+	return b.Watches(&v1alpha1.NodeTopology{}, handler.EnqueueRequestsFromMapFunc(r.jobsOnNode),
+		builder.WithPredicates(nodeTopologyPublished))
 }

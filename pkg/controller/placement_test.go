@@ -10,7 +10,7 @@ import (
 	"github.com/lockstep-dev/lockstep/pkg/topology"
 )
 
-func hgxSpec(t *testing.T) *v1alpha1.NodeTopologySpec {
+func hgxSpec(t testing.TB) *v1alpha1.NodeTopologySpec {
 	t.Helper()
 	p, ok := topology.LookupProfile("hgx-h100")
 	if !ok {
@@ -105,6 +105,70 @@ func TestSummarizePlacement(t *testing.T) {
 			got, err := summarizePlacement(tc.pods, nodes, cluster)
 			if (err != nil) != tc.wantErr {
 				t.Fatalf("err = %v, want error %t", err, tc.wantErr)
+			}
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("placement (-want,+got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// Pods that ask for no GPUs (an MPI launcher, often on a CPU-only node)
+// are not in the scheduler's plans nor their rating: the summary rates the
+// pods with GPUs and needs no NodeTopology for the others' nodes, while the
+// domain and nodes still cover the whole gang.
+func TestSummarizePlacementLeavesPodsWithoutGPUsUnrated(t *testing.T) {
+	cpuLabels := func(leaf, spine string) map[string]string {
+		return map[string]string{lockstep.LabelFabricTier0: leaf, lockstep.LabelFabricTier1: spine}
+	}
+	labels := []topology.NodeLabels{
+		{Name: "n1", Labels: hgxLabels("leaf-1", "spine-1")},
+		{Name: "n2", Labels: hgxLabels("leaf-1", "spine-1")},
+		{Name: "cpu-1", Labels: cpuLabels("leaf-1", "spine-1")},
+		{Name: "cpu-2", Labels: cpuLabels("leaf-2", "spine-1")},
+	}
+	spec := hgxSpec(t)
+	// The CPU nodes have no NodeTopology: no agent runs there.
+	nodes := map[string]placementNode{"n1": {Topology: spec}, "n2": {Topology: spec}}
+	full := "0,1,2,3,4,5,6,7"
+	oneLeaf := "on 2 nodes in leaf leaf-1; as fast as the best placement (bus bandwidth 50.0 GB/s)"
+	cases := []struct {
+		name string
+		pods []placedPod
+		want *v1alpha1.Placement
+	}{{
+		name: "launcher on a CPU node of the workers' leaf",
+		pods: []placedPod{{Node: "cpu-1", NoGPUs: true}, {Node: "n1", GPUs: full}, {Node: "n2", GPUs: full}},
+		want: &v1alpha1.Placement{Domain: "spine=spine-1/leaf=leaf-1", LevelName: "leaf", LevelsSpanned: 1, Nodes: []string{"cpu-1", "n1", "n2"},
+			BusBandwidthMBps: 50000, Efficiency: "1.000", Reason: oneLeaf},
+	}, {
+		name: "launcher on a CPU node of another leaf: the domain spans it, the rating is the workers'",
+		pods: []placedPod{{Node: "cpu-2", NoGPUs: true}, {Node: "n1", GPUs: full}, {Node: "n2", GPUs: full}},
+		want: &v1alpha1.Placement{Domain: "spine=spine-1", LevelName: "spine", LevelsSpanned: 2, Nodes: []string{"cpu-2", "n1", "n2"},
+			BusBandwidthMBps: 50000, Efficiency: "1.000", Reason: oneLeaf},
+	}, {
+		name: "launcher beside a worker on a GPU node",
+		pods: []placedPod{{Node: "n1", NoGPUs: true}, {Node: "n1", GPUs: full}, {Node: "n2", GPUs: full}},
+		want: &v1alpha1.Placement{Domain: "spine=spine-1/leaf=leaf-1", LevelName: "leaf", LevelsSpanned: 1, Nodes: []string{"n1", "n2"},
+			BusBandwidthMBps: 50000, Efficiency: "1.000", Reason: oneLeaf},
+	}, {
+		name: "a pod asking for GPUs without a GPU set still leaves the rating out",
+		pods: []placedPod{{Node: "cpu-1", NoGPUs: true}, {Node: "n1", GPUs: full}, {Node: "n2"}},
+		want: &v1alpha1.Placement{Domain: "spine=spine-1/leaf=leaf-1", LevelName: "leaf", LevelsSpanned: 1, Nodes: []string{"cpu-1", "n1", "n2"}},
+	}, {
+		name: "no pod asks for GPUs: domain only",
+		pods: []placedPod{{Node: "cpu-1", NoGPUs: true}, {Node: "cpu-2", NoGPUs: true}},
+		want: &v1alpha1.Placement{Domain: "spine=spine-1", LevelName: "spine", LevelsSpanned: 2, Nodes: []string{"cpu-1", "cpu-2"}},
+	}}
+	cluster, err := newPlacementCluster(lockstep.DefaultTopologyConfig(), labels)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := summarizePlacement(tc.pods, nodes, cluster)
+			if err != nil {
+				t.Fatal(err)
 			}
 			if diff := cmp.Diff(tc.want, got); diff != "" {
 				t.Errorf("placement (-want,+got):\n%s", diff)

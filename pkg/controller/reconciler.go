@@ -137,6 +137,12 @@ func (r *TrainingJobReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if err != nil {
 		return err
 	}
+	// The inputs of the placement summary (placement.go): the node set,
+	// without waking any job, and the NodeTopologies of the jobs' nodes.
+	if err := r.watchNodeSet(context.Background(), mgr.GetCache()); err != nil {
+		return err
+	}
+	b = r.watchNodeTopologies(b)
 	// PriorityClasses that jobs wait for (priorityclass.go).
 	if b, err = r.watchPriorityClasses(mgr, b); err != nil {
 		return err
@@ -312,10 +318,8 @@ func (r *TrainingJobReconciler) ensureRunning(ctx context.Context, job *v1alpha1
 	// it (minAvailable below the replica count) runs and says so, while
 	// the failed create is retried with the workqueue's backoff.
 	r.ensureScheduledCondition(ctx, job, obs)
+	r.ensureRunningConditions(ctx, job, obs)
 	requeue := d.requeueAfter
-	if retry := r.ensureRunningConditions(ctx, job, obs); retry > 0 && (requeue == 0 || retry < requeue) {
-		requeue = retry
-	}
 	if retry := loss.requeueAfter; retry > 0 && (requeue == 0 || retry < requeue) {
 		requeue = retry
 	}
@@ -323,10 +327,10 @@ func (r *TrainingJobReconciler) ensureRunning(ctx context.Context, job *v1alpha1
 }
 
 // ensureRunningConditions marks the job Running once its gang runs, which
-// also ends a restart.
-func (r *TrainingJobReconciler) ensureRunningConditions(ctx context.Context, job *v1alpha1.TrainingJob, obs observation) (retry time.Duration) {
+// also ends a restart, and summarizes its placement.
+func (r *TrainingJobReconciler) ensureRunningConditions(ctx context.Context, job *v1alpha1.TrainingJob, obs observation) {
 	if obs.running < minMember(job) {
-		return 0
+		return
 	}
 	if !meta.IsStatusConditionTrue(job.Status.Conditions, string(v1alpha1.JobRunning)) {
 		setCondition(&job.Status, job.Generation, v1alpha1.JobRunning, metav1.ConditionTrue, ReasonGangRunning,
@@ -339,21 +343,20 @@ func (r *TrainingJobReconciler) ensureRunningConditions(ctx context.Context, job
 			truncateMessage(fmt.Sprintf("the restarted gang is running (%s: %s)", c.Reason, c.Message)))
 	}
 	ensurePreemptedCleared(job)
-	complete, err := r.ensurePlacement(ctx, job, obs)
-	if err != nil {
-		// The summary is informational: a node or NodeTopology the cache
-		// lacks must not hold the job up.
+	// The summary is informational: a node or NodeTopology the cache lacks
+	// must not hold the job up. Nor is it retried on a timer, which at
+	// thousands of jobs costs a reconcile each every few seconds for as long
+	// as they run: a NodeTopology published wakes the job
+	// (watchNodeTopologies), and a summary that failed (a node the cache
+	// does not hold yet) is redone on the job's next event.
+	waiting, err := r.ensurePlacement(ctx, job, obs)
+	switch {
+	case err != nil:
 		ctrl.LoggerFrom(ctx).V(2).Info("Placement not summarized", "err", err)
+	case len(waiting) > 0:
+		ctrl.LoggerFrom(ctx).V(5).Info("Placement not rated until the nodes publish their NodeTopology", "nodes", waiting)
 	}
-	if err != nil || !complete {
-		// NodeTopology changes do not wake the reconciler: look again soon.
-		return placementRetry
-	}
-	return 0
 }
-
-// placementRetry is how soon an incomplete placement summary is retried.
-const placementRetry = 10 * time.Second
 
 // ensureRestart records a restart, then deletes the pods it covers; they
 // are recreated once gone. The status goes first, under optimistic
