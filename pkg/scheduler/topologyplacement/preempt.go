@@ -123,9 +123,16 @@ func (p *TopologyPlacement) preemptForGang(ctx context.Context, state fwk.CycleS
 		return nil, fwk.NewStatus(fwk.Unschedulable, "gang preemption: the gang is not waiting for room"), preemptionNotEligible
 	}
 	if plan, ok := p.books.preemption(s.gang); ok {
-		node := p.nominatedNode(pod, s.req.gpus, plan)
-		logger.V(5).Info("Gang's earlier preemption still waits for its victims; nominating", "podGroup", s.gang, "node", node)
-		return nominate(node), fwk.NewStatus(fwk.Success), preemptionWaitingForVictims
+		if p.books.pendingVictims(s.gang) > 0 || p.victimsStillCached(s.gang, plan, s.waiting.nodes) {
+			node := p.nominatedNode(pod, s.req.gpus, plan)
+			logger.V(5).Info("Gang's earlier preemption still waits for its victims; nominating", "podGroup", s.gang, "node", node)
+			return nominate(node), fwk.NewStatus(fwk.Success), preemptionWaitingForVictims
+		}
+		// Its victims are gone, from the scheduler's cache too, and the
+		// gang still does not fit: something that outranks it took the
+		// room. The hold is spent; the gang may make room again.
+		logger.V(2).Info("The domain the gang preempted for was taken by work that outranks it; preempting again", "podGroup", s.gang, "domain", plan.Domain.ID)
+		p.releaseDrain(ctx, s.gang)
 	}
 	snap, err := p.snapshot(pod, s.gang, s.waiting.nodes)
 	if err != nil {
@@ -184,6 +191,26 @@ func (p *TopologyPlacement) preemptForGang(ctx context.Context, state fwk.CycleS
 		"Preempting %s in %s for gang %s (priority %d)", strings.Join(names, ", "), pre.Plan.Domain.DisplayID(), preemptor, s.waiting.priority)
 	p.evict(logger, pod, victims, msg)
 	return nominate(p.nominatedNode(pod, s.req.gpus, pre.Plan)), fwk.NewStatus(fwk.Success), preemptionPreempted
+}
+
+// victimsStillCached reports whether the cycle's nodes of plan still show
+// a pod gang key evicted: the books learn that victims are gone from the
+// pod informer, the scheduler's cache a moment later, and a gang retried
+// in between finds no room that is coming.
+func (p *TopologyPlacement) victimsStillCached(key string, plan *placement.Plan, nodes []fwk.NodeInfo) bool {
+	lookup := p.nodeLookup(nodes)
+	for _, name := range plan.Domain.Nodes {
+		ni, ok := lookup(name)
+		if !ok {
+			continue
+		}
+		for _, pi := range ni.GetPods() {
+			if p.books.evictedBy(key, pi.GetPod().UID) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // decideUnplanned is PreFilter's decision for a gang member whose PreFilter

@@ -341,6 +341,44 @@ func TestPostFilterPreemptsCheapestGangWhole(t *testing.T) {
 	if extra := env.clientset.Actions()[before:]; len(extra) != 0 {
 		t.Errorf("a gang holding its domain evicted again: %v", extra)
 	}
+	// Work that outranks the gang took one node of the freed leaf, and the
+	// cache shows the victims gone: the hold is spent, and the gang makes
+	// room again, in l0.
+	{
+		env := newPreemptionEnv(t, append(slices.Clone(pods), member("intruder", "", "n2", 1000, time.Unix(1000, 0), time.Minute)), groups...)
+		env.report(t, "n0", "old-0")
+		env.report(t, "n1", "old-1")
+		if _, status := env.preFilterThenPostFilter(t, env.pods["high-0"], env.nodes(t)); !status.IsSuccess() {
+			t.Fatalf("first PostFilter: %v", status)
+		}
+		env.evicted(t, 2)
+		events := env.podEvents(ctx)
+		events.OnDelete(env.pods["young-0"])
+		events.OnDelete(env.pods["young-1"])
+		before := len(env.clientset.Actions())
+		if _, status := env.preFilterThenPostFilter(t, env.pods["high-1"], env.nodes(t, "young-0", "young-1")); !status.IsSuccess() {
+			t.Fatalf("PostFilter once the held leaf was taken: %v", status)
+		}
+		var again []string
+		for _, a := range env.clientset.Actions()[before:] {
+			if d, ok := a.(clienttesting.DeleteAction); ok {
+				again = append(again, d.GetName())
+			}
+		}
+		_ = wait.PollUntilContextTimeout(context.Background(), 10*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+			again = nil
+			for _, a := range env.clientset.Actions()[before:] {
+				if d, ok := a.(clienttesting.DeleteAction); ok {
+					again = append(again, d.GetName())
+				}
+			}
+			return len(again) >= 2, nil
+		})
+		slices.Sort(again)
+		if diff := cmp.Diff([]string{"old-0", "old-1"}, again); diff != "" {
+			t.Errorf("evicted once the held leaf was taken (-want,+got):\n%s", diff)
+		}
+	}
 	state := framework.NewCycleState()
 	if _, status := env.PreFilter(ctx, state, env.pods["high-0"], env.nodes(t, "young-0", "young-1")); !status.IsSuccess() {
 		t.Fatalf("PreFilter after the victims went: %v", status)
