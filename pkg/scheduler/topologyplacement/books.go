@@ -31,17 +31,13 @@ type books struct {
 	// more is evicted. A plan goes when its hold ends: the gang is
 	// planned or gone, or the domain stalled (pruneHolds).
 	preempted map[string]*placement.Plan
-	// evicted are the pods each of those gangs evicted, by UID, kept after
-	// they are gone: whether the scheduler's cache still shows one tells
-	// a cache that lags from room taken by another gang (stillCached).
-	evicted map[string]map[string]bool
 	// ranks are the rank slots of each gang's plan (rankSlot), kept with
 	// it and forgotten with it.
 	ranks map[string]*rankSlots
 }
 
 func newBooks() *books {
-	return &books{core: placement.NewBooks(), preempted: map[string]*placement.Plan{}, evicted: map[string]map[string]bool{}, ranks: map[string]*rankSlots{}}
+	return &books{core: placement.NewBooks(), preempted: map[string]*placement.Plan{}, ranks: map[string]*rankSlots{}}
 }
 
 // rankSlots gives each rank of a gang's pending members its slot of the
@@ -106,7 +102,6 @@ func (b *books) pruneHolds() {
 	for key := range b.preempted {
 		if !b.core.Preempted(key) {
 			delete(b.preempted, key)
-			delete(b.evicted, key)
 		}
 	}
 }
@@ -124,19 +119,8 @@ func (b *books) hold(key string, plan *placement.Plan, priority int32, victims [
 		return nil, false
 	}
 	b.preempted[key] = plan
-	b.evicted[key] = make(map[string]bool, len(victims))
-	for _, v := range victims {
-		b.evicted[key][v] = true
-	}
 	b.pruneHolds()
 	return released, true
-}
-
-// evictedBy reports whether pod is one gang key evicted for its hold.
-func (b *books) evictedBy(key string, pod types.UID) bool {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.evicted[key][string(pod)]
 }
 
 // preemption returns the plan of gang key's preemption while it holds the

@@ -123,7 +123,7 @@ func (p *TopologyPlacement) preemptForGang(ctx context.Context, state fwk.CycleS
 		return nil, fwk.NewStatus(fwk.Unschedulable, "gang preemption: the gang is not waiting for room"), preemptionNotEligible
 	}
 	if plan, ok := p.books.preemption(s.gang); ok {
-		if p.books.pendingVictims(s.gang) > 0 || p.victimsStillCached(s.gang, plan, s.waiting.nodes) {
+		if p.books.pendingVictims(s.gang) > 0 || !p.outrankedOn(plan, s.waiting.priority, s.waiting.nodes) {
 			node := p.nominatedNode(pod, s.req.gpus, plan)
 			logger.V(5).Info("Gang's earlier preemption still waits for its victims; nominating", "podGroup", s.gang, "node", node)
 			return nominate(node), fwk.NewStatus(fwk.Success), preemptionWaitingForVictims
@@ -193,19 +193,21 @@ func (p *TopologyPlacement) preemptForGang(ctx context.Context, state fwk.CycleS
 	return nominate(p.nominatedNode(pod, s.req.gpus, pre.Plan)), fwk.NewStatus(fwk.Success), preemptionPreempted
 }
 
-// victimsStillCached reports whether the cycle's nodes of plan still show
-// a pod gang key evicted: the books learn that victims are gone from the
-// pod informer, the scheduler's cache a moment later, and a gang retried
-// in between finds no room that is coming.
-func (p *TopologyPlacement) victimsStillCached(key string, plan *placement.Plan, nodes []fwk.NodeInfo) bool {
+// outrankedOn reports whether a pod that outranks priority runs on a node
+// of plan: work the gang's hold could not keep off took its room. Nothing
+// else can have (a hold keeps off pods of its priority or lower), so a gang
+// whose victims are gone and that still does not fit is otherwise only
+// ahead of the scheduler's cache, which learns of the victims' going a
+// moment after the books do.
+func (p *TopologyPlacement) outrankedOn(plan *placement.Plan, priority int32, nodes []fwk.NodeInfo) bool {
 	lookup := p.nodeLookup(nodes)
-	for _, name := range plan.Domain.Nodes {
-		ni, ok := lookup(name)
+	for _, m := range plan.Members {
+		ni, ok := lookup(m.Node)
 		if !ok {
 			continue
 		}
 		for _, pi := range ni.GetPods() {
-			if p.books.evictedBy(key, pi.GetPod().UID) {
+			if corev1helpers.PodPriority(pi.GetPod()) > priority {
 				return true
 			}
 		}

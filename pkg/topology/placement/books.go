@@ -569,9 +569,9 @@ func (b *Books) Undrain(key string) bool {
 	for _, node := range dr.domain.Nodes {
 		delete(b.drainedFor, node)
 	}
-	for pod := range dr.victims {
-		delete(b.victimOf, pod)
-	}
+	// Its victims stay in victimOf until they are gone (VictimGone): they
+	// are leaving whatever becomes of the hold, and must never be counted
+	// as victims again (EvictedFor).
 	delete(b.drains, key)
 	return true
 }
@@ -626,7 +626,11 @@ func (b *Books) VictimGone(pod string, now time.Time) (string, bool) {
 		return "", false
 	}
 	delete(b.victimOf, pod)
-	dr := b.drains[key]
+	dr, held := b.drains[key]
+	if !held || !dr.victims[pod] {
+		// Its hold ended or was taken over meanwhile.
+		return "", false
+	}
 	delete(dr.victims, pod)
 	if len(dr.victims) > 0 {
 		return "", false
@@ -683,10 +687,16 @@ func (b *Books) DrainedFor(node string) string { return b.drainedFor[node] }
 // none does. A drain keeps off other gangs and pods of its gang's priority
 // or lower; a pod of higher priority may take the drained GPUs, as it could
 // preempt the waiting gang's pods once they run: a drain orders the gang
-// before its peers, never before those that outrank it.
+// before its peers, never before those that outrank it. The exception is
+// a gang that holds a domain it preempted for (Hold): it is kept off other
+// gangs' holds whatever their priority, since room is coming for it where
+// it evicted, and taking theirs would only make them evict again.
 func (b *Books) KeptOff(node, key string, priority int32) string {
 	by, ok := b.drainedFor[node]
-	if !ok || by == key || priority > b.drains[by].priority {
+	if !ok || by == key {
+		return ""
+	}
+	if priority > b.drains[by].priority && !(b.drains[by].preempted && b.drains[key].preempted) {
 		return ""
 	}
 	return by
