@@ -278,25 +278,34 @@ func fillRest(t *testing.T, ns, class string) {
 	waitRunningAllocated(t, ns, len(pods)+n)
 }
 
-// waitUnschedulable waits until pod's PodScheduled condition is False with
-// a message containing want, and returns the message.
-func waitUnschedulable(t *testing.T, ns, pod, want string) string {
+// waitUnschedulable waits until some pod of job has its PodScheduled
+// condition False with a message containing every want (members are attempted in
+// turn; the one attempted before its siblings existed keeps the older
+// message until it is tried again), and returns the message.
+func waitUnschedulable(t *testing.T, ns, job string, want ...string) string {
 	t.Helper()
-	var msg string
-	err := localcluster.Poll(context.Background(), 100*time.Millisecond, time.Minute, pod+" unschedulable: "+want, func(ctx context.Context) (bool, error) {
-		p, err := cluster.Clientset.CoreV1().Pods(ns).Get(ctx, pod, metav1.GetOptions{})
+	var msgs []string
+	var found string
+	err := localcluster.Poll(context.Background(), 100*time.Millisecond, time.Minute, job+" unschedulable: "+strings.Join(want, ", "), func(ctx context.Context) (bool, error) {
+		pods, err := jobPodsOf(ctx, ns, job)
 		if err != nil {
 			return false, nil
 		}
-		if _, c := podutil.GetPodConditionFromList(p.Status.Conditions, corev1.PodScheduled); c != nil && c.Status == corev1.ConditionFalse {
-			msg = c.Message
+		msgs = msgs[:0]
+		for _, p := range pods {
+			if _, c := podutil.GetPodConditionFromList(p.Status.Conditions, corev1.PodScheduled); c != nil && c.Status == corev1.ConditionFalse {
+				msgs = append(msgs, c.Message)
+				if !slices.ContainsFunc(want, func(w string) bool { return !strings.Contains(c.Message, w) }) {
+					found = c.Message
+				}
+			}
 		}
-		return strings.Contains(msg, want), nil
+		return found != "", nil
 	})
 	if err != nil {
-		t.Fatalf("%v; last message %q", err, msg)
+		t.Fatalf("%v; messages %q", err, msgs)
 	}
-	return msg
+	return found
 }
 
 // TestPreemptionEvictsNothingThatCannotHelp: a low-priority 4 x 8-GPU job
@@ -316,14 +325,14 @@ func TestPreemptionEvictsNothingThatCannotHelp(t *testing.T) {
 	fillRest(t, ns, high)
 
 	createJob(t, checkpointingJob(ns, "wide", 4, 8, high, true))
-	t.Logf("wide: %s", waitUnschedulable(t, ns, "wide-master-0", "would not make room"))
+	t.Logf("wide: %s", waitUnschedulable(t, ns, "wide", "resource gap", "would not make room"))
 	checkUntouched(t, ns, "low", lowPods)
 	if err := cluster.Client.Delete(ctx, &v1alpha1.TrainingJob{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "wide"}}); err != nil {
 		t.Fatal(err)
 	}
 
 	createJob(t, checkpointingJob(ns, "polite", 3, 8, never, true))
-	t.Logf("polite: %s", waitUnschedulable(t, ns, "polite-master-0", "preemptionPolicy"))
+	t.Logf("polite: %s", waitUnschedulable(t, ns, "polite", "resource gap", "preemptionPolicy is Never"))
 	checkUntouched(t, ns, "low", lowPods)
 }
 
