@@ -60,6 +60,25 @@ func benchSnapshot(b *testing.B, n int) *Snapshot {
 	}
 }
 
+// benchPlace times Place of g on s, reporting the plan's efficiency and
+// nodes beside the time and allocations.
+func benchPlace(b *testing.B, s *Snapshot, g Gang) {
+	b.Helper()
+	plan, err := Place(s, g, Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := Place(s, g, Options{}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	// ResetTimer, which Loop calls, drops metrics reported before.
+	b.ReportMetric(plan.Efficiency, "efficiency")
+	b.ReportMetric(float64(plan.Estimate.Nodes), "nodes/op")
+}
+
 // BenchmarkPlace plans gangs of 8-GPU members, with no constraint so the
 // search climbs every level it must.
 func BenchmarkPlace(b *testing.B) {
@@ -68,20 +87,7 @@ func BenchmarkPlace(b *testing.B) {
 			s := benchSnapshot(b, n)
 			for _, gpus := range []int{8, 64, 512} {
 				b.Run(fmt.Sprintf("gpus=%d", gpus), func(b *testing.B) {
-					g := Gang{Members: gpus / 8, GPUsPerMember: 8, MilliCPUPerMember: 16_000, MemoryPerMember: 64 << 30}
-					plan, err := Place(s, g, Options{})
-					if err != nil {
-						b.Fatal(err)
-					}
-					b.ReportAllocs()
-					for b.Loop() {
-						if _, err := Place(s, g, Options{}); err != nil {
-							b.Fatal(err)
-						}
-					}
-					// ResetTimer, which Loop calls, drops metrics reported before.
-					b.ReportMetric(plan.Efficiency, "efficiency")
-					b.ReportMetric(float64(plan.Estimate.Nodes), "nodes/op")
+					benchPlace(b, s, Gang{Members: gpus / 8, GPUsPerMember: 8, MilliCPUPerMember: 16_000, MemoryPerMember: 64 << 30})
 				})
 			}
 		})
@@ -241,18 +247,7 @@ func BenchmarkPlaceGB200(b *testing.B) {
 					if g.Level != "" {
 						g.Mode, g.Widen = lockstep.Preferred, 1
 					}
-					plan, err := Place(s, g, Options{})
-					if err != nil {
-						b.Fatal(err)
-					}
-					b.ReportAllocs()
-					for b.Loop() {
-						if _, err := Place(s, g, Options{}); err != nil {
-							b.Fatal(err)
-						}
-					}
-					b.ReportMetric(plan.Efficiency, "efficiency")
-					b.ReportMetric(float64(plan.Estimate.Nodes), "nodes/op")
+					benchPlace(b, s, g)
 				})
 			}
 		})
