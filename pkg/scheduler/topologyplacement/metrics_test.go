@@ -82,15 +82,22 @@ type metricsPlugin struct {
 	pods  []*v1.Pod
 }
 
-func newMetricsPlugin(t testing.TB, members int, podGroup bool, getErr error) *metricsPlugin {
+// ownMetrics gives p metrics in a registry of their own, which it returns.
+func ownMetrics(t testing.TB, p *TopologyPlacement) metrics.KubeRegistry {
 	t.Helper()
-	p, clock := newTestPlugin(t)
 	reg := metrics.NewKubeRegistry()
 	m, err := registerMetrics(reg.Register)
 	if err != nil {
 		t.Fatal(err)
 	}
 	p.metrics = m
+	return reg
+}
+
+func newMetricsPlugin(t testing.TB, members int, podGroup bool, getErr error) *metricsPlugin {
+	t.Helper()
+	p, clock := newTestPlugin(t)
+	reg := ownMetrics(t, p)
 	var pods []*v1.Pod
 	var objs []runtime.Object
 	for i := range members {

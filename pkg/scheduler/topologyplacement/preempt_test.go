@@ -80,12 +80,7 @@ func member(name, group, node string, priority int32, now time.Time, started tim
 func newPreemptionEnv(t *testing.T, pods []*v1.Pod, groups ...*schedv1alpha1.PodGroup) *preemptionEnv {
 	t.Helper()
 	p, _ := newTestPlugin(t)
-	reg := metrics.NewKubeRegistry()
-	m, err := registerMetrics(reg.Register)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p.metrics = m
+	reg := ownMetrics(t, p)
 	var objs []runtime.Object
 	for _, pod := range pods {
 		objs = append(objs, pod)
