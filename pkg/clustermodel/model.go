@@ -69,7 +69,16 @@ type Pool struct {
 	// instead of after the domains of earlier pools, so pools can share a
 	// domain (e.g. two pools under spine-0).
 	FirstDomain map[string]int `json:"firstDomain,omitempty"`
+	// GPUDriver is how the pool's GPUs reach pods: DevicePlugin (the
+	// default) has NVIDIA's device plugin advertise nvidia.com/gpu; DRA has
+	// NVIDIA's DRA driver publish them as gpu.nvidia.com devices in
+	// ResourceSlices, for ResourceClaims, and the nodes advertise no
+	// nvidia.com/gpu, as on a node where only the DRA driver runs.
+	GPUDriver string `json:"gpuDriver,omitempty"`
 }
+
+// DRA reports whether NVIDIA's DRA driver serves the pool's GPUs.
+func (p Pool) DRA() bool { return p.GPUDriver == lockstep.GPUDriverDRA }
 
 // Load reads, decodes and validates the model file at path. Every error names
 // the file and, for invalid content, the field and how to fix it.
@@ -119,6 +128,11 @@ func Parse(data []byte) (*Model, error) {
 }
 
 func (m *Model) setDefaults() {
+	for i := range m.Pools {
+		if m.Pools[i].GPUDriver == "" {
+			m.Pools[i].GPUDriver = lockstep.GPUDriverDevicePlugin
+		}
+	}
 	for i := range m.Levels {
 		if m.Levels[i].Oversubscription == 0 {
 			m.Levels[i].Oversubscription = 1

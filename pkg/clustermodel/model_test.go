@@ -110,6 +110,11 @@ func TestParseRejectsBadModels(t *testing.T) {
 			wantErrs: []string{`levels[1].name: Duplicate value: "leaf (also levels[0]); give each level its own name"`},
 		},
 		{
+			name:     "unknown GPU driver",
+			edit:     replace("nodes: 6", "nodes: 6\n    gpuDriver: dra"),
+			wantErrs: []string{`pools[0].gpuDriver: Unsupported value: "dra": supported values: "DevicePlugin", "DRA"`},
+		},
+		{
 			name:     "wrong kind",
 			edit:     replace("kind: ClusterModel", "kind: Cluster"),
 			wantErrs: []string{`kind: Invalid value: "Cluster": set kind: ClusterModel`},
@@ -225,6 +230,9 @@ func TestShippedModels(t *testing.T) {
 	}{
 		{"hgx-32.yaml", 32, 256},
 		{"scale-5000.yaml", 5000, 4424*8 + 576*4},
+		// Only the H100 pool's 32 GPUs are nvidia.com/gpu; the DGX-1 and
+		// GB200 pools' are DRA devices.
+		{"mixed-dra.yaml", 26, 4 * 8},
 	}
 	for _, tc := range tests {
 		t.Run(tc.file, func(t *testing.T) {
@@ -261,5 +269,44 @@ func replace(old, new string) func(string) string {
 			panic("test edit does not apply: " + old)
 		}
 		return strings.Replace(s, old, new, 1)
+	}
+}
+
+func TestNodesGPUDriver(t *testing.T) {
+	m, err := Parse([]byte(validModel + `  - name: dgx1
+    profile: dgx1-v100
+    gpuDriver: DRA
+    nodes: 2
+    nodesPerDomain: {leaf: 2, spine: 2}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	type gpuNode struct {
+		Allocatable  int64
+		HasResource  bool
+		DriverLabel  string
+		DevicePlugin string
+	}
+	got := map[string]gpuNode{}
+	for _, n := range m.Nodes() {
+		q, ok := n.Status.Allocatable[lockstep.GPUResource]
+		_, inCapacity := n.Status.Capacity[lockstep.GPUResource]
+		if ok != inCapacity {
+			t.Errorf("node %s: %s in allocatable %v, in capacity %v", n.Name, lockstep.GPUResource, ok, inCapacity)
+		}
+		got[n.Name] = gpuNode{q.Value(), ok, n.Labels[lockstep.LabelGPUDriver], n.Labels[lockstep.LabelNVIDIADeployDevicePlugin]}
+	}
+	plugin := gpuNode{Allocatable: 8, HasResource: true}
+	dra := gpuNode{DriverLabel: "DRA", DevicePlugin: "false"}
+	want := map[string]gpuNode{
+		"h100-0": plugin, "h100-1": plugin, "h100-2": plugin, "h100-3": plugin, "h100-4": plugin, "h100-5": plugin,
+		"dgx1-0": dra, "dgx1-1": dra,
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("GPU resources and labels per node (-want,+got):\n%s", diff)
+	}
+	if got := []string{m.Pools[0].GPUDriver, m.Pools[1].GPUDriver}; !cmp.Equal(got, []string{"DevicePlugin", "DRA"}) {
+		t.Errorf("pool GPU drivers after defaulting = %v, want [DevicePlugin DRA]", got)
 	}
 }

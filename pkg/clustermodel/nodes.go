@@ -58,7 +58,7 @@ func (m *Model) Nodes() []*corev1.Node {
 				}
 				labels[l.NodeLabel] = fmt.Sprintf("%s-%d", l.Name, first[l.Name]+i/size)
 			}
-			nodes = append(nodes, newNode(pool.nodeName(i), pool.Name, profile, labels))
+			nodes = append(nodes, newNode(pool.nodeName(i), pool, profile, labels))
 		}
 	}
 	return nodes
@@ -71,14 +71,14 @@ func (p Pool) nodeName(i int) string {
 	return fmt.Sprintf("%s-%0*d", p.Name, width, i)
 }
 
-func newNode(name, pool string, profile topology.Profile, levelLabels map[string]string) *corev1.Node {
+func newNode(name string, pool Pool, profile topology.Profile, levelLabels map[string]string) *corev1.Node {
 	labels := map[string]string{
 		corev1.LabelHostname:           name,
 		corev1.LabelOSStable:           "linux",
 		corev1.LabelArchStable:         profile.Arch,
 		"type":                         "kwok",
 		lockstep.LabelProfile:          profile.Name,
-		lockstep.LabelPool:             pool,
+		lockstep.LabelPool:             pool.Name,
 		lockstep.LabelNVIDIAGPUProduct: profile.GPUProduct,
 		lockstep.LabelNVIDIAGPUCount:   strconv.Itoa(profile.GPUCount),
 		lockstep.LabelNVIDIAGPUMemory:  strconv.Itoa(profile.GPUMemoryMiB),
@@ -91,7 +91,15 @@ func newNode(name, pool string, profile topology.Profile, levelLabels map[string
 		corev1.ResourceMemory:           *resource.NewQuantity(int64(profile.MemoryGiB)<<30, resource.BinarySI),
 		corev1.ResourcePods:             *resource.NewQuantity(podsPerNode, resource.DecimalSI),
 		corev1.ResourceEphemeralStorage: *resource.NewQuantity(ephemeralStorageGiB<<30, resource.BinarySI),
-		lockstep.GPUResource:            *resource.NewQuantity(int64(profile.GPUCount), resource.DecimalSI),
+	}
+	if pool.DRA() {
+		// The GPU Operator's switch that keeps its device plugin off the
+		// node; NVIDIA's DRA driver itself labels no node. The GPUs are the
+		// driver's ResourceSlice devices, which the fake agent publishes.
+		labels[lockstep.LabelNVIDIADeployDevicePlugin] = "false"
+		labels[lockstep.LabelGPUDriver] = lockstep.GPUDriverDRA
+	} else {
+		capacity[lockstep.GPUResource] = *resource.NewQuantity(int64(profile.GPUCount), resource.DecimalSI)
 	}
 	return &corev1.Node{
 		ObjectMeta: metav1.ObjectMeta{

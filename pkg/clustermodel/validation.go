@@ -75,6 +75,12 @@ func (m *Model) validatePools(path *field.Path) field.ErrorList {
 				errs = append(errs, field.NotSupported(p.Child("profile"), pool.Profile, topology.ProfileNames()))
 			}
 		}
+		switch pool.GPUDriver {
+		case lockstep.GPUDriverDevicePlugin, lockstep.GPUDriverDRA:
+		default:
+			errs = append(errs, field.NotSupported(p.Child("gpuDriver"), pool.GPUDriver,
+				[]string{lockstep.GPUDriverDevicePlugin, lockstep.GPUDriverDRA}))
+		}
 		if pool.Nodes < 1 {
 			errs = append(errs, field.Invalid(p.Child("nodes"), pool.Nodes, "must be at least 1; remove the pool to have none"))
 		}
