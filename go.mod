@@ -19,6 +19,7 @@ require (
 	k8s.io/client-go v0.34.7
 	k8s.io/component-base v0.34.7
 	k8s.io/component-helpers v0.34.7
+	k8s.io/dynamic-resource-allocation v0.32.5
 	k8s.io/klog/v2 v2.130.1
 	k8s.io/kube-scheduler v0.34.7
 	k8s.io/kubelet v0.34.7
@@ -175,7 +176,6 @@ require (
 	k8s.io/cri-api v0.34.4 // indirect
 	k8s.io/cri-client v0.0.0 // indirect
 	k8s.io/csi-translation-lib v0.32.5 // indirect
-	k8s.io/dynamic-resource-allocation v0.32.5 // indirect
 	k8s.io/endpointslice v0.0.0 // indirect
 	k8s.io/externaljwt v0.0.0 // indirect
 	k8s.io/kms v0.34.7 // indirect

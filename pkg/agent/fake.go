@@ -8,6 +8,7 @@ import (
 	"sync"
 
 	corev1 "k8s.io/api/core/v1"
+	resourcev1 "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/tools/record"
@@ -34,7 +35,10 @@ const (
 // FakeReconciler serves many simulated nodes from one process: for every node
 // matching NodeSelector it publishes the NodeTopology of the node's hardware
 // profile, and emulates the NVIDIA device plugin by assigning GPUs to the pods
-// bound there, so the scheduler and controller see real occupancy.
+// bound there, so the scheduler and controller see real occupancy. On a node
+// whose GPUs NVIDIA's DRA driver serves (IsDRANode) it emulates the driver's
+// kubelet plugin instead: it publishes the node's gpu.nvidia.com
+// ResourceSlice and records the GPUs the pods' allocated claims name.
 //
 // Reconcile is keyed by node name. The allocation lives in the
 // NodeTopology's status, which makes the agent restartable: a restarted agent
@@ -85,11 +89,13 @@ func (r *FakeReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		For(&corev1.Node{}, builder.WithPredicates(selected)).
 		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(func(_ context.Context, obj client.Object) []reconcile.Request {
 			pod := obj.(*corev1.Pod)
-			if pod.Spec.NodeName == "" || GPURequest(pod) == 0 {
+			if pod.Spec.NodeName == "" || (GPURequest(pod) == 0 && len(pod.Spec.ResourceClaims) == 0) {
 				return nil
 			}
 			return []reconcile.Request{{NamespacedName: client.ObjectKey{Name: pod.Spec.NodeName}}}
 		})).
+		Watches(&resourcev1.ResourceClaim{}, handler.EnqueueRequestsFromMapFunc(claimNodes)).
+		Watches(&resourcev1.ResourceSlice{}, handler.EnqueueRequestsFromMapFunc(sliceNode)).
 		Watches(&v1alpha1.NodeTopology{}, handler.EnqueueRequestsFromMapFunc(func(_ context.Context, obj client.Object) []reconcile.Request {
 			return []reconcile.Request{{NamespacedName: client.ObjectKey{Name: obj.GetName()}}}
 		})).
@@ -105,12 +111,13 @@ func (r *FakeReconciler) Reconcile(ctx context.Context, req reconcile.Request) (
 		// A deleted node takes its NodeTopology with it (owner reference).
 		if apierrors.IsNotFound(err) {
 			r.Metrics.forgetNode(req.Name)
+			return reconcile.Result{}, r.deleteGPUSlice(ctx, req.Name)
 		}
-		return reconcile.Result{}, client.IgnoreNotFound(err)
+		return reconcile.Result{}, err
 	}
 	if !r.NodeSelector.Matches(labels.Set(node.Labels)) || !node.DeletionTimestamp.IsZero() {
 		r.Metrics.forgetNode(node.Name)
-		return reconcile.Result{}, nil
+		return reconcile.Result{}, r.deleteGPUSlice(ctx, node.Name)
 	}
 	profileName := node.Labels[lockstep.LabelProfile]
 	profile, ok := topology.LookupProfile(profileName)
@@ -143,25 +150,65 @@ func (r *FakeReconciler) Reconcile(ctx context.Context, req reconcile.Request) (
 	for i := range pods.Items {
 		podPtrs[i] = &pods.Items[i]
 	}
-	var prior []v1alpha1.GPUAllocation
-	current := &v1alpha1.NodeTopology{}
-	if err := r.Client.Get(ctx, client.ObjectKey{Name: node.Name}, current); err == nil {
-		prior = current.Status.Allocations
-	} else if !apierrors.IsNotFound(err) {
+	var (
+		status   v1alpha1.NodeTopologyStatus
+		problems []AllocationProblem
+	)
+	if IsDRANode(node) {
+		status, problems, err = r.draStatus(ctx, node, profile, hw, podPtrs)
+	} else {
+		status, problems, err = r.devicePluginStatus(ctx, node, hw, sel, podPtrs)
+	}
+	if err != nil {
 		return reconcile.Result{}, err
 	}
-	allocator := &Allocator{Node: hw, Selector: sel, IgnoreAnnotation: r.Allocation == lockstep.FakeAllocationDevicePlugin}
-	allocs, problems := allocator.Allocate(prior, podPtrs)
 	for _, p := range problems {
 		logger.V(2).Info("GPU allocation differs from the request", "pod", klog.KObj(p.Pod), "node", node.Name, "reason", p.Reason)
 		r.Recorder.Eventf(p.Pod, corev1.EventTypeWarning, "GPUAllocation", "node %s: %s", node.Name, p.Reason)
 	}
-	status := v1alpha1.NodeTopologyStatus{Allocations: allocs, FreeGPUs: int32(hw.NumGPUs() - allocatedGPUs(allocs))}
 	next, err := r.Publisher.Publish(ctx, node, v1alpha1.SpecFromTopology(hw, profile.Name), status)
 	if err != nil {
 		return reconcile.Result{}, err
 	}
 	return reconcile.Result{RequeueAfter: next}, nil
+}
+
+// devicePluginStatus emulates NVIDIA's device plugin on a node: the pods
+// bound there get GPUs as Allocator decides, keeping those they had.
+func (r *FakeReconciler) devicePluginStatus(ctx context.Context, node *corev1.Node, hw *topology.NodeTopology, sel *topology.Selector, pods []*corev1.Pod) (v1alpha1.NodeTopologyStatus, []AllocationProblem, error) {
+	// A node moved off DRA leaves no slice behind.
+	if err := r.deleteGPUSlice(ctx, node.Name); err != nil {
+		return v1alpha1.NodeTopologyStatus{}, nil, err
+	}
+	var prior []v1alpha1.GPUAllocation
+	current := &v1alpha1.NodeTopology{}
+	if err := r.Client.Get(ctx, client.ObjectKey{Name: node.Name}, current); err == nil {
+		prior = current.Status.Allocations
+	} else if !apierrors.IsNotFound(err) {
+		return v1alpha1.NodeTopologyStatus{}, nil, err
+	}
+	allocator := &Allocator{Node: hw, Selector: sel, IgnoreAnnotation: r.Allocation == lockstep.FakeAllocationDevicePlugin}
+	allocs, problems := allocator.Allocate(prior, pods)
+	return v1alpha1.NodeTopologyStatus{Allocations: allocs, FreeGPUs: int32(hw.NumGPUs() - allocatedGPUs(allocs))}, problems, nil
+}
+
+// draStatus emulates NVIDIA's DRA GPU kubelet plugin on a node: it
+// publishes the node's ResourceSlice, and the pods bound there hold the
+// GPUs their allocated claims name, nothing else: the scheduler chose them.
+func (r *FakeReconciler) draStatus(ctx context.Context, node *corev1.Node, profile topology.Profile, hw *topology.NodeTopology, pods []*corev1.Pod) (v1alpha1.NodeTopologyStatus, []AllocationProblem, error) {
+	id, ok := profile.GPUIdentity()
+	if !ok {
+		return v1alpha1.NodeTopologyStatus{}, nil, reconcile.TerminalError(fmt.Errorf("profile %s has no GPU identity to publish", profile.Name))
+	}
+	slice := GPUResourceSlice(node, hw, id)
+	if err := r.ensureGPUSlice(ctx, slice); err != nil {
+		return v1alpha1.NodeTopologyStatus{}, nil, err
+	}
+	allocs, problems, err := r.claimAllocations(ctx, node.Name, hw, slice, pods)
+	if err != nil {
+		return v1alpha1.NodeTopologyStatus{}, nil, err
+	}
+	return v1alpha1.NodeTopologyStatus{Allocations: allocs, FreeGPUs: int32(freeGPUs(hw, allocs))}, problems, nil
 }
 
 // Ready is the fake agent's readiness check: ready once it published a
