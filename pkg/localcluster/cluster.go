@@ -155,6 +155,9 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 	if err := c.InstallIdentities(ctx); err != nil {
 		return c, err
 	}
+	if err := c.InstallDeviceClasses(ctx); err != nil {
+		return c, err
+	}
 	if err := c.CreateNodes(ctx, model.Nodes()); err != nil {
 		return c, err
 	}
