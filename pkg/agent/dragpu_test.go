@@ -11,8 +11,10 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/lockstep-dev/lockstep/pkg/agent/discovery"
+	"github.com/lockstep-dev/lockstep/pkg/apis/lockstep/v1alpha1"
 	"github.com/lockstep-dev/lockstep/pkg/lockstep"
 	"github.com/lockstep-dev/lockstep/pkg/topology"
 )
@@ -169,5 +171,41 @@ func BenchmarkGPUResourceSlice(b *testing.B) {
 		if s := GPUResourceSlice(node, hw, id); len(s.Spec.Devices) != 8 {
 			b.Fatal(len(s.Spec.Devices))
 		}
+	}
+}
+
+// BenchmarkFakeReconcileDRA is BenchmarkFakeReconcile's node on DRA: a
+// DGX-1 whose four pods each hold a claim allocated two of its GPUs.
+func BenchmarkFakeReconcileDRA(b *testing.B) {
+	node := draNode("dgx1-0", "dgx1-v100")
+	objs := []client.Object{node}
+	for i := range 4 {
+		claim := &resourcev1.ResourceClaim{
+			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("c%d", i), Namespace: "default"},
+			Status: resourcev1.ResourceClaimStatus{Allocation: &resourcev1.AllocationResult{Devices: resourcev1.DeviceAllocationResult{
+				Results: []resourcev1.DeviceRequestAllocationResult{
+					{Request: "gpu", Driver: lockstep.DRAGPUDriver, Pool: node.Name, Device: fmt.Sprintf("gpu-%d", 2*i)},
+					{Request: "gpu", Driver: lockstep.DRAGPUDriver, Pool: node.Name, Device: fmt.Sprintf("gpu-%d", 2*i+1)},
+				},
+			}}},
+		}
+		pod := &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("p%d", i), Namespace: "default", UID: types.UID(fmt.Sprintf("uid-p%d", i))},
+			Spec: corev1.PodSpec{
+				NodeName:       node.Name,
+				Containers:     []corev1.Container{{Name: "c"}},
+				ResourceClaims: []corev1.PodResourceClaim{{Name: "gpus", ResourceClaimName: ptr(claim.Name)}},
+			},
+		}
+		objs = append(objs, claim, pod)
+	}
+	r := benchReconciler(b, objs...)
+	benchReconcile(b, r, node.Name)
+	nt := &v1alpha1.NodeTopology{}
+	if err := r.Client.Get(context.Background(), client.ObjectKey{Name: node.Name}, nt); err != nil {
+		b.Fatal(err)
+	}
+	if nt.Status.FreeGPUs != 0 || len(nt.Status.Allocations) != 4 {
+		b.Fatalf("free %d, %d allocations; want 0 and 4", nt.Status.FreeGPUs, len(nt.Status.Allocations))
 	}
 }
