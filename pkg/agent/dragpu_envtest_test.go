@@ -222,6 +222,20 @@ func TestFakeReconcilerDRAEnvtest(t *testing.T) {
 		t.Errorf("a restarted agent wrote (-before,+after):\n%s", diff)
 	}
 
+	// A slice someone else changed is put back in place, under its
+	// generation.
+	slice.Spec.Devices = slice.Spec.Devices[:7]
+	if err := c.Update(ctx, slice); err != nil {
+		t.Fatal(err)
+	}
+	reconcileAll(r)
+	if err := c.Get(ctx, client.ObjectKey{Name: slice.Name}, slice); err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(want.Spec, slice.Spec, quantityEqual); diff != "" {
+		t.Errorf("slice after an edit (-want,+got):\n%s", diff)
+	}
+
 	// The DRA node moves to the device plugin: its slice goes.
 	if err := c.Get(ctx, client.ObjectKey{Name: "dgx1-0"}, node); err != nil {
 		t.Fatal(err)
@@ -236,6 +250,27 @@ func TestFakeReconcilerDRAEnvtest(t *testing.T) {
 	}
 	if len(slices.Items) != 0 {
 		t.Errorf("%d ResourceSlices left after the node moved to the device plugin", len(slices.Items))
+	}
+
+	// Back on DRA, then deleted: envtest runs no garbage collector, so the
+	// slice going shows the agent deleted it.
+	node.Labels[lockstep.LabelGPUDriver] = lockstep.GPUDriverDRA
+	if err := c.Update(ctx, node); err != nil {
+		t.Fatal(err)
+	}
+	reconcileAll(r)
+	if err := c.Get(ctx, client.ObjectKey{Name: GPUSliceName("dgx1-0")}, &resourcev1.ResourceSlice{}); err != nil {
+		t.Fatalf("no slice after the node came back to DRA: %v", err)
+	}
+	if err := c.Delete(ctx, node); err != nil {
+		t.Fatal(err)
+	}
+	reconcileAll(r)
+	if err := c.List(ctx, &slices); err != nil {
+		t.Fatal(err)
+	}
+	if len(slices.Items) != 0 {
+		t.Errorf("%d ResourceSlices left after the node was deleted", len(slices.Items))
 	}
 }
 
