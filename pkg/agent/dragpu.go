@@ -161,8 +161,8 @@ func (r *FakeReconciler) ensureGPUSlice(ctx context.Context, want *resourcev1.Re
 
 // deleteGPUSlice removes the ResourceSlice of a node the agent no longer
 // serves through DRA: a deleted node (ahead of the garbage collector), one
-// no longer selected, or one moved to the device plugin.
-// It asks the cache first, so nodes that never had a slice cost no request.
+// no longer selected, or one moved to the device plugin. It asks the cache
+// first, so nodes that never had a slice cost no request.
 func (r *FakeReconciler) deleteGPUSlice(ctx context.Context, node string) error {
 	slice := &resourcev1.ResourceSlice{}
 	if err := r.Client.Get(ctx, client.ObjectKey{Name: GPUSliceName(node)}, slice); err != nil {
