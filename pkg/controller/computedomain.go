@@ -143,7 +143,11 @@ func (r *TrainingJobReconciler) watchComputeDomainAPI(mgr manager.Manager, c con
 func (r *TrainingJobReconciler) ensureComputeDomain(ctx context.Context, job *v1alpha1.TrainingJob) (held bool, err error) {
 	plan, ok := planComputeDomain(job, r.Topology)
 	if !ok {
-		meta.RemoveStatusCondition(&job.Status.Conditions, v1alpha1.ConditionComputeDomainReady)
+		// Looked up first: removing copies the conditions, on every pass
+		// of every job without a domain.
+		if meta.FindStatusCondition(job.Status.Conditions, v1alpha1.ConditionComputeDomainReady) != nil {
+			meta.RemoveStatusCondition(&job.Status.Conditions, v1alpha1.ConditionComputeDomainReady)
+		}
 		return false, nil
 	}
 	if !r.computeDomains.served.Load() {
