@@ -289,6 +289,13 @@ func printPlacementReport(out io.Writer, r placementReport) error {
 		if p.Reason != "" {
 			fmt.Fprintf(w, "  Why:\t%s\n", p.Reason)
 		}
+		if cd := p.ComputeDomain; cd != nil {
+			ready := "not ready: see the job's ComputeDomainReady condition"
+			if cd.Ready {
+				ready = "ready"
+			}
+			fmt.Fprintf(w, "ComputeDomain:\t%s (%s)\n", cd.Name, ready)
+		}
 	} else {
 		fmt.Fprintf(w, "Placement:\t%s (not recorded yet)\n", none)
 	}

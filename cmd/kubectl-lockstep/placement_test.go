@@ -252,3 +252,29 @@ func TestHelp(t *testing.T) {
 		}
 	}
 }
+
+// TestPlacementComputeDomain: a multi-node NVLink job's ComputeDomain and
+// its readiness follow the efficiency.
+func TestPlacementComputeDomain(t *testing.T) {
+	for _, tc := range []struct {
+		ready bool
+		want  string
+	}{
+		{ready: true, want: "ComputeDomain:    llama-compute-domain (ready)\n"},
+		{ready: false, want: "ComputeDomain:    llama-compute-domain (not ready: see the job's ComputeDomainReady condition)\n"},
+	} {
+		status := v1alpha1.TrainingJobStatus{State: v1alpha1.JobRunning, Placement: &v1alpha1.Placement{
+			Domain: "clique=c1", LevelName: "clique", LevelsSpanned: 1, Nodes: []string{"n1"}, Efficiency: "1.000",
+			ComputeDomain: &v1alpha1.PlacementComputeDomain{Name: "llama-compute-domain", Ready: tc.ready},
+		}}
+		stdout, stderr, err := runWith(t, fakeCluster(t, hgxNode("n1", "leaf-a"), pytorchJob("llama", 0, status),
+			jobPod("llama", v1alpha1.ReplicaMaster, 0, "n1", 4, "0,1,2,3")), "placement", "llama", "-n", "ml")
+		if err != nil {
+			t.Fatalf("placement: %v\n%s", err, stderr)
+		}
+		after, found := strings.CutPrefix(stdout[strings.Index(stdout, "Efficiency:"):], "Efficiency:       1.000\n")
+		if !found || !strings.HasPrefix(after, tc.want) {
+			t.Errorf("stdout:\n%s\nwant after the efficiency:\n%s", stdout, tc.want)
+		}
+	}
+}

@@ -33,6 +33,7 @@ import (
 
 	"github.com/lockstep-dev/lockstep/pkg/agent"
 	"github.com/lockstep-dev/lockstep/pkg/apis/lockstep/v1alpha1"
+	"github.com/lockstep-dev/lockstep/pkg/computedomain"
 	"github.com/lockstep-dev/lockstep/pkg/lockstep"
 	"github.com/lockstep-dev/lockstep/pkg/lockstep/topologyconfig"
 	"github.com/lockstep-dev/lockstep/pkg/util/healthcheck"
@@ -175,6 +176,9 @@ func runFake(ctx context.Context, cfg *rest.Config, scheme *runtime.Scheme, opts
 	if err := reconciler.SetupWithManager(mgr); err != nil {
 		return err
 	}
+	if err := setupComputeDomainDriver(ctx, mgr, selector, topo); err != nil {
+		return err
+	}
 	if err := addHealthChecks(mgr, map[string]healthz.Checker{
 		"informers": healthcheck.CacheSynced(mgr.GetCache(), time.Second),
 		"published": reconciler.Ready,
@@ -183,6 +187,23 @@ func runFake(ctx context.Context, cfg *rest.Config, scheme *runtime.Scheme, opts
 	}
 	klog.FromContext(ctx).Info("Serving fake nodes", "selector", selector.String(), "allocation", opts.fakeAllocation)
 	return mgr.Start(ctx)
+}
+
+// setupComputeDomainDriver plays NVIDIA's DRA driver for ComputeDomains
+// (pkg/agent/computedomain.go): channel slices on the multi-node NVLink
+// nodes, and the driver's controller where the ComputeDomain CRD is
+// installed when the agent starts (the local cluster installs it first).
+func setupComputeDomainDriver(ctx context.Context, mgr ctrl.Manager, selector labels.Selector, topo lockstep.TopologyConfig) error {
+	slices := &agent.ChannelSliceReconciler{Client: mgr.GetClient(), NodeSelector: selector, Topology: topo}
+	if err := slices.SetupWithManager(mgr); err != nil {
+		return err
+	}
+	if _, err := mgr.GetRESTMapper().RESTMapping(computedomain.GVK.GroupKind(), computedomain.GroupVersion.Version); err != nil {
+		klog.FromContext(ctx).Info("No ComputeDomain CRD: ComputeDomains are not played", "err", err)
+		return nil
+	}
+	standIn := &agent.ComputeDomainStandIn{Client: mgr.GetClient(), Topology: topo}
+	return standIn.SetupWithManager(mgr)
 }
 
 // addHealthChecks serves a liveness ping on /healthz and the ready checks

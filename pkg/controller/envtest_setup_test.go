@@ -51,6 +51,9 @@ var harness struct {
 	// manager's cache: what the tests assert on is what the apiserver holds.
 	api client.Client
 
+	// cdAPI: the ComputeDomain CRD is installed (computedomain_envtest_test.go).
+	cdAPI bool
+
 	cancel  context.CancelFunc
 	stopped chan struct{}
 	mgrErr  error

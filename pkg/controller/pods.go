@@ -71,6 +71,9 @@ func (r *TrainingJobReconciler) desiredPod(job *v1alpha1.TrainingJob, a framewor
 		}
 		pod.Annotations[lockstep.AnnotationRank] = strconv.Itoa(int(rank))
 	}
+	if plan, ok := planComputeDomain(job, r.Topology); ok {
+		addChannelClaim(&pod.Spec, plan.template)
+	}
 	pod.Spec.SchedulerName = r.SchedulerName
 	pod.Spec.RestartPolicy = corev1.RestartPolicyNever
 	unreachableTolerations(&pod.Spec, unreachableTolerance(job))

@@ -15,6 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/discovery"
 	"k8s.io/klog/v2"
@@ -63,41 +64,61 @@ func queueName(job *v1alpha1.TrainingJob) string { return job.Labels[lockstep.La
 // watchQueueAPI waits for the Workload API, then watches the Workloads
 // TrainingJobs control. A Runnable of the manager.
 func (r *TrainingJobReconciler) watchQueueAPI(mgr manager.Manager, c controller.Controller) manager.RunnableFunc {
+	return watchWhenServed(mgr, c, optionalAPI{
+		gv: kueue.GroupVersion, resource: kueue.WorkloadResource, object: kueue.NewWorkloadObject(),
+		served: &r.queue.served, poll: queueAPIPoll,
+		announce: "Kueue's Workload API is served: TrainingJobs labelled " + lockstep.LabelKueueQueueName + " are queued in Kueue",
+	})
+}
+
+// optionalAPI is a kind the controller owns objects of but runs without:
+// its CRD may be installed after the controller started.
+type optionalAPI struct {
+	gv       schema.GroupVersion
+	resource string
+	// object is an empty object of the kind, for the watch.
+	object client.Object
+	// served is set once the kind is watched.
+	served   *atomic.Bool
+	poll     time.Duration
+	announce string
+}
+
+// watchWhenServed waits until discovery serves api, then watches its
+// objects for the jobs that control them and sets api.served. A Runnable
+// of the manager: a watch started on a kind the apiserver does not serve
+// would fail the manager, so it is started only once it is.
+func watchWhenServed(mgr manager.Manager, c controller.Controller, api optionalAPI) manager.RunnableFunc {
 	return func(ctx context.Context) error {
 		dc, err := discovery.NewDiscoveryClientForConfig(mgr.GetConfig())
 		if err != nil {
 			return fmt.Errorf("discovery client: %w", err)
 		}
-		logger := klog.FromContext(ctx)
-		for {
-			if served(dc) {
-				break
-			}
+		for !served(dc, api.gv, api.resource) {
 			select {
 			case <-ctx.Done():
 				return nil
-			case <-time.After(queueAPIPoll):
+			case <-time.After(api.poll):
 			}
 		}
-		wl := kueue.NewWorkloadObject()
-		if err := c.Watch(source.Kind[client.Object](mgr.GetCache(), wl,
+		if err := c.Watch(source.Kind[client.Object](mgr.GetCache(), api.object,
 			handler.EnqueueRequestForOwner(mgr.GetScheme(), mgr.GetRESTMapper(), &v1alpha1.TrainingJob{}, handler.OnlyControllerOwner()))); err != nil {
-			return fmt.Errorf("watching Kueue Workloads: %w", err)
+			return fmt.Errorf("watching %s %s: %w", api.gv, api.resource, err)
 		}
-		r.queue.served.Store(true)
-		logger.Info("Kueue's Workload API is served: TrainingJobs labelled " + lockstep.LabelKueueQueueName + " are queued in Kueue")
+		api.served.Store(true)
+		klog.FromContext(ctx).Info(api.announce)
 		<-ctx.Done()
 		return nil
 	}
 }
 
-// served reports whether discovery lists Kueue's Workloads.
-func served(dc discovery.DiscoveryInterface) bool {
-	list, err := dc.ServerResourcesForGroupVersion(kueue.GroupVersion.String())
+// served reports whether discovery lists resource in gv.
+func served(dc discovery.DiscoveryInterface, gv schema.GroupVersion, resource string) bool {
+	list, err := dc.ServerResourcesForGroupVersion(gv.String())
 	if err != nil {
 		return false
 	}
-	return slices.ContainsFunc(list.APIResources, func(r metav1.APIResource) bool { return r.Name == kueue.WorkloadResource })
+	return slices.ContainsFunc(list.APIResources, func(r metav1.APIResource) bool { return r.Name == resource })
 }
 
 // reader reads what the cache should not hold (ResourceFlavors: one get

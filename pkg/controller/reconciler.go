@@ -87,8 +87,11 @@ type TrainingJobReconciler struct {
 	APIReader client.Reader
 
 	// queue: whether Kueue's Workload API is served (queueing.go).
-	queue        queueAPI
-	expectations *expectations
+	queue queueAPI
+	// computeDomains: whether NVIDIA's ComputeDomain API is served
+	// (computedomain.go).
+	computeDomains computeDomainAPI
+	expectations   *expectations
 	// placements caches the cluster's domain tree and placement Rater.
 	placements placementCache
 	// created holds the createdKeys of create-only objects made.
@@ -151,8 +154,12 @@ func (r *TrainingJobReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if err != nil {
 		return err
 	}
-	// Kueue's Workloads are watched once their API is served.
-	return mgr.Add(r.watchQueueAPI(mgr, c))
+	// Kueue's Workloads and NVIDIA's ComputeDomains are watched once their
+	// APIs are served.
+	if err := mgr.Add(r.watchQueueAPI(mgr, c)); err != nil {
+		return err
+	}
+	return mgr.Add(r.watchComputeDomainAPI(mgr, c))
 }
 
 // Reconcile brings one job a step closer to its spec.
@@ -275,6 +282,11 @@ func (r *TrainingJobReconciler) ensureRunning(ctx context.Context, job *v1alpha1
 	if err := r.ensureAutoscaler(ctx, job); err != nil {
 		return ctrl.Result{}, err
 	}
+	// Before any pod: the pods claim its channel (computedomain.go).
+	cdHeld, err := r.ensureComputeDomain(ctx, job)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
 	if meta.IsStatusConditionTrue(job.Status.Conditions, string(v1alpha1.JobSuspended)) {
 		setCondition(&job.Status, job.Generation, v1alpha1.JobSuspended, metav1.ConditionFalse, ReasonResumed, "the job was resumed")
 		r.Recorder.Event(job, corev1.EventTypeNormal, ReasonResumed, "Resumed: recreating the pods")
@@ -301,6 +313,11 @@ func (r *TrainingJobReconciler) ensureRunning(ctx context.Context, job *v1alpha1
 		return ctrl.Result{}, r.ensureStaleDeleted(ctx, job, d.removeStale)
 	case d.incident != "":
 		return ctrl.Result{}, r.ensureRestart(ctx, job, d)
+	}
+	if cdHeld {
+		// The pods that run go on; the missing ones wait for the domain.
+		r.ensureRunningConditions(ctx, job, obs)
+		return ctrl.Result{RequeueAfter: computeDomainRetry}, nil
 	}
 	wait, err := r.ensurePods(ctx, job, a, obs)
 	if wait > 0 {
@@ -350,6 +367,9 @@ func (r *TrainingJobReconciler) ensureRunningConditions(ctx context.Context, job
 	// (watchNodeTopologies), and a summary that failed (a node the cache
 	// does not hold yet) is redone on the job's next event.
 	waiting, err := r.ensurePlacement(ctx, job, obs)
+	if job.Status.Placement != nil {
+		job.Status.Placement.ComputeDomain = placementComputeDomain(job, r.Topology)
+	}
 	switch {
 	case err != nil:
 		ctrl.LoggerFrom(ctx).V(2).Info("Placement not summarized", "err", err)

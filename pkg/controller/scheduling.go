@@ -73,14 +73,20 @@ func jobGPUs(job *v1alpha1.TrainingJob) int64 {
 // request equals its limit, and either may be given.
 func podGPUs(spec *corev1.PodSpec) int64 {
 	var n int64
-	for _, c := range spec.Containers {
-		q, ok := c.Resources.Limits[lockstep.GPUResource]
-		if !ok {
-			q = c.Resources.Requests[lockstep.GPUResource]
-		}
-		n += q.Value()
+	for i := range spec.Containers {
+		n += containerGPUs(&spec.Containers[i])
 	}
 	return n
+}
+
+// containerGPUs is the GPUs one container asks for: its limit, else its
+// request.
+func containerGPUs(c *corev1.Container) int64 {
+	q, ok := c.Resources.Limits[lockstep.GPUResource]
+	if !ok {
+		q = c.Resources.Requests[lockstep.GPUResource]
+	}
+	return q.Value()
 }
 
 // unschedulablePod is the scheduler's word on the first pod it could not

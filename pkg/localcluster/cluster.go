@@ -151,6 +151,9 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 	if err := c.InstallCRDs(ctx); err != nil {
 		return c, err
 	}
+	if err := c.InstallComputeDomainDriver(ctx); err != nil {
+		return c, err
+	}
 	// The components run as their deploy/ ServiceAccounts, not as admin.
 	if err := c.InstallIdentities(ctx); err != nil {
 		return c, err

@@ -137,6 +137,17 @@ const ReasonPreemptedByScheduler = "PreemptedByScheduler"
 // once the resize is done. It is not a state.
 const ConditionResizing = "Resizing"
 
+// ConditionComputeDomainReady is, for a job that gets an NVIDIA
+// ComputeDomain (spec.topology.computeDomain), True with reason
+// ComputeDomainReady once the driver reports every node of the domain
+// ready, and False while it does not (ComputeDomainNotReady), while the
+// cluster serves no ComputeDomain API (ComputeDomainAPIMissing: no pods
+// are created until it does), while a ComputeDomain of the same name that
+// is not the job's is in the way (ComputeDomainConflict) or while the
+// job's old one is being deleted (ComputeDomainDeleting). It is not a
+// state.
+const ConditionComputeDomainReady = "ComputeDomainReady"
+
 // ReplicaStatus counts the pods of one role by phase.
 type ReplicaStatus struct {
 	// Active pods are pending or running.
@@ -206,4 +217,21 @@ type Placement struct {
 	// +kubebuilder:validation:MaxLength=1024
 	// +optional
 	Reason string `json:"reason,omitempty"`
+
+	// ComputeDomain is the job's NVIDIA ComputeDomain, for a gang that
+	// spans nodes of a multi-node NVLink domain; unset without one.
+	// +optional
+	ComputeDomain *PlacementComputeDomain `json:"computeDomain,omitempty"`
+}
+
+// PlacementComputeDomain names a job's ComputeDomain and says whether the
+// driver reports it ready (the ComputeDomainReady condition has why not).
+type PlacementComputeDomain struct {
+	// Name is the ComputeDomain's name, in the job's namespace.
+	// +kubebuilder:validation:MaxLength=253
+	Name string `json:"name"`
+
+	// Ready says whether its IMEX daemons are ready on all its nodes.
+	// +optional
+	Ready bool `json:"ready,omitempty"`
 }

@@ -390,7 +390,28 @@ type TopologyConstraint struct {
 	// +kubebuilder:default=Preferred
 	// +optional
 	Mode TopologyMode `json:"mode,omitempty"`
+
+	// ComputeDomain says whether a gang constrained to a multi-node NVLink
+	// level (an NVL72 clique) gets an NVIDIA ComputeDomain, without which
+	// its pods on different nodes cannot reach each other over NVLink.
+	// Auto (the default when unset): when the level is an NVLink level and
+	// more than one pod asks for GPUs, the controller creates one per job
+	// before the pods and gives every GPU container its IMEX channel claim
+	// (docs/controller.md, "ComputeDomains"). Disabled: never; the pods
+	// talk over the network.
+	// +optional
+	ComputeDomain ComputeDomainPolicy `json:"computeDomain,omitempty"`
 }
+
+// ComputeDomainPolicy says whether a job gets a ComputeDomain.
+//
+// +kubebuilder:validation:Enum=Auto;Disabled
+type ComputeDomainPolicy string
+
+const (
+	ComputeDomainAuto     ComputeDomainPolicy = "Auto"
+	ComputeDomainDisabled ComputeDomainPolicy = "Disabled"
+)
 
 // TopologyMode is how strict a topology constraint is.
 //

@@ -170,6 +170,11 @@ func (j *TrainingJob) Validate() field.ErrorList {
 		if t.Mode != "" && !lockstep.ConstraintMode(t.Mode).Valid() {
 			errs = append(errs, field.NotSupported(p.Child("mode"), t.Mode, lockstep.ConstraintModes()))
 		}
+		switch t.ComputeDomain {
+		case "", ComputeDomainAuto, ComputeDomainDisabled:
+		default:
+			errs = append(errs, field.NotSupported(p.Child("computeDomain"), t.ComputeDomain, []ComputeDomainPolicy{ComputeDomainAuto, ComputeDomainDisabled}))
+		}
 	}
 	return errs
 }

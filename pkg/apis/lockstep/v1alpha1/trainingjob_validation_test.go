@@ -256,6 +256,15 @@ func TestValidationRules(t *testing.T) {
 			want: "topology.level", wantAPI: "should match",
 		},
 		{
+			name: "unknown computeDomain policy",
+			job: func() *TrainingJob {
+				j := validPyTorch()
+				j.Spec.Topology = &TopologyConstraint{Level: "clique", ComputeDomain: "Always"}
+				return j
+			}(),
+			want: "topology.computeDomain", wantAPI: "supported values",
+		},
+		{
 			name: "name too long for hostnames",
 			job: func() *TrainingJob {
 				j := validPyTorch()

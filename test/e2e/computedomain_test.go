@@ -1,0 +1,241 @@
+package e2e
+
+import (
+	"context"
+	"path/filepath"
+	"slices"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	resourcev1 "k8s.io/api/resource/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/lockstep-dev/lockstep/pkg/apis/lockstep/v1alpha1"
+	"github.com/lockstep-dev/lockstep/pkg/computedomain"
+	"github.com/lockstep-dev/lockstep/pkg/localcluster"
+	"github.com/lockstep-dev/lockstep/pkg/lockstep"
+	"github.com/lockstep-dev/lockstep/test/e2e/framework"
+)
+
+// TestComputeDomainGB200 is issue 28's acceptance (a) on a cluster of its
+// own (test/e2e/models/gb200-14.yaml: two NVL72 cliques of six trays and
+// two H100 nodes): only the multi-node NVLink trays publish a channel
+// ResourceSlice; a 4-tray `clique: Required` gang gets a ComputeDomain
+// before its pods, the real DynamicResources plugin allocates every pod's
+// channel claim on the pod's own node, all four in one clique, the job
+// reports the domain ready (condition and status.placement), and deleting
+// the job removes the domain and its claim template. A job that opted out
+// runs without either.
+func TestComputeDomainGB200(t *testing.T) {
+	if !cluster.Local() {
+		t.Skip("starts a local cluster of its own; this run uses $KUBECONFIG's")
+	}
+	ctx := context.Background()
+	gb := startCluster(t, "gb200-14.yaml")
+
+	t.Run("channel slices on the NVLink trays only", func(t *testing.T) {
+		var classes resourcev1.DeviceClassList
+		if err := gb.Client.List(ctx, &classes); err != nil {
+			t.Fatalf("resource.k8s.io/v1 DeviceClasses: %v", err)
+		}
+		if !slices.ContainsFunc(classes.Items, func(c resourcev1.DeviceClass) bool { return c.Name == computedomain.ChannelDeviceClass }) {
+			t.Errorf("no DeviceClass %s", computedomain.ChannelDeviceClass)
+		}
+		var want []string
+		for _, n := range gb.Model.Nodes() {
+			if n.Labels[lockstep.LabelGPUClique] != "" {
+				want = append(want, n.Name)
+			}
+		}
+		var got []string
+		err := localcluster.Poll(ctx, 200*time.Millisecond, time.Minute, "a channel slice per NVLink tray", func(ctx context.Context) (bool, error) {
+			var slices resourcev1.ResourceSliceList
+			if err := gb.Client.List(ctx, &slices); err != nil {
+				return false, err
+			}
+			got = got[:0]
+			for _, s := range slices.Items {
+				if s.Spec.Driver == computedomain.DriverName && s.Spec.NodeName != nil {
+					got = append(got, *s.Spec.NodeName)
+				}
+			}
+			return len(got) >= len(want), nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		slices.Sort(got)
+		if !slices.Equal(got, want) {
+			t.Errorf("channel slices on %v, want the NVLink trays %v", got, want)
+		}
+	})
+
+	ns := gb.NewNamespace(t)
+	tpl := gpuTemplate("pytorch", 4).Obj()
+	job := pytorchGang(ns, "nvl", 3, tpl).Topology(lockstep.LevelClique, v1alpha1.TopologyRequired).Obj()
+	if err := gb.Client.Create(ctx, job); err != nil {
+		t.Fatal(err)
+	}
+	cdName := job.Name + "-compute-domain"
+
+	var j v1alpha1.TrainingJob
+	err := localcluster.Poll(ctx, 200*time.Millisecond, 2*time.Minute, "the job's ComputeDomain ready", func(ctx context.Context) (bool, error) {
+		if err := gb.Client.Get(ctx, client.ObjectKeyFromObject(job), &j); err != nil {
+			return false, err
+		}
+		pl := j.Status.Placement
+		return meta.IsStatusConditionTrue(j.Status.Conditions, v1alpha1.ConditionComputeDomainReady) &&
+			pl != nil && pl.ComputeDomain != nil && pl.ComputeDomain.Ready, nil
+	})
+	if err != nil {
+		t.Fatalf("%v; conditions %+v, placement %+v", err, j.Status.Conditions, j.Status.Placement)
+	}
+	if got := j.Status.Placement.ComputeDomain.Name; got != cdName {
+		t.Errorf("status.placement.computeDomain.name %q, want %q", got, cdName)
+	}
+	u := computedomain.NewObject()
+	if err := gb.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: cdName}, u); err != nil {
+		t.Fatal(err)
+	}
+	cd, err := computedomain.FromUnstructured(u)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	var pods corev1.PodList
+	if err := gb.Client.List(ctx, &pods, client.InNamespace(ns), client.MatchingLabels{lockstep.LabelJobName: job.Name}); err != nil {
+		t.Fatal(err)
+	}
+	if len(pods.Items) != 4 {
+		t.Fatalf("%d pods, want 4", len(pods.Items))
+	}
+	cliques := map[string]bool{}
+	nodes := map[string]bool{}
+	for _, p := range pods.Items {
+		if p.CreationTimestamp.Before(&cd.CreationTimestamp) {
+			t.Errorf("pod %s created at %v, before its ComputeDomain (%v)", p.Name, p.CreationTimestamp, cd.CreationTimestamp)
+		}
+		node := &corev1.Node{}
+		if err := gb.Client.Get(ctx, client.ObjectKey{Name: p.Spec.NodeName}, node); err != nil {
+			t.Fatalf("pod %s on node %q: %v", p.Name, p.Spec.NodeName, err)
+		}
+		cliques[node.Labels[lockstep.LabelGPUClique]] = true
+		nodes[node.Name] = true
+		claim := channelClaimOf(t, gb, &p)
+		alloc := claim.Status.Allocation
+		if alloc == nil || len(alloc.Devices.Results) != 1 {
+			t.Errorf("pod %s: claim %s allocation %+v, want one channel", p.Name, claim.Name, alloc)
+			continue
+		}
+		res := alloc.Devices.Results[0]
+		if res.Driver != computedomain.DriverName || res.Pool != node.Name || res.Device != "channel-0" {
+			t.Errorf("pod %s on %s: claim %s got %s/%s/%s, want %s/%s/channel-0", p.Name, node.Name, claim.Name,
+				res.Driver, res.Pool, res.Device, computedomain.DriverName, node.Name)
+		}
+	}
+	if len(nodes) != 4 || len(cliques) != 1 || cliques[""] {
+		t.Errorf("pods on nodes %v in cliques %v, want four trays of one clique", nodes, cliques)
+	}
+	if got := len(cd.Status.Nodes); got != 4 || !cd.Ready() {
+		t.Errorf("ComputeDomain status %+v, want Ready with 4 nodes", cd.Status)
+	}
+
+	t.Run("opted out", func(t *testing.T) {
+		out := pytorchGang(ns, "nvl-out", 1, tpl).Topology(lockstep.LevelClique, v1alpha1.TopologyRequired).Obj()
+		out.Spec.Topology.ComputeDomain = v1alpha1.ComputeDomainDisabled
+		if err := gb.Client.Create(ctx, out); err != nil {
+			t.Fatal(err)
+		}
+		var oj v1alpha1.TrainingJob
+		err := localcluster.Poll(ctx, 200*time.Millisecond, time.Minute, "the opted-out job running", func(ctx context.Context) (bool, error) {
+			if err := gb.Client.Get(ctx, client.ObjectKeyFromObject(out), &oj); err != nil {
+				return false, err
+			}
+			return meta.IsStatusConditionTrue(oj.Status.Conditions, string(v1alpha1.JobRunning)), nil
+		})
+		if err != nil {
+			t.Fatalf("%v; conditions %+v", err, oj.Status.Conditions)
+		}
+		var pods corev1.PodList
+		if err := gb.Client.List(ctx, &pods, client.InNamespace(ns), client.MatchingLabels{lockstep.LabelJobName: out.Name}); err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range pods.Items {
+			if len(p.Spec.ResourceClaims) > 0 {
+				t.Errorf("pod %s claims %v, want none", p.Name, p.Spec.ResourceClaims)
+			}
+		}
+		err = gb.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: out.Name + "-compute-domain"}, computedomain.NewObject())
+		if !apierrors.IsNotFound(err) {
+			t.Errorf("ComputeDomain of the opted-out job: %v, want not found", err)
+		}
+	})
+
+	t.Run("deleted with the job", func(t *testing.T) {
+		if err := gb.Client.Delete(ctx, job, client.PropagationPolicy(metav1.DeletePropagationBackground)); err != nil {
+			t.Fatal(err)
+		}
+		err := localcluster.Poll(ctx, 200*time.Millisecond, 2*time.Minute, "the ComputeDomain and its claim template gone", func(ctx context.Context) (bool, error) {
+			cdErr := gb.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: cdName}, computedomain.NewObject())
+			tmplErr := gb.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: job.Name + "-channel"}, &resourcev1.ResourceClaimTemplate{})
+			return apierrors.IsNotFound(cdErr) && apierrors.IsNotFound(tmplErr), nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
+// startCluster starts a local cluster of model (under test/e2e/models)
+// with our components, for a test that needs other hardware than the
+// suite's; it is stopped, its logs kept on failure, when the test ends.
+func startCluster(t *testing.T, model string) *framework.Cluster {
+	t.Helper()
+	ctx := context.Background()
+	c, err := framework.Start(ctx, localcluster.Options{
+		RepoRoot: cluster.RepoRoot,
+		Model:    filepath.Join(cluster.RepoRoot, "test", "e2e", "models", model),
+	})
+	if c != nil {
+		t.Cleanup(func() {
+			if t.Failed() {
+				saveArtifacts(cluster.RepoRoot, c)
+			}
+			if err := c.Stop(context.WithoutCancel(ctx)); err != nil {
+				t.Errorf("stopping the %s cluster: %v", model, err)
+			}
+		})
+	}
+	if err != nil {
+		t.Fatalf("starting a %s cluster: %v", model, err)
+	}
+	if err := c.WaitNodesReady(ctx, 2*time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.StartComponents(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// channelClaimOf is the ResourceClaim made for the pod's ComputeDomain
+// channel from its template.
+func channelClaimOf(t *testing.T, c *framework.Cluster, p *corev1.Pod) *resourcev1.ResourceClaim {
+	t.Helper()
+	for _, s := range p.Status.ResourceClaimStatuses {
+		if s.ResourceClaimName == nil {
+			continue
+		}
+		claim := &resourcev1.ResourceClaim{}
+		if err := c.Client.Get(context.Background(), client.ObjectKey{Namespace: p.Namespace, Name: *s.ResourceClaimName}, claim); err != nil {
+			t.Fatal(err)
+		}
+		return claim
+	}
+	t.Fatalf("pod %s has no claim made for it (status.resourceClaimStatuses %+v)", p.Name, p.Status.ResourceClaimStatuses)
+	return nil
+}
