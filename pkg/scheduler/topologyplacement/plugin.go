@@ -394,12 +394,17 @@ func (p *TopologyPlacement) Name() string { return Name }
 // stock scheduler's whole heap. The plugin's typed informer sees the same
 // changes and retries the gangs it turned away (retryOnFreedGPUs).
 //
-// Every hint that queues also retires the remembered verdicts
-// (retireOnQueue).
+// A bound pod's deletion is judged more narrowly than Coscheduling judges
+// it (podDeleted), and every hint that queues also retires the remembered
+// verdicts (retireOnQueue).
 func (p *TopologyPlacement) EventsToRegister(context.Context) ([]fwk.ClusterEventWithHint, error) {
 	events := requeue.CapacityEvents()
 	for i := range events {
-		events[i].QueueingHintFn = p.retireOnQueue(events[i].QueueingHintFn)
+		hint := events[i].QueueingHintFn
+		if events[i].Event.Resource == fwk.Pod && events[i].Event.ActionType == fwk.Delete {
+			hint = p.podDeleted
+		}
+		events[i].QueueingHintFn = p.retireOnQueue(hint)
 	}
 	return events, nil
 }
