@@ -71,7 +71,8 @@ func stateOf(state fwk.CycleState) (*cycleState, error) {
 // of EventsToRegister.
 func (p *TopologyPlacement) PreFilter(ctx context.Context, state fwk.CycleState, pod *v1.Pod, nodes []fwk.NodeInfo) (*framework.PreFilterResult, *fwk.Status) {
 	logger := klog.FromContext(ctx).WithValues("plugin", Name, "pod", klog.KObj(pod))
-	s := &cycleState{gang: planKey(pod), req: requestOf(pod), slot: -1}
+	s := &cycleState{req: requestOf(pod), slot: -1}
+	s.gang = planKeyOf(pod, s.req.gpus)
 	state.Write(stateKey, s)
 	if s.gang == "" {
 		return nil, nil

@@ -37,8 +37,13 @@ func gangKey(pod *v1.Pod) string {
 // workers), while a plan places identical members. "" for pods outside
 // gangs and pods that ask for no GPUs: those are scheduled as usual.
 func planKey(pod *v1.Pod) string {
+	return planKeyOf(pod, requestOf(pod).gpus)
+}
+
+// planKeyOf is planKey of a pod asking for gpus GPUs, for callers that
+// computed its requests already (PodRequests allocates several maps).
+func planKeyOf(pod *v1.Pod, gpus int) string {
 	gang := gangKey(pod)
-	gpus := requestOf(pod).gpus
 	if gang == "" || gpus == 0 {
 		return ""
 	}

@@ -254,7 +254,10 @@ func (p *TopologyPlacement) rememberedVerdict(ctx context.Context, pod *v1.Pod, 
 		return nil
 	}
 	p.metrics.verdictLookups.WithLabelValues(verdictHit).Inc()
-	klog.FromContext(ctx).V(5).Info("Gang still does not fit; nothing changed since it was planned", "plugin", Name, "pod", klog.KObj(pod), "podGroup", s.gang)
+	// Checked first: the arguments alone cost allocations on every retry.
+	if logger := klog.FromContext(ctx).V(5); logger.Enabled() {
+		logger.Info("Gang still does not fit; nothing changed since it was planned", "plugin", Name, "pod", klog.KObj(pod), "podGroup", s.gang)
+	}
 	s.waiting = &waitingGang{gang: v.gang, priority: v.priority, nodes: nodes}
 	return fwk.NewStatus(v.code, v.reason)
 }
