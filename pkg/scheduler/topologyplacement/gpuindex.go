@@ -1,6 +1,7 @@
 package topologyplacement
 
 import (
+	"reflect"
 	"slices"
 	"sync"
 
@@ -57,6 +58,10 @@ type gpuIndex struct {
 	specs *specTable
 	// newSelector is topology.NewSelector; tests watch it.
 	newSelector func(*topology.NodeTopology) (*topology.Selector, error)
+	// freed, when set, is called after an update that can make room: a
+	// node indexed anew or with other hardware, or GPUs free that were not.
+	// A heartbeat changes none of these.
+	freed func()
 }
 
 // sharedSelector is a selector and how many indexed nodes use it.
@@ -123,6 +128,13 @@ func (x *gpuIndex) set(nt *v1alpha1.NodeTopology) {
 		free &^= gpus
 		allocated = append(allocated, podGPUs{pod: a.PodUID, gpus: gpus})
 	}
+	if x.store(nt.Name, hw, hardware, sel, free, allocated) && x.freed != nil {
+		x.freed()
+	}
+}
+
+// store writes a node's entry and reports whether it can make room (freed).
+func (x *gpuIndex) store(name string, hw *topology.NodeTopology, hardware string, sel *topology.Selector, free topology.GPUSet, allocated []podGPUs) bool {
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	// Another node of the hardware may have stored its selector since, or
@@ -133,11 +145,14 @@ func (x *gpuIndex) set(nt *v1alpha1.NodeTopology) {
 		shared = &sharedSelector{selector: sel}
 		x.selectors[hardware] = shared
 	}
-	n, ok := x.nodes[nt.Name]
+	n, ok := x.nodes[name]
+	// A heartbeat's model is the same shared one (specTable), or an equal
+	// fresh conversion.
+	freed := !ok || free&^n.free != 0 || (n.topology != hw && !reflect.DeepEqual(n.topology, hw))
 	switch {
 	case !ok:
 		n = &nodeGPUs{}
-		x.nodes[nt.Name] = n
+		x.nodes[name] = n
 		x.epoch++
 		shared.nodes++
 	case n.hardware != hardware:
@@ -145,6 +160,7 @@ func (x *gpuIndex) set(nt *v1alpha1.NodeTopology) {
 		shared.nodes++
 	}
 	*n = nodeGPUs{topology: hw, selector: shared.selector, hardware: hardware, free: free, allocated: allocated}
+	return freed
 }
 
 // selectorFor returns the key of hw's hardware and a selector for it: the

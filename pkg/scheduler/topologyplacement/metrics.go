@@ -32,6 +32,10 @@ const (
 	// Values of the kind label of preemption_victims_total.
 	victimGang = "gang"
 	victimPod  = "pod"
+
+	// Values of the result label of verdict_cache_lookups_total.
+	verdictHit  = "hit"
+	verdictMiss = "miss"
 )
 
 // dropReason says why a plan was dropped before its gang completed. The
@@ -74,6 +78,7 @@ type pluginMetrics struct {
 	preemptionVictims   *metrics.CounterVec
 	preemptionGPUHours  *metrics.Counter
 	evictionErrors      *metrics.Counter
+	verdictLookups      *metrics.CounterVec
 }
 
 func newPluginMetrics() *pluginMetrics {
@@ -167,6 +172,13 @@ func newPluginMetrics() *pluginMetrics {
 			Help:           "Victim pods of gang preemption whose DisruptionTarget condition or deletion failed (other than the pod being gone already).",
 			StabilityLevel: metrics.ALPHA,
 		}),
+		verdictLookups: metrics.NewCounterVec(&metrics.CounterOpts{
+			Namespace:      metricsNamespace,
+			Subsystem:      metricsSubsystem,
+			Name:           "verdict_cache_lookups_total",
+			Help:           "PreFilter calls for a gang without a plan, by result: hit (the gang's remembered 'does not fit' still held and was returned without planning) or miss (the gang was planned).",
+			StabilityLevel: metrics.ALPHA,
+		}, []string{"result"}),
 	}
 }
 
@@ -204,6 +216,7 @@ func registerMetrics(register func(metrics.Registerable) error) (*pluginMetrics,
 	add(m.preemptionVictims, adoptAs(&m.preemptionVictims))
 	add(m.preemptionGPUHours, adoptAs(&m.preemptionGPUHours))
 	add(m.evictionErrors, adoptAs(&m.evictionErrors))
+	add(m.verdictLookups, adoptAs(&m.verdictLookups))
 	if err := errors.Join(errs...); err != nil {
 		return nil, fmt.Errorf("%s: registering metrics: %w", Name, err)
 	}
@@ -220,6 +233,9 @@ func registerMetrics(register func(metrics.Registerable) error) (*pluginMetrics,
 	}
 	for _, k := range []string{victimGang, victimPod} {
 		m.preemptionVictims.WithLabelValues(k)
+	}
+	for _, r := range []string{verdictHit, verdictMiss} {
+		m.verdictLookups.WithLabelValues(r)
 	}
 	return m, nil
 }

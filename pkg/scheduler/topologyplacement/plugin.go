@@ -78,6 +78,9 @@ type TopologyPlacement struct {
 	// firstSeen is when each gang was first attempted, for Preferred
 	// constraints that widen with time and for the gang wait metric.
 	firstSeen *timeBook
+	// verdicts remember which gangs do not fit until something that can
+	// change that happens; nil (tests) remembers none.
+	verdicts *verdicts
 	// turnedAway are the gangs PreFilter last rejected for want of room:
 	// capacity a dropped plan releases is in no cluster event, so they are
 	// retried when a plan is dropped.
@@ -217,6 +220,9 @@ func build(ctx context.Context, args *Args, handle framework.Handle) (*TopologyP
 		return nil
 	}
 	gpus := newGPUIndex(specs)
+	verdicts := newVerdicts()
+	// Called once the index has the change: a plan after it sees the GPUs.
+	gpus.freed = verdicts.mayFit
 	if err := register(ntInformer, gpus.handler()); err != nil {
 		return nil, err
 	}
@@ -256,6 +262,7 @@ func build(ctx context.Context, args *Args, handle framework.Handle) (*TopologyP
 		client:     c,
 		books:      newBooks(),
 		gpus:       gpus,
+		verdicts:   verdicts,
 		trees:      &treeCache{},
 		rows:       &snapshotRows{},
 		firstSeen:  newTimeBook(),
@@ -275,18 +282,7 @@ func build(ctx context.Context, args *Args, handle framework.Handle) (*TopologyP
 	if err := register(ntInformer, p.takeReportedAllocations()); err != nil {
 		return nil, err
 	}
-	// A deleted PodGroup (a suspended or evicted job's) ends its drain now,
-	// not at the next sweep or the stall.
-	if err := register(pgInformer, cache.ResourceEventHandlerFuncs{
-		DeleteFunc: func(obj any) {
-			if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-				obj = tomb.Obj
-			}
-			if pg, ok := obj.(*schedv1alpha1.PodGroup); ok {
-				p.releaseDrainsOf(ctx, pg.Namespace+"/"+pg.Name, "its PodGroup was deleted")
-			}
-		},
-	}); err != nil {
+	if err := register(pgInformer, p.podGroupEvents(ctx)); err != nil {
 		return nil, err
 	}
 	if err := register(handle.SharedInformerFactory().Core().V1().Pods().Informer(), p.podEvents(ctx)); err != nil {
@@ -300,27 +296,64 @@ func build(ctx context.Context, args *Args, handle framework.Handle) (*TopologyP
 	return p, nil
 }
 
+// podGroupEvents follows PodGroups. A deleted PodGroup (a suspended or
+// evicted job's) ends its drain now, not at the next sweep or the stall,
+// and its gang's verdicts are forgotten. A PodGroup created or changed
+// retires its gang's verdict: gangSpec reads this informer's cache.
+func (p *TopologyPlacement) podGroupEvents(ctx context.Context) cache.ResourceEventHandlerFuncs {
+	return cache.ResourceEventHandlerFuncs{
+		AddFunc: func(obj any) {
+			if pg, ok := obj.(*schedv1alpha1.PodGroup); ok {
+				p.verdicts.gangChanged(pg.Namespace + "/" + pg.Name)
+			}
+		},
+		UpdateFunc: func(oldObj, obj any) {
+			old, okOld := oldObj.(*schedv1alpha1.PodGroup)
+			pg, ok := obj.(*schedv1alpha1.PodGroup)
+			if ok && (!okOld || podGroupChanged(old, pg)) {
+				p.verdicts.gangChanged(pg.Namespace + "/" + pg.Name)
+			}
+		},
+		DeleteFunc: func(obj any) {
+			if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+				obj = tomb.Obj
+			}
+			if pg, ok := obj.(*schedv1alpha1.PodGroup); ok {
+				p.releaseDrainsOf(ctx, pg.Namespace+"/"+pg.Name, "its PodGroup was deleted")
+				p.verdicts.forgetGang(pg.Namespace + "/" + pg.Name)
+			}
+		},
+	}
+}
+
 // podEvents keeps the books in step with pods. A pod's GPUs are forgotten
 // once it is gone or finished: from then on the scheduler's own accounting
 // and the NodeTopology agree without us. The GPUs of pods found bound with
 // them that the books do not know (a previous leader's, or a Binding whose
 // answer was lost) are adopted. A victim of gang preemption going ends its
-// hold when it is the last (victimGone).
+// hold when it is the last (victimGone). A pod gone or finished retires
+// every verdict, once the books forgot it; a gang's pod added or changed
+// retires its gang's (verdicts).
 func (p *TopologyPlacement) podEvents(ctx context.Context) cache.ResourceEventHandlerFuncs {
 	return cache.ResourceEventHandlerFuncs{
 		AddFunc: func(obj any) {
 			if pod, ok := obj.(*v1.Pod); ok {
 				p.adoptBoundGPUs(pod)
+				p.verdicts.gangChanged(gangKey(pod))
 			}
 		},
-		UpdateFunc: func(_, obj any) {
+		UpdateFunc: func(oldObj, obj any) {
 			pod, ok := obj.(*v1.Pod)
 			if !ok {
 				return
 			}
+			if old, ok := oldObj.(*v1.Pod); !ok || memberChanged(old, pod) {
+				p.verdicts.gangChanged(gangKey(pod))
+			}
 			if pod.Status.Phase == v1.PodSucceeded || pod.Status.Phase == v1.PodFailed {
 				p.books.forgetPod(pod.UID)
 				p.victimGone(ctx, pod)
+				p.verdicts.mayFit()
 				return
 			}
 			if pod.DeletionTimestamp != nil {
@@ -338,6 +371,8 @@ func (p *TopologyPlacement) podEvents(ctx context.Context) cache.ResourceEventHa
 				p.steered.forget(pod.UID)
 				p.ignored.remove(string(pod.UID) + "/" + pod.Annotations[lockstep.AnnotationGPUs])
 				p.releaseDrainIfNoPending(ctx, pod)
+				p.verdicts.gangChanged(gangKey(pod))
+				p.verdicts.mayFit()
 			}
 		},
 	}
@@ -358,8 +393,20 @@ func (p *TopologyPlacement) Name() string { return Name }
 // unstructured copies of 5,000 NodeTopology objects took several times the
 // stock scheduler's whole heap. The plugin's typed informer sees the same
 // changes and retries the gangs it turned away (retryOnFreedGPUs).
+//
+// A bound pod's deletion is judged more narrowly than Coscheduling judges
+// it (podDeleted), and every hint that queues also retires the remembered
+// verdicts (retireOnQueue).
 func (p *TopologyPlacement) EventsToRegister(context.Context) ([]fwk.ClusterEventWithHint, error) {
-	return requeue.CapacityEvents(), nil
+	events := requeue.CapacityEvents()
+	for i := range events {
+		hint := events[i].QueueingHintFn
+		if events[i].Event.Resource == fwk.Pod && events[i].Event.ActionType == fwk.Delete {
+			hint = p.podDeleted
+		}
+		events[i].QueueingHintFn = p.retireOnQueue(hint)
+	}
+	return events, nil
 }
 
 // retryOnFreedGPUs retries the gangs PreFilter turned away when a
@@ -463,6 +510,8 @@ func (p *TopologyPlacement) invalidate(key string, reason dropReason) {
 // cluster event reports (a plan dropped from the books, a node whose
 // NodeTopology is fresh again).
 func (p *TopologyPlacement) retryTurnedAway(except string) {
+	// The same room can make a gang fit whose verdict is remembered.
+	p.verdicts.mayFit()
 	keys := p.turnedAway.take()
 	if len(keys) == 0 {
 		return

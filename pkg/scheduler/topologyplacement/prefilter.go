@@ -71,7 +71,8 @@ func stateOf(state fwk.CycleState) (*cycleState, error) {
 // of EventsToRegister.
 func (p *TopologyPlacement) PreFilter(ctx context.Context, state fwk.CycleState, pod *v1.Pod, nodes []fwk.NodeInfo) (*framework.PreFilterResult, *fwk.Status) {
 	logger := klog.FromContext(ctx).WithValues("plugin", Name, "pod", klog.KObj(pod))
-	s := &cycleState{gang: planKey(pod), req: requestOf(pod), slot: -1}
+	s := &cycleState{req: requestOf(pod), slot: -1}
+	s.gang = planKeyOf(pod, s.req.gpus)
 	state.Write(stateKey, s)
 	if s.gang == "" {
 		return nil, nil
@@ -98,6 +99,10 @@ func (p *TopologyPlacement) PreFilter(ctx context.Context, state fwk.CycleState,
 		ok = false
 	}
 	if !ok {
+		if status := p.rememberedVerdict(ctx, pod, s, nodes); status != nil {
+			p.turnedAway.add(s.gang)
+			return nil, status
+		}
 		var status *fwk.Status
 		if g, status = p.planGang(ctx, pod, s, nodes); !status.IsSuccess() {
 			p.turnedAway.add(s.gang)
@@ -267,6 +272,9 @@ func (p *TopologyPlacement) planGang(ctx context.Context, pod *v1.Pod, s *cycleS
 // reads their input and carries out the decision.
 func (p *TopologyPlacement) plan(ctx context.Context, pod *v1.Pod, s *cycleState, nodes []fwk.NodeInfo) (g *gangPlan, outcome string, status *fwk.Status) {
 	logger := klog.FromContext(ctx).WithValues("plugin", Name, "podGroup", s.gang)
+	// Read before any input, so that a change while planning retires the
+	// verdict (verdicts).
+	ticket := p.verdicts.begin(gangOfPlanKey(s.gang))
 	p.endDrainIfDue(ctx, s.gang)
 	pg, err := p.gangSpec(ctx, pod)
 	if apierrors.IsNotFound(err) {
@@ -305,8 +313,11 @@ func (p *TopologyPlacement) plan(ctx context.Context, pod *v1.Pod, s *cycleState
 			// holds the gang a drainStall from now.
 			p.retryAfter(s.gang, p.nextWiden(s.gang))
 		}
-		return nil, outcomeUnschedulable, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, fmt.Sprintf("PodGroup %s: %s", s.gang, d.Reason))
+		status := fwk.NewStatus(fwk.UnschedulableAndUnresolvable, fmt.Sprintf("PodGroup %s: %s", s.gang, d.Reason))
+		p.rememberVerdict(ticket, pod, s, req.Wait, status)
+		return nil, outcomeUnschedulable, status
 	}
+	p.verdicts.planned(s.gang)
 	logger.V(2).Info("Planned gang", "members", len(d.Plan.Members), "domain", d.Plan.Domain.ID, "level", d.Plan.LevelName, "efficiency", d.Plan.Efficiency)
 	p.releaseDrain(ctx, s.gang)
 	// The members the plan was made for, by rank (rankSlot): none is

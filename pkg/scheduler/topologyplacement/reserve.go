@@ -25,6 +25,9 @@ func (p *TopologyPlacement) Reserve(ctx context.Context, state fwk.CycleState, p
 		return fwk.NewStatus(fwk.Unschedulable, fmt.Sprintf("PodGroup %s's plan has no open slot on %s any more", s.gang, nodeName))
 	}
 	p.steered.forget(pod.UID)
+	// A reserved member counts as bound in its gang's other size classes'
+	// plans (classMembers).
+	p.verdicts.gangChanged(gangKey(pod))
 	logger := klog.FromContext(ctx)
 	if s.slot >= 0 && a.Slot != s.slot {
 		// Its rank's slot went to another pod, or its node did not take this
@@ -43,6 +46,7 @@ func (p *TopologyPlacement) Unreserve(ctx context.Context, state fwk.CycleState,
 	key := planKey(pod)
 	if key == "" {
 		p.books.forgetPod(pod.UID)
+		p.verdicts.mayFit()
 		return
 	}
 	if _, ok := p.books.get(key); ok {
@@ -54,6 +58,8 @@ func (p *TopologyPlacement) Unreserve(ctx context.Context, state fwk.CycleState,
 	// drop: forgetting the last member of a complete plan forgets the plan,
 	// and the gang would not be retried.
 	p.books.forgetPod(pod.UID)
+	p.verdicts.gangChanged(gangKey(pod))
+	p.verdicts.mayFit()
 }
 
 // reserveBestSet picks the NVLink-best free GPU set of the node for a GPU pod

@@ -37,8 +37,13 @@ func gangKey(pod *v1.Pod) string {
 // workers), while a plan places identical members. "" for pods outside
 // gangs and pods that ask for no GPUs: those are scheduled as usual.
 func planKey(pod *v1.Pod) string {
+	return planKeyOf(pod, requestOf(pod).gpus)
+}
+
+// planKeyOf is planKey of a pod asking for gpus GPUs, for callers that
+// computed its requests already (PodRequests allocates several maps).
+func planKeyOf(pod *v1.Pod, gpus int) string {
 	gang := gangKey(pod)
-	gpus := requestOf(pod).gpus
 	if gang == "" || gpus == 0 {
 		return ""
 	}
@@ -104,15 +109,7 @@ func (p *TopologyPlacement) snapshot(pod *v1.Pod, gang string, nodeInfos []fwk.N
 	rows := p.rows.align(len(nodeInfos), p.gpus.epoch)
 	for i, ni := range nodeInfos {
 		node := ni.Node()
-		if node == nil || node.Spec.Unschedulable {
-			continue
-		}
-		if _, untolerated := corev1helpers.FindMatchingUntoleratedTaint(node.Spec.Taints, pod.Spec.Tolerations, func(t *v1.Taint) bool {
-			return t.Effect == v1.TaintEffectNoSchedule || t.Effect == v1.TaintEffectNoExecute
-		}); untolerated {
-			continue
-		}
-		if ok, _ := affinity.Match(node); !ok {
+		if node == nil || !canHost(node, pod, affinity) {
 			continue
 		}
 		if _, out := excluded[node.Name]; out {
@@ -137,6 +134,23 @@ func (p *TopologyPlacement) snapshot(pod *v1.Pod, gang string, nodeInfos []fwk.N
 		return nil, err
 	}
 	return snap, nil
+}
+
+// canHost reports whether pod may run on node at all: the node is
+// schedulable, and the pod tolerates its NoSchedule and NoExecute taints
+// and matches its required node affinity (the pod's, computed once by the
+// caller).
+func canHost(node *v1.Node, pod *v1.Pod, affinity nodeaffinity.RequiredNodeAffinity) bool {
+	if node.Spec.Unschedulable {
+		return false
+	}
+	if _, untolerated := corev1helpers.FindMatchingUntoleratedTaint(node.Spec.Taints, pod.Spec.Tolerations, func(t *v1.Taint) bool {
+		return t.Effect == v1.TaintEffectNoSchedule || t.Effect == v1.TaintEffectNoExecute
+	}); untolerated {
+		return false
+	}
+	ok, _ := affinity.Match(node)
+	return ok
 }
 
 // treeCache keeps the domain tree of all nodes between plans: building it

@@ -1,0 +1,478 @@
+package topologyplacement
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/component-base/metrics/testutil"
+	"k8s.io/klog/v2"
+	"k8s.io/klog/v2/ktesting"
+	fwk "k8s.io/kube-scheduler/framework"
+	"k8s.io/kubernetes/pkg/scheduler/framework"
+	schedv1alpha1 "sigs.k8s.io/scheduler-plugins/apis/scheduling/v1alpha1"
+
+	"github.com/lockstep-dev/lockstep/pkg/apis/lockstep/v1alpha1"
+	"github.com/lockstep-dev/lockstep/pkg/scheduler/requeue"
+	"github.com/lockstep-dev/lockstep/pkg/topology"
+	"github.com/lockstep-dev/lockstep/pkg/topology/placement"
+	utiltesting "github.com/lockstep-dev/lockstep/pkg/util/testing"
+)
+
+// verdictPlugin is a metricsPlugin whose gang ns/g of three 8-GPU members
+// does not fit its two HGX nodes, with verdicts remembered and node health
+// judged as in the scheduler (a node rejoining retries the gangs turned
+// away).
+func verdictPlugin(t *testing.T) *metricsPlugin {
+	t.Helper()
+	p := newMetricsPlugin(t, 3, true, nil)
+	p.verdicts = newVerdicts()
+	p.gpus.freed = p.verdicts.mayFit
+	p.health = newTopologyHealth(DefaultTopologyMaxAge, p.TopologyPlacement.clock, nil, p.metrics.nodesExcluded, klog.Background())
+	p.health.rejoined = func() { p.retryTurnedAway("") }
+	for _, name := range []string{"a", "b"} {
+		p.health.set(topologyAt(t, name, p.TopologyPlacement.clock.Now()))
+	}
+	return p
+}
+
+// lookups returns the verdict cache's hits and misses so far.
+func (p *metricsPlugin) lookups(t *testing.T) (hits, misses int) {
+	t.Helper()
+	h, err := testutil.GetCounterMetricValue(p.metrics.verdictLookups.WithLabelValues(verdictHit))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := testutil.GetCounterMetricValue(p.metrics.verdictLookups.WithLabelValues(verdictMiss))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return int(h), int(m)
+}
+
+// preFilter runs PreFilter for pod and wants the gang turned away.
+func (p *metricsPlugin) preFilterTurnedAway(t *testing.T, pod *v1.Pod) *cycleState {
+	t.Helper()
+	state := framework.NewCycleState()
+	if _, status := p.PreFilter(context.Background(), state, pod, p.nodes); status.Code() != fwk.UnschedulableAndUnresolvable {
+		t.Fatalf("PreFilter %s: %v, want the gang turned away", pod.Name, status)
+	}
+	s, err := stateOf(state)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// withAllocation is node's NodeTopology with GPUs 0-3 held by a pod.
+func withAllocation(t testing.TB, node string) *v1alpha1.NodeTopology {
+	nt := hgxNodeTopology(t, node)
+	nt.Status.Allocations = []v1alpha1.GPUAllocation{{Pod: "busy", Namespace: "other", PodUID: "uid-busy", GPUs: []int32{0, 1, 2, 3}}}
+	return nt
+}
+
+func hintOf(t *testing.T, p *TopologyPlacement, event fwk.ClusterEvent) fwk.QueueingHintFn {
+	t.Helper()
+	events, err := p.EventsToRegister(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range events {
+		if e.Event.Label() == event.Label() {
+			return e.QueueingHintFn
+		}
+	}
+	t.Fatalf("no hint registered for %s", event.Label())
+	return nil
+}
+
+// TestVerdictRetiredByEvents: a gang that does not fit is planned once and
+// then answered from its remembered verdict, until an event that can make
+// it fit; each case below is one such event (the retry must plan again) or
+// one that cannot (the retry must not). A case that plans again where it
+// need not costs a plan; one that does not where it must would keep a
+// gang that fits waiting, so the list is meant to grow with every input a
+// plan reads.
+func TestVerdictRetiredByEvents(t *testing.T) {
+	ctx := context.Background()
+	member := func(p *metricsPlugin, i int) *v1.Pod { return p.pods[i] }
+	updatedPodGroup := func(p *metricsPlugin, mutate func(*schedv1alpha1.PodGroup)) {
+		old := utiltesting.MakePodGroup("g", "ns", 3).Obj()
+		old.Generation = 1
+		pg := old.DeepCopy()
+		mutate(pg)
+		p.podGroupEvents(ctx).OnUpdate(old, pg)
+	}
+	hint := func(p *metricsPlugin, event fwk.ClusterEvent, oldObj, newObj any) {
+		logger, _ := ktesting.NewTestContext(t)
+		if _, err := hintOf(t, p.TopologyPlacement, event)(logger, member(p, 0), oldObj, newObj); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tests := []struct {
+		name string
+		// before sets the cluster up before the gang is first planned.
+		before func(p *metricsPlugin)
+		event  func(p *metricsPlugin)
+		// replan says the retry after the event must plan the gang again.
+		replan bool
+	}{
+		{
+			name:  "nothing happened",
+			event: func(*metricsPlugin) {},
+		},
+		{
+			name:   "bound pod deleted",
+			event:  func(p *metricsPlugin) { p.podEvents(ctx).OnDelete(boundPod("x", "a", 4, "")) },
+			replan: true,
+		},
+		{
+			name: "bound pod deleted, seen as a tombstone",
+			event: func(p *metricsPlugin) {
+				p.podEvents(ctx).OnDelete(cache.DeletedFinalStateUnknown{Key: "other/x", Obj: boundPod("x", "a", 4, "")})
+			},
+			replan: true,
+		},
+		{
+			name: "bound pod finished",
+			event: func(p *metricsPlugin) {
+				done := boundPod("x", "a", 4, "")
+				done.Status.Phase = v1.PodSucceeded
+				p.podEvents(ctx).OnUpdate(boundPod("x", "a", 4, ""), done)
+			},
+			replan: true,
+		},
+		{
+			name: "pod outside the gang bound: it only takes room",
+			event: func(p *metricsPlugin) {
+				unbound := boundPod("x", "", 4, "")
+				p.podEvents(ctx).OnAdd(unbound, false)
+				p.podEvents(ctx).OnUpdate(unbound, boundPod("x", "a", 4, ""))
+			},
+		},
+		{
+			name: "pod outside the gang reserved and unreserved",
+			event: func(p *metricsPlugin) {
+				pod := boundPod("x", "", 4, "")
+				state := framework.NewCycleState()
+				state.Write(stateKey, &cycleState{req: requestOf(pod), slot: -1})
+				p.books.assign(pod.UID, "a", topology.NewGPUSet(0, 1, 2, 3))
+				p.Unreserve(ctx, state, pod, "a")
+			},
+			replan: true,
+		},
+		{
+			name: "gang member added",
+			event: func(p *metricsPlugin) {
+				pod := utiltesting.MakePod("m-3", "ns").GPUs(8).PodGroup("g").Obj()
+				p.podEvents(ctx).OnAdd(pod, false)
+			},
+			replan: true,
+		},
+		{
+			name: "gang member deleted before it was bound",
+			event: func(p *metricsPlugin) {
+				p.podEvents(ctx).OnDelete(member(p, 2))
+			},
+			replan: true,
+		},
+		{
+			name: "gang member's spec changed (new generation)",
+			event: func(p *metricsPlugin) {
+				changed := member(p, 2).DeepCopy()
+				changed.Generation++
+				changed.Spec.Tolerations = []v1.Toleration{{Key: "gpu", Operator: v1.TolerationOpExists}}
+				p.podEvents(ctx).OnUpdate(member(p, 2), changed)
+			},
+			replan: true,
+		},
+		{
+			name: "gang member's status written",
+			event: func(p *metricsPlugin) {
+				changed := member(p, 2).DeepCopy()
+				changed.Status.Conditions = []v1.PodCondition{{Type: v1.PodScheduled, Status: v1.ConditionFalse}}
+				p.podEvents(ctx).OnUpdate(member(p, 2), changed)
+			},
+		},
+		{
+			name: "gang member of another size class reserved",
+			event: func(p *metricsPlugin) {
+				pod := utiltesting.MakePod("ps-0", "ns").GPUs(2).PodGroup("g").Obj()
+				pod.UID = "uid-ps-0"
+				key := planKey(pod)
+				p.books.add(key, &placement.Plan{Members: []placement.Assignment{{Node: "a", GPUs: topology.NewGPUSet(0, 1)}}}, p.TopologyPlacement.clock.Now())
+				state := framework.NewCycleState()
+				state.Write(stateKey, &cycleState{gang: key, req: requestOf(pod), plan: &placement.Held{}, slot: -1})
+				if status := p.Reserve(ctx, state, pod, "a"); !status.IsSuccess() {
+					t.Fatalf("Reserve: %v", status)
+				}
+			},
+			replan: true,
+		},
+		{
+			name: "PodGroup minMember changed",
+			event: func(p *metricsPlugin) {
+				updatedPodGroup(p, func(pg *schedv1alpha1.PodGroup) { pg.Spec.MinMember = 2; pg.Generation++ })
+			},
+			replan: true,
+		},
+		{
+			name: "PodGroup constraint annotation changed",
+			event: func(p *metricsPlugin) {
+				updatedPodGroup(p, func(pg *schedv1alpha1.PodGroup) {
+					pg.Annotations = map[string]string{"lockstep.dev/topology-level": "leaf"}
+				})
+			},
+			replan: true,
+		},
+		{
+			name: "PodGroup status written",
+			event: func(p *metricsPlugin) {
+				updatedPodGroup(p, func(pg *schedv1alpha1.PodGroup) { pg.Status.Phase = schedv1alpha1.PodGroupPending })
+			},
+		},
+		{
+			name: "PodGroup created again",
+			event: func(p *metricsPlugin) {
+				p.podGroupEvents(ctx).OnAdd(utiltesting.MakePodGroup("g", "ns", 3).Obj(), false)
+			},
+			replan: true,
+		},
+		{
+			name:   "NodeTopology reports GPUs released",
+			before: func(p *metricsPlugin) { p.gpus.set(withAllocation(t, "a")) },
+			event:  func(p *metricsPlugin) { p.gpus.set(hgxNodeTopology(t, "a")) },
+			replan: true,
+		},
+		{
+			name:   "NodeTopology of a new node",
+			event:  func(p *metricsPlugin) { p.gpus.set(hgxNodeTopology(t, "c")) },
+			replan: true,
+		},
+		{
+			name: "NodeTopology heartbeat",
+			event: func(p *metricsPlugin) {
+				p.clock.Step(time.Second)
+				nt := topologyAt(t, "a", p.TopologyPlacement.clock.Now())
+				p.gpus.set(nt)
+				p.health.set(nt)
+				p.health.refresh()
+			},
+		},
+		{
+			name:   "NodeTopology reports a new allocation: it only takes room",
+			event:  func(p *metricsPlugin) { p.gpus.set(withAllocation(t, "a")) },
+			replan: false,
+		},
+		{
+			name: "node usable again: its NodeTopology is fresh",
+			before: func(p *metricsPlugin) {
+				p.health.set(topologyAt(t, "a", p.TopologyPlacement.clock.Now().Add(-2*DefaultTopologyMaxAge)))
+				p.health.refresh()
+			},
+			event: func(p *metricsPlugin) {
+				p.clock.Step(time.Second)
+				p.health.set(topologyAt(t, "a", p.TopologyPlacement.clock.Now()))
+			},
+			replan: true,
+		},
+		{
+			name: "another gang's plan dropped",
+			event: func(p *metricsPlugin) {
+				p.books.add("ns/other#8", &placement.Plan{Members: []placement.Assignment{{Node: "a", GPUs: topology.NewGPUSet(0)}}}, p.TopologyPlacement.clock.Now())
+				p.invalidate("ns/other#8", dropExpired)
+			},
+			replan: true,
+		},
+		{
+			name: "another gang's drain released",
+			event: func(p *metricsPlugin) {
+				tree, err := p.trees.get(p.nodes, p.args.Levels)
+				if err != nil {
+					t.Fatal(err)
+				}
+				host, _ := tree.Host("a")
+				p.setDrain(ctx, "ns/other#8", 100, host, 0)
+				p.releaseDrain(ctx, "ns/other#8")
+			},
+			replan: true,
+		},
+		{
+			name: "node added (hint queues)",
+			event: func(p *metricsPlugin) {
+				hint(p, fwk.ClusterEvent{Resource: fwk.Node, ActionType: requeue.NodeActions}, nil, gpuNode("c", 8))
+			},
+			replan: true,
+		},
+		{
+			name: "node shrank (hint skips)",
+			event: func(p *metricsPlugin) {
+				hint(p, fwk.ClusterEvent{Resource: fwk.Node, ActionType: requeue.NodeActions}, gpuNode("a", 8), gpuNode("a", 4))
+			},
+		},
+		{
+			name: "bound pod deleted (hint queues)",
+			event: func(p *metricsPlugin) {
+				hint(p, fwk.ClusterEvent{Resource: fwk.Pod, ActionType: fwk.Delete}, boundPod("x", "a", 4, ""), nil)
+			},
+			replan: true,
+		},
+		{
+			name:   "the gang may widen",
+			event:  func(p *metricsPlugin) { p.clock.Step(p.args.PreferredWait.Duration) },
+			replan: true,
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			p := verdictPlugin(t)
+			if tc.before != nil {
+				tc.before(p)
+			}
+			p.preFilterTurnedAway(t, member(p, 0))
+			p.preFilterTurnedAway(t, member(p, 1))
+			if hits, misses := p.lookups(t); hits != 1 || misses != 1 {
+				t.Fatalf("before the event: %d hits, %d misses; want the second member answered from the first's verdict", hits, misses)
+			}
+			tc.event(p)
+			p.preFilterTurnedAway(t, member(p, 0))
+			want := map[string]int{verdictHit: 2, verdictMiss: 1}
+			if tc.replan {
+				want = map[string]int{verdictHit: 1, verdictMiss: 2}
+			}
+			hits, misses := p.lookups(t)
+			if diff := cmp.Diff(want, map[string]int{verdictHit: hits, verdictMiss: misses}); diff != "" {
+				t.Errorf("lookups after the event (-want,+got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// TestVerdictHit: a remembered verdict answers with the status the plan
+// returned and sets PostFilter up as the plan did; a member that asks
+// otherwise is planned for itself.
+func TestVerdictHit(t *testing.T) {
+	p := verdictPlugin(t)
+	planned := p.preFilterTurnedAway(t, p.pods[0])
+	var want *fwk.Status
+	{
+		state := framework.NewCycleState()
+		p.verdicts.mayFit()
+		_, want = p.PreFilter(context.Background(), state, p.pods[1], p.nodes)
+	}
+	state := framework.NewCycleState()
+	_, got := p.PreFilter(context.Background(), state, p.pods[2], p.nodes)
+	if diff := cmp.Diff(want.Code(), got.Code()); diff != "" {
+		t.Errorf("code (-want,+got):\n%s", diff)
+	}
+	if diff := cmp.Diff(want.Reasons(), got.Reasons()); diff != "" {
+		t.Errorf("reasons (-want,+got):\n%s", diff)
+	}
+	s, err := stateOf(state)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.waiting == nil {
+		t.Fatal("a remembered verdict left PostFilter no waiting gang")
+	}
+	if diff := cmp.Diff(planned.waiting.gang, s.waiting.gang); diff != "" {
+		t.Errorf("waiting gang (-planned,+remembered):\n%s", diff)
+	}
+	if hits, misses := p.lookups(t); hits != 1 || misses != 2 {
+		t.Fatalf("%d hits, %d misses; want 1 and 2", hits, misses)
+	}
+
+	tolerant := p.pods[2].DeepCopy()
+	tolerant.Spec.Tolerations = []v1.Toleration{{Key: "gpu", Operator: v1.TolerationOpExists}}
+	// A member that tolerates more is planned for itself, and so is the
+	// next member unlike it; a member like that one is answered.
+	p.preFilterTurnedAway(t, tolerant)
+	p.preFilterTurnedAway(t, p.pods[0])
+	p.preFilterTurnedAway(t, p.pods[1])
+	if hits, misses := p.lookups(t); hits != 2 || misses != 4 {
+		t.Errorf("%d hits, %d misses; want 2 and 4", hits, misses)
+	}
+}
+
+// TestVerdictMadeWhileInputsChanged: a verdict whose inputs changed while
+// it was being made is not kept.
+func TestVerdictMadeWhileInputsChanged(t *testing.T) {
+	tests := []struct {
+		name   string
+		change func(c *verdicts)
+	}{
+		{"room freed", func(c *verdicts) { c.mayFit() }},
+		{"gang changed", func(c *verdicts) { c.gangChanged("ns/g") }},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			c := newVerdicts()
+			pod := utiltesting.MakePod("m-0", "ns").GPUs(8).PodGroup("g").Obj()
+			ticket := c.begin("ns/g")
+			tc.change(c)
+			c.remember("ns/g#8", &verdict{ticket: ticket, pod: pod, req: requestOf(pod)})
+			if _, ok := c.lookup("ns/g#8", pod, requestOf(pod), waitState{}, time.Time{}); ok {
+				t.Error("verdict made across a change was kept")
+			}
+		})
+	}
+}
+
+// TestVerdictForgottenWithPodGroup: a deleted PodGroup's verdicts go.
+func TestVerdictForgottenWithPodGroup(t *testing.T) {
+	p := verdictPlugin(t)
+	p.preFilterTurnedAway(t, p.pods[0])
+	p.podGroupEvents(context.Background()).OnDelete(utiltesting.MakePodGroup("g", "ns", 3).Obj())
+	p.verdicts.mu.Lock()
+	defer p.verdicts.mu.Unlock()
+	if diff := cmp.Diff(0, len(p.verdicts.byKey)+len(p.verdicts.changed)); diff != "" {
+		t.Errorf("entries left (-want,+got):\n%s", diff)
+	}
+}
+
+// TestGPUIndexFreed: the GPU index says when an update can make room, and
+// a heartbeat cannot.
+func TestGPUIndexFreed(t *testing.T) {
+	beat := func(nt *v1alpha1.NodeTopology) *v1alpha1.NodeTopology {
+		nt.Status.HeartbeatTime = metav1.NewTime(time.Unix(2000, 0))
+		return nt
+	}
+	tests := []struct {
+		name        string
+		first, then *v1alpha1.NodeTopology
+		want        bool
+	}{
+		{name: "new node", then: hgxNodeTopology(t, "a"), want: true},
+		{name: "heartbeat", first: hgxNodeTopology(t, "a"), then: beat(hgxNodeTopology(t, "a"))},
+		{name: "allocation added", first: hgxNodeTopology(t, "a"), then: withAllocation(t, "a")},
+		{name: "allocation released", first: withAllocation(t, "a"), then: hgxNodeTopology(t, "a"), want: true},
+		{
+			name: "GPU healthy again",
+			first: func() *v1alpha1.NodeTopology {
+				nt := hgxNodeTopology(t, "a")
+				nt.Status.GPUHealth = []v1alpha1.GPUHealth{{Index: 3}}
+				return nt
+			}(),
+			then: hgxNodeTopology(t, "a"),
+			want: true,
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			x := newGPUIndex(newSpecTable())
+			if tc.first != nil {
+				x.set(tc.first)
+			}
+			got := false
+			x.freed = func() { got = true }
+			x.set(tc.then)
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("freed (-want,+got):\n%s", diff)
+			}
+		})
+	}
+}
