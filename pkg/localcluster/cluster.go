@@ -151,14 +151,11 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 	if err := c.InstallCRDs(ctx); err != nil {
 		return c, err
 	}
-	if err := c.InstallComputeDomainDriver(ctx); err != nil {
+	if err := c.InstallNVIDIADRADriver(ctx); err != nil {
 		return c, err
 	}
 	// The components run as their deploy/ ServiceAccounts, not as admin.
 	if err := c.InstallIdentities(ctx); err != nil {
-		return c, err
-	}
-	if err := c.InstallDeviceClasses(ctx); err != nil {
 		return c, err
 	}
 	if err := c.CreateNodes(ctx, model.Nodes()); err != nil {
