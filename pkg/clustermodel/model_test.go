@@ -225,6 +225,7 @@ func TestShippedModels(t *testing.T) {
 	}{
 		{"hgx-32.yaml", 32, 256},
 		{"scale-5000.yaml", 5000, 4424*8 + 576*4},
+		{"gb200-100k.yaml", 25200, 25200 * 4},
 	}
 	for _, tc := range tests {
 		t.Run(tc.file, func(t *testing.T) {
