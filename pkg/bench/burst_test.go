@@ -119,3 +119,16 @@ func TestMixedBurstOrder(t *testing.T) {
 		t.Errorf("last job %+v, want a single-pod job (they are spread to the end)", last)
 	}
 }
+
+// BenchmarkMixedBurst is the cost of listing the 100k-GPU model's burst and
+// its histogram, once per lockstep-bench run.
+func BenchmarkMixedBurst(b *testing.B) {
+	b.ReportAllocs()
+	for b.Loop() {
+		jobs, err := MixedBurst(25200, 4)
+		if err != nil {
+			b.Fatal(err)
+		}
+		BurstMix(jobs)
+	}
+}

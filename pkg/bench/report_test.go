@@ -3,6 +3,7 @@ package bench
 import (
 	"bytes"
 	"image/png"
+	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -307,5 +308,17 @@ func TestWritePlotsToMissingDirectory(t *testing.T) {
 	err := sampleReport().WritePlots(filepath.Join(t.TempDir(), "missing"))
 	if err == nil {
 		t.Error("WritePlots into a missing directory succeeded")
+	}
+}
+
+// BenchmarkWriteMarkdown renders the sample report, scale sections
+// included.
+func BenchmarkWriteMarkdown(b *testing.B) {
+	r := sampleReport()
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := r.WriteMarkdown(io.Discard); err != nil {
+			b.Fatal(err)
+		}
 	}
 }
