@@ -21,6 +21,7 @@ package perf
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -34,6 +35,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	k8sruntime "k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
@@ -316,7 +318,9 @@ func (e *env) publishTopology(ctx context.Context) error {
 		}
 	}
 	pub := &agent.Publisher{Client: e.client, Clock: clock.RealClock{}, HeartbeatInterval: time.Minute, Mode: "fake"}
-	err := parallel(ctx, len(e.nodes), func(ctx context.Context, i int) error {
+	// The first heartbeat written is the oldest.
+	e.published = time.Now()
+	return parallel(ctx, len(e.nodes), func(ctx context.Context, i int) error {
 		node := e.nodes[i]
 		profile, ok := topology.LookupProfile(node.Labels[lockstep.LabelProfile])
 		if !ok {
@@ -331,8 +335,26 @@ func (e *env) publishTopology(ctx context.Context) error {
 		_, err = pub.Publish(ctx, node, v1alpha1.SpecFromTopology(hw, profile.Name), status)
 		return err
 	})
-	e.published = time.Now()
-	return err
+}
+
+// heartbeat moves every NodeTopology's heartbeat to now, as an agent's
+// heartbeat does, with one small status patch per node: Publish's read and
+// whole-object write of the spec's GPU tables take minutes at 25,000 nodes.
+func (e *env) heartbeat(ctx context.Context) error {
+	now := metav1.Now()
+	data, err := json.Marshal(map[string]any{"status": map[string]any{"heartbeatTime": now}})
+	if err != nil {
+		return err
+	}
+	patch := client.RawPatch(types.MergePatchType, data)
+	e.published = now.Time
+	return parallel(ctx, len(e.nodes), func(ctx context.Context, i int) error {
+		nt := &v1alpha1.NodeTopology{ObjectMeta: metav1.ObjectMeta{Name: e.nodes[i].Name}}
+		if err := e.client.Status().Patch(ctx, nt, patch); err != nil {
+			return fmt.Errorf("heartbeat of NodeTopology %s: %w", nt.Name, err)
+		}
+		return nil
+	})
 }
 
 // burst writes the burst's PodGroups and pods in namespace ns for
@@ -419,6 +441,9 @@ func (e *env) schedulerOptions(sched string) (*options.Options, []app.Option, er
 			return nil, nil, err
 		}
 		cfg = localcluster.WithTopology(deployed, e.cfg.Model.TopologyConfig())
+		if err := scaleTopologyMaxAge(cfg, e.cfg.sizeFactor()); err != nil {
+			return nil, nil, err
+		}
 		registry = scheduler.OutOfTree()
 	default:
 		return nil, nil, fmt.Errorf("unknown scheduler %q; known: %v", sched, Schedulers)
@@ -437,6 +462,28 @@ func (e *env) schedulerOptions(sched string) (*options.Options, []app.Option, er
 	// schedulers in turn would contend for the port.
 	opts.SecureServing.BindPort = 0
 	return opts, registry, nil
+}
+
+// scaleTopologyMaxAge multiplies the topologyMaxAge of cfg's
+// TopologyPlacement args by factor. No agent heartbeats here: heartbeats are
+// written in setup only, which at 25,000 nodes takes minutes on a small
+// machine, and with deploy/'s five minutes the nodes written first would go
+// stale during Lockstep's run and drop out of planning, measuring the
+// benchmark's setup rather than the scheduler. Up to 5,000 nodes (factor 1)
+// it is deploy/'s.
+func scaleTopologyMaxAge(cfg map[string]any, factor time.Duration) error {
+	for _, args := range localcluster.TopologyPlacementArgs(cfg) {
+		s, ok := args["topologyMaxAge"].(string)
+		if !ok {
+			continue
+		}
+		d, err := time.ParseDuration(s)
+		if err != nil {
+			return fmt.Errorf("TopologyPlacement topologyMaxAge %q: %w", s, err)
+		}
+		args["topologyMaxAge"] = (d * factor).String()
+	}
+	return nil
 }
 
 // schedulerNameOf is the pods' spec.schedulerName for sched.
@@ -464,12 +511,12 @@ func (e *env) runOnce(ctx context.Context, sched string, round int, jobs []bench
 	}()
 	e.say("round %d: %s's burst of %d jobs, %d pods written in %s", round, sched, len(jobs), want, since(phase))
 	// Heartbeats are refreshed after the burst is written, which takes
-	// minutes at 25,000 nodes, so the run has most of deploy/'s
-	// topologyMaxAge before nodes with stale NodeTopology drop out of
+	// minutes at 25,000 nodes, so the run has most of topologyMaxAge
+	// (scaleTopologyMaxAge) before nodes with stale NodeTopology drop out of
 	// planning.
-	if sched == bench.SchedulerLockstep && time.Since(e.published) > 2*time.Minute {
+	if sched == bench.SchedulerLockstep && time.Since(e.published) > 2*time.Minute*e.cfg.sizeFactor() {
 		phase = time.Now()
-		if err := e.publishTopology(ctx); err != nil {
+		if err := e.heartbeat(ctx); err != nil {
 			return run, err
 		}
 		e.say("round %d: NodeTopology heartbeats refreshed in %s", round, since(phase))
