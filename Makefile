@@ -176,6 +176,16 @@ BENCH_FLAGS ?=
 # Rounds of the in-process scale run (internal/perf), each running
 # kube-scheduler then Lockstep; the report gives per-round numbers and medians.
 BENCH_ROUNDS ?= 3
+# make bench-scale's in-process run: the 100k-GPU model, its burst (mixed:
+# gangs of 8 to 4,096 GPUs beside single-pod jobs; gangs: make bench's
+# 8-GPU-pod gangs, kept for its committed numbers); BENCH_ROUNDS rounds. With
+# BENCH_SCALE_PROFILES=true it writes cpu-<scheduler>-round<N>.pprof (the
+# scheduler's start to its last bind) and heap-<scheduler>-round<N>.pprof
+# (once every pod is bound) into BENCH_SCALE_OUT; read them with
+# go tool pprof -top -nodecount=15 FILE.
+BENCH_INPROCESS_MODEL ?= test/e2e/models/gb200-100k.yaml
+BENCH_INPROCESS_BURST ?= mixed
+BENCH_SCALE_PROFILES ?= true
 
 .PHONY: bench
 bench: tools build ## Replay BENCH_TRACE, then BENCH_PRIORITY_TRACE, on BENCH_MODEL with kube-scheduler, Coscheduling and Lockstep, sweep Lockstep's preferredWait, then time a gang burst on BENCH_SCALE_MODEL (KWOK and in process); results in BENCH_OUT.
@@ -190,9 +200,10 @@ bench-priority: tools build ## Only the priority replay: BENCH_PRIORITY_TRACE on
 	  --priority-trace=$(BENCH_PRIORITY_TRACE) --out $(BENCH_PRIORITY_OUT) $(BENCH_FLAGS)
 
 .PHONY: bench-scale
-bench-scale: tools build ## Only the in-process scale run: kube-scheduler and Lockstep in turn in one process on BENCH_SCALE_MODEL, BENCH_ROUNDS rounds; results in BENCH_SCALE_OUT.
-	$(BIN)/lockstep-bench --bin $(BIN) --skip-replay --inprocess-model $(BENCH_SCALE_MODEL) \
-	  --inprocess-rounds $(BENCH_ROUNDS) --sweep-preferred-wait= --out $(BENCH_SCALE_OUT) $(BENCH_FLAGS)
+bench-scale: tools build ## Only the in-process scale run: kube-scheduler and Lockstep in turn in one process, the BENCH_INPROCESS_BURST burst on BENCH_INPROCESS_MODEL, BENCH_ROUNDS rounds, CPU and heap profiles when BENCH_SCALE_PROFILES; results in BENCH_SCALE_OUT.
+	$(BIN)/lockstep-bench --bin $(BIN) --skip-replay --inprocess-model $(BENCH_INPROCESS_MODEL) \
+	  --inprocess-burst $(BENCH_INPROCESS_BURST) --inprocess-rounds $(BENCH_ROUNDS) \
+	  --inprocess-profiles=$(BENCH_SCALE_PROFILES) --sweep-preferred-wait= --out $(BENCH_SCALE_OUT) $(BENCH_FLAGS)
 
 ##@ Other
 

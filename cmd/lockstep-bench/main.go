@@ -45,12 +45,14 @@ type options struct {
 	scaleGangs      int
 	scaleSchedulers string
 
-	inProcessModel  string
-	inProcessRounds int
-	skipReplay      bool
-	cpuProfile      string
-	memProfile      string
-	sweepWaits      string
+	inProcessModel    string
+	inProcessRounds   int
+	inProcessBurst    string
+	inProcessProfiles bool
+	skipReplay        bool
+	cpuProfile        string
+	memProfile        string
+	sweepWaits        string
 	// render, when set, only rewrites that results directory's report.
 	render string
 }
@@ -81,7 +83,9 @@ func main() {
 	fs.IntVar(&o.scaleGangs, "scale-gangs", 120, "gang jobs in the scale run's burst")
 	fs.StringVar(&o.scaleSchedulers, "scale-schedulers", "kube-scheduler,lockstep", "schedulers of the scale run")
 	fs.StringVar(&o.inProcessModel, "inprocess-model", "", "cluster model of the in-process scale run (internal/perf: schedulers in this process, no KWOK); empty skips it")
-	fs.IntVar(&o.inProcessRounds, "inprocess-rounds", 3, "rounds of the in-process scale run, each running kube-scheduler then Lockstep on the --scale-gangs burst")
+	fs.IntVar(&o.inProcessRounds, "inprocess-rounds", 3, "rounds of the in-process scale run, each running kube-scheduler then Lockstep on the --inprocess-burst")
+	fs.StringVar(&o.inProcessBurst, "inprocess-burst", bench.BurstGangs, "burst of the in-process scale run: "+bench.BurstGangs+" (--scale-gangs gangs of 16 to 128 GPUs in 8-GPU pods, make bench's) or "+bench.BurstMixed+" (gangs of 8 to 4,096 GPUs in whole-node pods beside single-pod jobs of 1 GPU to a node's, sized to the model)")
+	fs.BoolVar(&o.inProcessProfiles, "inprocess-profiles", false, "write a CPU profile of each in-process run (the scheduler's start to its last bind) and a heap profile once it bound every pod to --out, as cpu-<scheduler>-round<N>.pprof and heap-<scheduler>-round<N>.pprof")
 	fs.BoolVar(&o.skipReplay, "skip-replay", false, "skip the --trace replays (the --priority-trace replay still runs when given)")
 	fs.StringVar(&o.priorityTrace, "priority-trace", "", "job trace with priority classes (the priority column) to replay once per scheduler after the --trace replays, for the report's Priorities table; empty skips it")
 	fs.DurationVar(&o.priorityTimeout, "priority-timeout", 5*time.Minute, "longest --priority-trace replay per scheduler")
@@ -191,12 +195,17 @@ func run(ctx context.Context, o options) error {
 			return fmt.Errorf("--scale-gangs %d: must be at least 1", o.scaleGangs)
 		}
 	}
+	var inProcessJobs []bench.BurstJob
 	if o.inProcessModel != "" {
-		if _, err := clustermodel.Load(o.inProcessModel); err != nil {
+		m, err := clustermodel.Load(o.inProcessModel)
+		if err != nil {
 			return err
 		}
 		if o.inProcessRounds < 1 {
 			return fmt.Errorf("--inprocess-rounds %d: must be at least 1", o.inProcessRounds)
+		}
+		if inProcessJobs, err = inProcessBurst(o, m); err != nil {
+			return fmt.Errorf("--inprocess-burst: %w", err)
 		}
 	}
 	out, err := filepath.Abs(o.out)
@@ -311,7 +320,7 @@ func run(ctx context.Context, o options) error {
 		}
 	}
 	if o.inProcessModel != "" {
-		if report.InProcess, err = inProcessRun(ctx, o, root); err != nil {
+		if report.InProcess, err = inProcessRun(ctx, o, root, out, inProcessJobs); err != nil {
 			return fmt.Errorf("in-process scale run on %s: %w", o.inProcessModel, err)
 		}
 		if err := report.WriteAll(out); err != nil {
@@ -371,12 +380,7 @@ func loadTrace(path string, model *clustermodel.Model) ([]bench.Job, error) {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
 	levels := append([]string{lockstep.LevelHost}, model.LevelNames()...)
-	maxGPUs := 0
-	for _, n := range model.Nodes() {
-		if p, ok := topology.LookupProfile(n.Labels[lockstep.LabelProfile]); ok {
-			maxGPUs = max(maxGPUs, p.GPUCount)
-		}
-	}
+	_, maxGPUs := nodeGPUs(model)
 	var errs []error
 	for _, j := range jobs {
 		if j.Topology != nil && !slices.Contains(levels, j.Topology.Level) {
@@ -390,6 +394,22 @@ func loadTrace(path string, model *clustermodel.Model) ([]bench.Job, error) {
 		return nil, fmt.Errorf("%s does not fit %s: %w", path, model.Name, err)
 	}
 	return jobs, nil
+}
+
+// nodeGPUs returns the fewest and the most GPUs of the model's GPU nodes'
+// profiles; 0, 0 when it has none.
+func nodeGPUs(model *clustermodel.Model) (fewest, most int) {
+	for _, n := range model.Nodes() {
+		p, ok := topology.LookupProfile(n.Labels[lockstep.LabelProfile])
+		if !ok || p.GPUCount == 0 {
+			continue
+		}
+		if fewest == 0 || p.GPUCount < fewest {
+			fewest = p.GPUCount
+		}
+		most = max(most, p.GPUCount)
+	}
+	return fewest, most
 }
 
 // benchCluster describes the model's nodes and network for the metrics.

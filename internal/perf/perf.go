@@ -21,6 +21,7 @@ package perf
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -34,6 +35,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	k8sruntime "k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
@@ -66,10 +68,13 @@ type Config struct {
 	Root string
 	// Model is the cluster.
 	Model *clustermodel.Model
-	// Gangs is how many gangs the burst has; their pod counts cycle
-	// bench.ScaleGangSizes.
+	// Burst is the burst's jobs, written in this order; when empty, it is
+	// bench.GangBurst(Gangs, GPUsPerPod).
+	Burst []bench.BurstJob
+	// Gangs is how many gangs the burst has when Burst is empty; their pod
+	// counts cycle bench.ScaleGangSizes.
 	Gangs int
-	// GPUsPerPod is each pod's GPU request.
+	// GPUsPerPod is each pod's GPU request when Burst is empty.
 	GPUsPerPod int
 	// Rounds is how many times each scheduler binds the burst, alternating.
 	Rounds int
@@ -80,6 +85,27 @@ type Config struct {
 	// Bound, when set, is called after a run bound every pod, before its
 	// scheduler stops: a moment to take a heap profile.
 	Bound func(sched string, round int)
+	// Profile, when set, is called just before a run's scheduler is set up,
+	// and the function it returns when the run bound every pod or failed,
+	// before Bound: the span of a CPU profile of one scheduler, its start-up
+	// (informers' lists, caches) included.
+	Profile func(sched string, round int) (stop func())
+}
+
+// jobs is the burst.
+func (c Config) jobs() []bench.BurstJob {
+	if len(c.Burst) > 0 {
+		return c.Burst
+	}
+	return bench.GangBurst(c.Gangs, c.GPUsPerPod)
+}
+
+// sizeFactor scales the waits that were tuned on the 5,000-node model to
+// the model's node count (at least 1): at 25,000 nodes the scheduler's
+// informers list five times the objects before its first bind, and a
+// burst sized to the cluster takes five times as long to delete.
+func (c Config) sizeFactor() time.Duration {
+	return time.Duration(max(1, (c.Model.NodeCount()+4999)/5000))
 }
 
 // Schedulers are the schedulers compared, in the order each round runs
@@ -89,28 +115,28 @@ var Schedulers = []string{bench.SchedulerKube, bench.SchedulerLockstep}
 // Measure starts the apiserver, writes the model's nodes and their
 // NodeTopology, and runs each scheduler Rounds times on the burst.
 func Measure(ctx context.Context, cfg Config) (result *bench.InProcessResult, err error) {
-	say := func(format string, args ...any) {
-		if cfg.Log != nil {
-			cfg.Log(format, args...)
-		}
-	}
 	e, err := start(ctx, cfg)
 	if err != nil {
 		return nil, err
 	}
+	say := e.say
 	defer func() { err = errors.Join(err, e.stop()) }()
 	say("apiserver up; writing %d nodes", cfg.Model.NodeCount())
+	phase := time.Now()
 	if err := e.writeNodes(ctx); err != nil {
 		return nil, err
 	}
+	say("%d nodes Ready in %s; writing their NodeTopology", len(e.nodes), since(phase))
+	phase = time.Now()
 	if err := e.publishTopology(ctx); err != nil {
 		return nil, err
 	}
-	say("%d nodes Ready with NodeTopology", len(e.nodes))
-	result = &bench.InProcessResult{Nodes: len(e.nodes), Rounds: cfg.Rounds}
+	say("%d NodeTopology written in %s", len(e.nodes), since(phase))
+	jobs := cfg.jobs()
+	result = &bench.InProcessResult{Nodes: len(e.nodes), Rounds: cfg.Rounds, Jobs: len(jobs), Mix: bench.BurstMix(jobs)}
 	for round := 1; round <= cfg.Rounds; round++ {
 		for _, sched := range Schedulers {
-			run, err := e.runOnce(ctx, sched, round)
+			run, err := e.runOnce(ctx, sched, round, jobs)
 			if err != nil {
 				return nil, fmt.Errorf("%s, round %d: %w", sched, round, err)
 			}
@@ -120,6 +146,11 @@ func Measure(ctx context.Context, cfg Config) (result *bench.InProcessResult, er
 		}
 	}
 	return result, nil
+}
+
+// since is the time since start, to the tenth of a second, for the log.
+func since(start time.Time) time.Duration {
+	return time.Since(start).Round(100 * time.Millisecond)
 }
 
 // env is the apiserver and what Measure wrote to it.
@@ -181,6 +212,13 @@ func newScheme() (*k8sruntime.Scheme, error) {
 		}
 	}
 	return scheme, nil
+}
+
+// say tells cfg.Log the progress.
+func (e *env) say(format string, args ...any) {
+	if e.cfg.Log != nil {
+		e.cfg.Log(format, args...)
+	}
 }
 
 func (e *env) stop() error {
@@ -280,7 +318,9 @@ func (e *env) publishTopology(ctx context.Context) error {
 		}
 	}
 	pub := &agent.Publisher{Client: e.client, Clock: clock.RealClock{}, HeartbeatInterval: time.Minute, Mode: "fake"}
-	err := parallel(ctx, len(e.nodes), func(ctx context.Context, i int) error {
+	// The first heartbeat written is the oldest.
+	e.published = time.Now()
+	return parallel(ctx, len(e.nodes), func(ctx context.Context, i int) error {
 		node := e.nodes[i]
 		profile, ok := topology.LookupProfile(node.Labels[lockstep.LabelProfile])
 		if !ok {
@@ -295,36 +335,49 @@ func (e *env) publishTopology(ctx context.Context) error {
 		_, err = pub.Publish(ctx, node, v1alpha1.SpecFromTopology(hw, profile.Name), status)
 		return err
 	})
-	e.published = time.Now()
-	return err
+}
+
+// heartbeat moves every NodeTopology's heartbeat to now, as an agent's
+// heartbeat does, with one small status patch per node: Publish's read and
+// whole-object write of the spec's GPU tables take minutes at 25,000 nodes.
+func (e *env) heartbeat(ctx context.Context) error {
+	now := metav1.Now()
+	data, err := json.Marshal(map[string]any{"status": map[string]any{"heartbeatTime": now}})
+	if err != nil {
+		return err
+	}
+	patch := client.RawPatch(types.MergePatchType, data)
+	e.published = now.Time
+	return parallel(ctx, len(e.nodes), func(ctx context.Context, i int) error {
+		nt := &v1alpha1.NodeTopology{ObjectMeta: metav1.ObjectMeta{Name: e.nodes[i].Name}}
+		if err := e.client.Status().Patch(ctx, nt, patch); err != nil {
+			return fmt.Errorf("heartbeat of NodeTopology %s: %w", nt.Name, err)
+		}
+		return nil
+	})
 }
 
 // burst writes the burst's PodGroups and pods in namespace ns for
 // schedulerName, as the TrainingJob controller writes a PyTorch job's:
 // minMember and minResources of all members on the PodGroup, the PodGroup
 // label on each pod.
-func (e *env) burst(ctx context.Context, ns, schedulerName string) (int, error) {
+func (e *env) burst(ctx context.Context, ns, schedulerName string, jobs []bench.BurstJob) (int, error) {
 	if err := e.client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
 		return 0, err
 	}
-	gpus := *resource.NewQuantity(int64(e.cfg.GPUsPerPod), resource.DecimalSI)
 	var pods []*corev1.Pod
-	for g := range e.cfg.Gangs {
-		n := bench.ScaleGangSizes[g%len(bench.ScaleGangSizes)]
+	pgs := make([]*schedv1alpha1.PodGroup, len(jobs))
+	for g, job := range jobs {
+		gpus := *resource.NewQuantity(int64(job.GPUsPerPod), resource.DecimalSI)
 		name := fmt.Sprintf("burst-%03d", g)
-		total := gpus.DeepCopy()
-		total.Mul(int64(n))
-		pg := &schedv1alpha1.PodGroup{
+		pgs[g] = &schedv1alpha1.PodGroup{
 			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
 			Spec: schedv1alpha1.PodGroupSpec{
-				MinMember:    int32(n),
-				MinResources: corev1.ResourceList{lockstep.GPUResource: total},
+				MinMember:    int32(job.Pods),
+				MinResources: corev1.ResourceList{lockstep.GPUResource: *resource.NewQuantity(int64(job.GPUs()), resource.DecimalSI)},
 			},
 		}
-		if err := e.client.Create(ctx, pg); err != nil {
-			return 0, fmt.Errorf("creating PodGroup %s/%s: %w", ns, name, err)
-		}
-		for i := range n {
+		for i := range job.Pods {
 			pods = append(pods, &corev1.Pod{
 				ObjectMeta: metav1.ObjectMeta{
 					Name: fmt.Sprintf("%s-%d", name, i), Namespace: ns,
@@ -344,7 +397,18 @@ func (e *env) burst(ctx context.Context, ns, schedulerName string) (int, error) 
 			})
 		}
 	}
-	err := parallel(ctx, len(pods), func(ctx context.Context, i int) error {
+	// Every PodGroup before its pods, as the TrainingJob controller writes
+	// them: a member seen before its PodGroup would wait for it.
+	err := parallel(ctx, len(pgs), func(ctx context.Context, i int) error {
+		if err := e.client.Create(ctx, pgs[i]); err != nil {
+			return fmt.Errorf("creating PodGroup %s/%s: %w", ns, pgs[i].Name, err)
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, err
+	}
+	err = parallel(ctx, len(pods), func(ctx context.Context, i int) error {
 		if _, err := e.clientset.CoreV1().Pods(ns).Create(ctx, pods[i], metav1.CreateOptions{}); err != nil {
 			return fmt.Errorf("creating pod %s/%s: %w", ns, pods[i].Name, err)
 		}
@@ -377,6 +441,9 @@ func (e *env) schedulerOptions(sched string) (*options.Options, []app.Option, er
 			return nil, nil, err
 		}
 		cfg = localcluster.WithTopology(deployed, e.cfg.Model.TopologyConfig())
+		if err := scaleTopologyMaxAge(cfg, e.cfg.sizeFactor()); err != nil {
+			return nil, nil, err
+		}
 		registry = scheduler.OutOfTree()
 	default:
 		return nil, nil, fmt.Errorf("unknown scheduler %q; known: %v", sched, Schedulers)
@@ -397,6 +464,28 @@ func (e *env) schedulerOptions(sched string) (*options.Options, []app.Option, er
 	return opts, registry, nil
 }
 
+// scaleTopologyMaxAge multiplies the topologyMaxAge of cfg's
+// TopologyPlacement args by factor. No agent heartbeats here: heartbeats are
+// written in setup only, which at 25,000 nodes takes minutes on a small
+// machine, and with deploy/'s five minutes the nodes written first would go
+// stale during Lockstep's run and drop out of planning, measuring the
+// benchmark's setup rather than the scheduler. Up to 5,000 nodes (factor 1)
+// it is deploy/'s.
+func scaleTopologyMaxAge(cfg map[string]any, factor time.Duration) error {
+	for _, args := range localcluster.TopologyPlacementArgs(cfg) {
+		s, ok := args["topologyMaxAge"].(string)
+		if !ok {
+			continue
+		}
+		d, err := time.ParseDuration(s)
+		if err != nil {
+			return fmt.Errorf("TopologyPlacement topologyMaxAge %q: %w", s, err)
+		}
+		args["topologyMaxAge"] = (d * factor).String()
+	}
+	return nil
+}
+
 // schedulerNameOf is the pods' spec.schedulerName for sched.
 func schedulerNameOf(sched string) string {
 	if sched == bench.SchedulerLockstep {
@@ -406,22 +495,32 @@ func schedulerNameOf(sched string) string {
 }
 
 // runOnce has sched bind a fresh burst, then deletes it.
-func (e *env) runOnce(ctx context.Context, sched string, round int) (run bench.InProcessRun, err error) {
+func (e *env) runOnce(ctx context.Context, sched string, round int, jobs []bench.BurstJob) (run bench.InProcessRun, err error) {
 	run = bench.InProcessRun{Scheduler: sched, Round: round}
 	ns := fmt.Sprintf("%s-%d", sched, round)
-	if sched == bench.SchedulerLockstep && time.Since(e.published) > 2*time.Minute {
-		// Keep heartbeats fresh: deploy/'s topologyMaxAge leaves nodes with
-		// stale NodeTopology out of planning.
-		if err := e.publishTopology(ctx); err != nil {
-			return run, err
-		}
-	}
-	want, err := e.burst(ctx, ns, schedulerNameOf(sched))
+	phase := time.Now()
+	want, err := e.burst(ctx, ns, schedulerNameOf(sched), jobs)
 	if err != nil {
 		return run, err
 	}
 	run.Pods = want
-	defer func() { err = errors.Join(err, e.clear(ctx, ns)) }()
+	defer func() {
+		phase := time.Now()
+		err = errors.Join(err, e.clear(ctx, ns))
+		e.say("round %d: %s's burst deleted in %s", round, sched, since(phase))
+	}()
+	e.say("round %d: %s's burst of %d jobs, %d pods written in %s", round, sched, len(jobs), want, since(phase))
+	// Heartbeats are refreshed after the burst is written, which takes
+	// minutes at 25,000 nodes, so the run has most of topologyMaxAge
+	// (scaleTopologyMaxAge) before nodes with stale NodeTopology drop out of
+	// planning.
+	if sched == bench.SchedulerLockstep && time.Since(e.published) > 2*time.Minute*e.cfg.sizeFactor() {
+		phase = time.Now()
+		if err := e.heartbeat(ctx); err != nil {
+			return run, err
+		}
+		e.say("round %d: NodeTopology heartbeats refreshed in %s", round, since(phase))
+	}
 
 	binds := newBindLog()
 	watchCtx, stopWatch := context.WithCancel(ctx)
@@ -442,10 +541,16 @@ func (e *env) runOnce(ctx context.Context, sched string, round int) (run bench.I
 	}
 	runtime.GC()
 	heap := startHeapSampler()
+	stopProfile := func() {}
+	if e.cfg.Profile != nil {
+		stopProfile = e.cfg.Profile(sched, round)
+	}
+	started := time.Now()
 	schedCtx, stopSched := context.WithCancel(ctx)
 	cc, s, err := app.Setup(schedCtx, opts, registry...)
 	if err != nil {
 		stopSched()
+		stopProfile()
 		heap.stop()
 		return run, fmt.Errorf("setting up the scheduler: %w", err)
 	}
@@ -466,9 +571,13 @@ func (e *env) runOnce(ctx context.Context, sched string, round int) (run bench.I
 
 	var last int
 	lastChange := time.Now()
+	stall := stallAfter * e.cfg.sizeFactor()
 	waitErr := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, e.cfg.Timeout, true, func(context.Context) (bool, error) {
 		n := binds.count()
 		if n != last {
+			if last == 0 {
+				e.say("round %d: %s's first bind %s after it started", round, sched, since(started))
+			}
 			last, lastChange = n, time.Now()
 		}
 		if n >= want {
@@ -480,12 +589,14 @@ func (e *env) runOnce(ctx context.Context, sched string, round int) (run bench.I
 			return false, fmt.Errorf("the scheduler stopped after binding %d of %d pods: %v", n, want, err)
 		default:
 		}
-		if time.Since(lastChange) > stallAfter {
-			return false, fmt.Errorf("%d of %d pods bound, none for %s%s", n, want, stallAfter, e.pendingReason(ctx, ns))
+		if time.Since(lastChange) > stall {
+			return false, fmt.Errorf("%d of %d pods bound, none for %s%s", n, want, stall, e.pendingReason(ctx, ns))
 		}
 		return false, nil
 	})
+	stopProfile()
 	run.PeakHeapBytes = heap.stop()
+	e.say("round %d: %s ran %s (%d of %d pods bound)", round, sched, since(started), binds.count(), want)
 	if waitErr == nil && e.cfg.Bound != nil {
 		e.cfg.Bound(sched, round)
 	}
@@ -507,7 +618,7 @@ func (e *env) clear(ctx context.Context, ns string) error {
 	if err := e.client.DeleteAllOf(ctx, &schedv1alpha1.PodGroup{}, client.InNamespace(ns)); err != nil {
 		return fmt.Errorf("deleting the PodGroups of %s: %w", ns, err)
 	}
-	return wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+	return wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute*e.cfg.sizeFactor(), true, func(ctx context.Context) (bool, error) {
 		pods, err := e.clientset.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
 		return err == nil && len(pods.Items) == 0, nil
 	})

@@ -265,19 +265,8 @@ func (r Report) WriteMarkdown(w io.Writer) error {
 		}
 	}
 
-	if ip := r.InProcess; ip != nil {
-		b.WriteString("\n## Scale, in process\n\n")
-		fmt.Fprintf(&b, "Model `%s`: %d nodes, %d pods; the schedulers run in turn in one process against one apiserver, %d rounds.\n\n", ip.Model, ip.Nodes, ip.Pods, ip.Rounds)
-		writeRow(&b, []string{"round", "scheduler", "pods bound per second", "peak heap"})
-		writeRow(&b, []string{"---", "---", "---", "---"})
-		for _, run := range ip.Runs {
-			writeRow(&b, []string{fmt.Sprint(run.Round), run.Scheduler, fmt.Sprintf("%.1f", run.PodsPerSecond), formatMiB(run.PeakHeapBytes)})
-		}
-		for _, name := range []string{SchedulerKube, SchedulerLockstep} {
-			if rate, heap, n := ip.Median(name); n > 0 {
-				writeRow(&b, []string{"median", name, fmt.Sprintf("%.1f", rate), formatMiB(heap)})
-			}
-		}
+	if r.InProcess != nil {
+		r.InProcess.writeMarkdown(&b)
 	}
 
 	if r.Priority != nil {
@@ -298,6 +287,39 @@ func (r Report) WriteMarkdown(w io.Writer) error {
 		return fmt.Errorf("writing the Markdown report: %w", err)
 	}
 	return nil
+}
+
+// writeMarkdown writes the in-process scale run's section: the burst's
+// mix of job sizes when recorded, each run, the medians and their ratios,
+// Lockstep's to kube-scheduler's, which the targets are stated in.
+func (ip *InProcessResult) writeMarkdown(b *strings.Builder) {
+	b.WriteString("\n## Scale, in process\n\n")
+	fmt.Fprintf(b, "Model `%s`: %d nodes, %d pods; the schedulers run in turn in one process against one apiserver, %d rounds.\n\n", ip.Model, ip.Nodes, ip.Pods, ip.Rounds)
+	if len(ip.Mix) > 0 {
+		fmt.Fprintf(b, "Burst `%s`: %d jobs, each one PodGroup; by GPUs per job:\n\n", ip.Burst, ip.Jobs)
+		writeRow(b, []string{"GPUs per job", "jobs", "pods"})
+		writeRow(b, []string{"---", "---", "---"})
+		for _, m := range ip.Mix {
+			writeRow(b, []string{fmt.Sprint(m.GPUs), fmt.Sprint(m.Jobs), fmt.Sprint(m.Pods)})
+		}
+		b.WriteString("\n")
+	}
+	writeRow(b, []string{"round", "scheduler", "pods bound per second", "peak heap"})
+	writeRow(b, []string{"---", "---", "---", "---"})
+	for _, run := range ip.Runs {
+		writeRow(b, []string{fmt.Sprint(run.Round), run.Scheduler, fmt.Sprintf("%.1f", run.PodsPerSecond), formatMiB(run.PeakHeapBytes)})
+	}
+	for _, name := range []string{SchedulerKube, SchedulerLockstep} {
+		if rate, heap, n := ip.Median(name); n > 0 {
+			writeRow(b, []string{"median", name, fmt.Sprintf("%.1f", rate), formatMiB(heap)})
+		}
+	}
+	ours, ourHeap, n1 := ip.Median(SchedulerLockstep)
+	theirs, theirHeap, n2 := ip.Median(SchedulerKube)
+	if n1 > 0 && n2 > 0 && theirs > 0 && theirHeap > 0 {
+		fmt.Fprintf(b, "\nLockstep / kube-scheduler, medians: %.2f× the pods bound per second, %.2f× the peak heap.\n",
+			ours/theirs, float64(ourHeap)/float64(theirHeap))
+	}
 }
 
 // scaleOrder lists the scale run's schedulers in the order of Results, then

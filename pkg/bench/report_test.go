@@ -3,6 +3,7 @@ package bench
 import (
 	"bytes"
 	"image/png"
+	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -136,6 +137,22 @@ func sampleReport() Report {
 	}
 }
 
+// inProcessReport is make bench-scale's report: only the in-process run,
+// of a mixed burst, one round.
+func inProcessReport() Report {
+	jobs := []BurstJob{{Pods: 1024, GPUsPerPod: 4}, {Pods: 1, GPUsPerPod: 1}, {Pods: 2, GPUsPerPod: 4}, {Pods: 1, GPUsPerPod: 3}, {Pods: 2, GPUsPerPod: 4}}
+	return Report{
+		Model: "m", Trace: "t.csv", TimeCompression: 60, Host: "2 CPU cores, linux/amd64", Targets: DefaultTargets(),
+		InProcess: &InProcessResult{
+			Model: "test/e2e/models/gb200-100k.yaml", Nodes: 25200, Burst: BurstMixed, Jobs: len(jobs), Mix: BurstMix(jobs), Pods: 1030, Rounds: 1,
+			Runs: []InProcessRun{
+				{Scheduler: SchedulerKube, Round: 1, Pods: 1030, PodsPerSecond: 200, PeakHeapBytes: 1000 << 20},
+				{Scheduler: SchedulerLockstep, Round: 1, Pods: 1030, PodsPerSecond: 450, PeakHeapBytes: 1100 << 20},
+			},
+		},
+	}
+}
+
 func TestWriteMarkdown(t *testing.T) {
 	tests := []struct {
 		name   string
@@ -145,6 +162,7 @@ func TestWriteMarkdown(t *testing.T) {
 		{"three schedulers and a scale run", sampleReport(), "report.md"},
 		{"nothing measured", Report{Model: "m", Trace: "t.csv", TimeCompression: 1.5, Host: "1 CPU cores, linux/arm64", Targets: DefaultTargets(),
 			Results: []Result{{Scheduler: SchedulerKube, PartialGangAfterSeconds: 30}}}, "report-empty.md"},
+		{"the in-process run alone, mixed burst", inProcessReport(), "report-inprocess.md"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -290,5 +308,17 @@ func TestWritePlotsToMissingDirectory(t *testing.T) {
 	err := sampleReport().WritePlots(filepath.Join(t.TempDir(), "missing"))
 	if err == nil {
 		t.Error("WritePlots into a missing directory succeeded")
+	}
+}
+
+// BenchmarkWriteMarkdown renders the sample report, scale sections
+// included.
+func BenchmarkWriteMarkdown(b *testing.B) {
+	r := sampleReport()
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := r.WriteMarkdown(io.Discard); err != nil {
+			b.Fatal(err)
+		}
 	}
 }

@@ -567,10 +567,17 @@ func latest(a, b time.Time) time.Time {
 // scheduler binds the same burst on the same apiserver several times,
 // alternating, with no KWOK process or other component beside it.
 type InProcessResult struct {
-	Model  string `json:"model"`
-	Nodes  int    `json:"nodes"`
-	Pods   int    `json:"pods"`
-	Rounds int    `json:"rounds"`
+	Model string `json:"model"`
+	Nodes int    `json:"nodes"`
+	// Burst names the burst (BurstGangs, BurstMixed); empty in results of
+	// runs before it was recorded, which were BurstGangs.
+	Burst string `json:"burst,omitempty"`
+	// Jobs is the burst's jobs (PodGroups), Mix their sizes; zero and
+	// empty in results of runs before they were recorded.
+	Jobs   int           `json:"jobs,omitempty"`
+	Mix    []BurstBucket `json:"mix,omitempty"`
+	Pods   int           `json:"pods"`
+	Rounds int           `json:"rounds"`
 	// Runs are in the order they ran.
 	Runs []InProcessRun `json:"runs"`
 }

@@ -233,6 +233,8 @@ func TestShippedModels(t *testing.T) {
 		// Only the H100 pool's 32 GPUs are nvidia.com/gpu; the DGX-1 and
 		// GB200 pools' are DRA devices.
 		{"mixed-dra.yaml", 26, 4 * 8},
+		{"gb200-100k.yaml", 25200, 25200 * 4},
+		{"gb200-14.yaml", 14, 12*4 + 2*8},
 	}
 	for _, tc := range tests {
 		t.Run(tc.file, func(t *testing.T) {
