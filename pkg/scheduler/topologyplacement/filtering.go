@@ -37,6 +37,9 @@ func (p *TopologyPlacement) Filter(ctx context.Context, state fwk.CycleState, po
 	if held == 0 {
 		return nil
 	}
+	if s.req.claimed {
+		return claimedFilter(p.claimedFree(node.Name, ""), s.req.gpus, held)
+	}
 	free := int(nodeInfo.GetAllocatable().GetScalarResources()[lockstep.GPUResource]-nodeInfo.GetRequested().GetScalarResources()[lockstep.GPUResource]) - held
 	if free < s.req.gpus {
 		return fwk.NewStatus(fwk.Unschedulable, fmt.Sprintf("%d of the node's free GPUs are held for gangs", held))

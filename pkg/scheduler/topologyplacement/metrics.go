@@ -74,6 +74,7 @@ type pluginMetrics struct {
 	heldGPUs            *metrics.Gauge
 	drainedNodes        *metrics.Gauge
 	nodesExcluded       *metrics.GaugeVec
+	draUnjoinedDevices  *metrics.Gauge
 	preemptionAttempts  *metrics.CounterVec
 	preemptionVictims   *metrics.CounterVec
 	preemptionGPUHours  *metrics.Counter
@@ -144,6 +145,13 @@ func newPluginMetrics() *pluginMetrics {
 			Help:           "Nodes left out of gang planning because their NodeTopology is stale (heartbeat older than topologyMaxAge) or invalid (fails validation), by reason; updated at each plan and every few seconds.",
 			StabilityLevel: metrics.ALPHA,
 		}, []string{"reason"}),
+		draUnjoinedDevices: metrics.NewGauge(&metrics.GaugeOpts{
+			Namespace:      metricsNamespace,
+			Subsystem:      metricsSubsystem,
+			Name:           "dra_unjoined_devices",
+			Help:           "GPU devices of the DRA driver's ResourceSlices that join no GPU of their node's NodeTopology by UUID, and so are not planned on; set by each plan of a gang that claims GPUs.",
+			StabilityLevel: metrics.ALPHA,
+		}),
 		preemptionAttempts: metrics.NewCounterVec(&metrics.CounterOpts{
 			Namespace:      metricsNamespace,
 			Subsystem:      metricsSubsystem,
@@ -212,6 +220,7 @@ func registerMetrics(register func(metrics.Registerable) error) (*pluginMetrics,
 	add(m.heldGPUs, adoptAs(&m.heldGPUs))
 	add(m.drainedNodes, adoptAs(&m.drainedNodes))
 	add(m.nodesExcluded, adoptAs(&m.nodesExcluded))
+	add(m.draUnjoinedDevices, adoptAs(&m.draUnjoinedDevices))
 	add(m.preemptionAttempts, adoptAs(&m.preemptionAttempts))
 	add(m.preemptionVictims, adoptAs(&m.preemptionVictims))
 	add(m.preemptionGPUHours, adoptAs(&m.preemptionGPUHours))

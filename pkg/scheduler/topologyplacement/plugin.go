@@ -104,6 +104,10 @@ type TopologyPlacement struct {
 	// defaultPreemption is upstream's, for pods outside gangs (PostFilter);
 	// nil (tests) preempts nothing for them.
 	defaultPreemption *defaultpreemption.DefaultPreemption
+	// dra reads claims, templates, ResourceSlices and allocated devices;
+	// nil (tests, a scheduler without DRA) leaves claims to whoever serves
+	// them.
+	dra draSource
 	// behind is set until the plugin's informer handlers have handled what
 	// their informers first listed (catchUp): the scheduler starts
 	// scheduling once its informers synced, while the handlers that index
@@ -280,6 +284,10 @@ func build(ctx context.Context, args *Args, handle framework.Handle) (*TopologyP
 		return nil, err
 	}
 	if err := register(ntInformer, p.takeReportedAllocations()); err != nil {
+		return nil, err
+	}
+	p.dra = newFrameworkDRA(handle)
+	if err := register(ntInformer, p.forgetUUIDs()); err != nil {
 		return nil, err
 	}
 	if err := register(pgInformer, p.podGroupEvents(ctx)); err != nil {
@@ -495,7 +503,7 @@ func (p *TopologyPlacement) invalidate(key string, reason dropReason) {
 	}
 	p.metrics.plansInvalidated.WithLabelValues(string(reason)).Inc()
 	p.handle.IterateOverWaitingPods(func(wp framework.WaitingPod) {
-		if planKey(wp.GetPod()) == key {
+		if p.podPlanKey(wp.GetPod()) == key {
 			wp.Reject(Name, reason.message())
 		}
 	})

@@ -88,6 +88,11 @@ func (p *TopologyPlacement) PreEnqueue(ctx context.Context, pod *v1.Pod) *fwk.St
 // nominated to its node of the plan, as every later member is while the
 // victims go.
 func (p *TopologyPlacement) PostFilter(ctx context.Context, state fwk.CycleState, pod *v1.Pod, m framework.NodeToStatusReader) (*framework.PostFilterResult, *fwk.Status) {
+	if req := p.podRequest(pod); req.claimed && planKeyOf(pod, req.gpus) != "" {
+		// placement.Preempt frees GPUs by NodeTopology index; which
+		// claims' devices an eviction frees is not read yet.
+		return nil, fwk.NewStatus(fwk.Unschedulable, "gang preemption does not preempt for GPUs asked through ResourceClaims")
+	}
 	if planKey(pod) == "" {
 		if p.defaultPreemption == nil {
 			return nil, fwk.NewStatus(fwk.Unschedulable, "preemption for pods outside gangs is not set up")

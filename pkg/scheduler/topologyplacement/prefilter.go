@@ -71,9 +71,12 @@ func stateOf(state fwk.CycleState) (*cycleState, error) {
 // of EventsToRegister.
 func (p *TopologyPlacement) PreFilter(ctx context.Context, state fwk.CycleState, pod *v1.Pod, nodes []fwk.NodeInfo) (*framework.PreFilterResult, *fwk.Status) {
 	logger := klog.FromContext(ctx).WithValues("plugin", Name, "pod", klog.KObj(pod))
-	s := &cycleState{req: requestOf(pod), slot: -1}
+	s := &cycleState{req: p.podRequest(pod), slot: -1}
 	s.gang = planKeyOf(pod, s.req.gpus)
 	state.Write(stateKey, s)
+	if status := claimStatus(gangKey(pod), s.req); status != nil {
+		return nil, status
+	}
 	if s.gang == "" {
 		return nil, nil
 	}
@@ -81,7 +84,7 @@ func (p *TopologyPlacement) PreFilter(ctx context.Context, state fwk.CycleState,
 		return nil, fwk.NewStatus(fwk.Unschedulable, notCaughtUp)
 	}
 	g, ok := p.books.get(s.gang)
-	if ok && !p.planStillValid(g, nodes) {
+	if ok && !p.planFits(g, nodes, s.req.claimed) {
 		logger.V(2).Info("Plan invalidated: a planned node is gone or taken", "podGroup", s.gang)
 		p.invalidate(s.gang, dropNodeUnavailable)
 		ok = false
@@ -192,7 +195,7 @@ func (p *TopologyPlacement) pendingPeers(pod *v1.Pod, gpus int, inPlan func(type
 	var out []*v1.Pod
 	for _, member := range pods {
 		if member.UID == pod.UID || member.Spec.NodeName != "" || member.DeletionTimestamp != nil ||
-			member.Status.Phase == v1.PodSucceeded || member.Status.Phase == v1.PodFailed || requestOf(member).gpus != gpus {
+			member.Status.Phase == v1.PodSucceeded || member.Status.Phase == v1.PodFailed || p.podRequest(member).gpus != gpus {
 			continue
 		}
 		if _, reserved := p.books.assignmentOf(member.UID); reserved && !inPlan(member.UID) {
@@ -217,12 +220,21 @@ func rankOf(pod *v1.Pod) (int, bool) {
 // not left out for stale or invalid topology, and still has the slot's GPUs
 // free by count.
 func (p *TopologyPlacement) planStillValid(g *gangPlan, nodes []fwk.NodeInfo) bool {
+	return p.planFits(g, nodes, false)
+}
+
+// planFits is planStillValid for a gang whose members claim GPUs (claimed)
+// or request nvidia.com/gpu.
+func (p *TopologyPlacement) planFits(g *gangPlan, nodes []fwk.NodeInfo, claimed bool) bool {
 	excluded := p.health.refresh()
 	lookup := p.nodeLookup(nodes)
 	return g.Fits(func(name string) (int, bool) {
 		ni, ok := lookup(name)
 		if _, out := excluded[name]; !ok || out || ni.Node().Spec.Unschedulable {
 			return 0, false
+		}
+		if claimed {
+			return p.claimedFree(name, g.Key()), servedByDRA(ni)
 		}
 		free := ni.GetAllocatable().GetScalarResources()[lockstep.GPUResource] - ni.GetRequested().GetScalarResources()[lockstep.GPUResource]
 		return int(free), true
@@ -283,7 +295,11 @@ func (p *TopologyPlacement) plan(ctx context.Context, pod *v1.Pod, s *cycleState
 	if err != nil {
 		return nil, outcomeError, fwk.AsStatus(err)
 	}
-	req, err := p.request(pg, pod, s, p.classMembers(pod, s.req.gpus))
+	members := p.classMembers(pod, s.req.gpus)
+	if status := mixedStatus(s.gang, members); status != nil {
+		return nil, outcomeUnschedulable, status
+	}
+	req, err := p.request(pg, pod, s, members)
 	if err != nil {
 		// A bad annotation is the user's to fix; say which and how.
 		return nil, outcomeUnschedulable, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, err.Error())
@@ -430,6 +446,9 @@ type gangMembers struct {
 	// boundNodes are the nodes of every bound or reserved live member of
 	// the gang, whatever it asks for: where a new plan should stay close to.
 	boundNodes []string
+	// byClaims and byResource count the gang's live members that ask for
+	// GPUs through claims and through nvidia.com/gpu (mixedStatus).
+	byClaims, byResource int
 }
 
 // classMembers counts the gang's live pods that ask for gpus GPUs, and how
@@ -456,7 +475,14 @@ func (p *TopologyPlacement) classMembers(pod *v1.Pod, gpus int) gangMembers {
 		if node != "" {
 			m.boundNodes = append(m.boundNodes, node)
 		}
-		if requestOf(member).gpus != gpus {
+		req := p.podRequest(member)
+		switch {
+		case req.claimed:
+			m.byClaims++
+		case req.gpus > 0:
+			m.byResource++
+		}
+		if req.gpus != gpus {
 			continue
 		}
 		m.total++

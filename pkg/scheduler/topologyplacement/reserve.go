@@ -16,7 +16,12 @@ func (p *TopologyPlacement) Reserve(ctx context.Context, state fwk.CycleState, p
 		return fwk.AsStatus(err)
 	}
 	if s.plan == nil {
-		p.reserveBestSet(pod, nodeName, s.req.gpus)
+		// A pod that claims GPUs gets the devices DynamicResources
+		// allocates, which the DRA view reads: a guess in the books would
+		// only hide others.
+		if !s.req.claimed {
+			p.reserveBestSet(pod, nodeName, s.req.gpus)
+		}
 		return nil
 	}
 	a, ok := p.books.reserveSlot(s.gang, pod.UID, nodeName, s.slot)
@@ -43,7 +48,7 @@ func (p *TopologyPlacement) Reserve(ctx context.Context, state fwk.CycleState, p
 // binding failed). Coscheduling rejects the gang's other waiting members
 // then, so the whole plan is dropped and the gang is planned afresh.
 func (p *TopologyPlacement) Unreserve(ctx context.Context, state fwk.CycleState, pod *v1.Pod, nodeName string) {
-	key := planKey(pod)
+	key := p.podPlanKey(pod)
 	if key == "" {
 		p.books.forgetPod(pod.UID)
 		p.verdicts.mayFit()

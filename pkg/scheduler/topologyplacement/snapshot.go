@@ -61,6 +61,13 @@ type memberRequest struct {
 	gpus     int
 	milliCPU int64
 	memory   int64
+	// claimed says the GPUs are asked for through ResourceClaims of the
+	// GPU DeviceClass, not nvidia.com/gpu (podRequest); claimProblem why
+	// those claims cannot be planned, and claimUnresolvable whether only
+	// the user can fix that (claimStatus).
+	claimed           bool
+	claimProblem      string
+	claimUnresolvable bool
 }
 
 func requestOf(pod *v1.Pod) memberRequest {
@@ -101,6 +108,11 @@ func (p *TopologyPlacement) snapshot(pod *v1.Pod, gang string, nodeInfos []fwk.N
 	// One array holds every planner node: two allocations per plan, not one
 	// per node.
 	nodes := make([]placement.Node, 0, len(nodeInfos))
+	// A pod that claims GPUs is planned on the DRA driver's devices.
+	dra, err := p.draViewFor(pod)
+	if err != nil {
+		return nil, err
+	}
 	// The GPU index and the books are read for every node: locked once for
 	// the snapshot, not twice per node.
 	p.gpus.mu.RLock()
@@ -116,6 +128,9 @@ func (p *TopologyPlacement) snapshot(pod *v1.Pod, gang string, nodeInfos []fwk.N
 			continue
 		}
 		nodes = append(nodes, p.plannerNode(&rows[i], ni, node, gang, priority))
+		if dra != nil {
+			p.draNode(&nodes[len(nodes)-1], &rows[i], ni, gang, dra)
+		}
 	}
 	p.rows.mu.Unlock()
 	p.books.mu.Unlock()

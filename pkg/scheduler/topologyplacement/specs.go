@@ -44,6 +44,10 @@ type specTable struct {
 	// converted holds the placement model of each spec made only of
 	// shared parts.
 	converted map[specKey]*topology.NodeTopology
+	// uuids are each node's GPU UUIDs by index, which slim drops from the
+	// spec: the key that joins a node's GPUs to a DRA driver's devices
+	// (keepUUIDs, draSnapshot).
+	uuids map[string][]string
 	// stored returns the object the informer holds under a key, so that an
 	// update of the status only reuses the stored spec; nil always
 	// recomputes.
@@ -112,6 +116,7 @@ func (t *specTable) slim(obj any) (any, error) {
 		return nt, nil
 	}
 	s := &nt.Spec
+	t.keepUUIDs(nt.Name, s.GPUs)
 	// Written only where set: a slim object's slices are shared, and even
 	// writing the same value races with their readers.
 	for i, g := range s.GPUs {

@@ -1,0 +1,462 @@
+package topologyplacement
+
+import (
+	"fmt"
+	"strings"
+
+	v1 "k8s.io/api/core/v1"
+	resourcev1 "k8s.io/api/resource/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/dynamic-resource-allocation/structured"
+	"k8s.io/klog/v2"
+	fwk "k8s.io/kube-scheduler/framework"
+	"k8s.io/kubernetes/pkg/scheduler/framework"
+
+	"github.com/lockstep-dev/lockstep/pkg/apis/lockstep/v1alpha1"
+	"github.com/lockstep-dev/lockstep/pkg/lockstep"
+	"github.com/lockstep-dev/lockstep/pkg/topology"
+	"github.com/lockstep-dev/lockstep/pkg/topology/placement"
+)
+
+// draSource is what the plugin reads of DRA objects. Every read is served
+// from the scheduler's informers, never the API: it runs on the scheduling
+// thread.
+type draSource interface {
+	// claim returns a ResourceClaim as the scheduler's DynamicResources
+	// plugin sees it, with the allocations it made and has not written yet.
+	claim(namespace, name string) (*resourcev1.ResourceClaim, error)
+	template(namespace, name string) (*resourcev1.ResourceClaimTemplate, error)
+	slices() ([]*resourcev1.ResourceSlice, error)
+	// allocated are the devices of every allocated claim, in-flight
+	// allocations of this scheduler included.
+	allocated() (sets.Set[structured.DeviceID], error)
+}
+
+// frameworkDRA reads the framework's shared DRA manager, the one the
+// DynamicResources plugin allocates through, and the template informer.
+type frameworkDRA struct {
+	manager   framework.SharedDRAManager
+	templates func(namespace, name string) (*resourcev1.ResourceClaimTemplate, error)
+}
+
+// newFrameworkDRA returns the handle's DRA objects, or nil when the
+// scheduler runs without DRA: claims are then left to whoever serves them.
+func newFrameworkDRA(handle framework.Handle) draSource {
+	m := handle.SharedDRAManager()
+	if m == nil {
+		return nil
+	}
+	// Asking the factory for the lister registers its informer before the
+	// scheduler starts the factory; DynamicResources reads the same one.
+	lister := handle.SharedInformerFactory().Resource().V1().ResourceClaimTemplates().Lister()
+	return &frameworkDRA{manager: m, templates: func(ns, name string) (*resourcev1.ResourceClaimTemplate, error) {
+		return lister.ResourceClaimTemplates(ns).Get(name)
+	}}
+}
+
+func (f *frameworkDRA) claim(ns, name string) (*resourcev1.ResourceClaim, error) {
+	return f.manager.ResourceClaims().Get(ns, name)
+}
+
+func (f *frameworkDRA) template(ns, name string) (*resourcev1.ResourceClaimTemplate, error) {
+	return f.templates(ns, name)
+}
+
+func (f *frameworkDRA) slices() ([]*resourcev1.ResourceSlice, error) {
+	return f.manager.ResourceSlices().ListWithDeviceTaintRules()
+}
+
+func (f *frameworkDRA) allocated() (sets.Set[structured.DeviceID], error) {
+	return f.manager.ResourceClaims().ListAllAllocatedDevices()
+}
+
+// claimedGPUs is what a pod asks of the GPU DeviceClass through its claims.
+type claimedGPUs struct {
+	gpus int
+	// problem says why the pod's claims cannot be planned (a shape the
+	// planner cannot predict); unresolvable says whether only the user can
+	// fix it, as opposed to a claim or template not in the cache yet.
+	problem      string
+	unresolvable bool
+}
+
+// claimedGPUsOf reads the GPUs a pod's claims ask for: each pod claim's
+// ResourceClaim (by name, or the one generated for it from its template,
+// as pod.status.resourceClaimStatuses names it), or the template itself
+// before the claim exists. Requests of other device classes (a
+// ComputeDomain's channel) are not GPUs and are left to DynamicResources.
+func claimedGPUsOf(dra draSource, pod *v1.Pod) claimedGPUs {
+	var out claimedGPUs
+	for _, pc := range pod.Spec.ResourceClaims {
+		spec, err := podClaimSpec(dra, pod, pc)
+		if err != nil {
+			return claimedGPUs{problem: fmt.Sprintf("pod claim %q: %v", pc.Name, err), unresolvable: !apierrors.IsNotFound(err)}
+		}
+		if spec == nil {
+			continue
+		}
+		n, problem := specGPUs(spec)
+		if problem != "" {
+			return claimedGPUs{problem: fmt.Sprintf("pod claim %q: %s", pc.Name, problem), unresolvable: true}
+		}
+		out.gpus += n
+	}
+	return out
+}
+
+// podClaimSpec returns the spec of a pod claim, nil when none is needed
+// (its template generated no claim).
+func podClaimSpec(dra draSource, pod *v1.Pod, pc v1.PodResourceClaim) (*resourcev1.ResourceClaimSpec, error) {
+	name := pc.ResourceClaimName
+	if pc.ResourceClaimTemplateName != nil {
+		i := -1
+		for j, st := range pod.Status.ResourceClaimStatuses {
+			if st.Name == pc.Name {
+				i = j
+			}
+		}
+		if i < 0 {
+			t, err := dra.template(pod.Namespace, *pc.ResourceClaimTemplateName)
+			if err != nil {
+				return nil, err
+			}
+			return &t.Spec.Spec, nil
+		}
+		if name = pod.Status.ResourceClaimStatuses[i].ResourceClaimName; name == nil {
+			return nil, nil
+		}
+	}
+	if name == nil {
+		return nil, fmt.Errorf("names neither a claim nor a template")
+	}
+	c, err := dra.claim(pod.Namespace, *name)
+	if err != nil {
+		return nil, err
+	}
+	return &c.Spec, nil
+}
+
+// specGPUs counts the GPUs a claim spec asks for, or says why the planner
+// cannot plan it. A request of the GPU class asks for Count GPUs (mode
+// ExactCount, the default); a firstAvailable request counts as its first
+// alternative, the one the allocator tries first, when that is of the GPU
+// class. What the planner cannot predict is refused rather than planned
+// wrongly: all of a node's GPUs (the plan would not know how many), CEL
+// selectors, admin access, a GPU class offered only as a fallback, and
+// constraints on GPUs other than matchAttribute on the PCIe root.
+func specGPUs(spec *resourcev1.ResourceClaimSpec) (int, string) {
+	gpus := 0
+	// GPU request names, for the constraints: "req" and "req/sub".
+	gpuRequests := sets.New[string]()
+	for _, r := range spec.Devices.Requests {
+		switch {
+		case r.Exactly != nil:
+			if r.Exactly.DeviceClassName != lockstep.DRAGPUDeviceClass {
+				continue
+			}
+			if len(r.Exactly.Selectors) > 0 {
+				return 0, fmt.Sprintf("request %q selects GPUs with CEL selectors, which TopologyPlacement cannot evaluate; choose nodes with node affinity instead", r.Name)
+			}
+			if r.Exactly.AdminAccess != nil && *r.Exactly.AdminAccess {
+				return 0, fmt.Sprintf("request %q asks for admin access to GPUs, which takes no GPU; use a claim outside the gang", r.Name)
+			}
+			n, problem := exactGPUs(r.Name, r.Exactly.AllocationMode, r.Exactly.Count)
+			if problem != "" {
+				return 0, problem
+			}
+			gpus += n
+			gpuRequests.Insert(r.Name)
+		case len(r.FirstAvailable) > 0:
+			first := r.FirstAvailable[0]
+			if first.DeviceClassName != lockstep.DRAGPUDeviceClass {
+				for _, sub := range r.FirstAvailable[1:] {
+					if sub.DeviceClassName == lockstep.DRAGPUDeviceClass {
+						return 0, fmt.Sprintf("request %q offers GPUs only as a fallback (subrequest %q): TopologyPlacement plans a request's first alternative; put the GPU subrequest first or in a request of its own", r.Name, sub.Name)
+					}
+				}
+				continue
+			}
+			if len(first.Selectors) > 0 {
+				return 0, fmt.Sprintf("subrequest %q selects GPUs with CEL selectors, which TopologyPlacement cannot evaluate; choose nodes with node affinity instead", r.Name+"/"+first.Name)
+			}
+			n, problem := exactGPUs(r.Name+"/"+first.Name, first.AllocationMode, first.Count)
+			if problem != "" {
+				return 0, problem
+			}
+			gpus += n
+			gpuRequests.Insert(r.Name, r.Name+"/"+first.Name)
+		}
+	}
+	for _, c := range spec.Devices.Constraints {
+		touches := len(c.Requests) == 0 && gpuRequests.Len() > 0
+		for _, name := range c.Requests {
+			touches = touches || gpuRequests.Has(name)
+		}
+		if !touches || (c.MatchAttribute != nil && *c.MatchAttribute == lockstep.DRAPCIeRootAttribute) {
+			continue
+		}
+		what := "distinctAttribute"
+		if c.MatchAttribute != nil {
+			what = "matchAttribute " + string(*c.MatchAttribute)
+		}
+		return 0, fmt.Sprintf("a constraint (%s) on GPU requests %s: TopologyPlacement predicts only matchAttribute %s; drop the constraint or use that one", what, strings.Join(sets.List(gpuRequests), ","), lockstep.DRAPCIeRootAttribute)
+	}
+	return gpus, ""
+}
+
+// exactGPUs is the GPU count of one request of the GPU class.
+func exactGPUs(name string, mode resourcev1.DeviceAllocationMode, count int64) (int, string) {
+	switch mode {
+	case resourcev1.DeviceAllocationModeExactCount, "":
+		// The API defaults count to 1; a template read from a cache that
+		// skipped defaulting is read the same way.
+		return int(max(count, 1)), ""
+	case resourcev1.DeviceAllocationModeAll:
+		return 0, fmt.Sprintf("request %q asks for all GPUs of a node (allocationMode All), which a gang plan cannot size; ask for an exact count", name)
+	default:
+		return 0, fmt.Sprintf("request %q has allocationMode %q, which TopologyPlacement does not know", name, mode)
+	}
+}
+
+// podRequest is requestOf, with the GPUs the pod asks for through claims
+// of the GPU DeviceClass when the scheduler serves DRA. A pod asks for GPUs
+// one way: asking both ways is a problem, as is a claim the planner cannot
+// predict.
+func (p *TopologyPlacement) podRequest(pod *v1.Pod) memberRequest {
+	req := requestOf(pod)
+	if p.dra == nil || len(pod.Spec.ResourceClaims) == 0 {
+		return req
+	}
+	c := claimedGPUsOf(p.dra, pod)
+	switch {
+	case c.problem != "":
+		req.claimProblem, req.claimUnresolvable = c.problem, c.unresolvable
+	case c.gpus > 0 && req.gpus > 0:
+		req.claimProblem, req.claimUnresolvable = fmt.Sprintf("the pod asks for %d %s and for %d GPUs through ResourceClaims of DeviceClass %s; ask one way", req.gpus, lockstep.GPUResource, c.gpus, lockstep.DRAGPUDeviceClass), true
+	case c.gpus > 0:
+		req.gpus, req.claimed = c.gpus, true
+	}
+	return req
+}
+
+// podPlanKey is planKey with the pod's GPUs as podRequest counts them.
+func (p *TopologyPlacement) podPlanKey(pod *v1.Pod) string {
+	return planKeyOf(pod, p.podRequest(pod).gpus)
+}
+
+// claimStatus is PreFilter's answer to a gang member whose claims cannot
+// be planned, nil when they can.
+func claimStatus(gang string, req memberRequest) *fwk.Status {
+	if req.claimProblem == "" || gang == "" {
+		return nil
+	}
+	code := fwk.Unschedulable
+	if req.claimUnresolvable {
+		code = fwk.UnschedulableAndUnresolvable
+	}
+	return fwk.NewStatus(code, fmt.Sprintf("PodGroup %s: %s", gang, req.claimProblem))
+}
+
+// mixedStatus refuses a gang whose GPU members ask for GPUs both through
+// nvidia.com/gpu and through claims: the two kinds run on different nodes
+// and the gang would be planned as two.
+func mixedStatus(gang string, m gangMembers) *fwk.Status {
+	if m.byClaims == 0 || m.byResource == 0 {
+		return nil
+	}
+	return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, fmt.Sprintf(
+		"PodGroup %s: %d members ask for %s and %d for GPUs through ResourceClaims of DeviceClass %s; a gang asks for GPUs one way",
+		gang, m.byResource, lockstep.GPUResource, m.byClaims, lockstep.DRAGPUDeviceClass))
+}
+
+// servedByDRA reports whether a node's GPUs are a DRA driver's: it
+// advertises no nvidia.com/gpu. Only such nodes are planned for pods that
+// claim GPUs, and only the others for pods that request nvidia.com/gpu.
+func servedByDRA(ni fwk.NodeInfo) bool {
+	return ni.GetAllocatable().GetScalarResources()[lockstep.GPUResource] == 0
+}
+
+// draView is what one plan reads of the DRA driver's GPUs: per node, the
+// NodeTopology indexes of the GPUs whose devices are published and not
+// allocated to any claim.
+type draView struct {
+	free map[string]topology.GPUSet
+}
+
+// draSnapshot reads the GPU driver's ResourceSlices and the allocated
+// devices once for a plan, and joins each node's devices to its
+// NodeTopology GPUs by UUID. Devices that join no GPU are not planned on;
+// they are logged and counted.
+func (p *TopologyPlacement) draSnapshot(logger klog.Logger) (*draView, error) {
+	slices, err := p.dra.slices()
+	if err != nil {
+		return nil, fmt.Errorf("listing ResourceSlices: %w", err)
+	}
+	allocated, err := p.dra.allocated()
+	if err != nil {
+		return nil, fmt.Errorf("listing allocated devices: %w", err)
+	}
+	view := &draView{free: map[string]topology.GPUSet{}}
+	unjoinedDevices := 0
+	for node, devices := range gpuDevicesByNode(slices) {
+		free, unjoined := freeDRAGPUs(p.gpus.specs.uuidsOf(node), devices, func(name string) bool {
+			return allocated.Has(structured.MakeDeviceID(lockstep.DRAGPUDriver, node, name))
+		})
+		view.free[node] = free
+		if len(unjoined) > 0 {
+			unjoinedDevices += len(unjoined)
+			if logger.V(2).Enabled() {
+				logger.V(2).Info("GPU devices that join no GPU of the node's NodeTopology are not planned on", "node", node, "devices", unjoined)
+			}
+		}
+	}
+	p.metrics.draUnjoinedDevices.Set(float64(unjoinedDevices))
+	return view, nil
+}
+
+// gpuDevicesByNode collects the GPU driver's devices of node-local pools
+// (NVIDIA's kubelet plugin names the pool after the node), from the
+// slices of each pool's newest generation only: older ones are being
+// replaced.
+func gpuDevicesByNode(slices []*resourcev1.ResourceSlice) map[string][]topology.DRADevice {
+	newest := map[string]int64{}
+	for _, s := range slices {
+		if s.Spec.Driver == lockstep.DRAGPUDriver && s.Spec.NodeName != nil {
+			newest[s.Spec.Pool.Name] = max(newest[s.Spec.Pool.Name], s.Spec.Pool.Generation)
+		}
+	}
+	out := map[string][]topology.DRADevice{}
+	for _, s := range slices {
+		if s.Spec.Driver != lockstep.DRAGPUDriver || s.Spec.NodeName == nil || s.Spec.Pool.Name != *s.Spec.NodeName ||
+			s.Spec.Pool.Generation != newest[s.Spec.Pool.Name] {
+			continue
+		}
+		for _, d := range s.Spec.Devices {
+			dev := topology.DRADevice{Driver: s.Spec.Driver, Name: d.Name}
+			if a, ok := d.Attributes[lockstep.DRAUUIDAttribute]; ok && a.StringValue != nil {
+				dev.UUID = *a.StringValue
+			}
+			out[*s.Spec.NodeName] = append(out[*s.Spec.NodeName], dev)
+		}
+	}
+	return out
+}
+
+// freeDRAGPUs joins a node's devices to its GPUs (uuids by NodeTopology
+// index) and returns the joined GPUs whose device is not allocated, and
+// the devices that join none.
+func freeDRAGPUs(uuids []string, devices []topology.DRADevice, allocated func(device string) bool) (topology.GPUSet, []topology.UnjoinedDevice) {
+	node := &topology.NodeTopology{GPUs: make([]topology.GPU, len(uuids))}
+	for i, u := range uuids {
+		node.GPUs[i].UUID = u
+	}
+	join := topology.JoinDRADevices(node, lockstep.DRAGPUDriver, devices)
+	var free topology.GPUSet
+	for name, gpu := range join.GPUs {
+		if gpu < topology.MaxGPUs && !allocated(name) {
+			free |= topology.NewGPUSet(gpu)
+		}
+	}
+	return free, join.Unjoined
+}
+
+// draNode gives a planner node of a pod that claims GPUs its free GPUs:
+// on a node whose GPUs a DRA driver serves, the published devices no claim
+// holds, that the agent reports healthy and free, and that no plan or
+// reserved pod holds; none elsewhere. The caller holds p.gpus for reading
+// and p.books.
+func (p *TopologyPlacement) draNode(pn *placement.Node, row *snapshotRow, ni fwk.NodeInfo, gang string, view *draView) {
+	pn.FreeGPUs = 0
+	if row.gpus == nil || !servedByDRA(ni) {
+		return
+	}
+	pn.FreeGPUs = view.free[pn.Name] & row.gpus.free &^ p.books.core.HeldOn(pn.Name, gang)
+}
+
+// claimedFree is a DRA node's free GPU count for a plan's validity: what
+// the agent reports free less what other plans and reserved pods hold
+// (the plan's own open slots excepted). Allocations DynamicResources made
+// since the agent's last report are its Filter's to catch.
+func (p *TopologyPlacement) claimedFree(node, gang string) int {
+	gpus, ok := p.gpus.get(node)
+	if !ok {
+		return 0
+	}
+	return (gpus.free &^ p.books.heldOn(node, gang)).Len()
+}
+
+// forgetUUIDs drops a deleted NodeTopology's GPU UUIDs (specTable.uuids).
+func (p *TopologyPlacement) forgetUUIDs() cache.ResourceEventHandler {
+	return cache.ResourceEventHandlerFuncs{
+		DeleteFunc: func(obj any) {
+			if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+				obj = tomb.Obj
+			}
+			if nt, ok := obj.(*v1alpha1.NodeTopology); ok {
+				p.gpus.specs.forgetUUIDs(nt.Name)
+			}
+		},
+	}
+}
+
+// draViewFor returns the DRA view a plan for pod reads, nil for a pod that
+// claims no GPUs.
+func (p *TopologyPlacement) draViewFor(pod *v1.Pod) (*draView, error) {
+	if p.dra == nil || len(pod.Spec.ResourceClaims) == 0 || !p.podRequest(pod).claimed {
+		return nil, nil
+	}
+	return p.draSnapshot(p.logger)
+}
+
+// keepUUIDs remembers a node's GPU UUIDs before slim drops them. A spec
+// without UUIDs (one slimmed already, as the informer's list is before its
+// transform runs again) keeps what was remembered.
+func (t *specTable) keepUUIDs(node string, gpus []v1alpha1.GPU) {
+	uuids := make([]string, len(gpus))
+	known := false
+	for i, g := range gpus {
+		uuids[i] = g.UUID
+		known = known || g.UUID != ""
+	}
+	if !known {
+		return
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.uuids == nil {
+		t.uuids = map[string][]string{}
+	}
+	t.uuids[node] = uuids
+}
+
+// uuidsOf returns a node's GPU UUIDs by index; nil for a nil table.
+func (t *specTable) uuidsOf(node string) []string {
+	if t == nil {
+		return nil
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.uuids[node]
+}
+
+// forgetUUIDs drops a node's UUIDs once its NodeTopology is deleted.
+func (t *specTable) forgetUUIDs(node string) {
+	if t == nil {
+		return
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	delete(t.uuids, node)
+}
+
+// claimedFilter keeps a pod outside gangs that claims gpus GPUs off a node
+// whose free GPUs, less the held ones plans hold, are too few: the
+// allocator does not know Lockstep's books.
+func claimedFilter(free, gpus, held int) *fwk.Status {
+	if free >= gpus {
+		return nil
+	}
+	return fwk.NewStatus(fwk.Unschedulable, fmt.Sprintf("%d of the node's free GPUs are held for gangs", held))
+}
