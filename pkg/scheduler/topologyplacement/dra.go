@@ -1,6 +1,7 @@
 package topologyplacement
 
 import (
+	"context"
 	"fmt"
 	"strings"
 
@@ -8,6 +9,7 @@ import (
 	resourcev1 "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/client-go/informers"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/dynamic-resource-allocation/structured"
 	"k8s.io/klog/v2"
@@ -43,14 +45,28 @@ type frameworkDRA struct {
 
 // newFrameworkDRA returns the handle's DRA objects, or nil when the
 // scheduler runs without DRA: claims are then left to whoever serves them.
-func newFrameworkDRA(handle framework.Handle) draSource {
+//
+// Templates come from an informer of the plugin's own, started here and
+// not waited for: the scheduler waits for every informer of its shared
+// factory before it schedules anything, and a scheduler whose role may not
+// list templates would schedule nothing. Only gang members whose claim is
+// not generated yet are sized from templates (DynamicResources keeps a pod
+// out of the queue until its own claims exist); until the informer synced
+// they count as asking for no GPU.
+func newFrameworkDRA(ctx context.Context, handle framework.Handle) draSource {
 	m := handle.SharedDRAManager()
 	if m == nil {
 		return nil
 	}
-	// Asking the factory for the lister registers its informer before the
-	// scheduler starts the factory; DynamicResources reads the same one.
-	lister := handle.SharedInformerFactory().Resource().V1().ResourceClaimTemplates().Lister()
+	factory := informers.NewSharedInformerFactoryWithOptions(handle.ClientSet(), 0,
+		informers.WithTransform(cache.TransformFunc(func(obj any) (any, error) {
+			if t, ok := obj.(*resourcev1.ResourceClaimTemplate); ok {
+				t.ManagedFields = nil
+			}
+			return obj, nil
+		})))
+	lister := factory.Resource().V1().ResourceClaimTemplates().Lister()
+	factory.Start(ctx.Done())
 	return &frameworkDRA{manager: m, templates: func(ns, name string) (*resourcev1.ResourceClaimTemplate, error) {
 		return lister.ResourceClaimTemplates(ns).Get(name)
 	}}

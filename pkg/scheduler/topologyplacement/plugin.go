@@ -286,7 +286,7 @@ func build(ctx context.Context, args *Args, handle framework.Handle) (*TopologyP
 	if err := register(ntInformer, p.takeReportedAllocations()); err != nil {
 		return nil, err
 	}
-	p.dra = newFrameworkDRA(handle)
+	p.dra = newFrameworkDRA(ctx, handle)
 	if err := register(ntInformer, p.forgetUUIDs()); err != nil {
 		return nil, err
 	}
