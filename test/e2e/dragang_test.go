@@ -11,6 +11,7 @@ import (
 	resourcev1 "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	schedv1alpha1 "sigs.k8s.io/scheduler-plugins/apis/scheduling/v1alpha1"
 
 	"github.com/lockstep-dev/lockstep/pkg/agent"
 	"github.com/lockstep-dev/lockstep/pkg/apis/lockstep/v1alpha1"
@@ -22,10 +23,11 @@ import (
 )
 
 // addDRANodes adds n HGX H100 nodes whose GPUs NVIDIA's DRA driver serves
-// (as the mixed-dra model's DRA pools) in a leaf of their own under the
-// model's first spine, and waits until the fake agent published each one's
-// ResourceSlice and NodeTopology. They are deleted when the test ends.
-func addDRANodes(t *testing.T, pool string, n int) []string {
+// (as the mixed-dra model's DRA pools), perLeaf to a leaf in leaves of
+// their own under the model's first spine, and waits until the fake agent
+// published each one's ResourceSlice and NodeTopology. They are deleted
+// when the test ends.
+func addDRANodes(t *testing.T, pool string, n, perLeaf int) []string {
 	t.Helper()
 	ctx := context.Background()
 	model := *cluster.Model
@@ -34,6 +36,7 @@ func addDRANodes(t *testing.T, pool string, n int) []string {
 	for i, l := range model.Levels {
 		p.NodesPerDomain[l.Name] = n
 		if i == 0 {
+			p.NodesPerDomain[l.Name] = perLeaf
 			// Past the model's own leaves.
 			p.FirstDomain[l.Name] = 90
 		} else {
@@ -143,19 +146,28 @@ func allocatedClaims(ctx context.Context, ns string) (int, error) {
 // draRounds is how many rounds TestDRAGangsRunWholeOnTheirNodes runs.
 const draRounds = 20
 
-// TestDRAGangsRunWholeOnTheirNodes: on four DRA HGX nodes (32 GPUs), three
-// DRA gangs of 16 GPUs each (two of 2x8, one of 4x4) compete, draRounds
-// times: in each round exactly two run whole and the third holds nothing,
-// every claim is allocated to devices of its own pod's node, and no device
-// is given twice.
+// TestDRAGangsRunWholeOnTheirNodes: on eight DRA HGX nodes in two leaves
+// (64 GPUs), three DRA gangs compete, draRounds times: two of 4x8 (a leaf
+// each) and one of 4x4. In each round exactly two run whole, TopologyPlacement
+// planned them (their PodGroup records the placement), a 4x8 gang sits in
+// one leaf, the third gang holds nothing, every claim is allocated to
+// devices of its own pod's node, and no device is given twice.
 func TestDRAGangsRunWholeOnTheirNodes(t *testing.T) {
 	ctx := context.Background()
-	dra := addDRANodes(t, "dra-b", 4)
+	dra := addDRANodes(t, "dra-b", 8, 4)
+	leafOf := map[string]string{}
+	for _, name := range dra {
+		node, err := cluster.Clientset.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		leafOf[name] = node.Labels[leafLabel]
+	}
 	type gang struct {
 		name          string
 		members, gpus int
 	}
-	gangs := []gang{{"a", 2, 8}, {"b", 4, 4}, {"c", 2, 8}}
+	gangs := []gang{{"a", 4, 8}, {"b", 4, 4}, {"c", 4, 8}}
 	for round := range draRounds {
 		ns := cluster.NewNamespace(t)
 		for _, g := range gangs {
@@ -201,11 +213,17 @@ func TestDRAGangsRunWholeOnTheirNodes(t *testing.T) {
 					seen[d] = pod
 				}
 			}
+			leaves := map[string]bool{}
 			for _, pod := range pods {
 				if !strings.HasPrefix(pod.Spec.NodeName, "dra-b-") {
 					t.Errorf("round %d: DRA pod %s bound to %s, not a DRA node of %v", round, pod.Name, pod.Spec.NodeName, dra)
 				}
+				leaves[leafOf[pod.Spec.NodeName]] = true
 			}
+			if g.gpus == 8 && len(leaves) != 1 {
+				t.Errorf("round %d: gang %s of %dx%d spans leaves %v, want one", round, g.name, g.members, g.gpus, leaves)
+			}
+			checkPlanned(t, ns, g.name)
 		}
 		// The third gang stays whole: none of its members is bound.
 		for _, g := range gangs {
@@ -227,6 +245,23 @@ func TestDRAGangsRunWholeOnTheirNodes(t *testing.T) {
 	}
 }
 
+// checkPlanned checks that TopologyPlacement planned the gang: it records
+// the placement on the PodGroup when the gang's first member reaches
+// PreBind.
+func checkPlanned(t *testing.T, ns, gang string) {
+	t.Helper()
+	pg := &schedv1alpha1.PodGroup{}
+	err := localcluster.Poll(context.Background(), 200*time.Millisecond, 30*time.Second, "placement of "+gang+" recorded", func(ctx context.Context) (bool, error) {
+		if err := cluster.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: gang}, pg); err != nil {
+			return false, nil
+		}
+		return pg.Annotations[lockstep.AnnotationPlacementDomain] != "", nil
+	})
+	if err != nil {
+		t.Errorf("%v: annotations %v", err, pg.Annotations)
+	}
+}
+
 // waitDRANodesFree waits until the agent reports every GPU of the nodes
 // free again.
 func waitDRANodesFree(t *testing.T, nodes []string) {
@@ -242,7 +277,7 @@ func waitDRANodesFree(t *testing.T, nodes []string) {
 // claim is allocated.
 func TestDRAGangThatCannotAllBeAllocatedLeavesNone(t *testing.T) {
 	ctx := context.Background()
-	addDRANodes(t, "dra-d", 4)
+	addDRANodes(t, "dra-d", 4, 4)
 	ns := cluster.NewNamespace(t)
 	createDRAGang(t, ns, "running", 2, 8)
 	waitGangBound(t, ns, "running", 2, 2*time.Minute)
@@ -272,7 +307,7 @@ func TestDRAGangThatCannotAllBeAllocatedLeavesNone(t *testing.T) {
 // model's HGX nodes, the DRA gang on the DRA nodes with its claims
 // allocated there.
 func TestDevicePluginAndDRAGangsSideBySide(t *testing.T) {
-	dra := addDRANodes(t, "dra-e", 2)
+	dra := addDRANodes(t, "dra-e", 2, 2)
 	ns := cluster.NewNamespace(t)
 	createGang(t, ns, "plugin", 2, 8, nil)
 	createDRAGang(t, ns, "claims", 2, 8)
@@ -292,4 +327,5 @@ func TestDevicePluginAndDRAGangsSideBySide(t *testing.T) {
 		}
 	}
 	checkClaimsOnOwnNodes(t, ns, pods, 8)
+	checkPlanned(t, ns, "claims")
 }
