@@ -3,7 +3,9 @@ package topologyplacement
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
+	"sync"
 
 	v1 "k8s.io/api/core/v1"
 	resourcev1 "k8s.io/api/resource/v1"
@@ -301,12 +303,44 @@ type draView struct {
 	free map[string]topology.GPUSet
 }
 
+// draJoins keeps each node's join of its GPU devices to its GPUs between
+// plans: joining 5,000 nodes' devices on every plan cost tens of
+// milliseconds. A join is valid while the node's pool has the same slices
+// (informer objects, replaced on change, never changed in place) and the
+// node the same UUIDs (specTable.keepUUIDs replaces them on change).
+type draJoins struct {
+	mu    sync.Mutex
+	nodes map[string]*nodeJoin
+	// pools holds each node-local pool's newest slices, refilled by every
+	// plan in place.
+	pools map[string]*poolSlices
+}
+
+type poolSlices struct {
+	generation int64
+	slices     []*resourcev1.ResourceSlice
+}
+
+// nodeJoin is a node's devices joined to its GPUs.
+type nodeJoin struct {
+	slices []*resourcev1.ResourceSlice
+	uuids  []string
+	// gpus maps joined device names to GPU indexes; all are those GPUs.
+	gpus     map[string]int
+	all      topology.GPUSet
+	unjoined []topology.UnjoinedDevice
+}
+
+func newDRAJoins() *draJoins {
+	return &draJoins{nodes: map[string]*nodeJoin{}, pools: map[string]*poolSlices{}}
+}
+
 // draSnapshot reads the GPU driver's ResourceSlices and the allocated
 // devices once for a plan, and joins each node's devices to its
 // NodeTopology GPUs by UUID. Devices that join no GPU are not planned on;
-// they are logged and counted.
+// they are logged when their node is joined, and counted.
 func (p *TopologyPlacement) draSnapshot(logger klog.Logger) (*draView, error) {
-	slices, err := p.dra.slices()
+	all, err := p.dra.slices()
 	if err != nil {
 		return nil, fmt.Errorf("listing ResourceSlices: %w", err)
 	}
@@ -314,68 +348,109 @@ func (p *TopologyPlacement) draSnapshot(logger klog.Logger) (*draView, error) {
 	if err != nil {
 		return nil, fmt.Errorf("listing allocated devices: %w", err)
 	}
-	view := &draView{free: map[string]topology.GPUSet{}}
-	unjoinedDevices := 0
-	for node, devices := range gpuDevicesByNode(slices) {
-		free, unjoined := freeDRAGPUs(p.gpus.specs.uuidsOf(node), devices, func(name string) bool {
-			return allocated.Has(structured.MakeDeviceID(lockstep.DRAGPUDriver, node, name))
-		})
-		view.free[node] = free
-		if len(unjoined) > 0 {
-			unjoinedDevices += len(unjoined)
-			if logger.V(2).Enabled() {
-				logger.V(2).Info("GPU devices that join no GPU of the node's NodeTopology are not planned on", "node", node, "devices", unjoined)
-			}
+	// Claims hold few devices next to the cluster's: index them by pool.
+	taken := map[string][]string{}
+	for id := range allocated {
+		if id.Driver.String() == lockstep.DRAGPUDriver {
+			taken[id.Pool.String()] = append(taken[id.Pool.String()], id.Device.String())
 		}
 	}
-	p.metrics.draUnjoinedDevices.Set(float64(unjoinedDevices))
+	joins := p.joins
+	if joins == nil {
+		joins = newDRAJoins()
+	}
+	joins.mu.Lock()
+	defer joins.mu.Unlock()
+	joins.group(all)
+	view := &draView{free: make(map[string]topology.GPUSet, len(joins.pools))}
+	unjoined := 0
+	for node, pool := range joins.pools {
+		uuids := p.gpus.specs.uuidsOf(node)
+		join := joins.nodes[node]
+		if join == nil || !slices.Equal(join.slices, pool.slices) || !sameSlice(join.uuids, uuids) {
+			join = joinNode(pool.slices, uuids)
+			joins.nodes[node] = join
+			if len(join.unjoined) > 0 && logger.V(2).Enabled() {
+				logger.V(2).Info("GPU devices that join no GPU of the node's NodeTopology are not planned on", "node", node, "devices", join.unjoined)
+			}
+		}
+		free := join.all
+		for _, name := range taken[node] {
+			if gpu, ok := join.gpus[name]; ok {
+				free &^= topology.NewGPUSet(gpu)
+			}
+		}
+		view.free[node] = free
+		unjoined += len(join.unjoined)
+	}
+	p.metrics.draUnjoinedDevices.Set(float64(unjoined))
 	return view, nil
 }
 
-// gpuDevicesByNode collects the GPU driver's devices of node-local pools
-// (NVIDIA's kubelet plugin names the pool after the node), from the
-// slices of each pool's newest generation only: older ones are being
-// replaced.
-func gpuDevicesByNode(slices []*resourcev1.ResourceSlice) map[string][]topology.DRADevice {
-	newest := map[string]int64{}
-	for _, s := range slices {
-		if s.Spec.Driver == lockstep.DRAGPUDriver && s.Spec.NodeName != nil {
-			newest[s.Spec.Pool.Name] = max(newest[s.Spec.Pool.Name], s.Spec.Pool.Generation)
-		}
+// group refills j.pools with the GPU driver's node-local pools (NVIDIA's
+// kubelet plugin names the pool after the node) and the slices of each
+// one's newest generation only: older ones are being replaced. Joins of
+// pools that are gone are forgotten. The caller holds j.mu.
+func (j *draJoins) group(all []*resourcev1.ResourceSlice) {
+	for _, ps := range j.pools {
+		ps.generation, ps.slices = -1, ps.slices[:0]
 	}
-	out := map[string][]topology.DRADevice{}
-	for _, s := range slices {
-		if s.Spec.Driver != lockstep.DRAGPUDriver || s.Spec.NodeName == nil || s.Spec.Pool.Name != *s.Spec.NodeName ||
-			s.Spec.Pool.Generation != newest[s.Spec.Pool.Name] {
+	for _, s := range all {
+		if s.Spec.Driver != lockstep.DRAGPUDriver || s.Spec.NodeName == nil || s.Spec.Pool.Name != *s.Spec.NodeName {
 			continue
 		}
+		ps := j.pools[s.Spec.Pool.Name]
+		if ps == nil {
+			ps = &poolSlices{generation: -1}
+			j.pools[s.Spec.Pool.Name] = ps
+		}
+		switch gen := s.Spec.Pool.Generation; {
+		case gen > ps.generation:
+			ps.generation, ps.slices = gen, append(ps.slices[:0], s)
+		case gen == ps.generation:
+			ps.slices = append(ps.slices, s)
+		}
+	}
+	for name, ps := range j.pools {
+		if len(ps.slices) == 0 {
+			delete(j.pools, name)
+			delete(j.nodes, name)
+		}
+	}
+}
+
+// joinNode joins the devices of a node's slices to its GPUs (uuids by
+// NodeTopology index).
+func joinNode(from []*resourcev1.ResourceSlice, uuids []string) *nodeJoin {
+	var devices []topology.DRADevice
+	for _, s := range from {
 		for _, d := range s.Spec.Devices {
 			dev := topology.DRADevice{Driver: s.Spec.Driver, Name: d.Name}
 			if a, ok := d.Attributes[lockstep.DRAUUIDAttribute]; ok && a.StringValue != nil {
 				dev.UUID = *a.StringValue
 			}
-			out[*s.Spec.NodeName] = append(out[*s.Spec.NodeName], dev)
+			devices = append(devices, dev)
 		}
 	}
-	return out
-}
-
-// freeDRAGPUs joins a node's devices to its GPUs (uuids by NodeTopology
-// index) and returns the joined GPUs whose device is not allocated, and
-// the devices that join none.
-func freeDRAGPUs(uuids []string, devices []topology.DRADevice, allocated func(device string) bool) (topology.GPUSet, []topology.UnjoinedDevice) {
 	node := &topology.NodeTopology{GPUs: make([]topology.GPU, len(uuids))}
 	for i, u := range uuids {
 		node.GPUs[i].UUID = u
 	}
 	join := topology.JoinDRADevices(node, lockstep.DRAGPUDriver, devices)
-	var free topology.GPUSet
+	out := &nodeJoin{slices: slices.Clone(from), uuids: uuids, gpus: join.GPUs, unjoined: join.Unjoined}
 	for name, gpu := range join.GPUs {
-		if gpu < topology.MaxGPUs && !allocated(name) {
-			free |= topology.NewGPUSet(gpu)
+		if gpu >= topology.MaxGPUs {
+			delete(out.gpus, name)
+			continue
 		}
+		out.all |= topology.NewGPUSet(gpu)
 	}
-	return free, join.Unjoined
+	return out
+}
+
+// sameSlice reports whether a and b are the same slice, not merely equal.
+func sameSlice(a, b []string) bool {
+	return len(a) == len(b) && (len(a) == 0 || &a[0] == &b[0])
 }
 
 // draNode gives a planner node of a pod that claims GPUs its free GPUs:

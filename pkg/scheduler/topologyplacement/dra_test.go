@@ -21,6 +21,7 @@ import (
 	"github.com/lockstep-dev/lockstep/pkg/apis/lockstep/v1alpha1"
 	"github.com/lockstep-dev/lockstep/pkg/lockstep"
 	"github.com/lockstep-dev/lockstep/pkg/topology"
+	"github.com/lockstep-dev/lockstep/pkg/topology/placement"
 	utiltesting "github.com/lockstep-dev/lockstep/pkg/util/testing"
 )
 
@@ -274,7 +275,7 @@ func draPlugin(t testing.TB, members int) (*metricsPlugin, *fakeDRA) {
 		gpuSlices: []*resourcev1.ResourceSlice{gpuSlice("d1", 0, 1, 2, 3, 4, 5, 6, 7), gpuSlice("d2", 0, 1, 2, 3, 4, 5, 6, 7)},
 		devices:   sets.New[structured.DeviceID](),
 	}
-	p.dra = dra
+	p.dra, p.joins = dra, newDRAJoins()
 	p.nodes = nil
 	for _, name := range []string{"d1", "d2", "p"} {
 		nt := draNodeTopology(t, name)
@@ -406,6 +407,55 @@ func TestDRASnapshot(t *testing.T) {
 	}
 }
 
+// TestDRAJoinsFollowChanges plans repeatedly with the joins kept between
+// plans: a new slice, new UUIDs and a deleted slice each show in the next
+// snapshot.
+func TestDRAJoinsFollowChanges(t *testing.T) {
+	p, dra := draPlugin(t, 2)
+	pod := p.pods[0]
+	steps := []struct {
+		name   string
+		change func(t *testing.T)
+		want   map[string]string
+	}{
+		{name: "start", change: func(*testing.T) {}, want: map[string]string{"d1": "0,1,2,3,4,5,6,7", "d2": "0,1,2,3,4,5,6,7", "p": ""}},
+		{
+			name:   "d2's slice republished with two devices",
+			change: func(*testing.T) { dra.gpuSlices[1] = gpuSlice("d2", 0, 1) },
+			want:   map[string]string{"d1": "0,1,2,3,4,5,6,7", "d2": "0,1", "p": ""},
+		},
+		{
+			name: "d1's GPUs reported under other UUIDs",
+			change: func(t *testing.T) {
+				nt := draNodeTopology(t, "d1")
+				for i := range nt.Spec.GPUs {
+					nt.Spec.GPUs[i].UUID += "-new"
+				}
+				nt.Generation = 2
+				if _, err := p.gpus.specs.slim(nt); err != nil {
+					t.Fatal(err)
+				}
+				p.gpus.set(nt)
+			},
+			want: map[string]string{"d1": "", "d2": "0,1", "p": ""},
+		},
+		{
+			name:   "d2's slice deleted",
+			change: func(*testing.T) { dra.gpuSlices = dra.gpuSlices[:1] },
+			want:   map[string]string{"d1": "", "d2": "", "p": ""},
+		},
+	}
+	for _, step := range steps {
+		step.change(t)
+		if diff := cmp.Diff(step.want, freeBy(t, p, pod)); diff != "" {
+			t.Errorf("%s: free GPUs by node (-want,+got):\n%s", step.name, diff)
+		}
+	}
+	if _, kept := p.joins.nodes["d2"]; kept {
+		t.Error("the join of d2, whose slice is gone, is still kept")
+	}
+}
+
 func TestDRAUnjoinedDevicesMetric(t *testing.T) {
 	p, dra := draPlugin(t, 2)
 	dra.gpuSlices[1].Spec.Devices[3].Attributes = nil
@@ -519,12 +569,52 @@ func TestDRAGangRefusals(t *testing.T) {
 	}
 }
 
-func BenchmarkDRASnapshot(b *testing.B) {
-	p, _ := draPlugin(b, 2)
-	b.ReportAllocs()
-	for b.Loop() {
-		if _, err := p.snapshot(p.pods[0], p.podPlanKey(p.pods[0]), p.nodes); err != nil {
-			b.Fatal(err)
-		}
+// BenchmarkPlanGangDRA is BenchmarkPlanGang's idle cluster with every
+// node's GPUs served by DRA: the snapshot lists 5,000 ResourceSlices and
+// joins each node's devices to its GPUs.
+func BenchmarkPlanGangDRA(b *testing.B) {
+	const nodes = 5000
+	for _, gpus := range []int{64, 512} {
+		b.Run(fmt.Sprintf("nodes=%d/gpus=%d/idle", nodes, gpus), func(b *testing.B) {
+			p, _ := draPlugin(b, 2)
+			dra := p.dra.(*fakeDRA)
+			dra.gpuSlices = nil
+			p.nodes = make([]fwk.NodeInfo, nodes)
+			for i := range p.nodes {
+				node := gpuNode(fmt.Sprintf("node-%04d", i), 0)
+				node.Labels = map[string]string{
+					lockstep.LabelFabricTier0:      fmt.Sprintf("leaf-%d", i/32),
+					lockstep.LabelFabricTier1:      fmt.Sprintf("spine-%d", i/512),
+					lockstep.LabelNVIDIAGPUProduct: "NVIDIA-H100-80GB-HBM3",
+				}
+				nt := draNodeTopology(b, node.Name)
+				if _, err := p.gpus.specs.slim(nt); err != nil {
+					b.Fatal(err)
+				}
+				p.gpus.set(nt)
+				dra.gpuSlices = append(dra.gpuSlices, gpuSlice(node.Name, 0, 1, 2, 3, 4, 5, 6, 7))
+				p.nodes[i] = nodeInfo(node)
+			}
+			pod := p.pods[0]
+			gang := placement.Gang{Members: gpus / 8, GPUsPerMember: 8, MilliCPUPerMember: 1000, MemoryPerMember: 1 << 30}
+			plan := func() *placement.Plan {
+				snap, err := p.snapshot(pod, p.podPlanKey(pod), p.nodes)
+				if err != nil {
+					b.Fatal(err)
+				}
+				plan, err := placement.Place(snap, gang, placement.Options{})
+				if err != nil {
+					b.Fatal(err)
+				}
+				return plan
+			}
+			if first := plan(); len(first.Members) != gang.Members {
+				b.Fatalf("planned %d members, want %d: %s", len(first.Members), gang.Members, first.Explanation)
+			}
+			b.ReportAllocs()
+			for b.Loop() {
+				plan()
+			}
+		})
 	}
 }
