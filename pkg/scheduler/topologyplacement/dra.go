@@ -125,26 +125,34 @@ func claimedGPUsOf(dra draSource, pod *v1.Pod) claimedGPUs {
 }
 
 // podClaimSpec returns the spec of a pod claim, nil when none is needed
-// (its template generated no claim).
+// (its template generated no claim). A template's claim that does not
+// exist yet, or any more (a deleted pod's, which the claim controller
+// deletes), is read as its template.
 func podClaimSpec(dra draSource, pod *v1.Pod, pc v1.PodResourceClaim) (*resourcev1.ResourceClaimSpec, error) {
 	name := pc.ResourceClaimName
 	if pc.ResourceClaimTemplateName != nil {
-		i := -1
-		for j, st := range pod.Status.ResourceClaimStatuses {
-			if st.Name == pc.Name {
-				i = j
+		name = nil
+		for _, st := range pod.Status.ResourceClaimStatuses {
+			if st.Name != pc.Name {
+				continue
 			}
+			if st.ResourceClaimName == nil {
+				return nil, nil
+			}
+			name = st.ResourceClaimName
 		}
-		if i < 0 {
-			t, err := dra.template(pod.Namespace, *pc.ResourceClaimTemplateName)
-			if err != nil {
+		if name != nil {
+			if c, err := dra.claim(pod.Namespace, *name); err == nil {
+				return &c.Spec, nil
+			} else if !apierrors.IsNotFound(err) {
 				return nil, err
 			}
-			return &t.Spec.Spec, nil
 		}
-		if name = pod.Status.ResourceClaimStatuses[i].ResourceClaimName; name == nil {
-			return nil, nil
+		t, err := dra.template(pod.Namespace, *pc.ResourceClaimTemplateName)
+		if err != nil {
+			return nil, err
 		}
+		return &t.Spec.Spec, nil
 	}
 	if name == nil {
 		return nil, fmt.Errorf("names neither a claim nor a template")
@@ -458,12 +466,18 @@ func sameSlice(a, b []string) bool {
 // holds, that the agent reports healthy and free, and that no plan or
 // reserved pod holds; none elsewhere. The caller holds p.gpus for reading
 // and p.books.
-func (p *TopologyPlacement) draNode(pn *placement.Node, row *snapshotRow, ni fwk.NodeInfo, gang string, view *draView) {
-	pn.FreeGPUs = 0
-	if row.gpus == nil || !servedByDRA(ni) {
-		return
-	}
+func (p *TopologyPlacement) draNode(pn *placement.Node, row *snapshotRow, gang string, view *draView) {
 	pn.FreeGPUs = view.free[pn.Name] & row.gpus.free &^ p.books.core.HeldOn(pn.Name, gang)
+}
+
+// plans reports whether a plan for a pod that claims GPUs considers the
+// node at all: one whose GPUs a DRA driver serves, with a NodeTopology.
+// Other nodes are left out of the snapshot, not given no free GPUs: the
+// planner would count their GPUs in a domain's size, and a gang that does
+// not fit could drain a leaf of device-plugin nodes it can never use.
+func (v *draView) plans(row *snapshotRow, ni fwk.NodeInfo) bool {
+	_, published := v.free[ni.Node().Name]
+	return published && row.gpus != nil && servedByDRA(ni)
 }
 
 // claimedFree is a DRA node's free GPU count for a plan's validity: what

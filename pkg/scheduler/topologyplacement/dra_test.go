@@ -195,6 +195,7 @@ func TestPodRequestFromClaims(t *testing.T) {
 		{name: "template before its claim exists", dra: dra, pod: claimPod("m", "four"), want: result{GPUs: 4, Claimed: true}},
 		{name: "the claim generated for the pod", dra: dra, pod: withStatus(claimPod("m", "four"), ptr.To("m-gpus-x")), want: result{GPUs: 2, Claimed: true}},
 		{name: "no claim was needed", dra: dra, pod: withStatus(claimPod("m", "four"), nil), want: result{}},
+		{name: "the generated claim is gone", dra: dra, pod: withStatus(claimPod("m", "four"), ptr.To("m-gpus-deleted")), want: result{GPUs: 4, Claimed: true}},
 		{
 			name: "a claim by name",
 			dra:  dra,
@@ -335,10 +336,10 @@ func TestDRASnapshot(t *testing.T) {
 	}{
 		{
 			name: "a DRA pod sees the published devices of DRA nodes only",
-			want: map[string]string{"d1": "0,1,2,3,4,5,6,7", "d2": "0,1,2,3,4,5,6,7", "p": ""},
+			want: map[string]string{"d1": "0,1,2,3,4,5,6,7", "d2": "0,1,2,3,4,5,6,7"},
 		},
 		{
-			name: "an nvidia.com/gpu pod sees device-plugin nodes only",
+			name: "an nvidia.com/gpu pod sees no free GPU on DRA nodes",
 			pod:  func(*metricsPlugin) *v1.Pod { return gpuPod },
 			want: map[string]string{"d1": "", "d2": "", "p": "0,1,2,3,4,5,6,7"},
 		},
@@ -349,14 +350,14 @@ func TestDRASnapshot(t *testing.T) {
 				// Another driver's device of the same name frees nothing.
 				dra.devices.Insert(structured.MakeDeviceID("other.example.com", "d2", "gpu-1"))
 			},
-			want: map[string]string{"d1": "1,2,3,4,6,7", "d2": "0,1,2,3,4,5,6,7", "p": ""},
+			want: map[string]string{"d1": "1,2,3,4,6,7", "d2": "0,1,2,3,4,5,6,7"},
 		},
 		{
 			name: "GPUs the books hold for another gang",
 			change: func(_ *testing.T, p *metricsPlugin, _ *fakeDRA) {
 				p.books.assign("other", "d2", topology.NewGPUSet(4, 5, 6, 7))
 			},
-			want: map[string]string{"d1": "0,1,2,3,4,5,6,7", "d2": "0,1,2,3", "p": ""},
+			want: map[string]string{"d1": "0,1,2,3,4,5,6,7", "d2": "0,1,2,3"},
 		},
 		{
 			name: "GPUs the agent reports allocated or unhealthy",
@@ -366,7 +367,7 @@ func TestDRASnapshot(t *testing.T) {
 				nt.Status.GPUHealth = []v1alpha1.GPUHealth{{Index: 3, State: v1alpha1.GPULost}}
 				p.gpus.set(nt)
 			},
-			want: map[string]string{"d1": "0,1,4,5,6,7", "d2": "0,1,2,3,4,5,6,7", "p": ""},
+			want: map[string]string{"d1": "0,1,4,5,6,7", "d2": "0,1,2,3,4,5,6,7"},
 		},
 		{
 			name: "devices that join no GPU, and GPUs with no device",
@@ -378,7 +379,7 @@ func TestDRASnapshot(t *testing.T) {
 				s.Spec.Devices = append(s.Spec.Devices, bad)
 				dra.gpuSlices[1] = s
 			},
-			want: map[string]string{"d1": "0,1,2,3,4,5,6,7", "d2": "0,1", "p": ""},
+			want: map[string]string{"d1": "0,1,2,3,4,5,6,7", "d2": "0,1"},
 		},
 		{
 			name: "only a pool's newest generation counts",
@@ -387,7 +388,7 @@ func TestDRASnapshot(t *testing.T) {
 				newer.Spec.Pool.Generation = 2
 				dra.gpuSlices = append(dra.gpuSlices, newer)
 			},
-			want: map[string]string{"d1": "0,1,2,3,4,5,6,7", "d2": "6,7", "p": ""},
+			want: map[string]string{"d1": "0,1,2,3,4,5,6,7", "d2": "6,7"},
 		},
 	}
 	for _, tc := range tests {
@@ -418,11 +419,11 @@ func TestDRAJoinsFollowChanges(t *testing.T) {
 		change func(t *testing.T)
 		want   map[string]string
 	}{
-		{name: "start", change: func(*testing.T) {}, want: map[string]string{"d1": "0,1,2,3,4,5,6,7", "d2": "0,1,2,3,4,5,6,7", "p": ""}},
+		{name: "start", change: func(*testing.T) {}, want: map[string]string{"d1": "0,1,2,3,4,5,6,7", "d2": "0,1,2,3,4,5,6,7"}},
 		{
 			name:   "d2's slice republished with two devices",
 			change: func(*testing.T) { dra.gpuSlices[1] = gpuSlice("d2", 0, 1) },
-			want:   map[string]string{"d1": "0,1,2,3,4,5,6,7", "d2": "0,1", "p": ""},
+			want:   map[string]string{"d1": "0,1,2,3,4,5,6,7", "d2": "0,1"},
 		},
 		{
 			name: "d1's GPUs reported under other UUIDs",
@@ -437,12 +438,12 @@ func TestDRAJoinsFollowChanges(t *testing.T) {
 				}
 				p.gpus.set(nt)
 			},
-			want: map[string]string{"d1": "", "d2": "0,1", "p": ""},
+			want: map[string]string{"d1": "", "d2": "0,1"},
 		},
 		{
 			name:   "d2's slice deleted",
 			change: func(*testing.T) { dra.gpuSlices = dra.gpuSlices[:1] },
-			want:   map[string]string{"d1": "", "d2": "", "p": ""},
+			want:   map[string]string{"d1": ""},
 		},
 	}
 	for _, step := range steps {

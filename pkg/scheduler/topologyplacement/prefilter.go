@@ -408,7 +408,7 @@ func (p *TopologyPlacement) releaseDrainsOf(ctx context.Context, gang, why strin
 // and a drain held for nobody would keep a whole domain empty until it
 // stalls.
 func (p *TopologyPlacement) releaseDrainIfNoPending(ctx context.Context, pod *v1.Pod) {
-	key := planKey(pod)
+	key := p.podPlanKey(pod)
 	if key == "" {
 		return
 	}
@@ -420,7 +420,7 @@ func (p *TopologyPlacement) releaseDrainIfNoPending(ctx context.Context, pod *v1
 	if err != nil {
 		return
 	}
-	if !pendingMember(pods, key) {
+	if !pendingMemberBy(pods, key, p.podPlanKey) {
 		klog.FromContext(ctx).V(2).Info("Releasing a drain whose gang has no pending pod left (suspended or evicted)", "plugin", Name, "podGroup", key, "pod", klog.KObj(pod))
 		p.releaseDrain(ctx, key)
 	}
@@ -429,8 +429,14 @@ func (p *TopologyPlacement) releaseDrainIfNoPending(ctx context.Context, pod *v1
 // pendingMember reports whether some pod of gang size class key still
 // waits to be scheduled: unbound and not being deleted.
 func pendingMember(pods []*v1.Pod, key string) bool {
+	return pendingMemberBy(pods, key, planKey)
+}
+
+// pendingMemberBy is pendingMember with the pods' plan keys from keyOf
+// (podPlanKey, for members that claim GPUs).
+func pendingMemberBy(pods []*v1.Pod, key string, keyOf func(*v1.Pod) string) bool {
 	for _, pod := range pods {
-		if pod.Spec.NodeName == "" && pod.DeletionTimestamp == nil && planKey(pod) == key {
+		if pod.Spec.NodeName == "" && pod.DeletionTimestamp == nil && keyOf(pod) == key {
 			return true
 		}
 	}

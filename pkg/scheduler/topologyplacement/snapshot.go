@@ -127,10 +127,14 @@ func (p *TopologyPlacement) snapshot(pod *v1.Pod, gang string, nodeInfos []fwk.N
 		if _, out := excluded[node.Name]; out {
 			continue
 		}
-		nodes = append(nodes, p.plannerNode(&rows[i], ni, node, gang, priority))
+		pn := p.plannerNode(&rows[i], ni, node, gang, priority)
 		if dra != nil {
-			p.draNode(&nodes[len(nodes)-1], &rows[i], ni, gang, dra)
+			if !dra.plans(&rows[i], ni) {
+				continue
+			}
+			p.draNode(&pn, &rows[i], gang, dra)
 		}
+		nodes = append(nodes, pn)
 	}
 	p.rows.mu.Unlock()
 	p.books.mu.Unlock()
