@@ -22,6 +22,7 @@ import (
 	"slices"
 
 	v1 "k8s.io/api/core/v1"
+	resourcev1 "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -56,6 +57,55 @@ func CapacityEvents() []fwk.ClusterEventWithHint {
 		{Event: fwk.ClusterEvent{Resource: fwk.Node, ActionType: NodeActions}, QueueingHintFn: NodeChanged},
 		{Event: fwk.ClusterEvent{Resource: PodGroupResource, ActionType: fwk.Add | fwk.Update}, QueueingHintFn: PodGroupChanged},
 	}
+}
+
+// DRAEvents are the events that free or add DRA devices, for the plugin
+// that turns away gangs whose GPUs come through ResourceClaims
+// (TopologyPlacement): a claim's devices freed (its allocation removed, or
+// an allocated claim deleted) and a ResourceSlice published or changed. The
+// pod informer sees a finished pod before its claim is deallocated, so a
+// retry on the pod's deletion alone can come too early for the devices.
+func DRAEvents() []fwk.ClusterEventWithHint {
+	return []fwk.ClusterEventWithHint{
+		{Event: fwk.ClusterEvent{Resource: fwk.ResourceClaim, ActionType: fwk.Update | fwk.Delete}, QueueingHintFn: ClaimFreed},
+		{Event: fwk.ClusterEvent{Resource: fwk.ResourceSlice, ActionType: fwk.Add | fwk.Update}, QueueingHintFn: SliceChanged},
+	}
+}
+
+// ClaimFreed queues a pod that claims devices when another claim's devices
+// are freed: its allocation removed, or the claim deleted while allocated.
+// Pods without claims cannot use DRA devices.
+func ClaimFreed(logger klog.Logger, pod *v1.Pod, oldObj, newObj any) (fwk.QueueingHint, error) {
+	if len(pod.Spec.ResourceClaims) == 0 || oldObj == nil {
+		return fwk.QueueSkip, nil
+	}
+	old, err := as[resourcev1.ResourceClaim](oldObj)
+	if err != nil {
+		return fwk.Queue, err
+	}
+	if old.Status.Allocation == nil {
+		return fwk.QueueSkip, nil
+	}
+	if newObj != nil {
+		claim, err := as[resourcev1.ResourceClaim](newObj)
+		if err != nil {
+			return fwk.Queue, err
+		}
+		if claim.Status.Allocation != nil {
+			return fwk.QueueSkip, nil
+		}
+	}
+	logger.V(5).Info("Claim's devices freed", "pod", klog.KObj(pod), "claim", klog.KObj(old))
+	return fwk.Queue, nil
+}
+
+// SliceChanged queues a pod that claims devices when a ResourceSlice is
+// published or changes: devices may have been added or become healthy.
+func SliceChanged(_ klog.Logger, pod *v1.Pod, _, _ any) (fwk.QueueingHint, error) {
+	if len(pod.Spec.ResourceClaims) == 0 {
+		return fwk.QueueSkip, nil
+	}
+	return fwk.Queue, nil
 }
 
 // PodDeleted queues when the deleted pod held room on a node: it was bound

@@ -5,6 +5,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	v1 "k8s.io/api/core/v1"
+	resourcev1 "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -13,6 +14,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2/ktesting"
 	fwk "k8s.io/kube-scheduler/framework"
+	"k8s.io/utils/ptr"
 	schedv1alpha1 "sigs.k8s.io/scheduler-plugins/apis/scheduling/v1alpha1"
 
 	"github.com/lockstep-dev/lockstep/pkg/apis/lockstep/v1alpha1"
@@ -243,8 +245,41 @@ func TestNodeTopologyChanged(t *testing.T) {
 	})
 }
 
+func TestClaimFreed(t *testing.T) {
+	claim := func(allocated bool) *resourcev1.ResourceClaim {
+		c := &resourcev1.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "other-gpus"}}
+		if allocated {
+			c.Status.Allocation = &resourcev1.AllocationResult{}
+		}
+		return c
+	}
+	claiming := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "w"}, Spec: v1.PodSpec{
+		ResourceClaims: []v1.PodResourceClaim{{Name: "gpus", ResourceClaimTemplateName: ptr.To("gpus")}},
+	}}
+	runHint(t, ClaimFreed, claiming, []hintCase{
+		{name: "allocation removed", old: claim(true), new: claim(false), want: fwk.Queue},
+		{name: "allocated claim deleted", old: claim(true), want: fwk.Queue},
+		{name: "allocated claim deleted, final state unknown", old: cache.DeletedFinalStateUnknown{Obj: claim(true)}, want: fwk.Queue},
+		{name: "claim allocated", old: claim(false), new: claim(true), want: fwk.QueueSkip},
+		{name: "still allocated", old: claim(true), new: claim(true), want: fwk.QueueSkip},
+		{name: "unallocated claim deleted", old: claim(false), want: fwk.QueueSkip},
+		{name: "not a claim", old: &v1.Pod{}, new: claim(false), want: fwk.Queue, wantErr: true},
+	})
+	// A pod that claims nothing cannot use freed devices.
+	runHint(t, ClaimFreed, &v1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "p"}}, []hintCase{
+		{name: "pod without claims", old: claim(true), new: claim(false), want: fwk.QueueSkip},
+	})
+}
+
+func TestSliceChanged(t *testing.T) {
+	slice := &resourcev1.ResourceSlice{ObjectMeta: metav1.ObjectMeta{Name: "node-1-gpu.nvidia.com"}}
+	claiming := &v1.Pod{Spec: v1.PodSpec{ResourceClaims: []v1.PodResourceClaim{{Name: "gpus", ResourceClaimName: ptr.To("gpus")}}}}
+	runHint(t, SliceChanged, claiming, []hintCase{{name: "claiming pod", new: slice, want: fwk.Queue}})
+	runHint(t, SliceChanged, &v1.Pod{}, []hintCase{{name: "pod without claims", new: slice, want: fwk.QueueSkip}})
+}
+
 func TestCapacityEventsAllHinted(t *testing.T) {
-	for _, e := range CapacityEvents() {
+	for _, e := range append(CapacityEvents(), DRAEvents()...) {
 		if e.QueueingHintFn == nil {
 			t.Errorf("%s has no QueueingHintFn", e.Event.Label())
 		}

@@ -394,7 +394,9 @@ func (p *TopologyPlacement) Name() string { return Name }
 
 // EventsToRegister lists what can make a gang this plugin rejected fit, each
 // with a QueueingHint (package requeue): bound pods leaving or scaling
-// down, nodes added or grown, and the gang's PodGroup created or changed.
+// down, nodes added or grown, the gang's PodGroup created or changed, and,
+// for gangs claiming GPUs through DRA, claims' devices freed and
+// ResourceSlices published.
 // The queue retries a pod only on events of the plugins that rejected it; a
 // gang Coscheduling rejected at PreFilter is retried by
 // LockstepCoscheduling's hints on the same events.
@@ -409,7 +411,7 @@ func (p *TopologyPlacement) Name() string { return Name }
 // it (podDeleted), and every hint that queues also retires the remembered
 // verdicts (retireOnQueue).
 func (p *TopologyPlacement) EventsToRegister(context.Context) ([]fwk.ClusterEventWithHint, error) {
-	events := requeue.CapacityEvents()
+	events := append(requeue.CapacityEvents(), requeue.DRAEvents()...)
 	for i := range events {
 		hint := events[i].QueueingHintFn
 		if events[i].Event.Resource == fwk.Pod && events[i].Event.ActionType == fwk.Delete {

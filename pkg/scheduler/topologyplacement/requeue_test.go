@@ -32,6 +32,8 @@ func TestEventsToRegister(t *testing.T) {
 		{Resource: fwk.Pod, ActionType: fwk.UpdatePodScaleDown},
 		{Resource: fwk.Node, ActionType: requeue.NodeActions},
 		{Resource: requeue.PodGroupResource, ActionType: fwk.Add | fwk.Update},
+		{Resource: fwk.ResourceClaim, ActionType: fwk.Update | fwk.Delete},
+		{Resource: fwk.ResourceSlice, ActionType: fwk.Add | fwk.Update},
 	} {
 		if !got[want.Label()] {
 			t.Errorf("missing event %s; have %v", want.Label(), got)
