@@ -137,12 +137,17 @@ func decodeArgs(obj runtime.Object) (*config.CoschedulingArgs, error) {
 // Name: it allows and rejects them under its own name ("Coscheduling"),
 // while the framework made them wait under the name of the plugin it
 // called, this one. It also gives it a pod lister that lists a PodGroup's
-// pods from podgroupindex, not by walking the namespace: upstream lists them
-// on every PreFilter, Permit and PostFilter.
+// pods from podgroupindex, not by walking the namespace (upstream lists them
+// on every PreFilter, Permit and PostFilter), and the scheduler's snapshot
+// with copy-on-write node snapshots (lazySnapshotLister).
 type renamingHandle struct{ framework.Handle }
 
 func (h renamingHandle) SharedInformerFactory() informers.SharedInformerFactory {
 	return podgroupindex.WrapFactory(h.Handle.SharedInformerFactory())
+}
+
+func (h renamingHandle) SnapshotSharedLister() framework.SharedLister {
+	return lazySnapshotLister{h.Handle.SnapshotSharedLister()}
 }
 
 func (h renamingHandle) IterateOverWaitingPods(callback func(framework.WaitingPod)) {
