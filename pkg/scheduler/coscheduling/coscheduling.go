@@ -29,6 +29,8 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/informers"
+	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
 	kjson "sigs.k8s.io/json"
@@ -38,6 +40,7 @@ import (
 	upstream "sigs.k8s.io/scheduler-plugins/pkg/coscheduling"
 	"sigs.k8s.io/yaml"
 
+	"github.com/lockstep-dev/lockstep/pkg/scheduler/podgroupindex"
 	"github.com/lockstep-dev/lockstep/pkg/scheduler/requeue"
 )
 
@@ -64,6 +67,9 @@ func New(ctx context.Context, obj runtime.Object, h framework.Handle) (framework
 	args, err := decodeArgs(obj)
 	if err != nil {
 		return nil, err
+	}
+	if err := podgroupindex.Register(h.SharedInformerFactory().Core().V1().Pods().Informer()); err != nil {
+		klog.FromContext(ctx).Error(err, "Listing gangs' pods without the PodGroup index", "plugin", Name)
 	}
 	p, err := upstream.New(ctx, args, renamingHandle{h})
 	if err != nil {
@@ -130,8 +136,19 @@ func decodeArgs(obj runtime.Object) (*config.CoschedulingArgs, error) {
 // renamingHandle gives upstream Coscheduling waiting pods that answer to
 // Name: it allows and rejects them under its own name ("Coscheduling"),
 // while the framework made them wait under the name of the plugin it
-// called, this one.
+// called, this one. It also gives it a pod lister that lists a PodGroup's
+// pods from podgroupindex, not by walking the namespace (upstream lists them
+// on every PreFilter, Permit and PostFilter), and the scheduler's snapshot
+// with copy-on-write node snapshots (lazySnapshotLister).
 type renamingHandle struct{ framework.Handle }
+
+func (h renamingHandle) SharedInformerFactory() informers.SharedInformerFactory {
+	return podgroupindex.WrapFactory(h.Handle.SharedInformerFactory())
+}
+
+func (h renamingHandle) SnapshotSharedLister() framework.SharedLister {
+	return lazySnapshotLister{h.Handle.SnapshotSharedLister()}
+}
 
 func (h renamingHandle) IterateOverWaitingPods(callback func(framework.WaitingPod)) {
 	h.Handle.IterateOverWaitingPods(func(wp framework.WaitingPod) { callback(renamedWaitingPod{wp}) })

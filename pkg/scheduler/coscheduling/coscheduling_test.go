@@ -2,16 +2,24 @@ package coscheduling
 
 import (
 	"context"
+	"slices"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
 	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/informers"
+	clientsetfake "k8s.io/client-go/kubernetes/fake"
+	corev1listers "k8s.io/client-go/listers/core/v1"
 	fwk "k8s.io/kube-scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
 	"sigs.k8s.io/scheduler-plugins/apis/config"
+	schedv1alpha1 "sigs.k8s.io/scheduler-plugins/apis/scheduling/v1alpha1"
 
+	"github.com/lockstep-dev/lockstep/pkg/scheduler/podgroupindex"
 	"github.com/lockstep-dev/lockstep/pkg/scheduler/requeue"
+	utiltesting "github.com/lockstep-dev/lockstep/pkg/util/testing"
 )
 
 func TestDecodeArgs(t *testing.T) {
@@ -112,5 +120,63 @@ func TestRenamingHandle(t *testing.T) {
 	}
 	if diff := cmp.Diff([]string{Name}, wp.rejects); diff != "" {
 		t.Errorf("rejected as (-want +got):\n%s", diff)
+	}
+}
+
+// informerHandle is a handle with a pod informer and nothing else.
+type informerHandle struct {
+	framework.Handle
+	factory informers.SharedInformerFactory
+}
+
+func (h informerHandle) SharedInformerFactory() informers.SharedInformerFactory { return h.factory }
+
+// TestRenamingHandlePodLister: upstream lists a gang's pods through the
+// handle's pod lister; through renamingHandle it gets the PodGroup index's
+// answer, which is the plain lister's, and every other selector the plain
+// lister's too.
+func TestRenamingHandlePodLister(t *testing.T) {
+	factory := informers.NewSharedInformerFactory(clientsetfake.NewClientset(), 0)
+	informer := factory.Core().V1().Pods().Informer()
+	if err := podgroupindex.Register(informer); err != nil {
+		t.Fatal(err)
+	}
+	for _, pod := range []*v1.Pod{
+		utiltesting.MakePod("a-0", "ns").PodGroup("a").Obj(),
+		utiltesting.MakePod("a-1", "ns").PodGroup("a").Obj(),
+		utiltesting.MakePod("b-0", "ns").PodGroup("b").Obj(),
+		utiltesting.MakePod("a-0", "other").PodGroup("a").Obj(),
+		utiltesting.MakePod("loose", "ns").Obj(),
+	} {
+		if err := informer.GetIndexer().Add(pod); err != nil {
+			t.Fatal(err)
+		}
+	}
+	wrapped := renamingHandle{informerHandle{factory: factory}}.SharedInformerFactory().Core().V1().Pods().Lister()
+	plain := factory.Core().V1().Pods().Lister()
+	for _, tc := range []struct {
+		ns       string
+		selector labels.Selector
+		want     []string
+	}{
+		{"ns", labels.SelectorFromSet(labels.Set{schedv1alpha1.PodGroupLabel: "a"}), []string{"a-0", "a-1"}},
+		{"other", labels.SelectorFromSet(labels.Set{schedv1alpha1.PodGroupLabel: "a"}), []string{"a-0"}},
+		{"ns", labels.SelectorFromSet(labels.Set{schedv1alpha1.PodGroupLabel: "c"}), nil},
+		{"ns", labels.Everything(), []string{"a-0", "a-1", "b-0", "loose"}},
+	} {
+		for lister, l := range map[string]corev1listers.PodLister{"plain": plain, "renamingHandle": wrapped} {
+			pods, err := l.Pods(tc.ns).List(tc.selector)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got []string
+			for _, pod := range pods {
+				got = append(got, pod.Name)
+			}
+			slices.Sort(got)
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("%s lister, %s in %s (-want,+got):\n%s", lister, tc.selector, tc.ns, diff)
+			}
+		}
 	}
 }

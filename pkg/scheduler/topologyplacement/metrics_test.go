@@ -29,6 +29,7 @@ import (
 	schedv1alpha1 "sigs.k8s.io/scheduler-plugins/apis/scheduling/v1alpha1"
 
 	"github.com/lockstep-dev/lockstep/pkg/lockstep"
+	"github.com/lockstep-dev/lockstep/pkg/scheduler/podgroupindex"
 	utiltesting "github.com/lockstep-dev/lockstep/pkg/util/testing"
 )
 
@@ -94,6 +95,23 @@ func ownMetrics(t testing.TB, p *TopologyPlacement) metrics.KubeRegistry {
 	return reg
 }
 
+// podInformers returns the clientset's informer factory as New leaves it
+// (the PodGroup index on the pod informer), its pod store holding pods.
+func podInformers(t testing.TB, clientset *clientsetfake.Clientset, pods []*v1.Pod) informers.SharedInformerFactory {
+	t.Helper()
+	factory := informers.NewSharedInformerFactory(clientset, 0)
+	informer := factory.Core().V1().Pods().Informer()
+	if err := podgroupindex.Register(informer); err != nil {
+		t.Fatal(err)
+	}
+	for _, pod := range pods {
+		if err := informer.GetIndexer().Add(pod); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return factory
+}
+
 func newMetricsPlugin(t testing.TB, members int, podGroup bool, getErr error) *metricsPlugin {
 	t.Helper()
 	p, clock := newTestPlugin(t)
@@ -107,13 +125,7 @@ func newMetricsPlugin(t testing.TB, members int, podGroup bool, getErr error) *m
 		objs = append(objs, pod)
 	}
 	clientset := clientsetfake.NewClientset(objs...)
-	factory := informers.NewSharedInformerFactory(clientset, 0)
-	for _, pod := range pods {
-		if err := factory.Core().V1().Pods().Informer().GetIndexer().Add(pod); err != nil {
-			t.Fatal(err)
-		}
-	}
-	p.handle = &fakeHandle{clientset: clientset, informers: factory}
+	p.handle = &fakeHandle{clientset: clientset, informers: podInformers(t, clientset, pods)}
 
 	scheme := runtime.NewScheme()
 	if err := schedv1alpha1.AddToScheme(scheme); err != nil {

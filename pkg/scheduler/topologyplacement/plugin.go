@@ -36,7 +36,6 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/cache"
@@ -52,6 +51,7 @@ import (
 
 	"github.com/lockstep-dev/lockstep/pkg/apis/lockstep/v1alpha1"
 	"github.com/lockstep-dev/lockstep/pkg/lockstep"
+	"github.com/lockstep-dev/lockstep/pkg/scheduler/podgroupindex"
 	"github.com/lockstep-dev/lockstep/pkg/scheduler/requeue"
 )
 
@@ -296,7 +296,11 @@ func build(ctx context.Context, args *Args, handle framework.Handle) (*TopologyP
 	if err := register(pgInformer, p.podGroupEvents(ctx)); err != nil {
 		return nil, err
 	}
-	if err := register(handle.SharedInformerFactory().Core().V1().Pods().Informer(), p.podEvents(ctx)); err != nil {
+	podInformer := handle.SharedInformerFactory().Core().V1().Pods().Informer()
+	if err := podgroupindex.Register(podInformer); err != nil {
+		logger.Error(err, "Listing gangs' pods without the PodGroup index")
+	}
+	if err := register(podInformer, p.podEvents(ctx)); err != nil {
 		return nil, err
 	}
 	p.behind = &atomic.Bool{}
@@ -557,8 +561,7 @@ func (p *TopologyPlacement) activateUnbound(key string) {
 	if !ok {
 		return
 	}
-	selector := labels.SelectorFromSet(labels.Set{schedv1alpha1.PodGroupLabel: name})
-	pods, err := p.handle.SharedInformerFactory().Core().V1().Pods().Lister().Pods(ns).List(selector)
+	pods, err := p.gangPods(ns, name)
 	if err != nil {
 		return
 	}

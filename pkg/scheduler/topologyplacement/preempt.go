@@ -11,7 +11,6 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apiserver/pkg/util/feature"
 	"k8s.io/client-go/util/workqueue"
@@ -235,8 +234,7 @@ func (p *TopologyPlacement) decideUnplanned(ctx context.Context, pod *v1.Pod) *c
 	if err != nil {
 		return nil
 	}
-	selector := labels.SelectorFromSet(labels.Set{schedv1alpha1.PodGroupLabel: pod.Labels[schedv1alpha1.PodGroupLabel]})
-	members, err := p.handle.SharedInformerFactory().Core().V1().Pods().Lister().Pods(pod.Namespace).List(selector)
+	members, err := p.gangPods(pod.Namespace, pod.Labels[schedv1alpha1.PodGroupLabel])
 	if err != nil {
 		return nil
 	}
@@ -384,7 +382,7 @@ func (p *TopologyPlacement) candidates(preemptor *v1.Pod, priority int32, snap *
 // another gang already (the gang is going whole).
 func (p *TopologyPlacement) gangVictim(key string, priority int32, gpus *victimGPUs, inSnap map[string]*placement.Node) (placement.Victim, []*v1.Pod, bool) {
 	ns, name, _ := strings.Cut(key, "/")
-	listed, err := p.handle.SharedInformerFactory().Core().V1().Pods().Lister().Pods(ns).List(labels.SelectorFromSet(labels.Set{schedv1alpha1.PodGroupLabel: name}))
+	listed, err := p.gangPods(ns, name)
 	if err != nil {
 		return placement.Victim{}, nil, false
 	}

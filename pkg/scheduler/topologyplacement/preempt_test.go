@@ -86,13 +86,7 @@ func newPreemptionEnv(t *testing.T, pods []*v1.Pod, groups ...*schedv1alpha1.Pod
 		objs = append(objs, pod)
 	}
 	clientset := clientsetfake.NewClientset(objs...)
-	factory := informers.NewSharedInformerFactory(clientset, 0)
-	for _, pod := range pods {
-		if err := factory.Core().V1().Pods().Informer().GetIndexer().Add(pod); err != nil {
-			t.Fatal(err)
-		}
-	}
-	h := &fakeHandle{clientset: clientset, informers: factory}
+	h := &fakeHandle{clientset: clientset, informers: podInformers(t, clientset, pods)}
 	p.handle = h
 	scheme := runtime.NewScheme()
 	if err := schedv1alpha1.AddToScheme(scheme); err != nil {

@@ -9,7 +9,6 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/sets"
 	corev1helpers "k8s.io/component-helpers/scheduling/corev1"
@@ -19,6 +18,7 @@ import (
 	schedv1alpha1 "sigs.k8s.io/scheduler-plugins/apis/scheduling/v1alpha1"
 
 	"github.com/lockstep-dev/lockstep/pkg/lockstep"
+	"github.com/lockstep-dev/lockstep/pkg/scheduler/podgroupindex"
 	"github.com/lockstep-dev/lockstep/pkg/topology"
 	"github.com/lockstep-dev/lockstep/pkg/topology/placement"
 )
@@ -187,8 +187,7 @@ func (p *TopologyPlacement) pendingRanks(pod *v1.Pod, gpus int, inPlan func(type
 // GPUs and wait to be placed: unbound, not being deleted, not finished, and
 // not reserved through another plan than the one inPlan tells the slots of.
 func (p *TopologyPlacement) pendingPeers(pod *v1.Pod, gpus int, inPlan func(types.UID) bool) ([]*v1.Pod, error) {
-	selector := labels.SelectorFromSet(labels.Set{schedv1alpha1.PodGroupLabel: pod.Labels[schedv1alpha1.PodGroupLabel]})
-	pods, err := p.handle.SharedInformerFactory().Core().V1().Pods().Lister().Pods(pod.Namespace).List(selector)
+	pods, err := p.gangPods(pod.Namespace, pod.Labels[schedv1alpha1.PodGroupLabel])
 	if err != nil {
 		return nil, err
 	}
@@ -204,6 +203,13 @@ func (p *TopologyPlacement) pendingPeers(pod *v1.Pod, gpus int, inPlan func(type
 		out = append(out, member)
 	}
 	return out, nil
+}
+
+// gangPods returns the pods of PodGroup name in namespace ns from the
+// scheduler's pod cache, through the PodGroup index (O(gang), not
+// O(namespace)). The pods are the cache's: read them, never modify them.
+func (p *TopologyPlacement) gangPods(ns, name string) ([]*v1.Pod, error) {
+	return podgroupindex.Members(p.handle.SharedInformerFactory().Core().V1().Pods(), ns, name)
 }
 
 // rankOf reads a pod's lockstep.dev/rank annotation.
@@ -415,8 +421,7 @@ func (p *TopologyPlacement) releaseDrainIfNoPending(ctx context.Context, pod *v1
 	if !p.books.drains(key) || p.handle == nil {
 		return
 	}
-	selector := labels.SelectorFromSet(labels.Set{schedv1alpha1.PodGroupLabel: pod.Labels[schedv1alpha1.PodGroupLabel]})
-	pods, err := p.handle.SharedInformerFactory().Core().V1().Pods().Lister().Pods(pod.Namespace).List(selector)
+	pods, err := p.gangPods(pod.Namespace, pod.Labels[schedv1alpha1.PodGroupLabel])
 	if err != nil {
 		return
 	}
@@ -460,8 +465,7 @@ type gangMembers struct {
 // classMembers counts the gang's live pods that ask for gpus GPUs, and how
 // many of them are bound or reserved.
 func (p *TopologyPlacement) classMembers(pod *v1.Pod, gpus int) gangMembers {
-	selector := labels.SelectorFromSet(labels.Set{schedv1alpha1.PodGroupLabel: pod.Labels[schedv1alpha1.PodGroupLabel]})
-	pods, err := p.handle.SharedInformerFactory().Core().V1().Pods().Lister().Pods(pod.Namespace).List(selector)
+	pods, err := p.gangPods(pod.Namespace, pod.Labels[schedv1alpha1.PodGroupLabel])
 	if err != nil {
 		return gangMembers{total: 1}
 	}

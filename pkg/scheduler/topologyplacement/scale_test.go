@@ -8,6 +8,7 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/lockstep-dev/lockstep/pkg/apis/lockstep/v1alpha1"
 	"github.com/lockstep-dev/lockstep/pkg/lockstep"
+	utiltesting "github.com/lockstep-dev/lockstep/pkg/util/testing"
 )
 
 // BenchmarkTopologyHealthHeartbeat measures one NodeTopology heartbeat of a
@@ -86,5 +88,37 @@ func BenchmarkPreFilterGangMember(b *testing.B) {
 		// Each member is steered to its rank's node afresh.
 		p.steered.forget(pod.UID)
 		i++
+	}
+}
+
+// BenchmarkPlanMembers measures what a plan reads of its gang's pods
+// (classMembers and pendingPeers) for a gang of 1,024 8-GPU members alone
+// in its namespace (namespace=1024) or beside 12,976 pods of other gangs
+// (namespace=14000), as in the scale run's mixed burst.
+func BenchmarkPlanMembers(b *testing.B) {
+	const members = 1024
+	for _, others := range []int{0, 12_976} {
+		b.Run(fmt.Sprintf("namespace=%d", members+others), func(b *testing.B) {
+			p := newMetricsPlugin(b, members, true, nil)
+			store := p.handle.SharedInformerFactory().Core().V1().Pods().Informer().GetIndexer()
+			for i := range others {
+				pod := utiltesting.MakePod(fmt.Sprintf("o-%d", i), "ns").GPUs(1).PodGroup(fmt.Sprintf("o-%d", i/8)).Obj()
+				pod.UID = types.UID("uid-" + pod.Name)
+				if err := store.Add(pod); err != nil {
+					b.Fatal(err)
+				}
+			}
+			pod := p.pods[0]
+			notInPlan := func(types.UID) bool { return false }
+			b.ReportAllocs()
+			for b.Loop() {
+				if m := p.classMembers(pod, 8); m.total != members {
+					b.Fatalf("classMembers counted %d members, want %d", m.total, members)
+				}
+				if peers, err := p.pendingPeers(pod, 8, notInPlan); err != nil || len(peers) != members-1 {
+					b.Fatalf("pendingPeers: %d peers (%v), want %d", len(peers), err, members-1)
+				}
+			}
+		})
 	}
 }

@@ -11,7 +11,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/informers"
 	clientsetfake "k8s.io/client-go/kubernetes/fake"
 	fwk "k8s.io/kube-scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
@@ -94,17 +93,13 @@ func gb200Plugin(b *testing.B, n, members int) *metricsPlugin {
 	}
 
 	clientset := clientsetfake.NewClientset()
-	factory := informers.NewSharedInformerFactory(clientset, 0)
 	pods := make([]*v1.Pod, members)
 	for i := range pods {
 		pod := utiltesting.MakePod(fmt.Sprintf("m-%d", i), "ns").GPUs(4).PodGroup("g").Obj()
 		pod.UID = types.UID("uid-" + pod.Name)
-		if err := factory.Core().V1().Pods().Informer().GetIndexer().Add(pod); err != nil {
-			b.Fatal(err)
-		}
 		pods[i] = pod
 	}
-	p.handle = &fakeHandle{clientset: clientset, informers: factory}
+	p.handle = &fakeHandle{clientset: clientset, informers: podInformers(b, clientset, pods)}
 	scheme := runtime.NewScheme()
 	if err := schedv1alpha1.AddToScheme(scheme); err != nil {
 		b.Fatal(err)

@@ -1,0 +1,245 @@
+package coscheduling
+
+import (
+	"context"
+	"fmt"
+	"reflect"
+	"slices"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/klog/v2"
+	fwk "k8s.io/kube-scheduler/framework"
+	internalcache "k8s.io/kubernetes/pkg/scheduler/backend/cache"
+	"k8s.io/kubernetes/pkg/scheduler/framework"
+	"sigs.k8s.io/scheduler-plugins/pkg/coscheduling/core"
+
+	"github.com/lockstep-dev/lockstep/pkg/lockstep"
+	utiltesting "github.com/lockstep-dev/lockstep/pkg/util/testing"
+)
+
+// TestLazyNodeInfoMutators pins the NodeInfo interface: lazyNodeInfo must
+// override every method that changes a NodeInfo (today AddPodInfo,
+// RemovePod, SetNode), or that method writes through to the scheduler's
+// snapshot. When an upgrade changes the interface, review lazyNodeInfo and
+// update the list.
+func TestLazyNodeInfoMutators(t *testing.T) {
+	var got []string
+	typ := reflect.TypeFor[fwk.NodeInfo]()
+	for i := range typ.NumMethod() {
+		got = append(got, typ.Method(i).Name)
+	}
+	want := []string{
+		"AddPodInfo", "GetAllocatable", "GetGeneration", "GetImageStates", "GetNonZeroRequested",
+		"GetPVCRefCounts", "GetPods", "GetPodsWithAffinity", "GetPodsWithRequiredAntiAffinity",
+		"GetRequested", "GetUsedPorts", "Node", "RemovePod", "SetNode", "Snapshot", "String",
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("fwk.NodeInfo's methods changed (-want,+got); override any new mutator in lazyNodeInfo:\n%s", diff)
+	}
+}
+
+func gpuNode(name string) *v1.Node {
+	capacity := v1.ResourceList{
+		v1.ResourceCPU:       resource.MustParse("64"),
+		v1.ResourceMemory:    resource.MustParse("512Gi"),
+		v1.ResourcePods:      resource.MustParse("110"),
+		lockstep.GPUResource: resource.MustParse("4"),
+	}
+	return &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}, Status: v1.NodeStatus{Allocatable: capacity, Capacity: capacity}}
+}
+
+// onNode binds pod to node, with a UID: NodeInfo.RemovePod finds pods by
+// UID.
+func onNode(pod *v1.Pod, node string) *v1.Pod {
+	pod.Spec.NodeName = node
+	pod.UID = types.UID(pod.Namespace + "/" + pod.Name)
+	return pod
+}
+
+func nodeWith(node *v1.Node, pods ...*v1.Pod) *framework.NodeInfo {
+	ni := framework.NewNodeInfo(pods...)
+	ni.SetNode(node)
+	return ni
+}
+
+// nodeView is what CheckClusterResource reads of a NodeInfo.
+type nodeView struct {
+	Pods                   []string
+	MilliCPU, GPUs, Memory int64
+}
+
+func viewOf(ni fwk.NodeInfo) nodeView {
+	v := nodeView{
+		MilliCPU: ni.GetRequested().GetMilliCPU(),
+		Memory:   ni.GetRequested().GetMemory(),
+		GPUs:     ni.GetRequested().GetScalarResources()[lockstep.GPUResource],
+	}
+	for _, pi := range ni.GetPods() {
+		v.Pods = append(v.Pods, pi.GetPod().Name)
+	}
+	slices.Sort(v.Pods)
+	return v
+}
+
+// TestLazyNodeInfoCopiesOnWrite: a lazy snapshot reads as the node until
+// changed, and a change never reaches the node.
+func TestLazyNodeInfoCopiesOnWrite(t *testing.T) {
+	member := onNode(utiltesting.MakePod("m-0", "ns").GPUs(2).PodGroup("g").Obj(), "n")
+	other := onNode(utiltesting.MakePod("o-0", "ns").GPUs(1).Obj(), "n")
+	added := onNode(utiltesting.MakePod("added", "ns").GPUs(1).Obj(), "n")
+	ni := nodeWith(gpuNode("n"), member, other)
+	before := viewOf(ni)
+	for _, tc := range []struct {
+		name   string
+		change func(fwk.NodeInfo) error
+		want   nodeView
+	}{
+		{"read only", func(fwk.NodeInfo) error { return nil }, before},
+		{"RemovePod", func(c fwk.NodeInfo) error { return c.RemovePod(klog.Background(), member) },
+			viewOf(nodeWith(gpuNode("n"), other))},
+		{"AddPodInfo", func(c fwk.NodeInfo) error {
+			pi, err := framework.NewPodInfo(added)
+			c.AddPodInfo(pi)
+			return err
+		}, viewOf(nodeWith(gpuNode("n"), member, other, added))},
+		{"SetNode", func(c fwk.NodeInfo) error { c.SetNode(gpuNode("renamed")); return nil }, before},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			nodes, err := lazyNodeInfoLister{fakeNodeLister{ni}}.List()
+			if err != nil {
+				t.Fatal(err)
+			}
+			c := nodes[0].Snapshot()
+			if err := tc.change(c); err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(tc.want, viewOf(c)); diff != "" {
+				t.Errorf("snapshot (-want,+got):\n%s", diff)
+			}
+			if diff := cmp.Diff(before, viewOf(ni)); diff != "" {
+				t.Errorf("the node changed through its snapshot (-before,+after):\n%s", diff)
+			}
+			if ni.Node().Name != "n" {
+				t.Errorf("the node is now %s", ni.Node().Name)
+			}
+		})
+	}
+}
+
+// fakeNodeLister lists fixed NodeInfos.
+type fakeNodeLister []fwk.NodeInfo
+
+func (l fakeNodeLister) List() ([]fwk.NodeInfo, error)                     { return l, nil }
+func (l fakeNodeLister) HavePodsWithAffinityList() ([]fwk.NodeInfo, error) { return nil, nil }
+func (l fakeNodeLister) HavePodsWithRequiredAntiAffinityList() ([]fwk.NodeInfo, error) {
+	return nil, nil
+}
+func (l fakeNodeLister) Get(string) (fwk.NodeInfo, error) { return nil, fmt.Errorf("not found") }
+
+// TestCheckClusterResourceLazy: upstream's CheckClusterResource gives the
+// same verdict on the lazy snapshot as on the scheduler's, and leaves the
+// scheduler's snapshot as it was.
+func TestCheckClusterResourceLazy(t *testing.T) {
+	// Three 4-GPU nodes: a holds two of gang g's 2-GPU members, b one pod
+	// of another gang, c is empty.
+	pods := []*v1.Pod{
+		onNode(utiltesting.MakePod("g-0", "ns").GPUs(2).PodGroup("g").Obj(), "a"),
+		onNode(utiltesting.MakePod("g-1", "ns").GPUs(2).PodGroup("g").Obj(), "a"),
+		onNode(utiltesting.MakePod("h-0", "ns").GPUs(3).PodGroup("h").Obj(), "b"),
+	}
+	snapshot := internalcache.NewSnapshot(pods, []*v1.Node{gpuNode("a"), gpuNode("b"), gpuNode("c")})
+	lazy := lazySnapshotLister{snapshot}
+	gpus := func(n int64) v1.ResourceList {
+		return v1.ResourceList{lockstep.GPUResource: *resource.NewQuantity(n, resource.DecimalSI), v1.ResourcePods: resource.MustParse("4")}
+	}
+	for _, tc := range []struct {
+		name    string
+		request v1.ResourceList
+		gang    string
+		wantErr bool
+	}{
+		{"fits the empty node", gpus(4), "ns/x", false},
+		{"fits the free GPUs of b and c", gpus(5), "ns/x", false},
+		{"needs more than is free", gpus(6), "ns/x", true},
+		{"g counts its own GPUs as free", gpus(9), "ns/g", false},
+		{"g needs more than that", gpus(10), "ns/g", true},
+		{"h counts its own", gpus(8), "ns/h", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			before := map[string]nodeView{}
+			plain, err := snapshot.NodeInfos().List()
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, ni := range plain {
+				before[ni.Node().Name] = viewOf(ni)
+			}
+			wrapped, err := lazy.NodeInfos().List()
+			if err != nil {
+				t.Fatal(err)
+			}
+			errString := func(err error) string {
+				if err == nil {
+					return ""
+				}
+				return err.Error()
+			}
+			ctx := context.Background()
+			want := errString(core.CheckClusterResource(ctx, plain, tc.request.DeepCopy(), tc.gang))
+			got := errString(core.CheckClusterResource(ctx, wrapped, tc.request.DeepCopy(), tc.gang))
+			if (want != "") != tc.wantErr {
+				t.Fatalf("upstream on the plain snapshot: %q, want an error %v", want, tc.wantErr)
+			}
+			if diff := cmp.Diff(want, got); diff != "" {
+				t.Errorf("CheckClusterResource (-plain,+lazy):\n%s", diff)
+			}
+			for _, ni := range plain {
+				if diff := cmp.Diff(before[ni.Node().Name], viewOf(ni)); diff != "" {
+					t.Errorf("node %s changed (-before,+after):\n%s", ni.Node().Name, diff)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkCheckClusterResource is upstream Coscheduling's check for a
+// 4-GPU single-pod gang on 5,000 4-GPU nodes, each full with one 4-GPU pod
+// of its own gang, but the last: the scan reads every node, on the
+// scheduler's snapshot (plain) and through lazySnapshotLister (lazy).
+func BenchmarkCheckClusterResource(b *testing.B) {
+	const nodes = 5000
+	var nodeObjs []*v1.Node
+	var pods []*v1.Pod
+	for i := range nodes {
+		name := fmt.Sprintf("node-%04d", i)
+		nodeObjs = append(nodeObjs, gpuNode(name))
+		if i < nodes-1 {
+			pods = append(pods, onNode(utiltesting.MakePod(fmt.Sprintf("p-%d", i), "ns").GPUs(4).PodGroup(fmt.Sprintf("g-%d", i)).Obj(), name))
+		}
+	}
+	snapshot := internalcache.NewSnapshot(pods, nodeObjs)
+	request := v1.ResourceList{lockstep.GPUResource: resource.MustParse("4"), v1.ResourcePods: resource.MustParse("1")}
+	for _, lister := range []struct {
+		name string
+		l    framework.SharedLister
+	}{{"plain", snapshot}, {"lazy", lazySnapshotLister{snapshot}}} {
+		b.Run(lister.name, func(b *testing.B) {
+			ctx := context.Background()
+			b.ReportAllocs()
+			for b.Loop() {
+				list, err := lister.l.NodeInfos().List()
+				if err != nil {
+					b.Fatal(err)
+				}
+				if err := core.CheckClusterResource(ctx, list, request.DeepCopy(), "ns/new"); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
