@@ -8,7 +8,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
-	upstream "sigs.k8s.io/scheduler-plugins/pkg/coscheduling"
 	"sigs.k8s.io/scheduler-plugins/pkg/coscheduling/core"
 )
 
@@ -28,13 +27,9 @@ import (
 // binding a gang, the new leader then counts only the members it places
 // itself, never reaches minMember, and the gang stays part bound for good
 // (each try times out at Permit).
-func countLateBindings(p *upstream.Coscheduling, h framework.Handle) error {
-	mgr, err := podGroupManager(p)
-	if err != nil {
-		return err
-	}
+func countLateBindings(mgr *core.PodGroupManager, h framework.Handle) error {
 	countBound := core.AddPodFactory(mgr)
-	_, err = h.SharedInformerFactory().Core().V1().Pods().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+	_, err := h.SharedInformerFactory().Core().V1().Pods().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 		UpdateFunc: func(oldObj, newObj any) {
 			old, ok := oldObj.(*corev1.Pod)
 			pod, ok2 := newObj.(*corev1.Pod)

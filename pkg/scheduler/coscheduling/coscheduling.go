@@ -1,7 +1,10 @@
 // Package coscheduling is LockstepCoscheduling: scheduler-plugins'
-// Coscheduling (v0.34.7) unchanged at every extension point, registered
-// under its own name with EventsToRegister that carry QueueingHints, and
-// counting the gang members a previous leader bound (countLateBindings).
+// Coscheduling (v0.34.7) unchanged at every extension point but one
+// (PreFilter lets a PodGroup of one member through: Filter checks its one
+// pod more strictly than upstream's cluster-wide minResources sum, which
+// costs a scan of every node), registered under its own name with
+// EventsToRegister that carry QueueingHints, and counting the gang members
+// a previous leader bound (countLateBindings).
 //
 // Why a wrapper. Coscheduling rejects a gang at PreFilter when its PodGroup's
 // minResources do not fit the cluster's free capacity (TrainingJob PodGroups
@@ -38,6 +41,7 @@ import (
 	pluginsscheme "sigs.k8s.io/scheduler-plugins/apis/config/scheme"
 	configv1 "sigs.k8s.io/scheduler-plugins/apis/config/v1"
 	upstream "sigs.k8s.io/scheduler-plugins/pkg/coscheduling"
+	"sigs.k8s.io/scheduler-plugins/pkg/coscheduling/core"
 	"sigs.k8s.io/yaml"
 
 	"github.com/lockstep-dev/lockstep/pkg/scheduler/podgroupindex"
@@ -50,6 +54,9 @@ const Name = "LockstepCoscheduling"
 // Coscheduling is upstream Coscheduling under Name, with hinted events.
 type Coscheduling struct {
 	*upstream.Coscheduling
+	// mgr is upstream's PodGroupManager, for the PodGroup lookup PreFilter
+	// makes before it delegates.
+	mgr *core.PodGroupManager
 }
 
 var (
@@ -76,10 +83,32 @@ func New(ctx context.Context, obj runtime.Object, h framework.Handle) (framework
 		return nil, err
 	}
 	cs := p.(*upstream.Coscheduling)
-	if err := countLateBindings(cs, h); err != nil {
+	mgr, err := podGroupManager(cs)
+	if err != nil {
 		return nil, err
 	}
-	return &Coscheduling{Coscheduling: cs}, nil
+	if err := countLateBindings(mgr, h); err != nil {
+		return nil, err
+	}
+	return &Coscheduling{Coscheduling: cs, mgr: mgr}, nil
+}
+
+// PreFilter is upstream's, except for a PodGroup of one member, which it
+// lets through. For one member upstream's checks come down to the pod's
+// own PodGroup existing (it does: the lookup found it), the pod itself as
+// the quorum, and minResources summed over the whole cluster's free
+// capacity, which NodeResourcesFit's Filter checks more strictly on each
+// node for the one pod. That sum is a scan of every node and its pods
+// (CheckClusterResource), and a cluster of many single-pod jobs (each with
+// a PodGroup, as the TrainingJob controller writes them) paid it once per
+// job: the largest CPU cost of the 100k-GPU scale run (docs/benchmarks.md).
+// Backoff of such a group (podGroupBackoffSeconds) is the queue's own pod
+// backoff then.
+func (c *Coscheduling) PreFilter(ctx context.Context, state fwk.CycleState, pod *v1.Pod, nodes []fwk.NodeInfo) (*framework.PreFilterResult, *fwk.Status) {
+	if _, pg := c.mgr.GetPodGroup(ctx, pod); pg != nil && pg.Spec.MinMember <= 1 {
+		return nil, nil
+	}
+	return c.Coscheduling.PreFilter(ctx, state, pod, nodes)
 }
 
 // Name returns Name: the framework records rejections and looks up hints
