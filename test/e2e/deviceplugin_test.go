@@ -10,6 +10,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/lockstep-dev/lockstep/pkg/apis/lockstep/v1alpha1"
 	"github.com/lockstep-dev/lockstep/pkg/localcluster"
@@ -42,6 +43,21 @@ func useDevicePluginAgent(t *testing.T) {
 	}
 	start(lockstep.FakeAllocationDevicePlugin)
 	t.Cleanup(func() { start(lockstep.FakeAllocationScheduler) })
+}
+
+// waitNodeIdle waits until node's agent reports no GPU held.
+func waitNodeIdle(t *testing.T, node string) {
+	t.Helper()
+	err := localcluster.Poll(context.Background(), 250*time.Millisecond, 2*time.Minute, "node "+node+" holds no GPU", func(ctx context.Context) (bool, error) {
+		var nt v1alpha1.NodeTopology
+		if err := cluster.Client.Get(ctx, client.ObjectKey{Name: node}, &nt); err != nil {
+			return false, nil
+		}
+		return len(nt.Status.Allocations) == 0, nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
 }
 
 // gpusOf is how many GPUs a pod holds while it runs.
@@ -266,6 +282,10 @@ func TestDevicePluginModeGangsEndWhole(t *testing.T) {
 	ns := cluster.NewNamespace(t)
 	ctx := context.Background()
 	node := nodesByLeaf()["leaf-3"][7]
+	// Pods of earlier tests may still be leaving the node: its agent
+	// reports their GPUs until they are gone, and the scheduler chooses
+	// only among GPUs the agent reports free.
+	waitNodeIdle(t, node)
 
 	// Placement.
 	first := utiltesting.MakePod("first", ns).GPUs(4).SchedulerName(localcluster.SchedulerName).Obj()
