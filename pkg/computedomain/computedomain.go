@@ -20,6 +20,8 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	"github.com/lockstep-dev/lockstep/pkg/util/mirror"
 )
 
 // GroupVersion is the ComputeDomain CRD's served and storage version.
@@ -130,40 +132,20 @@ func (cd *ComputeDomain) ReadyNodes() int {
 
 // FromUnstructured reads the mirror of a ComputeDomain.
 func FromUnstructured(u *unstructured.Unstructured) (*ComputeDomain, error) {
-	cd := &ComputeDomain{}
-	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, cd); err != nil {
-		return nil, fmt.Errorf("decoding ComputeDomain %s/%s: %w", u.GetNamespace(), u.GetName(), err)
-	}
-	return cd, nil
+	return mirror.FromUnstructured[ComputeDomain](u)
 }
 
 // ToUnstructured is the object to create for a new ComputeDomain: no
 // status (the driver writes it) and no creationTimestamp.
 func ToUnstructured(cd *ComputeDomain) (*unstructured.Unstructured, error) {
-	cd.SetGroupVersionKind(GVK)
-	obj, err := runtime.DefaultUnstructuredConverter.ToUnstructured(cd)
-	if err != nil {
-		return nil, err
-	}
-	u := &unstructured.Unstructured{Object: obj}
-	unstructured.RemoveNestedField(u.Object, "status")
-	unstructured.RemoveNestedField(u.Object, "metadata", "creationTimestamp")
-	return u, nil
+	return mirror.ForCreate(cd, GVK)
 }
 
 // NewObject is an empty unstructured ComputeDomain, for reads and watches.
-func NewObject() *unstructured.Unstructured {
-	u := &unstructured.Unstructured{}
-	u.SetGroupVersionKind(GVK)
-	return u
-}
+func NewObject() *unstructured.Unstructured { return mirror.NewObject(GVK) }
 
 // NewList is an empty unstructured ComputeDomainList, for lists.
-func NewList() *unstructured.UnstructuredList {
-	l := &unstructured.UnstructuredList{}
-	l.SetGroupVersionKind(GroupVersion.WithKind("ComputeDomainList"))
-	return l
-}
+func NewList() *unstructured.UnstructuredList { return mirror.NewList(GVK) }
 
 // ChannelClaimTemplate is the ResourceClaimTemplate NVIDIA's controller
 // writes for cd: one request of the default channel class, configured with

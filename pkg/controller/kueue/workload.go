@@ -11,14 +11,14 @@
 package kueue
 
 import (
-	"fmt"
-
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	"github.com/lockstep-dev/lockstep/pkg/util/mirror"
 )
 
 // GroupVersion is Kueue's API group at the Workload CRD's storage version.
@@ -109,40 +109,19 @@ type PodSetAssignment struct {
 
 // FromUnstructured reads the mirror of a Workload.
 func FromUnstructured(u *unstructured.Unstructured) (*Workload, error) {
-	w := &Workload{}
-	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, w); err != nil {
-		return nil, fmt.Errorf("decoding Workload %s/%s: %w", u.GetNamespace(), u.GetName(), err)
-	}
-	return w, nil
+	return mirror.FromUnstructured[Workload](u)
 }
 
 // ToUnstructured is the object to create for a new Workload.
 func ToUnstructured(w *Workload) (*unstructured.Unstructured, error) {
-	w.SetGroupVersionKind(WorkloadGVK)
-	obj, err := runtime.DefaultUnstructuredConverter.ToUnstructured(w)
-	if err != nil {
-		return nil, err
-	}
-	u := &unstructured.Unstructured{Object: obj}
-	// Empty status and creationTimestamp: null are not wanted on create.
-	unstructured.RemoveNestedField(u.Object, "status")
-	unstructured.RemoveNestedField(u.Object, "metadata", "creationTimestamp")
-	return u, nil
+	return mirror.ForCreate(w, WorkloadGVK)
 }
 
 // NewWorkloadObject is an empty unstructured Workload, for reads.
-func NewWorkloadObject() *unstructured.Unstructured {
-	u := &unstructured.Unstructured{}
-	u.SetGroupVersionKind(WorkloadGVK)
-	return u
-}
+func NewWorkloadObject() *unstructured.Unstructured { return mirror.NewObject(WorkloadGVK) }
 
 // NewWorkloadList is an empty unstructured WorkloadList, for lists.
-func NewWorkloadList() *unstructured.UnstructuredList {
-	l := &unstructured.UnstructuredList{}
-	l.SetGroupVersionKind(GroupVersion.WithKind("WorkloadList"))
-	return l
-}
+func NewWorkloadList() *unstructured.UnstructuredList { return mirror.NewList(WorkloadGVK) }
 
 // SetConditions writes conds as the status conditions of the unstructured
 // Workload u, leaving the rest of its status as read.
