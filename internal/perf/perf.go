@@ -337,11 +337,11 @@ func (e *env) publishTopology(ctx context.Context) error {
 	})
 }
 
-// heartbeat moves every NodeTopology's heartbeat to now, as an agent's
+// heartbeat moves every NodeTopology's heartbeat to at, as an agent's
 // heartbeat does, with one small status patch per node: Publish's read and
 // whole-object write of the spec's GPU tables take minutes at 25,000 nodes.
-func (e *env) heartbeat(ctx context.Context) error {
-	now := metav1.Now()
+func (e *env) heartbeat(ctx context.Context, at time.Time) error {
+	now := metav1.NewTime(at)
 	data, err := json.Marshal(map[string]any{"status": map[string]any{"heartbeatTime": now}})
 	if err != nil {
 		return err
@@ -516,7 +516,7 @@ func (e *env) runOnce(ctx context.Context, sched string, round int, jobs []bench
 	// planning.
 	if sched == bench.SchedulerLockstep && time.Since(e.published) > 2*time.Minute*e.cfg.sizeFactor() {
 		phase = time.Now()
-		if err := e.heartbeat(ctx); err != nil {
+		if err := e.heartbeat(ctx, time.Now()); err != nil {
 			return run, err
 		}
 		e.say("round %d: NodeTopology heartbeats refreshed in %s", round, since(phase))
