@@ -2,7 +2,6 @@ package perf
 
 import (
 	"context"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -10,8 +9,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/lockstep-dev/lockstep/pkg/apis/lockstep/v1alpha1"
-	"github.com/lockstep-dev/lockstep/pkg/clustermodel"
-	lsenvtest "github.com/lockstep-dev/lockstep/pkg/util/envtest"
 )
 
 func TestScaleTopologyMaxAge(t *testing.T) {
@@ -62,14 +59,7 @@ func TestScaleTopologyMaxAge(t *testing.T) {
 // TestHeartbeat checks that heartbeat moves every NodeTopology's heartbeat
 // forward and changes nothing else.
 func TestHeartbeat(t *testing.T) {
-	root, err := lsenvtest.ModuleRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	model, err := clustermodel.Load(filepath.Join(root, "test", "e2e", "models", "hgx-32.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	root, model := smallModel(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	e, err := start(ctx, Config{Root: root, Model: model})

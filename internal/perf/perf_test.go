@@ -15,14 +15,7 @@ import (
 // scheduler binds every pod of the burst once, and the result reports a
 // rate and a heap peak for each.
 func TestSmoke(t *testing.T) {
-	root, err := lsenvtest.ModuleRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	model, err := clustermodel.Load(filepath.Join(root, "test", "e2e", "models", "hgx-32.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	root, model := smallModel(t)
 	stallAfter = 20 * time.Second
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
@@ -44,4 +37,18 @@ func TestSmoke(t *testing.T) {
 	if got, want := len(res.Runs), len(Schedulers); got != want {
 		t.Errorf("%d runs, want %d", got, want)
 	}
+}
+
+// smallModel is the module root and the 32-node model the perf tests run on.
+func smallModel(t *testing.T) (string, *clustermodel.Model) {
+	t.Helper()
+	root, err := lsenvtest.ModuleRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	model, err := clustermodel.Load(filepath.Join(root, "test", "e2e", "models", "hgx-32.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return root, model
 }
