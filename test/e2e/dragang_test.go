@@ -285,8 +285,19 @@ func TestDRAGangThatCannotAllBeAllocatedLeavesNone(t *testing.T) {
 	createDRAGang(t, ns, "three", 3, 8)
 	waitGangRejected(t, ns, "five", 5)
 	waitGangRejected(t, ns, "three", 3)
-	// Some time for anything that would allocate to do it.
-	time.Sleep(5 * time.Second)
+	// Every member has been tried and turned away; the check below means
+	// something once each member's claim exists (kube-controller-manager
+	// makes it from the template): 2 running, 5 and 3 turned away.
+	err := localcluster.Poll(ctx, 200*time.Millisecond, time.Minute, "every member's claim created", func(ctx context.Context) (bool, error) {
+		var claims resourcev1.ResourceClaimList
+		if err := cluster.Client.List(ctx, &claims, client.InNamespace(ns)); err != nil {
+			return false, nil
+		}
+		return len(claims.Items) == 2+5+3, nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
 	for _, g := range []string{"five", "three"} {
 		pods, err := gangPods(ctx, ns, g)
 		if err != nil {
