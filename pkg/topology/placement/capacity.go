@@ -457,8 +457,18 @@ func share(free, per int64) int {
 }
 
 // pickGPUs returns the best k of free on node: the selector's NVLink-aware
-// choice, or the lowest indices when the node has no selector.
+// choice, or the lowest indices when the node has no selector. On a DRA
+// node it is the allocator's choice as DRA.Pick predicts it, whatever its
+// quality.
 func pickGPUs(node *Node, free topology.GPUSet, k int) (topology.GPUSet, topology.SetQuality, bool) {
+	if node.DRA != nil {
+		set, ok := node.DRA.Pick(free, k, node.DRAOneRoot)
+		q := topology.SetQuality{GPUs: set.Len()}
+		if node.Selector != nil {
+			q = node.Selector.Quality(set)
+		}
+		return set, q, ok
+	}
 	if node.Selector != nil {
 		if set, q, ok := node.Selector.Best(free, k); ok {
 			return set, q, true

@@ -44,7 +44,9 @@
 //  5. GPU sets. Each member's GPUs are Selector.Best of what the node still
 //     has free after the members placed on it before (NVLink-connected sets,
 //     DGX-1 NVLink pairs, A100 bridge pairs); nodes without a selector give
-//     their lowest free indices.
+//     their lowest free indices. On a DRA node (Node.DRA) the set is the one
+//     the DRA allocator will give the member's claim (topology.DRAOrder),
+//     and that set's quality is what rules 3 and 4 compare.
 //  6. Cost. The plan carries the all-reduce estimate of its placement and its
 //     efficiency against the best placement of as many GPUs of the dominant
 //     profile on an empty cluster.

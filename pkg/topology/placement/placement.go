@@ -37,6 +37,12 @@ type Node struct {
 	// (Books.Drain): Place counts none of its GPUs free, whatever
 	// FreeGPUs says, and drains no domain holding it.
 	Drained bool
+	// DRA is set on a node whose GPUs a DRA allocator gives the gang's
+	// claims: each member gets the set DRA.Pick predicts (one PCIe root
+	// first when DRAOneRoot), not the selector's best, so the plan, its
+	// rating and the choice between nodes hold what the pods will get.
+	DRA        *topology.DRAOrder
+	DRAOneRoot bool
 }
 
 // Snapshot is the cluster as the planner sees it. Place only reads it.

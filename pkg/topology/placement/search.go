@@ -64,8 +64,19 @@ func (p *planner) bandwidth(i int32, r int, whole bool) float64 {
 	if n == 1 {
 		return math.Inf(1)
 	}
-	_, q, _ := node.Selector.Best(d.set, n)
-	return q.BottleneckGBps
+	if node.DRA == nil {
+		_, q, _ := node.Selector.Best(d.set, n)
+		return q.BottleneckGBps
+	}
+	// The allocator gives each member its own set: the gang's GPUs are
+	// their union.
+	var all topology.GPUSet
+	for free := d.set; r > 0; r-- {
+		set, _, _ := pickGPUs(node, free, p.req.gpus)
+		all |= set
+		free &^= set
+	}
+	return node.Selector.Quality(all).BottleneckGBps
 }
 
 // place puts r members into domain i, which has room for them, filling as
