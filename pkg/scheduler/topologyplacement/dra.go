@@ -93,6 +93,10 @@ func (f *frameworkDRA) allocated() (sets.Set[structured.DeviceID], error) {
 // claimedGPUs is what a pod asks of the GPU DeviceClass through its claims.
 type claimedGPUs struct {
 	gpus int
+	// oneRoot says the GPUs come from one claim that asks for them from one
+	// PCIe root first (gpuclaim.OnePCIeRoot): the allocator's choice is
+	// predicted so.
+	oneRoot bool
 	// problem says why the pod's claims cannot be planned (a shape the
 	// planner cannot predict); unresolvable says whether only the user can
 	// fix it, as opposed to a claim or template not in the cache yet.
@@ -107,6 +111,7 @@ type claimedGPUs struct {
 // ComputeDomain's channel) are not GPUs and are left to DynamicResources.
 func claimedGPUsOf(dra draSource, pod *v1.Pod) claimedGPUs {
 	var out claimedGPUs
+	gpuClaims := 0
 	for _, pc := range pod.Spec.ResourceClaims {
 		spec, err := podClaimSpec(dra, pod, pc)
 		if err != nil {
@@ -119,8 +124,13 @@ func claimedGPUsOf(dra draSource, pod *v1.Pod) claimedGPUs {
 		if problem != "" {
 			return claimedGPUs{problem: fmt.Sprintf("pod claim %q: %s", pc.Name, problem), unresolvable: true}
 		}
+		if n > 0 {
+			gpuClaims++
+			out.oneRoot = gpuclaim.OnePCIeRoot(spec)
+		}
 		out.gpus += n
 	}
+	out.oneRoot = out.oneRoot && gpuClaims == 1
 	return out
 }
 
@@ -180,7 +190,7 @@ func (p *TopologyPlacement) podRequest(pod *v1.Pod) memberRequest {
 	case c.gpus > 0 && req.gpus > 0:
 		req.claimProblem, req.claimUnresolvable = fmt.Sprintf("the pod asks for %d %s and for %d GPUs through ResourceClaims of DeviceClass %s; ask one way", req.gpus, lockstep.GPUResource, c.gpus, lockstep.DRAGPUDeviceClass), true
 	case c.gpus > 0:
-		req.gpus, req.claimed = c.gpus, true
+		req.gpus, req.claimed, req.oneRoot = c.gpus, true, c.oneRoot
 	}
 	return req
 }
@@ -224,9 +234,17 @@ func servedByDRA(ni fwk.NodeInfo) bool {
 
 // draView is what one plan reads of the DRA driver's GPUs: per node, the
 // NodeTopology indexes of the GPUs whose devices are published and not
-// allocated to any claim.
+// allocated to any claim, and the order the allocator meets them in.
 type draView struct {
-	free map[string]topology.GPUSet
+	nodes map[string]draNodeView
+	// oneRoot says the planned pod's claim asks for one PCIe root first.
+	oneRoot bool
+}
+
+// draNodeView is a node's part of a draView.
+type draNodeView struct {
+	free  topology.GPUSet
+	order *topology.DRAOrder
 }
 
 // draJoins keeps each node's join of its GPU devices to its GPUs between
@@ -255,6 +273,9 @@ type nodeJoin struct {
 	gpus     map[string]int
 	all      topology.GPUSet
 	unjoined []topology.UnjoinedDevice
+	// order is the joined GPUs in device order, for predicting the
+	// allocator's choice.
+	order *topology.DRAOrder
 }
 
 func newDRAJoins() *draJoins {
@@ -288,7 +309,7 @@ func (p *TopologyPlacement) draSnapshot(logger klog.Logger) (*draView, error) {
 	joins.mu.Lock()
 	defer joins.mu.Unlock()
 	joins.group(all)
-	view := &draView{free: make(map[string]topology.GPUSet, len(joins.pools))}
+	view := &draView{nodes: make(map[string]draNodeView, len(joins.pools))}
 	unjoined := 0
 	for node, pool := range joins.pools {
 		uuids := p.gpus.specs.uuidsOf(node)
@@ -306,7 +327,7 @@ func (p *TopologyPlacement) draSnapshot(logger klog.Logger) (*draView, error) {
 				free &^= topology.NewGPUSet(gpu)
 			}
 		}
-		view.free[node] = free
+		view.nodes[node] = draNodeView{free: free, order: join.order}
 		unjoined += len(join.unjoined)
 	}
 	p.metrics.draUnjoinedDevices.Set(float64(unjoined))
@@ -346,16 +367,25 @@ func (j *draJoins) group(all []*resourcev1.ResourceSlice) {
 }
 
 // joinNode joins the devices of a node's slices to its GPUs (uuids by
-// NodeTopology index).
+// NodeTopology index), and records the joined GPUs in the order the
+// allocator walks the devices: slice by slice as listed (the
+// DynamicResources plugin lists them from the same informer), device by
+// device.
 func joinNode(from []*resourcev1.ResourceSlice, uuids []string) *nodeJoin {
 	var devices []topology.DRADevice
+	var roots []string
 	for _, s := range from {
 		for _, d := range s.Spec.Devices {
 			dev := topology.DRADevice{Driver: s.Spec.Driver, Name: d.Name}
 			if a, ok := d.Attributes[lockstep.DRAUUIDAttribute]; ok && a.StringValue != nil {
 				dev.UUID = *a.StringValue
 			}
+			root := ""
+			if a, ok := d.Attributes[lockstep.DRAPCIeRootAttribute]; ok && a.StringValue != nil {
+				root = *a.StringValue
+			}
 			devices = append(devices, dev)
+			roots = append(roots, root)
 		}
 	}
 	node := &topology.NodeTopology{GPUs: make([]topology.GPU, len(uuids))}
@@ -371,6 +401,17 @@ func joinNode(from []*resourcev1.ResourceSlice, uuids []string) *nodeJoin {
 		}
 		out.all |= topology.NewGPUSet(gpu)
 	}
+	var order []int
+	var orderRoots []string
+	var seen topology.GPUSet
+	for i, d := range devices {
+		if gpu, ok := out.gpus[d.Name]; ok && !seen.Has(gpu) {
+			seen |= topology.NewGPUSet(gpu)
+			order = append(order, gpu)
+			orderRoots = append(orderRoots, roots[i])
+		}
+	}
+	out.order = topology.NewDRAOrder(order, orderRoots)
 	return out
 }
 
@@ -384,8 +425,15 @@ func sameSlice(a, b []string) bool {
 // holds, that the agent reports healthy and free, and that no plan or
 // reserved pod holds; none elsewhere. The caller holds p.gpus for reading
 // and p.books.
+//
+// Its members get the devices the allocator will give their claims
+// (placement.Node.DRA), not the NVLink-best set: the allocator does not
+// read the plan, so books, the lockstep.dev/gpus annotation and the rating
+// hold what the pods get only when the plan predicts it.
 func (p *TopologyPlacement) draNode(pn *placement.Node, row *snapshotRow, gang string, view *draView) {
-	pn.FreeGPUs = view.free[pn.Name] & row.gpus.free &^ p.books.core.HeldOn(pn.Name, gang)
+	n := view.nodes[pn.Name]
+	pn.FreeGPUs = n.free & row.gpus.free &^ p.books.core.HeldOn(pn.Name, gang)
+	pn.DRA, pn.DRAOneRoot = n.order, view.oneRoot
 }
 
 // plans reports whether a plan for a pod that claims GPUs considers the
@@ -394,7 +442,7 @@ func (p *TopologyPlacement) draNode(pn *placement.Node, row *snapshotRow, gang s
 // planner would count their GPUs in a domain's size, and a gang that does
 // not fit could drain a leaf of device-plugin nodes it can never use.
 func (v *draView) plans(row *snapshotRow, ni fwk.NodeInfo) bool {
-	_, published := v.free[ni.Node().Name]
+	_, published := v.nodes[ni.Node().Name]
 	return published && row.gpus != nil && servedByDRA(ni)
 }
 
@@ -427,10 +475,19 @@ func (p *TopologyPlacement) forgetUUIDs() cache.ResourceEventHandler {
 // draViewFor returns the DRA view a plan for pod reads, nil for a pod that
 // claims no GPUs.
 func (p *TopologyPlacement) draViewFor(pod *v1.Pod) (*draView, error) {
-	if p.dra == nil || len(pod.Spec.ResourceClaims) == 0 || !p.podRequest(pod).claimed {
+	if p.dra == nil || len(pod.Spec.ResourceClaims) == 0 {
 		return nil, nil
 	}
-	return p.draSnapshot(p.logger)
+	req := p.podRequest(pod)
+	if !req.claimed {
+		return nil, nil
+	}
+	view, err := p.draSnapshot(p.logger)
+	if err != nil {
+		return nil, err
+	}
+	view.oneRoot = req.oneRoot
+	return view, nil
 }
 
 // keepUUIDs remembers a node's GPU UUIDs before slim drops them. A spec

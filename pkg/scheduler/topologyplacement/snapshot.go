@@ -68,6 +68,8 @@ type memberRequest struct {
 	claimed           bool
 	claimProblem      string
 	claimUnresolvable bool
+	// oneRoot says the claim asks for one PCIe root first (claimedGPUs).
+	oneRoot bool
 }
 
 func requestOf(pod *v1.Pod) memberRequest {
