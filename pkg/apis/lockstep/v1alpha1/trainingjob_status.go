@@ -148,6 +148,17 @@ const ConditionResizing = "Resizing"
 // state.
 const ConditionComputeDomainReady = "ComputeDomainReady"
 
+// ConditionGPUClaimTemplatesReady is, for a job whose pods claim GPUs
+// through ResourceClaimTemplates (spec.topology.gpuClaims not AsWritten),
+// True with reason GPUClaimTemplatesReady once the templates the pods claim
+// from exist: the job's one-PCIe-root-first copies, or the user's where
+// nothing is rewritten. False while a template the pods name is missing
+// (GPUClaimTemplateMissing: no pods are created until it exists), while an
+// object not the job's holds a copy's name (GPUClaimTemplateConflict) or
+// while a copy of a replaced template is being deleted
+// (GPUClaimTemplateDeleting). It is not a state.
+const ConditionGPUClaimTemplatesReady = "GPUClaimTemplatesReady"
+
 // ReplicaStatus counts the pods of one role by phase.
 type ReplicaStatus struct {
 	// Active pods are pending or running.

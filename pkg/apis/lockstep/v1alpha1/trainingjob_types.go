@@ -401,7 +401,30 @@ type TopologyConstraint struct {
 	// talk over the network.
 	// +optional
 	ComputeDomain ComputeDomainPolicy `json:"computeDomain,omitempty"`
+
+	// GPUClaims says whether the controller makes the pods' GPU claims ask
+	// for one PCIe root first, the NVLink-connected set on nodes where
+	// NVLink does not join every GPU (a DGX-1's quads). Auto (the default
+	// when unset): pods whose ResourceClaimTemplates ask for two or more
+	// GPUs of the gpu.nvidia.com class claim from a copy the job owns
+	// whose GPU requests prefer one PCIe root and fall back to any GPUs
+	// (docs/controller.md, "GPU claims"). AsWritten: the pods claim from
+	// the templates as written, and the allocator takes the first free
+	// GPUs.
+	// +optional
+	GPUClaims GPUClaimsPolicy `json:"gpuClaims,omitempty"`
 }
+
+// GPUClaimsPolicy says whether a job's GPU claims are rewritten to ask for
+// one PCIe root first.
+//
+// +kubebuilder:validation:Enum=Auto;AsWritten
+type GPUClaimsPolicy string
+
+const (
+	GPUClaimsAuto      GPUClaimsPolicy = "Auto"
+	GPUClaimsAsWritten GPUClaimsPolicy = "AsWritten"
+)
 
 // ComputeDomainPolicy says whether a job gets a ComputeDomain.
 //

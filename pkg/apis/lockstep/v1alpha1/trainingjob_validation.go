@@ -175,6 +175,11 @@ func (j *TrainingJob) Validate() field.ErrorList {
 		default:
 			errs = append(errs, field.NotSupported(p.Child("computeDomain"), t.ComputeDomain, []ComputeDomainPolicy{ComputeDomainAuto, ComputeDomainDisabled}))
 		}
+		switch t.GPUClaims {
+		case "", GPUClaimsAuto, GPUClaimsAsWritten:
+		default:
+			errs = append(errs, field.NotSupported(p.Child("gpuClaims"), t.GPUClaims, []GPUClaimsPolicy{GPUClaimsAuto, GPUClaimsAsWritten}))
+		}
 	}
 	return errs
 }

@@ -265,6 +265,15 @@ func TestValidationRules(t *testing.T) {
 			want: "topology.computeDomain", wantAPI: "supported values",
 		},
 		{
+			name: "unknown gpuClaims policy",
+			job: func() *TrainingJob {
+				j := validPyTorch()
+				j.Spec.Topology = &TopologyConstraint{Level: "host", GPUClaims: "NVLink"}
+				return j
+			}(),
+			want: "topology.gpuClaims", wantAPI: "supported values",
+		},
+		{
 			name: "name too long for hostnames",
 			job: func() *TrainingJob {
 				j := validPyTorch()
