@@ -99,9 +99,10 @@ func addSearchDomain(spec *corev1.PodSpec, domain string) {
 }
 
 // ensurePods creates the job's missing pods, in the adapter's role order,
-// at most CreateParallelism at a time. A name still held by a pod being
-// deleted is left for a later pass.
-func (r *TrainingJobReconciler) ensurePods(ctx context.Context, job *v1alpha1.TrainingJob, a framework.Adapter, obs observation) (wait time.Duration, err error) {
+// at most CreateParallelism at a time, claiming from the job's copies of
+// the claim templates it has. A name still held by a pod being deleted is
+// left for a later pass.
+func (r *TrainingJobReconciler) ensurePods(ctx context.Context, job *v1alpha1.TrainingJob, a framework.Adapter, obs observation, claims claimTemplates) (wait time.Duration, err error) {
 	var missing []*corev1.Pod
 	taken := func(name string) bool { _, ok := obs.live[name]; return ok }
 	for _, role := range a.Roles() {
@@ -117,6 +118,7 @@ func (r *TrainingJobReconciler) ensurePods(ctx context.Context, job *v1alpha1.Tr
 			if err != nil {
 				return 0, fmt.Errorf("pod %s %d of %s: %w", role, i, klog.KObj(job), err)
 			}
+			claims.apply(&pod.Spec)
 			missing = append(missing, pod)
 		}
 	}

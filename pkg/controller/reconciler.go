@@ -9,6 +9,7 @@ import (
 
 	autoscalingv2 "k8s.io/api/autoscaling/v2"
 	corev1 "k8s.io/api/core/v1"
+	resourcev1 "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -134,6 +135,9 @@ func (r *TrainingJobReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		// The PodGroup controller rewrites status as pods change; only a
 		// changed or deleted spec concerns this one.
 		Owns(&schedv1alpha1.PodGroup{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
+		// The GPU claim templates the pods claim from, made again when
+		// deleted (gpuclaims.go).
+		Owns(&resourcev1.ResourceClaimTemplate{}).
 		WithOptions(controller.Options{MaxConcurrentReconciles: r.Workers})
 	// Nodes that go dark under a job (nodeloss.go).
 	b, err := r.watchNodes(mgr, b)
@@ -287,6 +291,11 @@ func (r *TrainingJobReconciler) ensureRunning(ctx context.Context, job *v1alpha1
 	if err != nil {
 		return ctrl.Result{}, err
 	}
+	// Before any pod: the pods claim GPUs from them (gpuclaims.go).
+	claims, claimsHeld, err := r.ensureGPUClaimTemplates(ctx, job)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
 	if meta.IsStatusConditionTrue(job.Status.Conditions, string(v1alpha1.JobSuspended)) {
 		setCondition(&job.Status, job.Generation, v1alpha1.JobSuspended, metav1.ConditionFalse, ReasonResumed, "the job was resumed")
 		r.Recorder.Event(job, corev1.EventTypeNormal, ReasonResumed, "Resumed: recreating the pods")
@@ -314,12 +323,17 @@ func (r *TrainingJobReconciler) ensureRunning(ctx context.Context, job *v1alpha1
 	case d.incident != "":
 		return ctrl.Result{}, r.ensureRestart(ctx, job, d)
 	}
-	if cdHeld {
-		// The pods that run go on; the missing ones wait for the domain.
+	if cdHeld || claimsHeld {
+		// The pods that run go on; the missing ones wait for the domain
+		// or the claim templates.
 		r.ensureRunningConditions(ctx, job, obs)
-		return ctrl.Result{RequeueAfter: computeDomainRetry}, nil
+		retry := computeDomainRetry
+		if claimsHeld {
+			retry = gpuClaimRetry
+		}
+		return ctrl.Result{RequeueAfter: retry}, nil
 	}
-	wait, err := r.ensurePods(ctx, job, a, obs)
+	wait, err := r.ensurePods(ctx, job, a, obs, claims)
 	if wait > 0 {
 		// Pods of a restart wait out their backoff; so does the rest of
 		// this pass, which concerns a gang that is not there yet.

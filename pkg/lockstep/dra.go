@@ -45,3 +45,9 @@ const (
 	// a node whose GPUs the DRA driver serves.
 	LabelNVIDIADeployDevicePlugin = "nvidia.com/gpu.deploy.device-plugin"
 )
+
+// AnnotationClaimTemplateSource on a TrainingJob's copy of a
+// ResourceClaimTemplate (the one-PCIe-root-first GPU claim its pods use) is
+// the UID of the user's template it was copied from: a template deleted and
+// created again under its name is a new one, and the copy is made again.
+const AnnotationClaimTemplateSource = "lockstep.dev/claim-template-source-uid"
