@@ -98,7 +98,9 @@ func claimTemplateRefs(job *v1alpha1.TrainingJob) []claimTemplateRef {
 
 // gpuClaimTemplate returns job's copy of the user's template src when its
 // claims have GPU requests to rewrite; false when the pods claim from src as
-// written. Pure: the copy is owned by the job and names src's UID.
+// written. Pure: the copy is owned by the job and names src's UID. A
+// template whose copy's name would be too long for the API (job and
+// template names over 253 characters together) is claimed from as written.
 func gpuClaimTemplate(job *v1alpha1.TrainingJob, src *resourcev1.ResourceClaimTemplate) (*resourcev1.ResourceClaimTemplate, bool) {
 	spec, changed := gpuclaim.OneRootFirst(src.Spec.Spec)
 	name := gpuClaimTemplateName(job, src.Name)

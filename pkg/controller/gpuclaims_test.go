@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -71,6 +72,7 @@ func TestGPUClaimTemplate(t *testing.T) {
 		},
 		{name: "one GPU is claimed as written", src: claimTemplate("ns", "one", gpuClaimRequest(1))},
 		{name: "a channel is claimed as written", src: claimTemplate("ns", "channel", channel)},
+		{name: "a copy's name too long is claimed as written", src: claimTemplate("ns", strings.Repeat("t", 240), gpuClaimRequest(4))},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
