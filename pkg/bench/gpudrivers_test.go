@@ -2,6 +2,7 @@ package bench
 
 import (
 	"bytes"
+	"io"
 	"math"
 	"os"
 	"path/filepath"
@@ -143,5 +144,17 @@ func TestRenderWithoutDRA(t *testing.T) {
 	mustNoError(t, r.WriteMarkdown(&buf))
 	if strings.Contains(buf.String(), "DRA") {
 		t.Errorf("report of an old results.json mentions DRA:\n%s", buf.String())
+	}
+}
+
+// BenchmarkWriteMarkdownDRA renders the sample report with its GPU-driver
+// comparison; BenchmarkWriteMarkdown is the same report without it.
+func BenchmarkWriteMarkdownDRA(b *testing.B) {
+	r := draReport()
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := r.WriteMarkdown(io.Discard); err != nil {
+			b.Fatal(err)
+		}
 	}
 }
