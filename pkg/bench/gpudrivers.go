@@ -5,13 +5,15 @@ import (
 	"math"
 	"slices"
 	"strings"
+
+	"github.com/lockstep-dev/lockstep/pkg/lockstep"
 )
 
-// GPU drivers a replay's GPUs reach pods through: the values of the cluster
-// model's gpuDriver (lockstep.GPUDriverDevicePlugin, lockstep.GPUDriverDRA).
+// GPU drivers a replay's GPUs reach pods through, as the cluster model
+// names them.
 const (
-	GPUDriverDevicePlugin = "DevicePlugin"
-	GPUDriverDRA          = "DRA"
+	GPUDriverDevicePlugin = lockstep.GPUDriverDevicePlugin
+	GPUDriverDRA          = lockstep.GPUDriverDRA
 )
 
 // DRAReplay is the trace replayed once more per scheduler on the same
