@@ -170,6 +170,11 @@ BENCH_TRACE ?= test/e2e/traces/default.csv
 BENCH_PRIORITY_TRACE ?= test/e2e/traces/priority.csv
 BENCH_PRIORITY_OUT ?= $(ROOT)/_output/bench-priority
 BENCH_SCALE_MODEL ?= test/e2e/models/scale-5000.yaml
+# How the BENCH_TRACE replays' pods get GPUs: DevicePlugin (nvidia.com/gpu, the
+# model as written) and DRA (the same model with every pool on NVIDIA's DRA
+# driver, jobs claiming GPUs through ResourceClaimTemplates), each replayed
+# with every scheduler, DRA after the device plugin, side by side in the report.
+BENCH_GPU_DRIVERS ?= DevicePlugin,DRA
 # Extra lockstep-bench flags, e.g. BENCH_FLAGS=--schedulers=lockstep.
 BENCH_FLAGS ?=
 
@@ -188,8 +193,9 @@ BENCH_INPROCESS_BURST ?= mixed
 BENCH_SCALE_PROFILES ?= true
 
 .PHONY: bench
-bench: tools build ## Replay BENCH_TRACE, then BENCH_PRIORITY_TRACE, on BENCH_MODEL with kube-scheduler, Coscheduling and Lockstep, sweep Lockstep's preferredWait, then time a gang burst on BENCH_SCALE_MODEL (KWOK and in process); results in BENCH_OUT.
+bench: tools build ## Replay BENCH_TRACE on BENCH_MODEL with kube-scheduler, Coscheduling and Lockstep, with the device plugin then DRA (BENCH_GPU_DRIVERS), then BENCH_PRIORITY_TRACE, sweep Lockstep's preferredWait, then time a gang burst on BENCH_SCALE_MODEL (KWOK and in process); results in BENCH_OUT.
 	$(BIN)/lockstep-bench --bin $(BIN) --model $(BENCH_MODEL) --trace $(BENCH_TRACE) \
+	  --gpu-drivers $(BENCH_GPU_DRIVERS) \
 	  --priority-trace=$(BENCH_PRIORITY_TRACE) \
 	  --scale-model $(BENCH_SCALE_MODEL) --inprocess-model $(BENCH_SCALE_MODEL) --inprocess-rounds $(BENCH_ROUNDS) \
 	  --out $(BENCH_OUT) $(BENCH_FLAGS)

@@ -4,10 +4,12 @@ import (
 	"math"
 
 	corev1 "k8s.io/api/core/v1"
+	resourcev1 "k8s.io/api/resource/v1"
 	schedulingv1 "k8s.io/api/scheduling/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/lockstep-dev/lockstep/pkg/apis/lockstep/v1alpha1"
 	"github.com/lockstep-dev/lockstep/pkg/bench"
@@ -71,6 +73,57 @@ func trainingJob(j bench.Job, compression float64) *v1alpha1.TrainingJob {
 		tj.Spec.Topology = &v1alpha1.TopologyConstraint{Level: j.Topology.Level, Mode: v1alpha1.TopologyMode(j.Topology.Mode)}
 	}
 	return tj
+}
+
+// gpuClaim is the pod claim a DRA job's containers get their GPUs from.
+const gpuClaim = "gpus"
+
+// jobObjects are the objects a trace entry becomes, in the order they are
+// created: with the device plugin its TrainingJob (trainingJob); with DRA
+// first the ResourceClaimTemplate its replicas' claims are made from, so
+// no pod waits for a template that is not there yet, then the TrainingJob
+// (draTrainingJob).
+func jobObjects(j bench.Job, compression float64, driver string) []client.Object {
+	if driver != bench.GPUDriverDRA {
+		return []client.Object{trainingJob(j, compression)}
+	}
+	tj, template := draTrainingJob(j, compression)
+	if template == nil {
+		return []client.Object{tj}
+	}
+	return []client.Object{template, tj}
+}
+
+// draTrainingJob is trainingJob for a cluster whose GPUs NVIDIA's DRA
+// driver serves, with the ResourceClaimTemplate named after the job that
+// its replicas claim their GPUs through: each replica's claim asks for
+// GPUsPerReplica devices of DeviceClass gpu.nvidia.com, as a user's would,
+// instead of nvidia.com/gpu. A job without GPUs gets no template. The
+// template is the namespace's, which goes with the replay's cluster.
+func draTrainingJob(j bench.Job, compression float64) (*v1alpha1.TrainingJob, *resourcev1.ResourceClaimTemplate) {
+	tj := trainingJob(j, compression)
+	if j.GPUsPerReplica == 0 {
+		return tj, nil
+	}
+	template := &resourcev1.ResourceClaimTemplate{
+		ObjectMeta: metav1.ObjectMeta{Name: j.ID, Namespace: benchNamespace},
+		Spec: resourcev1.ResourceClaimTemplateSpec{Spec: resourcev1.ResourceClaimSpec{Devices: resourcev1.DeviceClaim{
+			Requests: []resourcev1.DeviceRequest{{Name: gpuClaim, Exactly: &resourcev1.ExactDeviceRequest{
+				DeviceClassName: lockstep.DRAGPUDeviceClass,
+				AllocationMode:  resourcev1.DeviceAllocationModeExactCount,
+				Count:           int64(j.GPUsPerReplica),
+			}}},
+		}}},
+	}
+	for rt, spec := range tj.Spec.ReplicaSpecs {
+		// trainingJob's replica types share one container slice.
+		spec.Template = *spec.Template.DeepCopy()
+		pod := &spec.Template.Spec
+		pod.Containers[0].Resources = corev1.ResourceRequirements{Claims: []corev1.ResourceClaim{{Name: gpuClaim}}}
+		pod.ResourceClaims = []corev1.PodResourceClaim{{Name: gpuClaim, ResourceClaimTemplateName: ptr.To(template.Name)}}
+		tj.Spec.ReplicaSpecs[rt] = spec
+	}
+	return tj, template
 }
 
 // restartBackoff is the controller's default restart backoff with its

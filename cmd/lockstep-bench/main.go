@@ -35,6 +35,7 @@ import (
 type options struct {
 	model, trace, out, bin string
 	schedulers             string
+	gpuDrivers             string
 	compression            float64
 	stall, timeout         time.Duration
 
@@ -76,6 +77,7 @@ func main() {
 	fs.StringVar(&o.out, "out", "_output/bench", "results directory")
 	fs.StringVar(&o.bin, "bin", "bin", "directory with our binaries and the tools")
 	fs.StringVar(&o.schedulers, "schedulers", "kube-scheduler,coscheduling,lockstep", "schedulers to compare, comma-separated")
+	fs.StringVar(&o.gpuDrivers, "gpu-drivers", bench.GPUDriverDevicePlugin, "how the --trace replays' pods get GPUs, comma-separated: "+bench.GPUDriverDevicePlugin+" (the model as written, nvidia.com/gpu) and "+bench.GPUDriverDRA+" (the same model with every pool's GPUs on NVIDIA's DRA driver, each job's replicas claiming theirs through a ResourceClaimTemplate); the DRA replays run after the device-plugin ones, once per --schedulers, for the report's GPU-driver comparison")
 	fs.Float64Var(&o.compression, "time-compression", 60, "divide the trace's submit times and durations by this factor")
 	fs.DurationVar(&o.stall, "stall", time.Minute, "end a replay when nothing was bound or finished for this long and no complete gang runs")
 	fs.DurationVar(&o.timeout, "timeout", 30*time.Minute, "longest replay per scheduler")
@@ -86,7 +88,7 @@ func main() {
 	fs.IntVar(&o.inProcessRounds, "inprocess-rounds", 3, "rounds of the in-process scale run, each running kube-scheduler then Lockstep on the --inprocess-burst")
 	fs.StringVar(&o.inProcessBurst, "inprocess-burst", bench.BurstGangs, "burst of the in-process scale run: "+bench.BurstGangs+" (--scale-gangs gangs of 16 to 128 GPUs in 8-GPU pods, make bench's) or "+bench.BurstMixed+" (gangs of 8 to 4,096 GPUs in whole-node pods beside single-pod jobs of 1 GPU to a node's, sized to the model)")
 	fs.BoolVar(&o.inProcessProfiles, "inprocess-profiles", false, "write a CPU profile of each in-process run (the scheduler's start to its last bind) and a heap profile once it bound every pod to --out, as cpu-<scheduler>-round<N>.pprof and heap-<scheduler>-round<N>.pprof")
-	fs.BoolVar(&o.skipReplay, "skip-replay", false, "skip the --trace replays (the --priority-trace replay still runs when given)")
+	fs.BoolVar(&o.skipReplay, "skip-replay", false, "skip the --trace replays, with every --gpu-drivers (the --priority-trace replay still runs when given)")
 	fs.StringVar(&o.priorityTrace, "priority-trace", "", "job trace with priority classes (the priority column) to replay once per scheduler after the --trace replays, for the report's Priorities table; empty skips it")
 	fs.DurationVar(&o.priorityTimeout, "priority-timeout", 5*time.Minute, "longest --priority-trace replay per scheduler")
 	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the in-process scale run to this file")
@@ -156,6 +158,13 @@ func run(ctx context.Context, o options) error {
 	scheds, err := selectSchedulers(o.schedulers, lockstepConfig)
 	if err != nil {
 		return fmt.Errorf("--schedulers: %w", err)
+	}
+	drivers, err := parseGPUDrivers(o.gpuDrivers)
+	if err != nil {
+		return fmt.Errorf("--gpu-drivers: %w", err)
+	}
+	if o.skipReplay {
+		drivers = nil
 	}
 	model, err := clustermodel.Load(o.model)
 	if err != nil {
@@ -231,25 +240,36 @@ func run(ctx context.Context, o options) error {
 		return err
 	}
 	ro := replayOptions{root: root, model: o.model, logDir: filepath.Join(out, "logs"), stall: o.stall, timeout: o.timeout, progressEvery: 10 * time.Second,
-		runtime: runtime, compression: o.compression}
-	replayScheds := scheds
-	if o.skipReplay {
-		replayScheds = nil
-	}
-	for _, s := range replayScheds {
-		observed, err := replay(ctx, ro, s, jobs)
-		if err != nil {
-			return fmt.Errorf("replay on %s: %w", s.Name, err)
+		runtime: runtime, compression: o.compression, driver: bench.GPUDriverDevicePlugin}
+	for _, driver := range drivers {
+		do := ro
+		results := &report.Results
+		if driver == bench.GPUDriverDRA {
+			name := strings.TrimSuffix(filepath.Base(o.model), filepath.Ext(o.model)) + "-dra.yaml"
+			if do.model, err = writeModel(filepath.Join(out, "models", name), model.WithGPUDriver(driver)); err != nil {
+				return err
+			}
+			do.driver, do.logDir = driver, filepath.Join(out, "logs", "dra")
+			report.DRA = &bench.DRAReplay{Model: filepath.Join(o.out, "models", name)}
+			results = &report.DRA.Results
 		}
-		result, err := bench.Summarize(cluster, observed)
-		if err != nil {
-			return fmt.Errorf("summarizing the %s replay: %w", s.Name, err)
+		for _, s := range scheds {
+			observed, err := replay(ctx, do, s, jobs)
+			if err != nil {
+				return fmt.Errorf("%s replay on %s: %w", driver, s.Name, err)
+			}
+			result, err := bench.Summarize(cluster, observed)
+			if err != nil {
+				return fmt.Errorf("summarizing the %s %s replay: %w", driver, s.Name, err)
+			}
+			*results = append(*results, result)
+			// Each replay's result is written at once, so a failed
+			// replay or scale run does not lose the others.
+			if err := report.WriteAll(out); err != nil {
+				return fmt.Errorf("writing the report to %s: %w", out, err)
+			}
 		}
-		report.Results = append(report.Results, result)
 	}
-
-	// The replays' results are written before the scale run, so a failed
-	// scale run does not lose them.
 	if err := report.WriteAll(out); err != nil {
 		return fmt.Errorf("writing the report to %s: %w", out, err)
 	}
@@ -365,6 +385,43 @@ func resultOf(results []bench.Result, scheduler string) (bench.Result, bool) {
 		}
 	}
 	return bench.Result{}, false
+}
+
+// parseGPUDrivers reads --gpu-drivers: the drivers in replay order,
+// device plugin first, without duplicates; at least one.
+func parseGPUDrivers(list string) ([]string, error) {
+	known := []string{bench.GPUDriverDevicePlugin, bench.GPUDriverDRA}
+	var want []string
+	for _, f := range strings.Split(list, ",") {
+		d := strings.TrimSpace(f)
+		if !slices.Contains(known, d) {
+			return nil, fmt.Errorf("unknown GPU driver %q; known: %s", d, strings.Join(known, ", "))
+		}
+		want = append(want, d)
+	}
+	var out []string
+	for _, d := range known {
+		if slices.Contains(want, d) {
+			out = append(out, d)
+		}
+	}
+	return out, nil
+}
+
+// writeModel writes m to path, creating its directory, and returns path,
+// for a cluster to be started from.
+func writeModel(path string, m *clustermodel.Model) (string, error) {
+	data, err := m.Marshal()
+	if err != nil {
+		return "", fmt.Errorf("writing model %s: %w", m.Name, err)
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return "", err
+	}
+	if err := os.WriteFile(path, data, 0o644); err != nil {
+		return "", err
+	}
+	return path, nil
 }
 
 // loadTrace reads the trace and checks it against the model: topology

@@ -335,3 +335,72 @@ func TestKeepsDefaultPreemption(t *testing.T) {
 		})
 	}
 }
+
+func TestParseGPUDrivers(t *testing.T) {
+	tests := []struct {
+		list    string
+		want    []string
+		wantErr string
+	}{
+		{list: "DevicePlugin", want: []string{bench.GPUDriverDevicePlugin}},
+		{list: "DRA", want: []string{bench.GPUDriverDRA}},
+		// The device-plugin replays run first whatever the order given.
+		{list: " DRA, DevicePlugin,DRA", want: []string{bench.GPUDriverDevicePlugin, bench.GPUDriverDRA}},
+		{list: "", wantErr: `unknown GPU driver ""`},
+		{list: "DevicePlugin,dra", wantErr: `unknown GPU driver "dra"; known: DevicePlugin, DRA`},
+	}
+	for _, tc := range tests {
+		t.Run(tc.list, func(t *testing.T) {
+			got, err := parseGPUDrivers(tc.list)
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("parseGPUDrivers(%q) = %v, %v; want an error with %q", tc.list, got, err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("parseGPUDrivers(%q) (-want,+got):\n%s", tc.list, diff)
+			}
+		})
+	}
+}
+
+// TestWriteModelDRA checks the DRA replay's model: written beside the
+// results, it reads back as the replay model with every pool on DRA.
+func TestWriteModelDRA(t *testing.T) {
+	m, err := clustermodel.Load(filepath.Join("..", "..", "test", "e2e", "models", "hgx-32-oversubscribed.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	path, err := writeModel(filepath.Join(t.TempDir(), "models", "hgx-32-oversubscribed-dra.yaml"), m.WithGPUDriver(bench.GPUDriverDRA))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := clustermodel.Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var drivers []string
+	for _, p := range got.Pools {
+		drivers = append(drivers, p.GPUDriver)
+	}
+	if diff := cmp.Diff([]string{lockstep.GPUDriverDRA}, drivers); diff != "" {
+		t.Errorf("pools' GPU drivers (-want,+got):\n%s", diff)
+	}
+	// The same nodes in the same domains, for the metrics; only the
+	// labels saying which driver serves the GPUs differ.
+	draCluster := benchCluster(got)
+	for _, n := range draCluster.Nodes {
+		if n.Labels[lockstep.LabelGPUDriver] != lockstep.GPUDriverDRA {
+			t.Errorf("node %s is labelled %s=%q, want %s", n.Name, lockstep.LabelGPUDriver, n.Labels[lockstep.LabelGPUDriver], lockstep.GPUDriverDRA)
+		}
+		delete(n.Labels, lockstep.LabelGPUDriver)
+		delete(n.Labels, lockstep.LabelNVIDIADeployDevicePlugin)
+	}
+	if diff := cmp.Diff(benchCluster(m), draCluster); diff != "" {
+		t.Errorf("the DRA model's cluster differs from the replay model's (-want,+got):\n%s", diff)
+	}
+}

@@ -55,6 +55,11 @@ type observer struct {
 	// runtime gives a released gang's simulated runtime; nil runs the trace
 	// duration (the scale run's pods never get one).
 	runtime *bench.RuntimeModel
+	// claimedGPUs takes every pod's GPUs from the allocations the agent
+	// derives from its allocated ResourceClaims, never from the
+	// scheduler's lockstep.dev/gpus: with DRA that annotation is the plan,
+	// and the allocator, not the plan, chose the devices the pod got.
+	claimedGPUs bool
 
 	mu   sync.Mutex
 	jobs map[string]*jobState
@@ -217,7 +222,7 @@ func (o *observer) onPod(obj any, gone bool) {
 		ps.bound, ps.node = now, pod.Spec.NodeName
 		o.lastProgress = now
 	}
-	if s, ok := pod.Annotations[lockstep.AnnotationGPUs]; ok && ps.gpus == 0 {
+	if s, ok := pod.Annotations[lockstep.AnnotationGPUs]; ok && ps.gpus == 0 && !o.claimedGPUs {
 		// Unparsable annotations leave the set unknown; the agent's
 		// allocation may still fill it in.
 		ps.gpus, _ = topology.ParseGPUList(s)
@@ -447,8 +452,9 @@ func (o *observer) fail(err error) {
 }
 
 // fillGPUs takes the GPU sets of pods the scheduler did not annotate (the
-// stock scheduler and Coscheduling pick no GPUs) from the allocations the
-// topology agent publishes, as the device plugin made them.
+// stock scheduler and Coscheduling pick no GPUs), and with claimedGPUs of
+// every pod, from the allocations the topology agent publishes, as the
+// device plugin made them or as the pods' claims were allocated.
 func (o *observer) fillGPUs(ctx context.Context, c client.Client) error {
 	list := &v1alpha1.NodeTopologyList{}
 	if err := c.List(ctx, list); err != nil {

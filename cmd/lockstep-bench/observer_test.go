@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"strconv"
 	"testing"
 	"time"
@@ -8,11 +9,15 @@ import (
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
+	"github.com/lockstep-dev/lockstep/pkg/apis/lockstep/v1alpha1"
 	"github.com/lockstep-dev/lockstep/pkg/bench"
 	"github.com/lockstep-dev/lockstep/pkg/lockstep"
+	"github.com/lockstep-dev/lockstep/pkg/topology"
 )
 
 func TestPreemptedBy(t *testing.T) {
@@ -242,5 +247,56 @@ func TestQueueReleaseOverflows(t *testing.T) {
 	}
 	if diff := cmp.Diff([]release{{"g", 0}, {"g", 1}}, got, cmp.AllowUnexported(release{})); diff != "" {
 		t.Errorf("releases (-want,+got):\n%s", diff)
+	}
+}
+
+// TestObserverGPUSets checks where a pod's GPU set is read from: the
+// scheduler's annotation first with the device plugin, the agent's
+// allocation (from the pod's allocated claims) alone with DRA, where the
+// annotation is the plan the allocator need not follow.
+func TestObserverGPUSets(t *testing.T) {
+	scheme := runtime.NewScheme()
+	if err := v1alpha1.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	nt := &v1alpha1.NodeTopology{ObjectMeta: metav1.ObjectMeta{Name: "n1"}}
+	nt.Status.Allocations = []v1alpha1.GPUAllocation{
+		{Namespace: benchNamespace, Pod: "g-0", PodUID: "a0", GPUs: []int32{4, 5}},
+		{Namespace: "elsewhere", Pod: "g-1", PodUID: "a1", GPUs: []int32{6}},
+	}
+	c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(nt).Build()
+	tests := []struct {
+		name        string
+		claimedGPUs bool
+		annotated   bool
+		want        map[string]topology.GPUSet
+	}{
+		{"device plugin: the scheduler's annotation", false, true, map[string]topology.GPUSet{"g-0": topology.NewGPUSet(0, 1), "g-1": topology.NewGPUSet(0, 1)}},
+		{"device plugin without annotation: the agent's allocation", false, false, map[string]topology.GPUSet{"g-0": topology.NewGPUSet(4, 5), "g-1": 0}},
+		{"DRA: the claims' allocation, never the plan", true, true, map[string]topology.GPUSet{"g-0": topology.NewGPUSet(4, 5), "g-1": 0}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			o := newObserver(nil, nil, benchNamespace, 1, false, nil)
+			o.claimedGPUs = tc.claimedGPUs
+			o.submitted(bench.Job{ID: "g", Replicas: 2, GPUsPerReplica: 2, Duration: time.Minute}, time.Now())
+			for i, name := range []string{"g-0", "g-1"} {
+				p := podEvent{name: name, uid: "a" + strconv.Itoa(i), node: "n1", phase: corev1.PodRunning}.pod()
+				if tc.annotated {
+					p.Annotations = map[string]string{lockstep.AnnotationGPUs: "0,1"}
+				}
+				o.onPod(p, false)
+			}
+			if err := o.fillGPUs(context.Background(), c); err != nil {
+				t.Fatal(err)
+			}
+			got := map[string]topology.GPUSet{}
+			for name, ps := range o.jobs["g"].current().pods {
+				got[name] = ps.gpus
+			}
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("GPU sets (-want,+got):\n%s", diff)
+			}
+		})
 	}
 }

@@ -31,14 +31,22 @@ type replayOptions struct {
 	// compression is the factor the jobs were compressed by, recorded in
 	// the run for its trace-time metrics.
 	compression float64
+	// driver is how the jobs ask for GPUs (jobObjects): bench.GPUDriverDRA
+	// for a model whose GPUs NVIDIA's DRA driver serves; otherwise
+	// nvidia.com/gpu, from the device plugin.
+	driver string
 }
 
 // replay runs jobs (already time-compressed) against sched on a fresh local
 // cluster and returns what it observed. The cluster is removed afterwards.
 func replay(ctx context.Context, o replayOptions, sched scheduler, jobs []bench.Job) (run bench.Run, err error) {
 	begin := time.Now()
+	label := sched.Name
+	if o.driver == bench.GPUDriverDRA {
+		label += " DRA"
+	}
 	say := func(format string, args ...any) {
-		fmt.Printf("[%s %5.0fs] %s\n", sched.Name, time.Since(begin).Seconds(), fmt.Sprintf(format, args...))
+		fmt.Printf("[%s %5.0fs] %s\n", label, time.Since(begin).Seconds(), fmt.Sprintf(format, args...))
 	}
 	say("starting a fresh cluster from %s", o.model)
 	c, err := startCluster(ctx, o.root, o.model, &sched, bench.UsedPriorityClasses(jobs))
@@ -57,6 +65,7 @@ func replay(ctx context.Context, o replayOptions, sched scheduler, jobs []bench.
 	say("cluster up: %d nodes, topology published, %s running", c.Model.NodeCount(), sched.Name)
 
 	obs := newObserver(c.Clientset, c.Client, benchNamespace, len(jobs), true, o.runtime)
+	obs.claimedGPUs = o.driver == bench.GPUDriverDRA
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	if err := obs.start(runCtx); err != nil {
@@ -65,7 +74,7 @@ func replay(ctx context.Context, o replayOptions, sched scheduler, jobs []bench.
 
 	start := time.Now()
 	submitErr := make(chan error, 1)
-	go func() { submitErr <- submit(runCtx, c, obs, jobs, start, o.compression) }()
+	go func() { submitErr <- submit(runCtx, c, obs, jobs, start, o.compression, o.driver) }()
 
 	var samples []bench.Sample
 	tick := time.NewTicker(time.Second)
@@ -111,6 +120,13 @@ func replay(ctx context.Context, o replayOptions, sched scheduler, jobs []bench.
 			cancel()
 			run := obs.run(sched.Name, start, now, samples)
 			run.TimeCompression = o.compression
+			// A lost plan time leaves a cell of the report empty; it is
+			// no reason to throw the replay away.
+			planTime, scrapeErr := scrapePlanTime(ctx, c)
+			if scrapeErr != nil {
+				say("plan time not read: %v", scrapeErr)
+			}
+			run.PlanTime = planTime
 			return run, nil
 		}
 	}
@@ -167,9 +183,10 @@ func startCluster(ctx context.Context, root, model string, sched *scheduler, cla
 	return c, nil
 }
 
-// submit creates each job's TrainingJob at its submit time after start;
-// compression is the jobs' (trainingJob).
-func submit(ctx context.Context, c *localcluster.Cluster, obs *observer, jobs []bench.Job, start time.Time, compression float64) error {
+// submit creates each job's objects (jobObjects) at its submit time after
+// start; compression is the jobs' (trainingJob), driver how they ask for
+// GPUs.
+func submit(ctx context.Context, c *localcluster.Cluster, obs *observer, jobs []bench.Job, start time.Time, compression float64, driver string) error {
 	for _, j := range jobs {
 		select {
 		case <-ctx.Done():
@@ -177,8 +194,10 @@ func submit(ctx context.Context, c *localcluster.Cluster, obs *observer, jobs []
 		case <-time.After(time.Until(start.Add(j.Submit))):
 		}
 		obs.submitted(j, time.Now())
-		if err := c.Client.Create(ctx, trainingJob(j, compression)); err != nil {
-			return fmt.Errorf("submitting job %s: %w", j.ID, err)
+		for _, obj := range jobObjects(j, compression, driver) {
+			if err := c.Client.Create(ctx, obj); err != nil {
+				return fmt.Errorf("submitting job %s: creating %T %s: %w", j.ID, obj, obj.GetName(), err)
+			}
 		}
 	}
 	return nil

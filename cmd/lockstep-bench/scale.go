@@ -108,7 +108,7 @@ func scaleBurst(ctx context.Context, c *localcluster.Cluster, o replayOptions, s
 	if _, err := c.StartComponent(ctx, ctrl); err != nil {
 		return nil, 0, err
 	}
-	if err := submit(runCtx, c, obs, jobs, time.Now(), 1); err != nil {
+	if err := submit(runCtx, c, obs, jobs, time.Now(), 1, o.driver); err != nil {
 		return nil, 0, err
 	}
 	err = localcluster.Poll(ctx, 500*time.Millisecond, 5*time.Minute, fmt.Sprintf("the controller to create %d pods", want), func(context.Context) (bool, error) {

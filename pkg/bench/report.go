@@ -31,7 +31,10 @@ type Report struct {
 	Sweep *Sweep `json:"sweep,omitempty"`
 	// Priority is the replay of a trace with priority classes, if one ran.
 	Priority *PriorityReplay `json:"priority,omitempty"`
-	Targets  Targets         `json:"targets"`
+	// DRA is the trace replayed with the model's GPUs on NVIDIA's DRA
+	// driver, if it was; absent from reports written before it existed.
+	DRA     *DRAReplay `json:"dra,omitempty"`
+	Targets Targets    `json:"targets"`
 	// Notes say how the run differs from a deployment, one sentence each.
 	Notes []string `json:"notes,omitempty"`
 }
@@ -249,6 +252,10 @@ func (r Report) WriteMarkdown(w io.Writer) error {
 			cells = append(cells, row.cell(res))
 		}
 		writeRow(&b, cells)
+	}
+
+	if r.DRA != nil {
+		r.DRA.writeMarkdown(&b, r.Results)
 	}
 
 	if s := r.Scale; s != nil {

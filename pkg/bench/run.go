@@ -47,6 +47,9 @@ type Run struct {
 	// (Compress); trace-time metrics multiply replay times by it. Below 1
 	// (or unset) counts as 1.
 	TimeCompression float64
+	// PlanTime is how long the scheduler spent planning gangs; nil for a
+	// scheduler without TopologyPlacement.
+	PlanTime *PlanTime
 }
 
 // Sample is the number of GPUs held by pods at one instant.

@@ -131,6 +131,8 @@ type Result struct {
 
 	// PodsPerSecond is bound pods over the time from first to last bind.
 	PodsPerSecond *float64 `json:"pods_per_second"`
+	// PlanTime is Run.PlanTime.
+	PlanTime *PlanTime `json:"plan_time,omitempty"`
 
 	// PartialGangs stayed partly bound for more than
 	// PartialGangAfterSeconds; DeadlockedGangs held some pods while others
@@ -225,6 +227,7 @@ func SummarizeWithOptions(c Cluster, r Run, opts Options) (Result, error) {
 		TotalGPUs:               m.totalGPUs,
 		PartialGangAfterSeconds: opts.PartialGangAfter.Seconds(),
 		PerJob:                  make([]JobResult, len(r.Jobs)),
+		PlanTime:                r.PlanTime,
 	}
 	var efficiencies, waits, jcts []float64
 	var usefulGPUSeconds, heldGPUSeconds, lostGPUSeconds, idealGPUSeconds, modelledGPUSeconds float64

@@ -9,7 +9,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
+	"slices"
 	"strings"
 
 	kjson "sigs.k8s.io/json"
@@ -79,6 +81,29 @@ type Pool struct {
 
 // DRA reports whether NVIDIA's DRA driver serves the pool's GPUs.
 func (p Pool) DRA() bool { return p.GPUDriver == lockstep.GPUDriverDRA }
+
+// WithGPUDriver returns a copy of the model whose every pool's GPUs reach
+// pods through driver (lockstep.GPUDriverDevicePlugin or GPUDriverDRA):
+// the same nodes in the same tree, so the benchmark can replay one trace on
+// one cluster both ways without a second model file to keep in step. The
+// copy shares nothing with m.
+func (m *Model) WithGPUDriver(driver string) *Model {
+	out := *m
+	out.Levels = slices.Clone(m.Levels)
+	out.Pools = make([]Pool, len(m.Pools))
+	for i, p := range m.Pools {
+		p.NodesPerDomain = maps.Clone(p.NodesPerDomain)
+		p.FirstDomain = maps.Clone(p.FirstDomain)
+		p.GPUDriver = driver
+		out.Pools[i] = p
+	}
+	return &out
+}
+
+// Marshal writes the model as a model file that Parse reads back.
+func (m *Model) Marshal() ([]byte, error) {
+	return yaml.Marshal(m)
+}
 
 // Load reads, decodes and validates the model file at path. Every error names
 // the file and, for invalid content, the field and how to fix it.

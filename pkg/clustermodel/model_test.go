@@ -312,3 +312,88 @@ func TestNodesGPUDriver(t *testing.T) {
 		t.Errorf("pool GPU drivers after defaulting = %v, want [DevicePlugin DRA]", got)
 	}
 }
+
+func TestWithGPUDriver(t *testing.T) {
+	mixed, err := Load(filepath.Join("..", "..", "test", "e2e", "models", "mixed-dra.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	small, err := Parse([]byte(validModel))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name   string
+		model  *Model
+		driver string
+	}{
+		{"device-plugin model to DRA", small, lockstep.GPUDriverDRA},
+		{"mixed model to DRA", mixed, lockstep.GPUDriverDRA},
+		{"mixed model to the device plugin", mixed, lockstep.GPUDriverDevicePlugin},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			before, err := tc.model.Marshal()
+			if err != nil {
+				t.Fatal(err)
+			}
+			// A copy edited must leave the model it was made from alone.
+			scratch := tc.model.WithGPUDriver(tc.driver)
+			for i := range scratch.Pools {
+				for k := range scratch.Pools[i].NodesPerDomain {
+					scratch.Pools[i].NodesPerDomain[k]++
+				}
+				for k := range scratch.Pools[i].FirstDomain {
+					scratch.Pools[i].FirstDomain[k]++
+				}
+			}
+			scratch.Levels[0].Name = "edited"
+			after, err := tc.model.Marshal()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(string(before), string(after)); diff != "" {
+				t.Errorf("WithGPUDriver changed the model it copied (-before,+after):\n%s", diff)
+			}
+
+			data, err := tc.model.WithGPUDriver(tc.driver).Marshal()
+			if err != nil {
+				t.Fatal(err)
+			}
+			reread, err := Parse(data)
+			if err != nil {
+				t.Fatalf("the converted model does not parse: %v\n%s", err, data)
+			}
+			want := *tc.model
+			want.Pools = nil
+			for _, p := range tc.model.Pools {
+				p.GPUDriver = tc.driver
+				want.Pools = append(want.Pools, p)
+			}
+			if diff := cmp.Diff(&want, reread); diff != "" {
+				t.Errorf("converted model, written and read back (-want,+got):\n%s", diff)
+			}
+
+			// The same nodes in the same domains; only how the GPUs are
+			// advertised differs.
+			wantNodes, gotNodes := tc.model.Nodes(), reread.Nodes()
+			if len(gotNodes) != len(wantNodes) {
+				t.Fatalf("%d nodes, want %d", len(gotNodes), len(wantNodes))
+			}
+			for i, n := range gotNodes {
+				if n.Name != wantNodes[i].Name {
+					t.Errorf("node %d is %s, want %s", i, n.Name, wantNodes[i].Name)
+				}
+				for _, l := range tc.model.Levels {
+					if n.Labels[l.NodeLabel] != wantNodes[i].Labels[l.NodeLabel] {
+						t.Errorf("node %s: %s=%q, want %q", n.Name, l.NodeLabel, n.Labels[l.NodeLabel], wantNodes[i].Labels[l.NodeLabel])
+					}
+				}
+				_, advertised := n.Status.Capacity[lockstep.GPUResource]
+				if wantAdvertised := tc.driver == lockstep.GPUDriverDevicePlugin; advertised != wantAdvertised {
+					t.Errorf("node %s advertises %s: %t, want %t", n.Name, lockstep.GPUResource, advertised, wantAdvertised)
+				}
+			}
+		})
+	}
+}
