@@ -274,3 +274,12 @@ func (t *PodTemplateWrapper) Label(key, value string) *PodTemplateWrapper {
 	t.Labels[key] = value
 	return t
 }
+
+// GPUClaim makes the template ask for GPUs through DRA: a pod claim "gpus"
+// from the ResourceClaimTemplate named template (MakeGPUClaimTemplate),
+// used by the container.
+func (t *PodTemplateWrapper) GPUClaim(template string) *PodTemplateWrapper {
+	t.Spec.ResourceClaims = append(t.Spec.ResourceClaims, corev1.PodResourceClaim{Name: "gpus", ResourceClaimTemplateName: ptr.To(template)})
+	t.Spec.Containers[0].Resources.Claims = append(t.Spec.Containers[0].Resources.Claims, corev1.ResourceClaim{Name: "gpus"})
+	return t
+}
