@@ -233,6 +233,36 @@ type Placement struct {
 	// spans nodes of a multi-node NVLink domain; unset without one.
 	// +optional
 	ComputeDomain *PlacementComputeDomain `json:"computeDomain,omitempty"`
+
+	// Devices are the DRA devices each pod of the gang holds through its
+	// ResourceClaims, as the scheduler allocated them: its GPUs and, with a
+	// ComputeDomain, its IMEX channel. Pods that hold none (GPUs through
+	// nvidia.com/gpu) are not listed.
+	// +listType=map
+	// +listMapKey=pod
+	// +kubebuilder:validation:MaxItems=10000
+	// +optional
+	Devices []PodDevices `json:"devices,omitempty"`
+}
+
+// PodDevices are the DRA devices one pod holds.
+type PodDevices struct {
+	// Pod is the pod's name, in the job's namespace.
+	// +kubebuilder:validation:MaxLength=253
+	Pod string `json:"pod"`
+
+	// Node is the node the pod runs on.
+	// +kubebuilder:validation:MaxLength=253
+	// +optional
+	Node string `json:"node,omitempty"`
+
+	// Devices are the devices allocated to the pod's claims, each
+	// "<driver>/<pool>/<device>" as the claim's status names it, e.g.
+	// "gpu.nvidia.com/node-3/gpu-5", sorted.
+	// +listType=set
+	// +kubebuilder:validation:MaxItems=128
+	// +kubebuilder:validation:items:MaxLength=512
+	Devices []string `json:"devices"`
 }
 
 // PlacementComputeDomain names a job's ComputeDomain and says whether the
