@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -53,6 +54,10 @@ const (
 	ReasonComputeDomainAPIMissing = "ComputeDomainAPIMissing"
 	ReasonComputeDomainConflict   = "ComputeDomainConflict"
 	ReasonComputeDomainDeleting   = "ComputeDomainDeleting"
+	// ReasonGPUClaimsUnknown: a claim template or claim the pods name does
+	// not exist yet, so which pods ask for GPUs, and how many nodes the
+	// domain spans, is unknown.
+	ReasonGPUClaimsUnknown = "GPUClaimsUnknown"
 	// ReasonComputeDomainCreated is the event of a domain created, or
 	// created again after it was deleted under the job.
 	ReasonComputeDomainCreated = "ComputeDomainCreated"
@@ -78,19 +83,16 @@ type computeDomainPlan struct {
 
 // planComputeDomain decides whether job gets a ComputeDomain under topo:
 // its constraint names a multi-node NVLink level, it did not opt out, and
-// more than one of its pods asks for GPUs (a gang on one node needs no
-// IMEX channel). Pure, so the pods' claims follow the same decision.
-func planComputeDomain(job *v1alpha1.TrainingJob, topo lockstep.TopologyConfig) (computeDomainPlan, bool) {
-	t := job.Spec.Topology
-	if t == nil || t.ComputeDomain == v1alpha1.ComputeDomainDisabled {
-		return computeDomainPlan{}, false
-	}
-	if !slices.ContainsFunc(topo.Levels, func(l lockstep.Level) bool { return l.Name == t.Level && l.NVLink }) {
+// more than one of its pods asks for GPUs, through nvidia.com/gpu or GPU
+// claims (a gang on one node needs no IMEX channel). Pure, so the pods'
+// claims follow the same decision.
+func planComputeDomain(job *v1alpha1.TrainingJob, topo lockstep.TopologyConfig, claims claimGPUs) (computeDomainPlan, bool) {
+	if !nvlinkJob(job, topo) {
 		return computeDomainPlan{}, false
 	}
 	gpuPods := 0
 	for _, rs := range job.Spec.ReplicaSpecs {
-		if podGPUs(&rs.Template.Spec) > 0 {
+		if claims.podGPUs(&rs.Template.Spec) > 0 {
 			gpuPods += int(rs.DesiredReplicas())
 		}
 	}
@@ -100,14 +102,25 @@ func planComputeDomain(job *v1alpha1.TrainingJob, topo lockstep.TopologyConfig) 
 	return computeDomainPlan{name: job.Name + "-compute-domain", template: job.Name + "-channel", numNodes: gpuPods}, true
 }
 
-// addChannelClaim makes every GPU container of spec claim the domain's
-// channel from template. Containers without GPUs do not join the domain;
-// nor does a pod without any.
-func addChannelClaim(spec *corev1.PodSpec, template string) {
+// nvlinkJob says whether job may get a ComputeDomain: its constraint names
+// a multi-node NVLink level of topo and it did not opt out.
+func nvlinkJob(job *v1alpha1.TrainingJob, topo lockstep.TopologyConfig) bool {
+	t := job.Spec.Topology
+	if t == nil || t.ComputeDomain == v1alpha1.ComputeDomainDisabled {
+		return false
+	}
+	return slices.ContainsFunc(topo.Levels, func(l lockstep.Level) bool { return l.Name == t.Level && l.NVLink })
+}
+
+// addChannelClaim makes every GPU container of spec (an nvidia.com/gpu
+// limit, or a GPU claim) claim the domain's channel from template.
+// Containers without GPUs do not join the domain; nor does a pod without
+// any.
+func addChannelClaim(spec *corev1.PodSpec, template string, claims claimGPUs) {
 	joined := false
 	for i := range spec.Containers {
 		c := &spec.Containers[i]
-		if containerGPUs(c) == 0 {
+		if !claims.containerAsksGPUs(spec, c) {
 			continue
 		}
 		joined = true
@@ -138,10 +151,21 @@ func (r *TrainingJobReconciler) watchComputeDomainAPI(mgr manager.Manager, c con
 // ensureComputeDomain makes sure the job's ComputeDomain exists, before any
 // of its pods, and reports its readiness as the ComputeDomainReady
 // condition. held says the job's missing pods must not be created yet: the
-// API is not served, a domain of that name is not the job's, or the job's
-// old domain is still being deleted. Pods that run are left alone.
-func (r *TrainingJobReconciler) ensureComputeDomain(ctx context.Context, job *v1alpha1.TrainingJob) (held bool, err error) {
-	plan, ok := planComputeDomain(job, r.Topology)
+// API is not served, a domain of that name is not the job's, the job's
+// old domain is still being deleted, or a claim template the pods name
+// does not exist yet, so whether they need a domain is unknown. Pods that
+// run are left alone.
+func (r *TrainingJobReconciler) ensureComputeDomain(ctx context.Context, job *v1alpha1.TrainingJob, claims claimGPUs) (held bool, err error) {
+	if len(claims.missing) > 0 && nvlinkJob(job, r.Topology) {
+		// Not a failure: the template is usually applied beside the job,
+		// and may come a moment later. Created without it, the pods could
+		// not be given the channel claim they turn out to need.
+		r.setComputeDomainCondition(ctx, job, metav1.ConditionFalse, ReasonGPUClaimsUnknown,
+			fmt.Sprintf("the pods name %s, which does not exist: whether they ask for GPUs, and so the ComputeDomain the job needs, is unknown; no pods are created until it exists",
+				strings.Join(claims.missing, ", ")))
+		return true, nil
+	}
+	plan, ok := planComputeDomain(job, r.Topology, claims)
 	if !ok {
 		// Looked up first: removing copies the conditions, on every pass
 		// of every job without a domain.
@@ -228,7 +252,7 @@ func (r *TrainingJobReconciler) setComputeDomainCondition(ctx context.Context, j
 	old := meta.FindStatusCondition(job.Status.Conditions, v1alpha1.ConditionComputeDomainReady)
 	if old == nil || old.Reason != reason {
 		switch reason {
-		case ReasonComputeDomainAPIMissing, ReasonComputeDomainConflict:
+		case ReasonComputeDomainAPIMissing, ReasonComputeDomainConflict, ReasonGPUClaimsUnknown:
 			r.Recorder.Event(job, corev1.EventTypeWarning, reason, msg)
 		case ReasonComputeDomainReady:
 			r.Recorder.Event(job, corev1.EventTypeNormal, reason, msg)
@@ -241,8 +265,8 @@ func (r *TrainingJobReconciler) setComputeDomainCondition(ctx context.Context, j
 
 // placementComputeDomain is the job's ComputeDomain as status.placement
 // shows it, from the condition this pass set; nil without one.
-func placementComputeDomain(job *v1alpha1.TrainingJob, topo lockstep.TopologyConfig) *v1alpha1.PlacementComputeDomain {
-	plan, ok := planComputeDomain(job, topo)
+func placementComputeDomain(job *v1alpha1.TrainingJob, topo lockstep.TopologyConfig, claims claimGPUs) *v1alpha1.PlacementComputeDomain {
+	plan, ok := planComputeDomain(job, topo, claims)
 	if !ok {
 		return nil
 	}

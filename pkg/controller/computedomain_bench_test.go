@@ -32,7 +32,7 @@ func BenchmarkDesiredPodNVLinkGang(b *testing.B) {
 			b.ReportAllocs()
 			b.ResetTimer()
 			for i := range b.N {
-				if _, err := r.desiredPod(job, a, v1alpha1.ReplicaWorker, int32(i)%workers); err != nil {
+				if _, err := r.desiredPod(job, a, v1alpha1.ReplicaWorker, int32(i)%workers, claimGPUs{}); err != nil {
 					b.Fatal(err)
 				}
 			}

@@ -46,7 +46,7 @@ func TestPlanComputeDomain(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			plan, ok := planComputeDomain(tc.job, tc.topo)
+			plan, ok := planComputeDomain(tc.job, tc.topo, claimGPUs{})
 			var got *computeDomainPlan
 			if ok {
 				got = &plan
@@ -96,7 +96,7 @@ func TestAddChannelClaim(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			addChannelClaim(&tc.spec, "train-channel")
+			addChannelClaim(&tc.spec, "train-channel", claimGPUs{})
 			if diff := cmp.Diff(tc.want, tc.spec); diff != "" {
 				t.Errorf("pod spec (-want,+got):\n%s", diff)
 			}

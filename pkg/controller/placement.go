@@ -6,17 +6,23 @@ import (
 	"hash/fnv"
 	"maps"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 
 	corev1 "k8s.io/api/core/v1"
+	resourcev1 "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
 	toolscache "k8s.io/client-go/tools/cache"
+	"k8s.io/dynamic-resource-allocation/resourceclaim"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 
@@ -25,13 +31,17 @@ import (
 	"github.com/lockstep-dev/lockstep/pkg/topology"
 )
 
-// placedPod is what the placement summary needs of a bound pod: its node,
-// the GPU indices the scheduler chose for it (lockstep.dev/gpus, "0,1";
-// empty for a pod without GPUs or placed by another scheduler), and whether
-// it asks for no GPUs at all.
+// placedPod is what the placement summary needs of a bound pod: its name
+// and node, the GPU indices it holds ("0,1"; empty for a pod without GPUs or
+// whose GPUs are not known yet), whether it asks for no GPUs at all, and
+// the DRA devices its claims were allocated.
 type placedPod struct {
+	Name string
 	Node string
 	GPUs string
+	// Devices are "<driver>/<pool>/<device>", sorted; none for a pod that
+	// holds no DRA device.
+	Devices []string
 	// NoGPUs: the pod asks for no GPUs (an MPI launcher, a parameter
 	// server). The scheduler leaves such pods out of its plans and their
 	// rating, and so does the summary; their nodes, CPU-only ones often,
@@ -233,6 +243,12 @@ func summarizePlacement(pods []placedPod, nodes map[string]placementNode, cluste
 		return nil, err
 	}
 	out := &v1alpha1.Placement{Domain: dom.DisplayID(), LevelName: dom.LevelName, LevelsSpanned: int32(spanned), Nodes: names}
+	for _, p := range pods {
+		if len(p.Devices) > 0 {
+			out.Devices = append(out.Devices, v1alpha1.PodDevices{Pod: p.Name, Node: p.Node, Devices: p.Devices})
+		}
+	}
+	slices.SortFunc(out.Devices, func(a, b v1alpha1.PodDevices) int { return strings.Compare(a.Pod, b.Pod) })
 	if !modelled || len(gpus) == 0 {
 		return out, nil
 	}
@@ -275,34 +291,55 @@ func parseGPUSet(s string) (topology.GPUSet, error) {
 // ensurePlacement summarizes where the gang runs once every pod is bound.
 // It runs on every reconcile of a running job, so it copies nothing of the
 // cluster: the tree and references come from r.placements, and the
-// NodeTopologies of the gang's GPU nodes are read from the cache without a
-// copy (read only: the spec is converted, never changed). A GPU node whose
-// agent has not published its NodeTopology yet leaves the rating out until
-// it does: its creation wakes the job (watchNodeTopologies), so nothing is
-// retried on a timer. waiting are those nodes.
-func (r *TrainingJobReconciler) ensurePlacement(ctx context.Context, job *v1alpha1.TrainingJob, obs observation) (waiting []string, err error) {
+// NodeTopologies of the gang's GPU nodes and the pods' ResourceClaims are
+// read from the cache without a copy (read only: the spec is converted,
+// never changed). A GPU node whose agent has not published its
+// NodeTopology yet leaves the rating out until it does: its creation wakes
+// the job (watchNodeTopologies), so nothing is retried on a timer. waiting
+// are those nodes.
+//
+// Whether a pod asks for GPUs counts its GPU claims (claims), so a DRA gang
+// is rated as the scheduler planned it. The GPUs a pod holds are those its
+// node's agent reports for the pod's UID (status.allocations) where it
+// reports them, else the scheduler's lockstep.dev/gpus: the agent reports
+// what the node really gave the pod, the claims' devices joined to GPU
+// indices by UUID for a DRA pod (which has no annotation), and the device
+// plugin's own choice where that plugin ignores the annotation.
+func (r *TrainingJobReconciler) ensurePlacement(ctx context.Context, job *v1alpha1.TrainingJob, obs observation, claims claimGPUs) (waiting []string, err error) {
 	placed := make([]placedPod, 0, len(obs.live))
 	nodes := map[string]placementNode{}
+	// allocations are the GPUs each node's agent reports pods holding.
+	allocations := map[string][]v1alpha1.GPUAllocation{}
 	for _, p := range obs.live {
 		node := p.Spec.NodeName
 		if node == "" {
 			return nil, nil
 		}
-		noGPUs := podGPUs(&p.Spec) == 0
-		placed = append(placed, placedPod{Node: node, GPUs: p.Annotations[lockstep.AnnotationGPUs], NoGPUs: noGPUs})
-		if _, ok := nodes[node]; ok || noGPUs {
+		pp := placedPod{Name: p.Name, Node: node, GPUs: p.Annotations[lockstep.AnnotationGPUs], NoGPUs: claims.podGPUs(&p.Spec) == 0}
+		if pp.Devices, err = r.podDevices(ctx, p.Pod); err != nil {
+			return nil, err
+		}
+		if pp.NoGPUs {
+			placed = append(placed, pp)
 			continue
 		}
-		var nt v1alpha1.NodeTopology
-		switch err := r.Client.Get(ctx, client.ObjectKey{Name: node}, &nt, client.UnsafeDisableDeepCopy); {
-		case err == nil:
-			nodes[node] = placementNode{Topology: &nt.Spec}
-		case apierrors.IsNotFound(err):
-			nodes[node] = placementNode{}
-			waiting = append(waiting, node)
-		default:
-			return nil, fmt.Errorf("getting NodeTopology %s: %w", node, err)
+		if _, ok := nodes[node]; !ok {
+			var nt v1alpha1.NodeTopology
+			switch err := r.Client.Get(ctx, client.ObjectKey{Name: node}, &nt, client.UnsafeDisableDeepCopy); {
+			case err == nil:
+				nodes[node] = placementNode{Topology: &nt.Spec}
+				allocations[node] = nt.Status.Allocations
+			case apierrors.IsNotFound(err):
+				nodes[node] = placementNode{}
+				waiting = append(waiting, node)
+			default:
+				return nil, fmt.Errorf("getting NodeTopology %s: %w", node, err)
+			}
 		}
+		if held, ok := allocatedGPUs(allocations[node], p.UID); ok {
+			pp.GPUs = held
+		}
+		placed = append(placed, pp)
 	}
 	// The reference placement of the rating is the best the empty cluster
 	// allows: the cluster is every node.
@@ -320,10 +357,68 @@ func (r *TrainingJobReconciler) ensurePlacement(ctx context.Context, job *v1alph
 	return waiting, err
 }
 
+// allocatedGPUs is the GPU list ("0,1") allocs report for the pod of uid,
+// by UID: after a gang restart the agent may still list the old pod of the
+// same name.
+func allocatedGPUs(allocs []v1alpha1.GPUAllocation, uid types.UID) (string, bool) {
+	for _, a := range allocs {
+		if a.PodUID != string(uid) {
+			continue
+		}
+		list := make([]string, len(a.GPUs))
+		for i, g := range a.GPUs {
+			list[i] = strconv.Itoa(int(g))
+		}
+		return strings.Join(list, ","), true
+	}
+	return "", false
+}
+
+// podDevices are the devices allocated to pod's claims, from the cache,
+// "<driver>/<pool>/<device>", sorted. A claim not created or not allocated
+// yet, or no longer the pod's, has none.
+//
+// RBAC: resourceclaims get, list, watch (readClaimGPUs).
+func (r *TrainingJobReconciler) podDevices(ctx context.Context, pod *corev1.Pod) ([]string, error) {
+	var devices []string
+	for i := range pod.Spec.ResourceClaims {
+		name, mustCheckOwner, err := resourceclaim.Name(pod, &pod.Spec.ResourceClaims[i])
+		if err != nil || name == nil {
+			// Its template's claim is not in the pod's status yet, or
+			// there is none.
+			continue
+		}
+		var claim resourcev1.ResourceClaim
+		switch err := r.Client.Get(ctx, client.ObjectKey{Namespace: pod.Namespace, Name: *name}, &claim, client.UnsafeDisableDeepCopy); {
+		case apierrors.IsNotFound(err):
+			continue
+		case err != nil:
+			return nil, fmt.Errorf("getting ResourceClaim %s/%s of pod %s: %w", pod.Namespace, *name, pod.Name, err)
+		}
+		if claim.Status.Allocation == nil || (mustCheckOwner && resourceclaim.IsForPod(pod, &claim) != nil) {
+			continue
+		}
+		for _, res := range claim.Status.Allocation.Devices.Results {
+			devices = append(devices, res.Driver+"/"+res.Pool+"/"+res.Device)
+		}
+	}
+	slices.Sort(devices)
+	return slices.Compact(devices), nil
+}
+
 // nodeTopologyPublished passes the NodeTopology events that can complete a
-// summary: a NodeTopology published (created) or its spec changed. Status
-// writes, the agent's heartbeats, do not bump the generation.
-var nodeTopologyPublished = predicate.GenerationChangedPredicate{}
+// summary: a NodeTopology published (created), its spec changed, or the
+// GPUs it reports pods holding changed (a DRA pod's GPU set is known once
+// its agent has joined its claims to GPU indices, which may come after the
+// pod runs). Status writes that change nothing else, the agent's
+// heartbeats, do not pass.
+var nodeTopologyPublished = predicate.Or[client.Object](predicate.GenerationChangedPredicate{}, predicate.Funcs{
+	UpdateFunc: func(e event.UpdateEvent) bool {
+		old, _ := e.ObjectOld.(*v1alpha1.NodeTopology)
+		updated, _ := e.ObjectNew.(*v1alpha1.NodeTopology)
+		return old == nil || updated == nil || !equality.Semantic.DeepEqual(old.Status.Allocations, updated.Status.Allocations)
+	},
+})
 
 // watchNodeTopologies wakes the jobs with pods on a node whose NodeTopology
 // was published or changed, through the pod-by-node index of watchNodes.

@@ -44,8 +44,9 @@ func (r *TrainingJobReconciler) listPods(ctx context.Context, job *v1alpha1.Trai
 // adapter's template plus labels, owner, scheduler and restart policy. The
 // restart policy is Never whatever the role's: the controller, not the
 // kubelet, restarts failed pods, so that the failure policy decides what
-// restarts with them and backoffLimit counts every restart.
-func (r *TrainingJobReconciler) desiredPod(job *v1alpha1.TrainingJob, a framework.Adapter, role v1alpha1.ReplicaType, index int32) (*corev1.Pod, error) {
+// restarts with them and backoffLimit counts every restart. claims size the
+// job's GPU claims, for its ComputeDomain.
+func (r *TrainingJobReconciler) desiredPod(job *v1alpha1.TrainingJob, a framework.Adapter, role v1alpha1.ReplicaType, index int32, claims claimGPUs) (*corev1.Pod, error) {
 	tpl, err := a.PodTemplate(job, role, index)
 	if err != nil {
 		return nil, err
@@ -71,8 +72,8 @@ func (r *TrainingJobReconciler) desiredPod(job *v1alpha1.TrainingJob, a framewor
 		}
 		pod.Annotations[lockstep.AnnotationRank] = strconv.Itoa(int(rank))
 	}
-	if plan, ok := planComputeDomain(job, r.Topology); ok {
-		addChannelClaim(&pod.Spec, plan.template)
+	if plan, ok := planComputeDomain(job, r.Topology, claims); ok {
+		addChannelClaim(&pod.Spec, plan.template, claims)
 	}
 	pod.Spec.SchedulerName = r.SchedulerName
 	pod.Spec.RestartPolicy = corev1.RestartPolicyNever
@@ -100,9 +101,9 @@ func addSearchDomain(spec *corev1.PodSpec, domain string) {
 
 // ensurePods creates the job's missing pods, in the adapter's role order,
 // at most CreateParallelism at a time, claiming from the job's copies of
-// the claim templates it has. A name still held by a pod being deleted is
-// left for a later pass.
-func (r *TrainingJobReconciler) ensurePods(ctx context.Context, job *v1alpha1.TrainingJob, a framework.Adapter, obs observation, claims claimTemplates) (wait time.Duration, err error) {
+// the claim templates it has (copies). claims size the job's GPU claims.
+// A name still held by a pod being deleted is left for a later pass.
+func (r *TrainingJobReconciler) ensurePods(ctx context.Context, job *v1alpha1.TrainingJob, a framework.Adapter, obs observation, copies claimTemplates, claims claimGPUs) (wait time.Duration, err error) {
 	var missing []*corev1.Pod
 	taken := func(name string) bool { _, ok := obs.live[name]; return ok }
 	for _, role := range a.Roles() {
@@ -114,11 +115,11 @@ func (r *TrainingJobReconciler) ensurePods(ctx context.Context, job *v1alpha1.Tr
 			if taken(framework.PodName(job.Name, role, i)) {
 				continue
 			}
-			pod, err := r.desiredPod(job, a, role, i)
+			pod, err := r.desiredPod(job, a, role, i, claims)
 			if err != nil {
 				return 0, fmt.Errorf("pod %s %d of %s: %w", role, i, klog.KObj(job), err)
 			}
-			claims.apply(&pod.Spec)
+			copies.apply(&pod.Spec)
 			missing = append(missing, pod)
 		}
 	}

@@ -286,13 +286,19 @@ func (r *TrainingJobReconciler) ensureRunning(ctx context.Context, job *v1alpha1
 	if err := r.ensureAutoscaler(ctx, job); err != nil {
 		return ctrl.Result{}, err
 	}
+	// What the pods' GPU claims ask for, which the ComputeDomain, the pods
+	// and the placement summary depend on.
+	claims, err := r.readClaimGPUs(ctx, job)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
 	// Before any pod: the pods claim its channel (computedomain.go).
-	cdHeld, err := r.ensureComputeDomain(ctx, job)
+	cdHeld, err := r.ensureComputeDomain(ctx, job, claims)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
 	// Before any pod: the pods claim GPUs from them (gpuclaims.go).
-	claims, claimsHeld, err := r.ensureGPUClaimTemplates(ctx, job)
+	copies, claimsHeld, err := r.ensureGPUClaimTemplates(ctx, job)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
@@ -323,17 +329,20 @@ func (r *TrainingJobReconciler) ensureRunning(ctx context.Context, job *v1alpha1
 	case d.incident != "":
 		return ctrl.Result{}, r.ensureRestart(ctx, job, d)
 	}
+	// The pods claim from the copies: what they ask for is what the
+	// originals do.
+	claims = claims.withCopies(copies)
 	if cdHeld || claimsHeld {
 		// The pods that run go on; the missing ones wait for the domain
 		// or the claim templates.
-		r.ensureRunningConditions(ctx, job, obs)
+		r.ensureRunningConditions(ctx, job, obs, claims)
 		retry := computeDomainRetry
 		if claimsHeld {
 			retry = gpuClaimRetry
 		}
 		return ctrl.Result{RequeueAfter: retry}, nil
 	}
-	wait, err := r.ensurePods(ctx, job, a, obs, claims)
+	wait, err := r.ensurePods(ctx, job, a, obs, copies, claims)
 	if wait > 0 {
 		// Pods of a restart wait out their backoff; so does the rest of
 		// this pass, which concerns a gang that is not there yet.
@@ -349,7 +358,7 @@ func (r *TrainingJobReconciler) ensureRunning(ctx context.Context, job *v1alpha1
 	// it (minAvailable below the replica count) runs and says so, while
 	// the failed create is retried with the workqueue's backoff.
 	r.ensureScheduledCondition(ctx, job, obs)
-	r.ensureRunningConditions(ctx, job, obs)
+	r.ensureRunningConditions(ctx, job, obs, claims)
 	requeue := d.requeueAfter
 	if retry := loss.requeueAfter; retry > 0 && (requeue == 0 || retry < requeue) {
 		requeue = retry
@@ -359,7 +368,7 @@ func (r *TrainingJobReconciler) ensureRunning(ctx context.Context, job *v1alpha1
 
 // ensureRunningConditions marks the job Running once its gang runs, which
 // also ends a restart, and summarizes its placement.
-func (r *TrainingJobReconciler) ensureRunningConditions(ctx context.Context, job *v1alpha1.TrainingJob, obs observation) {
+func (r *TrainingJobReconciler) ensureRunningConditions(ctx context.Context, job *v1alpha1.TrainingJob, obs observation, claims claimGPUs) {
 	if obs.running < minMember(job) {
 		return
 	}
@@ -380,9 +389,9 @@ func (r *TrainingJobReconciler) ensureRunningConditions(ctx context.Context, job
 	// as they run: a NodeTopology published wakes the job
 	// (watchNodeTopologies), and a summary that failed (a node the cache
 	// does not hold yet) is redone on the job's next event.
-	waiting, err := r.ensurePlacement(ctx, job, obs)
+	waiting, err := r.ensurePlacement(ctx, job, obs, claims)
 	if job.Status.Placement != nil {
-		job.Status.Placement.ComputeDomain = placementComputeDomain(job, r.Topology)
+		job.Status.Placement.ComputeDomain = placementComputeDomain(job, r.Topology, claims)
 	}
 	switch {
 	case err != nil:

@@ -8,12 +8,15 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
+	resourcev1 "k8s.io/api/resource/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/lockstep-dev/lockstep/pkg/apis/lockstep/v1alpha1"
+	"github.com/lockstep-dev/lockstep/pkg/gpuclaim"
 	"github.com/lockstep-dev/lockstep/pkg/lockstep"
 )
 
@@ -70,7 +73,9 @@ func jobGPUs(job *v1alpha1.TrainingJob) int64 {
 }
 
 // podGPUs is what a pod requests of the GPU resource: an extended resource's
-// request equals its limit, and either may be given.
+// request equals its limit, and either may be given. It is what node
+// allocatable is compared with; whether and how many GPUs a pod asks for
+// at all, DRA claims included, is claimGPUs.podGPUs.
 func podGPUs(spec *corev1.PodSpec) int64 {
 	var n int64
 	for i := range spec.Containers {
@@ -87,6 +92,129 @@ func containerGPUs(c *corev1.Container) int64 {
 		q = c.Resources.Requests[lockstep.GPUResource]
 	}
 	return q.Value()
+}
+
+// claimGPUs are the GPUs the ResourceClaimTemplates and ResourceClaims a
+// job's pod templates name ask for, as gpuclaim.Count reads their specs:
+// the way TopologyPlacement sizes the gang. They are read once a pass
+// (readClaimGPUs) so that the decisions made on them stay pure. The zero
+// value is a job whose templates name no claims.
+type claimGPUs struct {
+	// templates and claims are by name, in the job's namespace.
+	templates, claims map[string]int64
+	// missing names the templates and claims the cache does not hold (yet),
+	// "ResourceClaimTemplate ml/gpus": what they ask for is unknown.
+	missing []string
+}
+
+// of is what one pod claim asks for; a claim the job's templates do not
+// name (the ComputeDomain channel the controller adds) asks for none.
+func (c claimGPUs) of(pc *corev1.PodResourceClaim) int64 {
+	switch {
+	case pc.ResourceClaimTemplateName != nil:
+		return c.templates[*pc.ResourceClaimTemplateName]
+	case pc.ResourceClaimName != nil:
+		return c.claims[*pc.ResourceClaimName]
+	}
+	return 0
+}
+
+// withCopies adds to c each of the job's copies of a template (gpuclaims.go),
+// asking for what the template does: the copy rewrites how GPUs are chosen,
+// not how many, and the job's pods name the copies.
+func (c claimGPUs) withCopies(copies claimTemplates) claimGPUs {
+	for src, name := range copies {
+		if n, ok := c.templates[src]; ok {
+			c.templates[name] = n
+		}
+	}
+	return c
+}
+
+// podGPUs is how many GPUs a pod spec asks for, as TopologyPlacement counts
+// them: its nvidia.com/gpu limits and the GPUs of every pod claim. A claim
+// counts once however many containers use it, as it is allocated once.
+func (c claimGPUs) podGPUs(spec *corev1.PodSpec) int64 {
+	n := podGPUs(spec)
+	for i := range spec.ResourceClaims {
+		n += c.of(&spec.ResourceClaims[i])
+	}
+	return n
+}
+
+// containerAsksGPUs says whether a container of spec uses GPUs: it has an
+// nvidia.com/gpu limit or uses a pod claim that asks for GPUs.
+func (c claimGPUs) containerAsksGPUs(spec *corev1.PodSpec, ctr *corev1.Container) bool {
+	if containerGPUs(ctr) > 0 {
+		return true
+	}
+	for _, used := range ctr.Resources.Claims {
+		for i := range spec.ResourceClaims {
+			if pc := &spec.ResourceClaims[i]; pc.Name == used.Name && c.of(pc) > 0 {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// readClaimGPUs reads what the claims named by job's pod templates ask for
+// from the cache. A job that names none reads nothing, so a cluster
+// without DRA never has the controller watch its API. A template or claim
+// not found is noted in missing, not an error: it may be created after the
+// job (the user's manifests applied in any order). A claim whose shape
+// TopologyPlacement cannot plan (gpuclaim.Count's problem) counts as no
+// GPUs here: the scheduler refuses the gang and says why on its pods.
+//
+// +kubebuilder:rbac:groups=resource.k8s.io,resources=resourceclaimtemplates;resourceclaims,verbs=get;list;watch
+func (r *TrainingJobReconciler) readClaimGPUs(ctx context.Context, job *v1alpha1.TrainingJob) (claimGPUs, error) {
+	// Most jobs name no claim: nothing to read, nor to allocate.
+	named := false
+	for role := range job.Spec.ReplicaSpecs {
+		named = named || len(job.Spec.ReplicaSpecs[role].Template.Spec.ResourceClaims) > 0
+	}
+	if !named {
+		return claimGPUs{}, nil
+	}
+	out := claimGPUs{templates: map[string]int64{}, claims: map[string]int64{}}
+	// count reads obj, a template or claim of that name whose claim spec is
+	// spec, into counted, once.
+	count := func(kind, name string, obj client.Object, spec *resourcev1.ResourceClaimSpec, counted map[string]int64) error {
+		if _, ok := counted[name]; ok {
+			return nil
+		}
+		key := client.ObjectKey{Namespace: job.Namespace, Name: name}
+		// Read only: the spec is counted, never changed.
+		switch err := r.Client.Get(ctx, key, obj, client.UnsafeDisableDeepCopy); {
+		case apierrors.IsNotFound(err):
+			if what := kind + " " + key.String(); !slices.Contains(out.missing, what) {
+				out.missing = append(out.missing, what)
+			}
+			return nil
+		case err != nil:
+			return fmt.Errorf("getting %s %s: %w", kind, key, err)
+		}
+		n, _ := gpuclaim.Count(spec)
+		counted[name] = int64(n)
+		return nil
+	}
+	for _, role := range slices.Sorted(maps.Keys(job.Spec.ReplicaSpecs)) {
+		for _, pc := range job.Spec.ReplicaSpecs[role].Template.Spec.ResourceClaims {
+			var err error
+			switch {
+			case pc.ResourceClaimTemplateName != nil:
+				t := &resourcev1.ResourceClaimTemplate{}
+				err = count("ResourceClaimTemplate", *pc.ResourceClaimTemplateName, t, &t.Spec.Spec, out.templates)
+			case pc.ResourceClaimName != nil:
+				c := &resourcev1.ResourceClaim{}
+				err = count("ResourceClaim", *pc.ResourceClaimName, c, &c.Spec, out.claims)
+			}
+			if err != nil {
+				return claimGPUs{}, err
+			}
+		}
+	}
+	return out, nil
 }
 
 // unschedulablePod is the scheduler's word on the first pod it could not

@@ -135,7 +135,7 @@ func TestServiceSelectsExactlyTheJobsPods(t *testing.T) {
 		for _, role := range a.Roles() {
 			spec := j.Spec.ReplicaSpecs[role]
 			for i := range spec.DesiredReplicas() {
-				pod, err := r.desiredPod(j, a, role, i)
+				pod, err := r.desiredPod(j, a, role, i, claimGPUs{})
 				if err != nil {
 					t.Fatal(err)
 				}
