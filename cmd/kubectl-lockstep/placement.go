@@ -38,9 +38,13 @@ func newPlacementCommand(connect connector) *cobra.Command {
 and topology domain at each level, after the job's placement summary.
 
 Ranks follow the framework's role order, then the replica index (for
-PyTorch, the RANK each pod gets). GPUs are the indices the scheduler wrote in
-the pod's lockstep.dev/gpus annotation or, without one, the GPUs the node's
-NodeTopology says the pod holds.
+PyTorch, the RANK each pod gets). GPUs are the indices the node's
+NodeTopology says the pod holds (what the node gave it: for a pod whose GPUs
+come through DRA claims, its claims' devices) or, where the node's agent
+does not say, those the scheduler wrote in the pod's lockstep.dev/gpus
+annotation. A job whose pods hold DRA devices gets a DEVICES column: the
+devices of each pod's claims by driver, as the job's status.placement
+records them (a ComputeDomain's IMEX channel among them).
 
 The summary is the job's status.placement, recorded by the controller: the
 narrowest domain holding every pod, how many levels the job spans, the

@@ -76,6 +76,10 @@ type rankRow struct {
 	// NodeTopology allocation.
 	GPUs      string `json:"gpus,omitempty"`
 	GPUSource string `json:"gpuSource,omitempty"`
+	// Devices are the DRA devices the pod's claims were allocated,
+	// "<driver>/<pool>/<device>", as the job's status.placement records
+	// them.
+	Devices []string `json:"devices,omitempty"`
 	// Domains are the node's domains, narrowest first, one per level.
 	Domains []domainRef `json:"domains,omitempty"`
 }
@@ -192,6 +196,12 @@ func buildPlacementReport(job *v1alpha1.TrainingJob, pods []corev1.Pod, tree *ca
 		}
 	}
 	first := rankOffsets(job)
+	devices := map[string][]string{}
+	if pl := job.Status.Placement; pl != nil {
+		for _, d := range pl.Devices {
+			devices[d.Pod] = d.Devices
+		}
+	}
 	for i := range pods {
 		p := &pods[i]
 		row := rankRow{Role: v1alpha1.ReplicaType(p.Labels[lockstep.LabelReplicaType]), Pod: p.Name, Phase: string(p.Status.Phase), Node: p.Spec.NodeName}
@@ -208,6 +218,7 @@ func buildPlacementReport(job *v1alpha1.TrainingJob, pods []corev1.Pod, tree *ca
 			}
 		}
 		row.GPUs, row.GPUSource = podGPUs(p, topos[p.Spec.NodeName])
+		row.Devices = devices[p.Name]
 		for _, d := range tree.Path(p.Spec.NodeName) {
 			if d.Level != lockstep.LevelHost && d.Level != lockstep.LevelCluster {
 				row.Domains = append(row.Domains, domainRef{Level: d.Level, Name: d.Name, ID: d.ID})
@@ -245,30 +256,62 @@ func rankOffsets(job *v1alpha1.TrainingJob) map[v1alpha1.ReplicaType]int32 {
 	return first
 }
 
-// podGPUs returns a pod's GPU indices: the scheduler's annotation, or what
-// the node's NodeTopology says the pod holds.
+// podGPUs returns a pod's GPU indices: what the node's NodeTopology says
+// the pod holds, else the scheduler's annotation. The agent's word comes
+// first, as in the controller's summary: it is what the node gave the pod
+// (a DRA pod's claims, a device plugin that chose for itself).
 func podGPUs(p *corev1.Pod, nt *v1alpha1.NodeTopology) (string, string) {
+	if nt != nil {
+		for _, a := range nt.Status.Allocations {
+			// By UID: after a gang restart the agent may still list the
+			// old pod of the same name.
+			if a.PodUID == string(p.UID) {
+				var set topology.GPUSet
+				for _, g := range a.GPUs {
+					set |= topology.NewGPUSet(int(g))
+				}
+				return set.List(), gpuSourceAllocation
+			}
+		}
+	}
 	if list, ok := p.Annotations[lockstep.AnnotationGPUs]; ok && list != "" {
 		if set, err := topology.ParseGPUList(list); err == nil {
 			list = set.List()
 		}
 		return list, gpuSourceAnnotation
 	}
-	if nt == nil {
-		return "", ""
+	return "", ""
+}
+
+// formatDevices writes a pod's DRA devices compactly, by driver, e.g.
+// "gpu.nvidia.com: gpu-4,gpu-5; compute-domain.nvidia.com: channel-0": the
+// pool is left out where it is the pod's node, as NVIDIA's drivers name
+// their pools.
+func formatDevices(node string, devices []string) string {
+	var groups []string
+	byGroup := map[string][]string{}
+	for _, d := range devices {
+		group, device := d, ""
+		if i := strings.LastIndex(d, "/"); i >= 0 {
+			group, device = d[:i], d[i+1:]
+		}
+		if driver, pool, ok := strings.Cut(group, "/"); ok && pool == node {
+			group = driver
+		}
+		if _, ok := byGroup[group]; !ok {
+			groups = append(groups, group)
+		}
+		byGroup[group] = append(byGroup[group], device)
 	}
-	for _, a := range nt.Status.Allocations {
-		// By UID: after a gang restart the agent may still list the old
-		// pod of the same name.
-		if a.PodUID == string(p.UID) {
-			var set topology.GPUSet
-			for _, g := range a.GPUs {
-				set |= topology.NewGPUSet(int(g))
-			}
-			return set.List(), gpuSourceAllocation
+	out := make([]string, len(groups))
+	for i, g := range groups {
+		out[i] = g
+		// A name with no driver or pool is printed as it is.
+		if names := strings.Join(byGroup[g], ","); names != "" {
+			out[i] += ": " + names
 		}
 	}
-	return "", ""
+	return strings.Join(out, "; ")
 }
 
 // printPlacementReport writes the job's summary and then one line per pod.
@@ -330,6 +373,11 @@ func printPlacementReport(out io.Writer, r placementReport) error {
 	for _, l := range r.Levels {
 		header = append(header, strings.ToUpper(l))
 	}
+	// Only a job with DRA devices gets the column: last, as it is wide.
+	withDevices := slices.ContainsFunc(r.Ranks, func(row rankRow) bool { return len(row.Devices) > 0 })
+	if withDevices {
+		header = append(header, "DEVICES")
+	}
 	fmt.Fprintln(w, strings.Join(header, "\t"))
 	for _, row := range r.Ranks {
 		rank := "-"
@@ -343,6 +391,9 @@ func printPlacementReport(out io.Writer, r placementReport) error {
 		}
 		for _, l := range r.Levels {
 			cells = append(cells, orNone(byLevel[l]))
+		}
+		if withDevices {
+			cells = append(cells, orNone(formatDevices(row.Node, row.Devices)))
 		}
 		fmt.Fprintln(w, strings.Join(cells, "\t"))
 	}

@@ -278,3 +278,76 @@ func TestPlacementComputeDomain(t *testing.T) {
 		}
 	}
 }
+
+// TestPlacementDevices: a DRA gang's ranks show the devices status.placement
+// records for them, by driver, and are rated on the GPUs the agent reports
+// for their claims; a job without DRA devices has no DEVICES column
+// (TestPlacementCommand).
+func TestPlacementDevices(t *testing.T) {
+	p, _ := topology.LookupProfile("hgx-h100")
+	hw, err := p.Node()
+	if err != nil {
+		t.Fatal(err)
+	}
+	withSpec := func(node, pod string, gpus ...int32) *v1alpha1.NodeTopology {
+		nt := nodeTopology(node, nil, map[string][]int32{pod: gpus})
+		nt.Spec = v1alpha1.SpecFromTopology(hw, "hgx-h100")
+		return nt
+	}
+	status := v1alpha1.TrainingJobStatus{State: v1alpha1.JobRunning, Placement: &v1alpha1.Placement{
+		Domain: "spine=s1/leaf=leaf-a", LevelName: "leaf", LevelsSpanned: 1, Nodes: []string{"n1", "n2"},
+		BusBandwidthMBps: 50000, Efficiency: "0.111",
+		ComputeDomain: &v1alpha1.PlacementComputeDomain{Name: "llama-compute-domain", Ready: true},
+		Devices: []v1alpha1.PodDevices{
+			{Pod: "llama-master-0", Node: "n1", Devices: []string{"compute-domain.nvidia.com/n1/channel-0", "gpu.nvidia.com/n1/gpu-4", "gpu.nvidia.com/n1/gpu-5", "gpu.nvidia.com/n1/gpu-6", "gpu.nvidia.com/n1/gpu-7"}},
+			{Pod: "llama-worker-0", Node: "n2", Devices: []string{"gpu.nvidia.com/n2/gpu-0", "gpu.nvidia.com/n2/gpu-1", "gpu.nvidia.com/n2/gpu-2", "gpu.nvidia.com/n2/gpu-3"}},
+		},
+	}}
+	c := fakeCluster(t,
+		hgxNode("n1", "leaf-a"), hgxNode("n2", "leaf-a"),
+		pytorchJob("llama", 1, status),
+		jobPod("llama", v1alpha1.ReplicaMaster, 0, "n1", 0, ""),
+		jobPod("llama", v1alpha1.ReplicaWorker, 0, "n2", 0, ""),
+		withSpec("n1", "llama-master-0", 4, 5, 6, 7), withSpec("n2", "llama-worker-0", 0, 1, 2, 3),
+	)
+	stdout, stderr, err := runWith(t, c, "placement", "llama", "-n", "ml")
+	if err != nil {
+		t.Fatalf("placement: %v\n%s", err, stderr)
+	}
+	want := `TrainingJob:      ml/llama
+Framework:        PyTorch
+State:            Running
+Placement:        spine=s1/leaf=leaf-a (level leaf, 2 nodes)
+Levels spanned:   1
+Bus bandwidth:    50.0 GB/s (modelled all-reduce bus bandwidth)
+Efficiency:       0.111
+ComputeDomain:    llama-compute-domain (ready)
+Rated here:       0.111 in spine=s1/leaf=leaf-a, 1 levels spanned (status agrees)
+  Why:            on 2 nodes in leaf leaf-a; GPUs 4,5,6,7 of node n1 get 50.0 GB/s each of NIC bandwidth, against 450.0 GB/s for the best placement
+
+RANK   POD              ROLE     STATUS    NODE   GPUS      LEAF     SPINE   DEVICES
+0      llama-master-0   Master   Running   n1     4,5,6,7   leaf-a   s1      compute-domain.nvidia.com: channel-0; gpu.nvidia.com: gpu-4,gpu-5,gpu-6,gpu-7
+1      llama-worker-0   Worker   Running   n2     0,1,2,3   leaf-a   s1      gpu.nvidia.com: gpu-0,gpu-1,gpu-2,gpu-3
+`
+	if diff := cmp.Diff(want, stdout); diff != "" {
+		t.Errorf("stdout (-want,+got):\n%s", diff)
+	}
+}
+
+func TestFormatDevices(t *testing.T) {
+	for _, tc := range []struct {
+		node    string
+		devices []string
+		want    string
+	}{
+		{node: "n1", devices: nil, want: ""},
+		{node: "n1", devices: []string{"gpu.nvidia.com/n1/gpu-0", "gpu.nvidia.com/n1/gpu-1"}, want: "gpu.nvidia.com: gpu-0,gpu-1"},
+		{node: "n1", devices: []string{"compute-domain.nvidia.com/n1/channel-0", "gpu.nvidia.com/n1/gpu-3"}, want: "compute-domain.nvidia.com: channel-0; gpu.nvidia.com: gpu-3"},
+		{node: "n1", devices: []string{"gpu.nvidia.com/shared-pool/gpu-3"}, want: "gpu.nvidia.com/shared-pool: gpu-3"},
+		{node: "n1", devices: []string{"odd"}, want: "odd"},
+	} {
+		if got := formatDevices(tc.node, tc.devices); got != tc.want {
+			t.Errorf("formatDevices(%s, %v) = %q, want %q", tc.node, tc.devices, got, tc.want)
+		}
+	}
+}
