@@ -308,8 +308,9 @@ func parseGPUSet(s string) (topology.GPUSet, error) {
 func (r *TrainingJobReconciler) ensurePlacement(ctx context.Context, job *v1alpha1.TrainingJob, obs observation, claims claimGPUs) (waiting []string, err error) {
 	placed := make([]placedPod, 0, len(obs.live))
 	nodes := map[string]placementNode{}
-	// allocations are the GPUs each node's agent reports pods holding.
-	allocations := map[string][]v1alpha1.GPUAllocation{}
+	// allocations are the GPUs each node's agent reports pods holding; made
+	// once some node reports any.
+	var allocations map[string][]v1alpha1.GPUAllocation
 	for _, p := range obs.live {
 		node := p.Spec.NodeName
 		if node == "" {
@@ -328,7 +329,12 @@ func (r *TrainingJobReconciler) ensurePlacement(ctx context.Context, job *v1alph
 			switch err := r.Client.Get(ctx, client.ObjectKey{Name: node}, &nt, client.UnsafeDisableDeepCopy); {
 			case err == nil:
 				nodes[node] = placementNode{Topology: &nt.Spec}
-				allocations[node] = nt.Status.Allocations
+				if len(nt.Status.Allocations) > 0 {
+					if allocations == nil {
+						allocations = map[string][]v1alpha1.GPUAllocation{}
+					}
+					allocations[node] = nt.Status.Allocations
+				}
 			case apierrors.IsNotFound(err):
 				nodes[node] = placementNode{}
 				waiting = append(waiting, node)
