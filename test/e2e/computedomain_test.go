@@ -4,6 +4,7 @@ import (
 	"context"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -18,6 +19,7 @@ import (
 	"github.com/lockstep-dev/lockstep/pkg/computedomain"
 	"github.com/lockstep-dev/lockstep/pkg/localcluster"
 	"github.com/lockstep-dev/lockstep/pkg/lockstep"
+	utiltesting "github.com/lockstep-dev/lockstep/pkg/util/testing"
 	"github.com/lockstep-dev/lockstep/test/e2e/framework"
 )
 
@@ -29,7 +31,10 @@ import (
 // channel claim on the pod's own node, all four in one clique, the job
 // reports the domain ready (condition and status.placement), and deleting
 // the job removes the domain and its claim template. A job that opted out
-// runs without either.
+// runs without either. A job on four trays whose GPUs NVIDIA's DRA driver
+// serves, claiming them through a template, gets a ComputeDomain too, and
+// its status.placement lists each pod's GPUs and channel as its claims
+// were allocated.
 func TestComputeDomainGB200(t *testing.T) {
 	if !cluster.Local() {
 		t.Skip("starts a local cluster of its own; this run uses $KUBECONFIG's")
@@ -186,6 +191,65 @@ func TestComputeDomainGB200(t *testing.T) {
 		})
 		if err != nil {
 			t.Fatal(err)
+		}
+	})
+
+	t.Run("a job claiming its GPUs through DRA", func(t *testing.T) {
+		trays := addDRANodesTo(t, gb, "gb200-dra", "gb200-nvl72", 4, 4)
+		if err := gb.Client.Create(ctx, utiltesting.MakeGPUClaimTemplate("gpus", ns, 4)); err != nil {
+			t.Fatal(err)
+		}
+		draTpl := utiltesting.MakePodTemplate("pytorch").NoGracePeriod().CPU("1").GPUClaim("gpus").Obj()
+		dra := pytorchGang(ns, "nvl-dra", 3, draTpl).Topology(lockstep.LevelClique, v1alpha1.TopologyRequired).Obj()
+		if err := gb.Client.Create(ctx, dra); err != nil {
+			t.Fatal(err)
+		}
+		pl := waitPlacementWithDevices(t, gb, dra, 4, func(j *v1alpha1.TrainingJob) bool {
+			cd := j.Status.Placement.ComputeDomain
+			return meta.IsStatusConditionTrue(j.Status.Conditions, v1alpha1.ConditionComputeDomainReady) && cd != nil && cd.Ready
+		})
+		if got, want := pl.ComputeDomain.Name, dra.Name+"-compute-domain"; got != want {
+			t.Errorf("status.placement.computeDomain.name %q, want %q", got, want)
+		}
+		u := computedomain.NewObject()
+		if err := gb.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: pl.ComputeDomain.Name}, u); err != nil {
+			t.Fatal(err)
+		}
+		cd, err := computedomain.FromUnstructured(u)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if cd.Spec.NumNodes != 4 {
+			t.Errorf("ComputeDomain numNodes %d, want the job's 4 DRA-claiming pods", cd.Spec.NumNodes)
+		}
+		pods := checkPlacementDevices(t, gb, dra, pl)
+		cliques := map[string]bool{}
+		for _, p := range pods {
+			if !slices.Contains(trays, p.Spec.NodeName) {
+				t.Errorf("pod %s on %s, not one of the DRA trays %v", p.Name, p.Spec.NodeName, trays)
+			}
+			node := &corev1.Node{}
+			if err := gb.Client.Get(ctx, client.ObjectKey{Name: p.Spec.NodeName}, node); err != nil {
+				t.Fatal(err)
+			}
+			cliques[node.Labels[lockstep.LabelGPUClique]] = true
+		}
+		if len(cliques) != 1 || cliques[""] {
+			t.Errorf("pods in cliques %v, want one", cliques)
+		}
+		for _, d := range pl.Devices {
+			want := []string{computedomain.DriverName + "/" + d.Node + "/channel-0"}
+			for _, dev := range d.Devices {
+				if strings.HasPrefix(dev, lockstep.DRAGPUDriver+"/"+d.Node+"/") {
+					want = append(want, dev)
+				}
+			}
+			if len(want) != 5 || !slices.Equal(want, d.Devices) {
+				t.Errorf("pod %s holds %v, want its node's channel and 4 of its node's GPUs", d.Pod, d.Devices)
+			}
+		}
+		if pl.LevelName != "clique" {
+			t.Errorf("placement at level %s (%s), want one clique", pl.LevelName, pl.Reason)
 		}
 	})
 }

@@ -3,10 +3,12 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
 	resourcev1 "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -18,47 +20,68 @@ import (
 	"github.com/lockstep-dev/lockstep/pkg/clustermodel"
 	"github.com/lockstep-dev/lockstep/pkg/localcluster"
 	"github.com/lockstep-dev/lockstep/pkg/lockstep"
+	"github.com/lockstep-dev/lockstep/pkg/topology"
 	utiltesting "github.com/lockstep-dev/lockstep/pkg/util/testing"
 	"github.com/lockstep-dev/lockstep/test/e2e/framework"
 )
 
 // addDRANodes adds n HGX H100 nodes whose GPUs NVIDIA's DRA driver serves
-// (as the mixed-dra model's DRA pools), perLeaf to a leaf in leaves of
-// their own under the model's first spine, and waits until the fake agent
-// published each one's ResourceSlice and NodeTopology. They are deleted
-// when the test ends.
+// (as the mixed-dra model's DRA pools) to the suite's cluster: see
+// addDRANodesTo.
 func addDRANodes(t *testing.T, pool string, n, perLeaf int) []string {
 	t.Helper()
+	return addDRANodesTo(t, cluster, pool, "hgx-h100", n, perLeaf)
+}
+
+// addDRANodesTo adds n nodes of profile whose GPUs NVIDIA's DRA driver
+// serves to c, perLeaf to a domain of the model's first level in domains of
+// their own (a leaf, or a clique where the first level is one) under the
+// model's first domains above, and waits until the fake agent published
+// each one's ResourceSlice and NodeTopology. They are deleted when the
+// test ends.
+func addDRANodesTo(t *testing.T, c *framework.Cluster, pool, profile string, n, perLeaf int) []string {
+	t.Helper()
 	ctx := context.Background()
-	model := *cluster.Model
-	p := clustermodel.Pool{Name: pool, Profile: "hgx-h100", GPUDriver: lockstep.GPUDriverDRA, Nodes: n,
+	model := *c.Model
+	p := clustermodel.Pool{Name: pool, Profile: profile, GPUDriver: lockstep.GPUDriverDRA, Nodes: n,
 		NodesPerDomain: map[string]int{}, FirstDomain: map[string]int{}}
 	for i, l := range model.Levels {
 		p.NodesPerDomain[l.Name] = n
 		if i == 0 {
 			p.NodesPerDomain[l.Name] = perLeaf
-			// Past the model's own leaves.
+			// Past the model's own domains.
 			p.FirstDomain[l.Name] = 90
 		} else {
 			p.FirstDomain[l.Name] = 0
 		}
 	}
-	model.Pools = []clustermodel.Pool{p}
-	nodes := model.Nodes()
-	if err := cluster.CreateNodes(ctx, nodes); err != nil {
+	prof, ok := topology.LookupProfile(profile)
+	if !ok {
+		t.Fatalf("no profile %s", profile)
+	}
+	hw, err := prof.Node()
+	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = cluster.DeleteNodes(ctx, nodes) })
+	model.Pools = []clustermodel.Pool{p}
+	nodes := model.Nodes()
+	if err := c.CreateNodes(ctx, nodes); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.DeleteNodes(ctx, nodes) })
 	var names []string
 	for _, node := range nodes {
 		names = append(names, node.Name)
-		err := localcluster.Poll(ctx, 200*time.Millisecond, time.Minute, "ResourceSlice of "+node.Name, func(ctx context.Context) (bool, error) {
-			return cluster.Client.Get(ctx, client.ObjectKey{Name: agent.GPUSliceName(node.Name)}, &resourcev1.ResourceSlice{}) == nil, nil
+		err := localcluster.Poll(ctx, 200*time.Millisecond, time.Minute, "ResourceSlice and NodeTopology of "+node.Name, func(ctx context.Context) (bool, error) {
+			if c.Client.Get(ctx, client.ObjectKey{Name: agent.GPUSliceName(node.Name)}, &resourcev1.ResourceSlice{}) != nil {
+				return false, nil
+			}
+			nt := &v1alpha1.NodeTopology{}
+			return c.Client.Get(ctx, client.ObjectKey{Name: node.Name}, nt) == nil && int(nt.Status.FreeGPUs) == hw.NumGPUs(), nil
 		})
 		if err != nil {
 			t.Fatal(err)
 		}
-		waitNodeTopology(t, node.Name, "published", func(nt *v1alpha1.NodeTopology) bool { return nt.Status.FreeGPUs == 8 })
 	}
 	return names
 }
@@ -339,4 +362,100 @@ func TestDevicePluginAndDRAGangsSideBySide(t *testing.T) {
 	}
 	checkClaimsOnOwnNodes(t, ns, pods, 8)
 	checkPlanned(t, ns, "claims")
+}
+
+// waitPlacementWithDevices waits until job's status.placement is rated and
+// lists the devices of members pods, and returns it.
+func waitPlacementWithDevices(t *testing.T, c *framework.Cluster, job *v1alpha1.TrainingJob, members int, extra func(*v1alpha1.TrainingJob) bool) *v1alpha1.Placement {
+	t.Helper()
+	var j v1alpha1.TrainingJob
+	err := localcluster.Poll(context.Background(), 200*time.Millisecond, 2*time.Minute, "status.placement of "+job.Name+" rated, with every member's devices", func(ctx context.Context) (bool, error) {
+		if err := c.Client.Get(ctx, client.ObjectKeyFromObject(job), &j); err != nil {
+			return false, err
+		}
+		pl := j.Status.Placement
+		return pl != nil && pl.Efficiency != "" && len(pl.Devices) == members && (extra == nil || extra(&j)), nil
+	})
+	if err != nil {
+		t.Fatalf("%v; conditions %+v, placement %+v", err, j.Status.Conditions, j.Status.Placement)
+	}
+	return j.Status.Placement
+}
+
+// checkPlacementDevices checks that status.placement lists, for each of
+// the job's pods, its node and exactly the devices its claims were
+// allocated, and returns the pods.
+func checkPlacementDevices(t *testing.T, c *framework.Cluster, job *v1alpha1.TrainingJob, pl *v1alpha1.Placement) []corev1.Pod {
+	t.Helper()
+	ctx := context.Background()
+	var pods corev1.PodList
+	if err := c.Client.List(ctx, &pods, client.InNamespace(job.Namespace), client.MatchingLabels{lockstep.LabelJobName: job.Name}); err != nil {
+		t.Fatal(err)
+	}
+	var want []v1alpha1.PodDevices
+	for _, p := range pods.Items {
+		d := v1alpha1.PodDevices{Pod: p.Name, Node: p.Spec.NodeName}
+		for _, st := range p.Status.ResourceClaimStatuses {
+			if st.ResourceClaimName == nil {
+				continue
+			}
+			claim := &resourcev1.ResourceClaim{}
+			if err := c.Client.Get(ctx, client.ObjectKey{Namespace: p.Namespace, Name: *st.ResourceClaimName}, claim); err != nil {
+				t.Fatalf("claim %s of pod %s: %v", *st.ResourceClaimName, p.Name, err)
+			}
+			if claim.Status.Allocation == nil {
+				t.Fatalf("claim %s of running pod %s is not allocated", claim.Name, p.Name)
+			}
+			for _, r := range claim.Status.Allocation.Devices.Results {
+				d.Devices = append(d.Devices, r.Driver+"/"+r.Pool+"/"+r.Device)
+			}
+		}
+		slices.Sort(d.Devices)
+		want = append(want, d)
+	}
+	slices.SortFunc(want, func(a, b v1alpha1.PodDevices) int { return strings.Compare(a.Pod, b.Pod) })
+	if diff := cmp.Diff(want, pl.Devices); diff != "" {
+		t.Errorf("status.placement.devices against the pods' claims (-want,+got):\n%s", diff)
+	}
+	return pods.Items
+}
+
+// TestDRATrainingJobPlacement: a TrainingJob whose replicas claim 8 GPUs
+// each through a ResourceClaimTemplate runs on two DRA nodes of a leaf;
+// its status.placement lists every member's node and the very devices its
+// claim was allocated, 8 GPUs of its own node, and is rated on those GPUs
+// (two whole nodes of one leaf, the best placement of 16 GPUs: 1.000).
+// Before the controller counted GPU claims, a DRA member counted as asking
+// for no GPUs and the placement was not rated.
+func TestDRATrainingJobPlacement(t *testing.T) {
+	nodes := addDRANodes(t, "dra-tj", 2, 2)
+	ns := cluster.NewNamespace(t)
+	if err := cluster.Client.Create(context.Background(), utiltesting.MakeGPUClaimTemplate("gpus", ns, 8)); err != nil {
+		t.Fatal(err)
+	}
+	tpl := utiltesting.MakePodTemplate("pytorch").NoGracePeriod().CPU("1").GPUClaim("gpus").Obj()
+	job := pytorchGang(ns, "dra-tj", 1, tpl).Obj()
+	createJob(t, job)
+
+	pl := waitPlacementWithDevices(t, cluster, job, 2, nil)
+	pods := checkPlacementDevices(t, cluster, job, pl)
+	for _, p := range pods {
+		if !slices.Contains(nodes, p.Spec.NodeName) {
+			t.Errorf("pod %s on %s, not one of the DRA nodes %v", p.Name, p.Spec.NodeName, nodes)
+		}
+	}
+	for _, d := range pl.Devices {
+		gpus := 0
+		for _, dev := range d.Devices {
+			if strings.HasPrefix(dev, lockstep.DRAGPUDriver+"/"+d.Node+"/") {
+				gpus++
+			}
+		}
+		if gpus != 8 {
+			t.Errorf("pod %s holds %v, want 8 GPUs of its node %s", d.Pod, d.Devices, d.Node)
+		}
+	}
+	if pl.Efficiency != "1.000" || pl.LevelName != "leaf" {
+		t.Errorf("placement rated %s at level %s (%s), want 1.000 in one leaf", pl.Efficiency, pl.LevelName, pl.Reason)
+	}
 }
