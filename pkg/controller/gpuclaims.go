@@ -5,18 +5,20 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	resourcev1 "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/lockstep-dev/lockstep/pkg/apis/lockstep/v1alpha1"
 	"github.com/lockstep-dev/lockstep/pkg/gpuclaim"
@@ -54,10 +56,51 @@ const (
 	ReasonGPUClaimTemplateCreated = "GPUClaimTemplateCreated"
 )
 
-// gpuClaimRetry is how soon a job held for a claim template is looked at
-// again: user templates are not watched (only the job's copies are), and a
-// template applied with its job may reach the cache after it.
-const gpuClaimRetry = 5 * time.Second
+// jobClaimTemplateField indexes TrainingJobs by the ResourceClaimTemplates
+// their pod templates name.
+const jobClaimTemplateField = "lockstep.dev/claim-templates"
+
+// watchClaimTemplates indexes jobs by the claim templates they name and
+// wakes the jobs naming a template that changed: created, most of all, as
+// a template applied beside its job may reach the cache after it, and a
+// job held for it (GPUClaimTemplateMissing, GPUClaimsUnknown) would
+// otherwise wait for a poll. The informer is the one Owns starts for the
+// job's copies.
+func (r *TrainingJobReconciler) watchClaimTemplates(mgr ctrl.Manager, b *ctrl.Builder) (*ctrl.Builder, error) {
+	err := mgr.GetFieldIndexer().IndexField(context.Background(), &v1alpha1.TrainingJob{}, jobClaimTemplateField, func(o client.Object) []string {
+		j, ok := o.(*v1alpha1.TrainingJob)
+		if !ok {
+			return nil
+		}
+		var names []string
+		for _, rs := range j.Spec.ReplicaSpecs {
+			for _, pc := range rs.Template.Spec.ResourceClaims {
+				if pc.ResourceClaimTemplateName != nil && !slices.Contains(names, *pc.ResourceClaimTemplateName) {
+					names = append(names, *pc.ResourceClaimTemplateName)
+				}
+			}
+		}
+		return names
+	})
+	if err != nil {
+		return nil, fmt.Errorf("indexing TrainingJobs by ResourceClaimTemplate: %w", err)
+	}
+	return b.Watches(&resourcev1.ResourceClaimTemplate{}, handler.EnqueueRequestsFromMapFunc(r.jobsOfClaimTemplate)), nil
+}
+
+// jobsOfClaimTemplate are the jobs whose pods name template o.
+func (r *TrainingJobReconciler) jobsOfClaimTemplate(ctx context.Context, o client.Object) []reconcile.Request {
+	var jobs v1alpha1.TrainingJobList
+	if err := r.Client.List(ctx, &jobs, client.InNamespace(o.GetNamespace()), client.MatchingFields{jobClaimTemplateField: o.GetName()}); err != nil {
+		ctrl.LoggerFrom(ctx).Error(err, "Listing the TrainingJobs of a ResourceClaimTemplate", "template", klog.KObj(o))
+		return nil
+	}
+	reqs := make([]reconcile.Request, len(jobs.Items))
+	for i, j := range jobs.Items {
+		reqs[i] = reconcile.Request{NamespacedName: types.NamespacedName{Namespace: j.Namespace, Name: j.Name}}
+	}
+	return reqs
+}
 
 // gpuClaimTemplateName is the name of job's copy of the user's template.
 func gpuClaimTemplateName(job *v1alpha1.TrainingJob, template string) string {

@@ -139,8 +139,13 @@ func (r *TrainingJobReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		// deleted (gpuclaims.go).
 		Owns(&resourcev1.ResourceClaimTemplate{}).
 		WithOptions(controller.Options{MaxConcurrentReconciles: r.Workers})
+	// The users' claim templates that jobs wait for (gpuclaims.go).
+	b, err := r.watchClaimTemplates(mgr, b)
+	if err != nil {
+		return err
+	}
 	// Nodes that go dark under a job (nodeloss.go).
-	b, err := r.watchNodes(mgr, b)
+	b, err = r.watchNodes(mgr, b)
 	if err != nil {
 		return err
 	}
@@ -336,11 +341,14 @@ func (r *TrainingJobReconciler) ensureRunning(ctx context.Context, job *v1alpha1
 		// The pods that run go on; the missing ones wait for the domain
 		// or the claim templates.
 		r.ensureRunningConditions(ctx, job, obs, claims)
-		retry := computeDomainRetry
-		if claimsHeld {
-			retry = gpuClaimRetry
+		// A claim template the pods wait for wakes the job when it is
+		// created (watchClaimTemplates); a claim named directly, and the
+		// ComputeDomain's own holds (the API not served, a foreign domain
+		// in the way), are looked at again.
+		if claims.claimMissing || (cdHeld && len(claims.missing) == 0) {
+			return ctrl.Result{RequeueAfter: computeDomainRetry}, nil
 		}
-		return ctrl.Result{RequeueAfter: retry}, nil
+		return ctrl.Result{}, nil
 	}
 	wait, err := r.ensurePods(ctx, job, a, obs, copies, claims)
 	if wait > 0 {
