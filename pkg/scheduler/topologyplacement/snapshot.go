@@ -105,9 +105,6 @@ func (p *TopologyPlacement) snapshot(pod *v1.Pod, gang string, nodeInfos []fwk.N
 		Fabric: topology.Fabric{Oversubscription: p.args.Oversubscription},
 		Levels: p.args.Levels,
 	}
-	// One array holds every planner node: two allocations per plan, not one
-	// per node.
-	nodes := make([]placement.Node, 0, len(nodeInfos))
 	// A pod that claims GPUs is planned on the DRA driver's devices.
 	dra, err := p.draViewFor(pod)
 	if err != nil {
@@ -120,6 +117,10 @@ func (p *TopologyPlacement) snapshot(pod *v1.Pod, gang string, nodeInfos []fwk.N
 	p.rows.mu.Lock()
 	rows := p.rows.align(len(nodeInfos), p.gpus.epoch)
 	p.rows.catchUp(p.books.core)
+	// One array holds every planner node, recycled from a finished plan
+	// where there is one: at 25,000 nodes it is 2 MB a plan.
+	bufs := p.rows.take(len(nodeInfos))
+	nodes := bufs.nodes[:0]
 	// The gang's own open slots count as free for it: only a gang with a
 	// plan still open reads the books per node.
 	own, holds := p.books.core.Get(gang)
@@ -146,13 +147,15 @@ func (p *TopologyPlacement) snapshot(pod *v1.Pod, gang string, nodeInfos []fwk.N
 	if moved {
 		p.rows.reindex(nodeInfos)
 	}
+	bufs.nodes, bufs.ptrs = nodes, bufs.ptrs[:len(nodes)]
+	for i := range nodes {
+		bufs.ptrs[i] = &nodes[i]
+	}
+	snap.Nodes = bufs.ptrs
+	p.rows.lend(snap, bufs)
 	p.rows.mu.Unlock()
 	p.books.mu.Unlock()
 	p.gpus.mu.RUnlock()
-	snap.Nodes = make([]*placement.Node, len(nodes))
-	for i := range nodes {
-		snap.Nodes[i] = &nodes[i]
-	}
 	tree, err := p.trees.get(nodeInfos, p.args.Levels)
 	if err != nil {
 		return nil, err
@@ -323,6 +326,48 @@ type snapshotRows struct {
 	at map[string]int
 	// journal is the books' journal position the rows have caught up to.
 	journal uint64
+	// lent is the last snapshot taken, with its node arrays (lentNodes),
+	// and spare the arrays of one its plan is done with (recycle).
+	lent      *placement.Snapshot
+	lentNodes snapshotNodes
+	spare     snapshotNodes
+}
+
+// snapshotNodes are a snapshot's planner nodes and the pointers to them
+// that Snapshot.Nodes holds.
+type snapshotNodes struct {
+	nodes []placement.Node
+	ptrs  []*placement.Node
+}
+
+// take returns node arrays for n nodes: the spare ones when they are big
+// enough, which are then no longer spare. The caller holds r.mu.
+func (r *snapshotRows) take(n int) snapshotNodes {
+	bufs := r.spare
+	r.spare = snapshotNodes{}
+	if cap(bufs.nodes) < n {
+		bufs = snapshotNodes{nodes: make([]placement.Node, 0, n), ptrs: make([]*placement.Node, n)}
+	}
+	return bufs
+}
+
+// lend records that snap holds bufs. Only the last snapshot taken can be
+// recycled: an earlier one that is not is left to the garbage collector.
+// The caller holds r.mu.
+func (r *snapshotRows) lend(snap *placement.Snapshot, bufs snapshotNodes) {
+	r.lent, r.lentNodes = snap, bufs
+}
+
+// recycle gives the node arrays of snap to the next snapshot. The caller
+// must be done with snap and everything it holds: only plan calls it, once
+// Decide has returned, whose Decision names nodes by name and domains of
+// the tree, never a snapshot node.
+func (r *snapshotRows) recycle(snap *placement.Snapshot) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.lent == snap {
+		r.spare, r.lent, r.lentNodes = r.lentNodes, nil, snapshotNodes{}
+	}
 }
 
 type snapshotRow struct {

@@ -214,3 +214,42 @@ func TestSnapshotSeesBooksChanges(t *testing.T) {
 	p.books.assign("later", "c", topology.NewGPUSet(1))
 	c.check("another pod gets a GPU of c", map[string]view{"b": {4, true, 110, false}, "c": {6, true, 110, false}})
 }
+
+// TestSnapshotRecycle: a recycled snapshot's nodes are reused by the next
+// snapshot, and a snapshot that was not recycled, or not the last taken,
+// keeps what it was told whatever snapshots come after.
+func TestSnapshotRecycle(t *testing.T) {
+	p, _ := newTestPlugin(t)
+	pod := utiltesting.MakePod("p", "ns").GPUs(2).PodGroup("g").Obj()
+	p.gpus.set(hgxNodeTopology(t, "a"))
+	infos := []fwk.NodeInfo{nodeInfo(gpuNode("a", 8))}
+	take := func() *placement.Snapshot {
+		t.Helper()
+		snap, err := p.snapshot(pod, "ns/g#2", infos)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return snap
+	}
+	free := func(snap *placement.Snapshot) int { return snap.Nodes[0].FreeGPUs.Len() }
+
+	kept := take()
+	p.books.assign("x", "a", topology.NewGPUSet(0))
+	later := take()
+	p.rows.recycle(kept) // not the last taken: left alone
+	p.books.assign("y", "a", topology.NewGPUSet(1))
+	last := take()
+	if got := []int{free(kept), free(later), free(last)}; !cmp.Equal(got, []int{8, 7, 6}) {
+		t.Errorf("free GPUs of snapshots kept, taken later and last = %v, want [8 7 6]", got)
+	}
+
+	p.rows.recycle(last)
+	p.books.forgetPod("x")
+	next := take()
+	if next.Nodes[0] != last.Nodes[0] {
+		t.Errorf("the next snapshot did not reuse the recycled one's nodes")
+	}
+	if got := []int{free(kept), free(later), free(next)}; !cmp.Equal(got, []int{8, 7, 7}) {
+		t.Errorf("free GPUs of snapshots kept, taken later and next = %v, want [8 7 7]", got)
+	}
+}
