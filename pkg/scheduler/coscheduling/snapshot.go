@@ -1,6 +1,8 @@
 package coscheduling
 
 import (
+	"slices"
+
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
@@ -29,7 +31,7 @@ func (l lazySnapshotLister) NodeInfos() framework.NodeInfoLister {
 type lazyNodeInfoLister struct{ framework.NodeInfoLister }
 
 // List returns the snapshot's nodes with a copy-on-write Snapshot, those
-// whose extended resources are all free first (untouchedFirst).
+// whose extended resources are all free first (untouched).
 //
 // Why the order. CheckClusterResource subtracts each node's free capacity
 // from minResources in list order and stops once nothing is left, so it
@@ -46,24 +48,27 @@ func (l lazyNodeInfoLister) List() ([]fwk.NodeInfo, error) {
 	if err != nil {
 		return nil, err
 	}
-	// One allocation for the wrappers, not one per node.
+	// One allocation for the wrappers, not one per node. Untouched nodes
+	// fill out from the front, the others from the back, each node judged
+	// once; the back is then turned around to keep the scheduler's order.
 	wrapped := make([]lazySnapshotNode, len(nodes))
-	out := make([]fwk.NodeInfo, 0, len(nodes))
+	out := make([]fwk.NodeInfo, len(nodes))
+	front, back := 0, len(nodes)
 	for i, ni := range nodes {
+		var n fwk.NodeInfo
+		if ni != nil {
+			wrapped[i] = lazySnapshotNode{ni}
+			n = &wrapped[i]
+		}
 		if ni != nil && untouched(ni) {
-			wrapped[i] = lazySnapshotNode{ni}
-			out = append(out, &wrapped[i])
+			out[front] = n
+			front++
+		} else {
+			back--
+			out[back] = n
 		}
 	}
-	for i, ni := range nodes {
-		switch {
-		case ni == nil:
-			out = append(out, nil)
-		case !untouched(ni):
-			wrapped[i] = lazySnapshotNode{ni}
-			out = append(out, &wrapped[i])
-		}
-	}
+	slices.Reverse(out[back:])
 	return out, nil
 }
 
