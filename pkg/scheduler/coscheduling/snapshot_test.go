@@ -207,10 +207,61 @@ func TestCheckClusterResourceLazy(t *testing.T) {
 	}
 }
 
+// TestLazyNodeInfoListOrder: nodes whose extended resources are all free
+// come first, each part in the scheduler's order; a pod asking for none
+// (a DaemonSet's) leaves a node untouched, and a node without extended
+// resources is not.
+func TestLazyNodeInfoListOrder(t *testing.T) {
+	cpuNode := gpuNode("cpu")
+	delete(cpuNode.Status.Allocatable, lockstep.GPUResource)
+	daemon := utiltesting.MakePod("daemon", "ns").Obj()
+	daemon.Spec.Containers = []v1.Container{{Name: "c", Resources: v1.ResourceRequirements{
+		Requests: v1.ResourceList{v1.ResourceCPU: resource.MustParse("1")},
+	}}}
+	freed := nodeWith(gpuNode("freed"), onNode(utiltesting.MakePod("gone", "ns").GPUs(4).Obj(), "freed"))
+	if err := freed.RemovePod(klog.Background(), freed.GetPods()[0].GetPod()); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name  string
+		nodes []fwk.NodeInfo
+		want  []string
+	}{
+		{"empty", nil, nil},
+		{"free GPU nodes first, stable", []fwk.NodeInfo{
+			nodeWith(gpuNode("full"), onNode(utiltesting.MakePod("f", "ns").GPUs(4).Obj(), "full")),
+			nodeWith(cpuNode),
+			nodeWith(gpuNode("free-1")),
+			nodeWith(gpuNode("part"), onNode(utiltesting.MakePod("p", "ns").GPUs(1).Obj(), "part")),
+			nodeWith(gpuNode("daemon"), onNode(daemon, "daemon")),
+			freed,
+		}, []string{"free-1", "daemon", "freed", "full", "cpu", "part"}},
+		{"all used keeps the order", []fwk.NodeInfo{
+			nodeWith(gpuNode("b"), onNode(utiltesting.MakePod("b", "ns").GPUs(1).Obj(), "b")),
+			nodeWith(gpuNode("a"), onNode(utiltesting.MakePod("a", "ns").GPUs(1).Obj(), "a")),
+		}, []string{"b", "a"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			list, err := lazyNodeInfoLister{fakeNodeLister(tc.nodes)}.List()
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got []string
+			for _, ni := range list {
+				got = append(got, ni.Node().Name)
+			}
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("order (-want,+got):\n%s", diff)
+			}
+		})
+	}
+}
+
 // BenchmarkCheckClusterResource is upstream Coscheduling's check for a
 // 4-GPU single-pod gang on 5,000 4-GPU nodes, each full with one 4-GPU pod
 // of its own gang, but the last: the scan reads every node, on the
-// scheduler's snapshot (plain) and through lazySnapshotLister (lazy).
+// scheduler's snapshot (plain); through lazySnapshotLister (lazy) the free
+// node is listed first.
 func BenchmarkCheckClusterResource(b *testing.B) {
 	const nodes = 5000
 	var nodeObjs []*v1.Node

@@ -315,6 +315,7 @@ func (p *TopologyPlacement) plan(ctx context.Context, pod *v1.Pod, s *cycleState
 		return nil, outcomeError, fwk.AsStatus(err)
 	}
 	d := placement.Decide(snap, req, p.policy())
+	p.rows.recycle(snap)
 	if d.Fallback {
 		logger.V(2).Info("Not every pending member fits; planned what minMember needs", "pending", req.Pending, "needed", req.Needed)
 	}

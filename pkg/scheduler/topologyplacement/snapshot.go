@@ -107,9 +107,6 @@ func (p *TopologyPlacement) snapshot(pod *v1.Pod, gang string, nodeInfos []fwk.N
 		Fabric: topology.Fabric{Oversubscription: p.args.Oversubscription},
 		Levels: p.args.Levels,
 	}
-	// One array holds every planner node: two allocations per plan, not one
-	// per node.
-	nodes := make([]placement.Node, 0, len(nodeInfos))
 	// A pod that claims GPUs is planned on the DRA driver's devices.
 	dra, err := p.draViewFor(pod)
 	if err != nil {
@@ -121,6 +118,16 @@ func (p *TopologyPlacement) snapshot(pod *v1.Pod, gang string, nodeInfos []fwk.N
 	p.books.mu.Lock()
 	p.rows.mu.Lock()
 	rows := p.rows.align(len(nodeInfos), p.gpus.epoch)
+	p.rows.catchUp(p.books.core)
+	// One array holds every planner node, recycled from a finished plan
+	// where there is one: at 25,000 nodes it is 2 MB a plan.
+	bufs := p.rows.take(len(nodeInfos))
+	nodes := bufs.nodes[:0]
+	// The gang's own open slots count as free for it: only a gang with a
+	// plan still open reads the books per node.
+	own, holds := p.books.core.Get(gang)
+	ownOpen := holds && !own.Complete()
+	moved := false
 	for i, ni := range nodeInfos {
 		node := ni.Node()
 		if node == nil || !canHost(node, pod, affinity) {
@@ -129,7 +136,8 @@ func (p *TopologyPlacement) snapshot(pod *v1.Pod, gang string, nodeInfos []fwk.N
 		if _, out := excluded[node.Name]; out {
 			continue
 		}
-		pn := p.plannerNode(&rows[i], ni, node, gang, priority)
+		moved = moved || rows[i].misplaced(ni, node)
+		pn := p.plannerNode(&rows[i], ni, node, gang, priority, ownOpen)
 		if dra != nil {
 			if !dra.plans(&rows[i], ni) {
 				continue
@@ -138,13 +146,18 @@ func (p *TopologyPlacement) snapshot(pod *v1.Pod, gang string, nodeInfos []fwk.N
 		}
 		nodes = append(nodes, pn)
 	}
+	if moved {
+		p.rows.reindex(nodeInfos)
+	}
+	bufs.nodes, bufs.ptrs = nodes, bufs.ptrs[:len(nodes)]
+	for i := range nodes {
+		bufs.ptrs[i] = &nodes[i]
+	}
+	snap.Nodes = bufs.ptrs
+	p.rows.lend(snap, bufs)
 	p.rows.mu.Unlock()
 	p.books.mu.Unlock()
 	p.gpus.mu.RUnlock()
-	snap.Nodes = make([]*placement.Node, len(nodes))
-	for i := range nodes {
-		snap.Nodes[i] = &nodes[i]
-	}
 	tree, err := p.trees.get(nodeInfos, p.args.Levels)
 	if err != nil {
 		return nil, err
@@ -300,10 +313,63 @@ func treeFingerprint(nodeInfos []fwk.NodeInfo, levels []topology.Level) uint64 {
 // object, and while the GPU index's epoch is unchanged; the scheduler keeps
 // its snapshot's NodeInfos and their order between cycles and bumps a
 // NodeInfo's generation on every change.
+//
+// A row also keeps what the books take from its node for any gang
+// (Books.Booked) and the gang it is drained for, valid until the books
+// journal a change of the node (Books.Changes): reading them per node per
+// plan was most of a snapshot's cost at 25,000 nodes, while a plan changes
+// the books of its gang's nodes only.
 type snapshotRows struct {
 	mu    sync.Mutex
 	epoch uint64
 	rows  []snapshotRow
+	// at is the row each node was last seen in, to find the rows of nodes
+	// the books journal.
+	at map[string]int
+	// journal is the books' journal position the rows have caught up to.
+	journal uint64
+	// lent is the last snapshot taken, with its node arrays (lentNodes),
+	// and spare the arrays of one its plan is done with (recycle).
+	lent      *placement.Snapshot
+	lentNodes snapshotNodes
+	spare     snapshotNodes
+}
+
+// snapshotNodes are a snapshot's planner nodes and the pointers to them
+// that Snapshot.Nodes holds.
+type snapshotNodes struct {
+	nodes []placement.Node
+	ptrs  []*placement.Node
+}
+
+// take returns node arrays for n nodes: the spare ones when they are big
+// enough, which are then no longer spare. The caller holds r.mu.
+func (r *snapshotRows) take(n int) snapshotNodes {
+	bufs := r.spare
+	r.spare = snapshotNodes{}
+	if cap(bufs.nodes) < n {
+		bufs = snapshotNodes{nodes: make([]placement.Node, 0, n), ptrs: make([]*placement.Node, n)}
+	}
+	return bufs
+}
+
+// lend records that snap holds bufs. Only the last snapshot taken can be
+// recycled: an earlier one that is not is left to the garbage collector.
+// The caller holds r.mu.
+func (r *snapshotRows) lend(snap *placement.Snapshot, bufs snapshotNodes) {
+	r.lent, r.lentNodes = snap, bufs
+}
+
+// recycle gives the node arrays of snap to the next snapshot. The caller
+// must be done with snap and everything it holds: only plan calls it, once
+// Decide has returned, whose Decision names nodes by name and domains of
+// the tree, never a snapshot node.
+func (r *snapshotRows) recycle(snap *placement.Snapshot) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.lent == snap {
+		r.spare, r.lent, r.lentNodes = r.lentNodes, nil, snapshotNodes{}
+	}
 }
 
 type snapshotRow struct {
@@ -316,22 +382,72 @@ type snapshotRow struct {
 	gpuCount, usedGPUs    int
 	freeMilliCPU, freeMem int64
 	freePods              int
+
+	// booksRead says booked and drainedFor are the books' answers for
+	// node: false for a new row and once the books journal the node.
+	booksRead  bool
+	booked     topology.GPUSet
+	drainedFor string
 }
 
 // align returns n rows, all of them stale if the GPU index's epoch moved
 // since the last plan (an entry was added or removed, rare next to plans).
 // The caller holds r.mu and the GPU index for reading.
 func (r *snapshotRows) align(n int, epoch uint64) []snapshotRow {
-	if len(r.rows) != n || r.epoch != epoch {
-		r.rows, r.epoch = make([]snapshotRow, n), epoch
+	if len(r.rows) != n || r.epoch != epoch || r.at == nil {
+		r.rows, r.epoch, r.at = make([]snapshotRow, n), epoch, make(map[string]int, n)
 	}
 	return r.rows
 }
 
+// catchUp marks the rows of the nodes the books changed since the last
+// plan for reading again, or every row when the journal no longer reaches
+// back that far. The caller holds r.mu and the books, after align.
+func (r *snapshotRows) catchUp(books *placement.Books) {
+	changed, next, complete := books.Changes(r.journal)
+	r.journal = next
+	if !complete {
+		for i := range r.rows {
+			r.rows[i].booksRead = false
+		}
+		return
+	}
+	for _, name := range changed {
+		if i, ok := r.at[name]; ok {
+			r.rows[i].booksRead = false
+		}
+	}
+}
+
+// misplaced reports whether row is not yet the row of node's NodeInfo (new, or
+// the scheduler added, removed or reordered nodes): at must then be
+// rebuilt (reindex).
+func (row *snapshotRow) misplaced(ni fwk.NodeInfo, node *v1.Node) bool {
+	return row.info != ni || row.node == nil || row.node.Name != node.Name
+}
+
+// reindex rebuilds at after a plan that moved nodes between rows. Rows
+// that do not hold their position's NodeInfo (nodes this plan left out,
+// whose rows still hold what was there before) are emptied, so no node has
+// two rows and each journaled node finds the one it is read from. The
+// caller holds r.mu.
+func (r *snapshotRows) reindex(nodeInfos []fwk.NodeInfo) {
+	clear(r.at)
+	for i := range r.rows {
+		row := &r.rows[i]
+		if row.node == nil || row.info != nodeInfos[i] {
+			*row = snapshotRow{}
+			continue
+		}
+		r.at[row.node.Name] = i
+	}
+}
+
 // plannerNode describes one node for the planner, refreshing row where
-// the node changed. The caller holds p.gpus for reading, p.books and
-// p.rows.
-func (p *TopologyPlacement) plannerNode(row *snapshotRow, ni fwk.NodeInfo, node *v1.Node, gang string, priority int32) placement.Node {
+// the node or its books changed. ownOpen says gang has open slots in the
+// books, which it may plan onto again. The caller holds p.gpus for
+// reading, p.books and p.rows.
+func (p *TopologyPlacement) plannerNode(row *snapshotRow, ni fwk.NodeInfo, node *v1.Node, gang string, priority int32, ownOpen bool) placement.Node {
 	if row.info != ni || row.node != node || row.generation != ni.GetGeneration() {
 		alloc, used := ni.GetAllocatable(), ni.GetRequested()
 		*row = snapshotRow{
@@ -354,8 +470,15 @@ func (p *TopologyPlacement) plannerNode(row *snapshotRow, ni fwk.NodeInfo, node 
 	if gpus := row.gpus; gpus != nil {
 		pn.Topology, pn.Selector, free = gpus.topology, gpus.selector, gpus.free
 	}
-	free &^= p.books.core.HeldOn(node.Name, gang)
-	pn.Drained = p.books.core.KeptOff(node.Name, gang, priority) != ""
+	if !row.booksRead {
+		row.booked, row.drainedFor, row.booksRead = p.books.core.Booked(node.Name), p.books.core.DrainedFor(node.Name), true
+	}
+	if ownOpen {
+		free &^= p.books.core.HeldOn(node.Name, gang)
+	} else {
+		free &^= row.booked
+	}
+	pn.Drained = row.drainedFor != "" && p.books.core.KeptOff(node.Name, gang, priority) != ""
 	// GPUs taken by pods the agent has not reported yet are known only by
 	// count; drop the highest-indexed free GPUs to match it.
 	for free.Len() > max(row.gpuCount-row.usedGPUs, 0) {

@@ -2,12 +2,16 @@ package topologyplacement
 
 import (
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
+	v1 "k8s.io/api/core/v1"
 	fwk "k8s.io/kube-scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
 
 	"github.com/lockstep-dev/lockstep/pkg/apis/lockstep/v1alpha1"
+	"github.com/lockstep-dev/lockstep/pkg/topology"
+	"github.com/lockstep-dev/lockstep/pkg/topology/placement"
 	utiltesting "github.com/lockstep-dev/lockstep/pkg/util/testing"
 )
 
@@ -88,4 +92,164 @@ func TestSnapshotSeesEveryChange(t *testing.T) {
 	unschedulable.Spec.Unschedulable = true
 	c.(*framework.NodeInfo).SetNode(unschedulable)
 	check("c is cordoned", map[string]view{"a": {8, true, 110}, "b": {2, true, 109}})
+}
+
+// snapshotView is what the planner is told about a node, drains included.
+type snapshotView struct {
+	Free        int
+	HasTopology bool
+	FreePods    int
+	Drained     bool
+}
+
+// snapshotChecker plans pod over infos, again and again on one plugin that
+// keeps its rows between plans (snapshotRows), and compares each snapshot
+// with what is wanted and with a snapshot of a plugin that never planned,
+// as TestSnapshotSeesEveryChange does for the node's own inputs.
+type snapshotChecker struct {
+	t     *testing.T
+	p     *TopologyPlacement
+	pod   *v1.Pod
+	gang  string
+	infos []fwk.NodeInfo
+}
+
+func (c *snapshotChecker) views(step string, p *TopologyPlacement) map[string]snapshotView {
+	c.t.Helper()
+	snap, err := p.snapshot(c.pod, c.gang, c.infos)
+	if err != nil {
+		c.t.Fatalf("%s: snapshot: %v", step, err)
+	}
+	out := map[string]snapshotView{}
+	for _, n := range snap.Nodes {
+		out[n.Name] = snapshotView{Free: n.FreeGPUs.Len(), HasTopology: n.Topology != nil, FreePods: int(n.FreePods), Drained: n.Drained}
+	}
+	return out
+}
+
+func (c *snapshotChecker) check(step string, want map[string]snapshotView) {
+	c.t.Helper()
+	got := c.views(step, c.p)
+	// The same change seen by a plugin that never planned before.
+	fresh := *c.p
+	fresh.rows = &snapshotRows{}
+	if diff := cmp.Diff(want, got); diff != "" {
+		c.t.Errorf("%s: snapshot (-want,+got):\n%s", step, diff)
+	}
+	if diff := cmp.Diff(c.views(step, &fresh), got); diff != "" {
+		c.t.Errorf("%s: remembered rows differ from a fresh snapshot (-fresh,+remembered):\n%s", step, diff)
+	}
+}
+
+// TestSnapshotSeesBooksChanges is TestSnapshotSeesEveryChange for the
+// books, which snapshotRows reads per node only when they journal a change
+// there: every event that takes GPUs from a node or gives them back, drains
+// it or releases it, must show in the next snapshot, also after the nodes
+// moved between rows.
+func TestSnapshotSeesBooksChanges(t *testing.T) {
+	p, _ := newTestPlugin(t)
+	pod := utiltesting.MakePod("p", "ns").GPUs(2).PodGroup("g").Obj()
+	a, b, n := nodeInfo(gpuNode("a", 8)), nodeInfo(gpuNode("b", 8)), nodeInfo(gpuNode("c", 8))
+	for _, name := range []string{"a", "b", "c"} {
+		p.gpus.set(hgxNodeTopology(t, name))
+	}
+	c := &snapshotChecker{t: t, p: p, pod: pod, gang: "ns/g#2", infos: []fwk.NodeInfo{a, b, n}}
+	type view = snapshotView
+	now := time.Unix(0, 0)
+	c.check("start", map[string]view{"a": {8, true, 110, false}, "b": {8, true, 110, false}, "c": {8, true, 110, false}})
+
+	p.books.add("ns/other#4", &placement.Plan{Members: []placement.Assignment{
+		{Node: "a", GPUs: topology.NewGPUSet(0, 1, 2, 3)}, {Node: "b", GPUs: topology.NewGPUSet(4, 5, 6, 7)},
+	}}, now)
+	c.check("another gang's plan holds 4 GPUs on a and b", map[string]view{"a": {4, true, 110, false}, "b": {4, true, 110, false}, "c": {8, true, 110, false}})
+
+	p.books.reserveSlot("ns/other#4", "o-0", "a", 0)
+	c.check("its member reserves a's slot", map[string]view{"a": {4, true, 110, false}, "b": {4, true, 110, false}, "c": {8, true, 110, false}})
+
+	p.books.forgetPod("o-0")
+	c.check("the member is forgotten", map[string]view{"a": {8, true, 110, false}, "b": {4, true, 110, false}, "c": {8, true, 110, false}})
+
+	p.books.drop("ns/other#4")
+	c.check("the plan is dropped", map[string]view{"a": {8, true, 110, false}, "b": {8, true, 110, false}, "c": {8, true, 110, false}})
+
+	p.books.assign("single", "c", topology.NewGPUSet(0))
+	c.check("a pod outside gangs gets a GPU of c", map[string]view{"a": {8, true, 110, false}, "b": {8, true, 110, false}, "c": {7, true, 110, false}})
+
+	p.books.add("ns/g#2", &placement.Plan{Members: []placement.Assignment{
+		{Node: "b", GPUs: topology.NewGPUSet(0, 1)}, {Node: "b", GPUs: topology.NewGPUSet(2, 3)},
+	}}, now)
+	c.check("the gang's own open slots stay free for it", map[string]view{"a": {8, true, 110, false}, "b": {8, true, 110, false}, "c": {7, true, 110, false}})
+
+	p.books.reserveSlot("ns/g#2", "g-0", "b", 0)
+	c.check("its member's reserved GPUs do not", map[string]view{"a": {8, true, 110, false}, "b": {6, true, 110, false}, "c": {7, true, 110, false}})
+
+	p.books.reserveSlot("ns/g#2", "g-1", "b", 1)
+	c.check("nor once the plan is complete", map[string]view{"a": {8, true, 110, false}, "b": {4, true, 110, false}, "c": {7, true, 110, false}})
+
+	p.books.drain("ns/drainer#8", &topology.Domain{ID: "ac", Value: "ac", Nodes: []string{"a", "c"}}, 100, 15, now)
+	c.check("a gang that outranks it drains a and c", map[string]view{"a": {8, true, 110, true}, "b": {4, true, 110, false}, "c": {7, true, 110, true}})
+
+	c.infos = []fwk.NodeInfo{n, b, a}
+	c.check("the scheduler lists the nodes in another order", map[string]view{"a": {8, true, 110, true}, "b": {4, true, 110, false}, "c": {7, true, 110, true}})
+
+	p.books.undrain("ns/drainer#8")
+	p.books.forgetPod("single")
+	c.check("the drain ends and the single pod is forgotten", map[string]view{"a": {8, true, 110, false}, "b": {4, true, 110, false}, "c": {8, true, 110, false}})
+
+	c.infos = []fwk.NodeInfo{a, b}
+	c.check("c leaves the list", map[string]view{"a": {8, true, 110, false}, "b": {4, true, 110, false}})
+
+	p.books.assign("late", "c", topology.NewGPUSet(0))
+	c.infos = []fwk.NodeInfo{a, b, n}
+	c.check("c leaves the list, takes a pod and comes back", map[string]view{"a": {8, true, 110, false}, "b": {4, true, 110, false}, "c": {7, true, 110, false}})
+
+	// c moves to a's row while a, cordoned, is left out: the row c left
+	// must not answer for it.
+	cordoned := gpuNode("a", 8)
+	cordoned.Spec.Unschedulable = true
+	a.(*framework.NodeInfo).SetNode(cordoned)
+	c.infos = []fwk.NodeInfo{n, b, a}
+	c.check("a is cordoned as c takes its place in the list", map[string]view{"b": {4, true, 110, false}, "c": {7, true, 110, false}})
+
+	p.books.assign("later", "c", topology.NewGPUSet(1))
+	c.check("another pod gets a GPU of c", map[string]view{"b": {4, true, 110, false}, "c": {6, true, 110, false}})
+}
+
+// TestSnapshotRecycle: a recycled snapshot's nodes are reused by the next
+// snapshot, and a snapshot that was not recycled, or not the last taken,
+// keeps what it was told whatever snapshots come after.
+func TestSnapshotRecycle(t *testing.T) {
+	p, _ := newTestPlugin(t)
+	pod := utiltesting.MakePod("p", "ns").GPUs(2).PodGroup("g").Obj()
+	p.gpus.set(hgxNodeTopology(t, "a"))
+	infos := []fwk.NodeInfo{nodeInfo(gpuNode("a", 8))}
+	take := func() *placement.Snapshot {
+		t.Helper()
+		snap, err := p.snapshot(pod, "ns/g#2", infos)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return snap
+	}
+	free := func(snap *placement.Snapshot) int { return snap.Nodes[0].FreeGPUs.Len() }
+
+	kept := take()
+	p.books.assign("x", "a", topology.NewGPUSet(0))
+	later := take()
+	p.rows.recycle(kept) // not the last taken: left alone
+	p.books.assign("y", "a", topology.NewGPUSet(1))
+	last := take()
+	if got := []int{free(kept), free(later), free(last)}; !cmp.Equal(got, []int{8, 7, 6}) {
+		t.Errorf("free GPUs of snapshots kept, taken later and last = %v, want [8 7 6]", got)
+	}
+
+	p.rows.recycle(last)
+	p.books.forgetPod("x")
+	next := take()
+	if next.Nodes[0] != last.Nodes[0] {
+		t.Errorf("the next snapshot did not reuse the recycled one's nodes")
+	}
+	if got := []int{free(kept), free(later), free(next)}; !cmp.Equal(got, []int{8, 7, 7}) {
+		t.Errorf("free GPUs of snapshots kept, taken later and next = %v, want [8 7 7]", got)
+	}
 }
