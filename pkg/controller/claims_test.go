@@ -79,7 +79,12 @@ func TestReadClaimGPUs(t *testing.T) {
 		job: utiltesting.MakeTrainingJob("pt", "ml").Framework(v1alpha1.FrameworkPyTorch).
 			Role(v1alpha1.ReplicaMaster, 1, named("gone")).Role(v1alpha1.ReplicaWorker, 3, draTemplate("later")).Obj(),
 		want: claimGPUs{templates: map[string]int64{}, claims: map[string]int64{},
-			missing: []string{"ResourceClaim ml/gone", "ResourceClaimTemplate ml/later"}},
+			missing: []string{"ResourceClaim ml/gone", "ResourceClaimTemplate ml/later"}, claimMissing: true},
+	}, {
+		name: "missing template only",
+		job:  utiltesting.MakeTrainingJob("pt", "ml").Framework(v1alpha1.FrameworkPyTorch).Role(v1alpha1.ReplicaWorker, 3, draTemplate("later")).Obj(),
+		want: claimGPUs{templates: map[string]int64{}, claims: map[string]int64{},
+			missing: []string{"ResourceClaimTemplate ml/later"}},
 	}}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
