@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"cmp"
 	"fmt"
 	"math"
 	"slices"
@@ -64,15 +65,7 @@ func NewPlanTime(count uint64, sum float64, buckets []Bucket) *PlanTime {
 // the histogram knows no more.
 func bucketQuantile(q float64, count uint64, buckets []Bucket) float64 {
 	sorted := slices.Clone(buckets)
-	slices.SortFunc(sorted, func(a, b Bucket) int {
-		switch {
-		case a.UpperBound < b.UpperBound:
-			return -1
-		case a.UpperBound > b.UpperBound:
-			return 1
-		}
-		return 0
-	})
+	slices.SortFunc(sorted, func(a, b Bucket) int { return cmp.Compare(a.UpperBound, b.UpperBound) })
 	rank := q * float64(count)
 	lower, below := 0.0, uint64(0)
 	for _, b := range sorted {

@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"math"
@@ -68,15 +69,7 @@ func NewSweepPoint(wait time.Duration, r Result) SweepPoint {
 // sorted returns the points by wait.
 func (s Sweep) sorted() []SweepPoint {
 	points := slices.Clone(s.Points)
-	slices.SortStableFunc(points, func(a, b SweepPoint) int {
-		switch {
-		case a.WaitSeconds < b.WaitSeconds:
-			return -1
-		case a.WaitSeconds > b.WaitSeconds:
-			return 1
-		}
-		return 0
-	})
+	slices.SortStableFunc(points, func(a, b SweepPoint) int { return cmp.Compare(a.WaitSeconds, b.WaitSeconds) })
 	return points
 }
 

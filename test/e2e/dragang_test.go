@@ -115,6 +115,29 @@ func createDRAGang(t *testing.T, ns, name string, members int, gpus int64) {
 // draDevice is an allocated device.
 type draDevice struct{ pool, device string }
 
+// waitClaimAllocated waits until the one claim of pod is allocated, and
+// returns its allocation's results.
+func waitClaimAllocated(t *testing.T, ns, pod string, timeout time.Duration) []resourcev1.DeviceRequestAllocationResult {
+	t.Helper()
+	var results []resourcev1.DeviceRequestAllocationResult
+	err := localcluster.Poll(context.Background(), 200*time.Millisecond, timeout, "claim of "+pod+" allocated", func(ctx context.Context) (bool, error) {
+		p, err := cluster.Clientset.CoreV1().Pods(ns).Get(ctx, pod, metav1.GetOptions{})
+		if err != nil || len(p.Status.ResourceClaimStatuses) != 1 || p.Status.ResourceClaimStatuses[0].ResourceClaimName == nil {
+			return false, nil
+		}
+		claim := &resourcev1.ResourceClaim{}
+		if err := cluster.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: *p.Status.ResourceClaimStatuses[0].ResourceClaimName}, claim); err != nil || claim.Status.Allocation == nil {
+			return false, nil
+		}
+		results = claim.Status.Allocation.Devices.Results
+		return true, nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return results
+}
+
 // checkClaimsOnOwnNodes checks that every bound pod's GPU claim is
 // allocated gpus gpu.nvidia.com devices of its own node's pool, and
 // returns the devices by pod.
@@ -122,22 +145,7 @@ func checkClaimsOnOwnNodes(t *testing.T, ns string, pods []corev1.Pod, gpus int)
 	t.Helper()
 	out := map[string][]draDevice{}
 	for _, pod := range pods {
-		var results []resourcev1.DeviceRequestAllocationResult
-		err := localcluster.Poll(context.Background(), 200*time.Millisecond, 30*time.Second, "claim of "+pod.Name+" allocated", func(ctx context.Context) (bool, error) {
-			p, err := cluster.Clientset.CoreV1().Pods(ns).Get(ctx, pod.Name, metav1.GetOptions{})
-			if err != nil || len(p.Status.ResourceClaimStatuses) != 1 || p.Status.ResourceClaimStatuses[0].ResourceClaimName == nil {
-				return false, nil
-			}
-			claim := &resourcev1.ResourceClaim{}
-			if err := cluster.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: *p.Status.ResourceClaimStatuses[0].ResourceClaimName}, claim); err != nil || claim.Status.Allocation == nil {
-				return false, nil
-			}
-			results = claim.Status.Allocation.Devices.Results
-			return true, nil
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
+		results := waitClaimAllocated(t, ns, pod.Name, 30*time.Second)
 		if len(results) != gpus {
 			t.Errorf("pod %s's claim got %d devices, want %d", pod.Name, len(results), gpus)
 		}

@@ -180,22 +180,7 @@ func nvlinkPod(ns, name, node, template string) *corev1.Pod {
 // the allocation's results.
 func claimedGPUs(t *testing.T, ns, pod string, slice *resourcev1.ResourceSlice, hw *topology.NodeTopology) (topology.GPUSet, []resourcev1.DeviceRequestAllocationResult) {
 	t.Helper()
-	var results []resourcev1.DeviceRequestAllocationResult
-	err := localcluster.Poll(context.Background(), 200*time.Millisecond, time.Minute, "claim of "+pod+" allocated", func(ctx context.Context) (bool, error) {
-		p, err := cluster.Clientset.CoreV1().Pods(ns).Get(ctx, pod, metav1.GetOptions{})
-		if err != nil || len(p.Status.ResourceClaimStatuses) != 1 || p.Status.ResourceClaimStatuses[0].ResourceClaimName == nil {
-			return false, nil
-		}
-		claim := &resourcev1.ResourceClaim{}
-		if err := cluster.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: *p.Status.ResourceClaimStatuses[0].ResourceClaimName}, claim); err != nil || claim.Status.Allocation == nil {
-			return false, nil
-		}
-		results = claim.Status.Allocation.Devices.Results
-		return true, nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	results := waitClaimAllocated(t, ns, pod, time.Minute)
 	var devices []topology.DRADevice
 	for _, d := range slice.Spec.Devices {
 		devices = append(devices, topology.DRADevice{Driver: slice.Spec.Driver, Name: d.Name, UUID: *d.Attributes[lockstep.DRAUUIDAttribute].StringValue})
