@@ -19,6 +19,20 @@ import (
 	"github.com/lockstep-dev/lockstep/pkg/lockstep"
 )
 
+// waitGPUSlice waits for the fake NVIDIA DRA driver's GPU ResourceSlice of
+// node and returns it.
+func waitGPUSlice(t *testing.T, node string) *resourcev1.ResourceSlice {
+	t.Helper()
+	slice := &resourcev1.ResourceSlice{}
+	err := localcluster.Poll(context.Background(), 200*time.Millisecond, time.Minute, "ResourceSlice of "+node, func(ctx context.Context) (bool, error) {
+		return cluster.Client.Get(ctx, client.ObjectKey{Name: agent.GPUSliceName(node)}, slice) == nil, nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return slice
+}
+
 // TestDRAPodGetsClaimedGPU adds a DGX-1 node of a DRA pool (as in
 // models/mixed-dra.yaml) beside the model's device-plugin nodes: the fake
 // agent publishes its gpu.nvidia.com ResourceSlice, the scheduler's
@@ -43,13 +57,7 @@ func TestDRAPodGetsClaimedGPU(t *testing.T) {
 	t.Cleanup(func() { _ = cluster.DeleteNodes(ctx, nodes) })
 	node := nodes[0].Name
 
-	slice := &resourcev1.ResourceSlice{}
-	err := localcluster.Poll(ctx, 200*time.Millisecond, time.Minute, "ResourceSlice of "+node, func(ctx context.Context) (bool, error) {
-		return cluster.Client.Get(ctx, client.ObjectKey{Name: agent.GPUSliceName(node)}, slice) == nil, nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	slice := waitGPUSlice(t, node)
 	if len(slice.Spec.Devices) != 8 || slice.Spec.Pool.Name != node {
 		t.Fatalf("slice of %d devices in pool %s, want 8 in %s", len(slice.Spec.Devices), slice.Spec.Pool.Name, node)
 	}

@@ -12,7 +12,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	schedv1alpha1 "sigs.k8s.io/scheduler-plugins/apis/scheduling/v1alpha1"
 
-	"github.com/lockstep-dev/lockstep/pkg/agent"
 	"github.com/lockstep-dev/lockstep/pkg/apis/lockstep/v1alpha1"
 	"github.com/lockstep-dev/lockstep/pkg/clustermodel"
 	"github.com/lockstep-dev/lockstep/pkg/gpuclaim"
@@ -149,13 +148,7 @@ func addDGX1DRANode(t *testing.T) (string, *v1alpha1.NodeTopology, *resourcev1.R
 	}
 	t.Cleanup(func() { _ = cluster.DeleteNodes(ctx, nodes) })
 	node := nodes[0].Name
-	slice := &resourcev1.ResourceSlice{}
-	err := localcluster.Poll(ctx, 200*time.Millisecond, time.Minute, "ResourceSlice of "+node, func(ctx context.Context) (bool, error) {
-		return cluster.Client.Get(ctx, client.ObjectKey{Name: agent.GPUSliceName(node)}, slice) == nil, nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	slice := waitGPUSlice(t, node)
 	nt := waitNodeTopology(t, node, "published", func(nt *v1alpha1.NodeTopology) bool { return nt.Status.FreeGPUs == 8 })
 	return node, nt, slice
 }

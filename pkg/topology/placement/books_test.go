@@ -263,33 +263,43 @@ func TestBooksIndexesMatchScans(t *testing.T) {
 		for step := range 60 {
 			pod := fmt.Sprintf("p%d", rng.IntN(16))
 			gang, node := gangs[rng.IntN(len(gangs))], nodes[rng.IntN(len(nodes))]
-			var op string
-			switch rng.IntN(7) {
-			case 0:
-				op = "add " + gang
-				b.Add(gang, randomPlan(), now)
-			case 1, 2:
-				op = fmt.Sprintf("reserve %s %s on %s", gang, pod, node)
-				b.ReserveSlot(gang, pod, node, rng.IntN(14)-2)
-			case 3:
-				op = "assign " + pod
-				b.Assign(pod, node, topology.NewGPUSet(rng.IntN(8)))
-			case 4:
-				op = "report " + pod
-				if r, ok := b.Reservation(pod); ok {
-					b.Report(pod, r.Node, topology.NewGPUSet(rng.IntN(8)))
-				}
-			case 5:
-				op = "forget " + pod
-				b.ForgetPod(pod)
-			case 6:
-				op = "drop " + gang
-				b.Drop(gang)
-			}
+			op := applyBooksOp(b, rng, rng.IntN(booksOps), gang, pod, node, randomPlan, 14, now)
 			if err := checkIndexes(b); err != "" {
 				t.Fatalf("seed %d step %d (%s): %s\n%s", seed, step, op, err, b)
 			}
 		}
+	}
+}
+
+// booksOps is how many operations applyBooksOp picks from.
+const booksOps = 7
+
+// applyBooksOp applies to b the plan and pod operation op picks (0: add a
+// plan of randomPlan, 1-2: reserve a slot of up to reserveRange-3 GPUs,
+// possibly negative, 3: assign, 4: report, 5: forget, 6: drop), drawing its
+// GPUs from rng, and says what it did.
+func applyBooksOp(b *Books, rng *rand.Rand, op int, gang, pod, node string, randomPlan func() *Plan, reserveRange int, now time.Time) string {
+	switch op {
+	case 0:
+		b.Add(gang, randomPlan(), now)
+		return "add " + gang
+	case 1, 2:
+		b.ReserveSlot(gang, pod, node, rng.IntN(reserveRange)-2)
+		return fmt.Sprintf("reserve %s %s on %s", gang, pod, node)
+	case 3:
+		b.Assign(pod, node, topology.NewGPUSet(rng.IntN(8)))
+		return "assign " + pod
+	case 4:
+		if r, ok := b.Reservation(pod); ok {
+			b.Report(pod, r.Node, topology.NewGPUSet(rng.IntN(8)))
+		}
+		return "report " + pod
+	case 5:
+		b.ForgetPod(pod)
+		return "forget " + pod
+	default:
+		b.Drop(gang)
+		return "drop " + gang
 	}
 }
 
@@ -385,31 +395,16 @@ func TestBooksChangesNameEveryNode(t *testing.T) {
 			gang, node := gangs[rng.IntN(len(gangs))], nodes[rng.IntN(len(nodes))]
 			d := domains[rng.IntN(len(domains))]
 			var op string
-			switch rng.IntN(11) {
-			case 0:
-				op = "add " + gang
-				plan := &Plan{}
-				for range 1 + rng.IntN(6) {
-					plan.Members = append(plan.Members, assign(nodes[rng.IntN(len(nodes))], rng.IntN(8)))
+			switch k := rng.IntN(booksOps + 4); k {
+			case 0, 1, 2, 3, 4, 5, 6:
+				randomPlan := func() *Plan {
+					plan := &Plan{}
+					for range 1 + rng.IntN(6) {
+						plan.Members = append(plan.Members, assign(nodes[rng.IntN(len(nodes))], rng.IntN(8)))
+					}
+					return plan
 				}
-				b.Add(gang, plan, now)
-			case 1, 2:
-				op = fmt.Sprintf("reserve %s %s on %s", gang, pod, node)
-				b.ReserveSlot(gang, pod, node, rng.IntN(8)-2)
-			case 3:
-				op = "assign " + pod
-				b.Assign(pod, node, topology.NewGPUSet(rng.IntN(8)))
-			case 4:
-				op = "report " + pod
-				if r, ok := b.Reservation(pod); ok {
-					b.Report(pod, r.Node, topology.NewGPUSet(rng.IntN(8)))
-				}
-			case 5:
-				op = "forget " + pod
-				b.ForgetPod(pod)
-			case 6:
-				op = "drop " + gang
-				b.Drop(gang)
+				op = applyBooksOp(b, rng, k, gang, pod, node, randomPlan, 8, now)
 			case 7:
 				op = fmt.Sprintf("drain %s %s", gang, d.Value)
 				b.Drain(gang, d, int32(rng.IntN(3)), rng.IntN(8), now)
