@@ -140,16 +140,17 @@ func mainErr(shards, count int, timeout time.Duration, run, tablePath string, up
 		for name, secs := range r.durations {
 			measured[name] = secs
 		}
-		switch {
-		case r.err != nil:
+		if r.err != nil {
 			failed = append(failed, fmt.Sprintf("shard %d: %v", i+1, r.err))
-		case len(plans[i].tests) > 0:
-			// A test that never reported (the process died under it) is a
-			// failure even when the exit status says otherwise.
-			for _, name := range plans[i].tests {
-				if _, ok := r.durations[name]; !ok {
-					failed = append(failed, fmt.Sprintf("shard %d: %s did not report a result", i+1, name))
-				}
+		}
+		for _, name := range r.failed {
+			failed = append(failed, fmt.Sprintf("shard %d: %s failed", i+1, name))
+		}
+		// A test that never reported (the process died under it) is a
+		// failure even when the exit status says otherwise.
+		for _, name := range plans[i].tests {
+			if _, ok := r.durations[name]; !ok {
+				failed = append(failed, fmt.Sprintf("shard %d: %s did not report a result", i+1, name))
 			}
 		}
 		fmt.Printf("e2eshard: shard %d/%d ended in %s\n", i+1, len(plans), r.wall.Round(time.Second))
@@ -166,6 +167,22 @@ func mainErr(shards, count int, timeout time.Duration, run, tablePath string, up
 		return errors.New("interrupted")
 	}
 	if len(failed) > 0 {
+		// The shards' output is long and interleaved, and CI may keep only
+		// its tail: repeat each failure's own report here, or the shard's
+		// last lines when no test reported one (a panic, a timeout).
+		for i, r := range results {
+			if r.err == nil && len(r.failed) == 0 {
+				continue
+			}
+			lines := r.reports
+			if len(lines) == 0 {
+				lines = r.tail.lines()
+			}
+			fmt.Printf("e2eshard: shard %d/%d failure report:\n", i+1, len(plans))
+			for _, l := range lines {
+				fmt.Printf("  %s\n", l)
+			}
+		}
 		return fmt.Errorf("FAIL:\n  %s", strings.Join(failed, "\n  "))
 	}
 	return nil
@@ -182,8 +199,58 @@ type plan struct {
 // result is what one shard's process reported.
 type result struct {
 	durations map[string]float64 // top-level tests that passed or failed
-	wall      time.Duration
-	err       error
+	failed    []string           // top-level tests that failed, in order
+	// reports are the lines go test printed under each failed test's
+	// verdict (its t.Error output and its subtests'), at most
+	// maxReportLines; tail is the shard's last output.
+	reports  []string
+	inReport bool
+	tail     ring
+	wall     time.Duration
+	err      error
+}
+
+// observe records one line of the shard's go test -v output.
+func (res *result) observe(line string) {
+	res.tail.add(line)
+	if m := resultLine.FindStringSubmatch(line); m != nil {
+		secs, _ := strconv.ParseFloat(m[3], 64)
+		res.durations[m[2]] = secs
+		res.inReport = m[1] == "FAIL"
+		if res.inReport {
+			res.failed = append(res.failed, m[2])
+		}
+	} else if res.inReport && !strings.HasPrefix(line, " ") {
+		// A failed test's report is the indented block under its verdict.
+		res.inReport = false
+	}
+	if res.inReport && len(res.reports) < maxReportLines {
+		res.reports = append(res.reports, line)
+	}
+}
+
+const (
+	maxReportLines = 200
+	tailLines      = 60
+)
+
+// ring keeps the last tailLines lines it was given.
+type ring struct {
+	buf  []string
+	next int
+}
+
+func (r *ring) add(line string) {
+	if len(r.buf) < tailLines {
+		r.buf = append(r.buf, line)
+		return
+	}
+	r.buf[r.next] = line
+	r.next = (r.next + 1) % tailLines
+}
+
+func (r *ring) lines() []string {
+	return append(append([]string(nil), r.buf[r.next:]...), r.buf[:r.next]...)
 }
 
 // listTests asks the suite binary which top-level tests match run.
@@ -295,10 +362,7 @@ func runShard(ctx context.Context, binary, dir string, i, n int, p plan, count i
 		sc.Buffer(make([]byte, 64*1024), 4*1024*1024)
 		for sc.Scan() {
 			line := sc.Text()
-			if m := resultLine.FindStringSubmatch(line); m != nil {
-				secs, _ := strconv.ParseFloat(m[3], 64)
-				res.durations[m[2]] = secs
-			}
+			res.observe(line)
 			out.Lock()
 			fmt.Println(prefix + line)
 			out.Unlock()

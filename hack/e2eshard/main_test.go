@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -154,4 +155,58 @@ func testFuncs(t *testing.T, path string) []string {
 		names = append(names, fn.Name.Name)
 	}
 	return names
+}
+
+// TestObserveKeepsFailureReports keeps each failed test's indented report
+// and nothing of the passing tests around it.
+func TestObserveKeepsFailureReports(t *testing.T) {
+	out := `=== RUN   TestA
+--- PASS: TestA (1.50s)
+=== RUN   TestB
+    b_test.go:10: setting up
+--- FAIL: TestB (2.00s)
+    b_test.go:20: gang 3 never ran
+    --- FAIL: TestB/sub (0.10s)
+        b_test.go:30: wanted 4 pods
+=== RUN   TestC
+    c_test.go:5: unrelated
+--- PASS: TestC (0.30s)
+FAIL
+`
+	res := result{durations: map[string]float64{}}
+	for _, line := range strings.Split(strings.TrimSuffix(out, "\n"), "\n") {
+		res.observe(line)
+	}
+	if diff := cmp.Diff(map[string]float64{"TestA": 1.5, "TestB": 2, "TestC": 0.3}, res.durations); diff != "" {
+		t.Errorf("durations (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff([]string{"TestB"}, res.failed); diff != "" {
+		t.Errorf("failed (-want +got):\n%s", diff)
+	}
+	wantReport := []string{
+		"--- FAIL: TestB (2.00s)",
+		"    b_test.go:20: gang 3 never ran",
+		"    --- FAIL: TestB/sub (0.10s)",
+		"        b_test.go:30: wanted 4 pods",
+	}
+	if diff := cmp.Diff(wantReport, res.reports); diff != "" {
+		t.Errorf("reports (-want +got):\n%s", diff)
+	}
+	if got := res.tail.lines(); got[len(got)-1] != "FAIL" || len(got) != 12 {
+		t.Errorf("tail = %q, want all 12 lines ending in FAIL", got)
+	}
+}
+
+// TestRingKeepsTheLastLines keeps the newest tailLines lines in order.
+func TestRingKeepsTheLastLines(t *testing.T) {
+	var r ring
+	var want []string
+	for i := range tailLines + 7 {
+		line := strconv.Itoa(i)
+		r.add(line)
+		want = append(want, line)
+	}
+	if diff := cmp.Diff(want[7:], r.lines()); diff != "" {
+		t.Errorf("lines (-want +got):\n%s", diff)
+	}
 }
