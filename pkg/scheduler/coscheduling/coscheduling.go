@@ -78,7 +78,7 @@ func New(ctx context.Context, obj runtime.Object, h framework.Handle) (framework
 	if err := podgroupindex.Register(h.SharedInformerFactory().Core().V1().Pods().Informer()); err != nil {
 		klog.FromContext(ctx).Error(err, "Listing gangs' pods without the PodGroup index", "plugin", Name)
 	}
-	p, err := upstream.New(ctx, args, renamingHandle{h})
+	p, err := upstream.New(ctx, args, renamingHandle{Handle: h, rows: &listRows{}})
 	if err != nil {
 		return nil, err
 	}
@@ -169,14 +169,18 @@ func decodeArgs(obj runtime.Object) (*config.CoschedulingArgs, error) {
 // pods from podgroupindex, not by walking the namespace (upstream lists them
 // on every PreFilter, Permit and PostFilter), and the scheduler's snapshot
 // with copy-on-write node snapshots (lazySnapshotLister).
-type renamingHandle struct{ framework.Handle }
+type renamingHandle struct {
+	framework.Handle
+	// rows keeps what the node lists judged between PreFilters.
+	rows *listRows
+}
 
 func (h renamingHandle) SharedInformerFactory() informers.SharedInformerFactory {
 	return podgroupindex.WrapFactory(h.Handle.SharedInformerFactory())
 }
 
 func (h renamingHandle) SnapshotSharedLister() framework.SharedLister {
-	return lazySnapshotLister{h.Handle.SnapshotSharedLister()}
+	return lazySnapshotLister{h.Handle.SnapshotSharedLister(), h.rows}
 }
 
 func (h renamingHandle) IterateOverWaitingPods(callback func(framework.WaitingPod)) {

@@ -110,7 +110,7 @@ func (h *fakeHandle) IterateOverWaitingPods(cb func(framework.WaitingPod)) {
 // the upstream name would never release them.
 func TestRenamingHandle(t *testing.T) {
 	wp := &fakeWaitingPod{pod: &v1.Pod{}}
-	h := renamingHandle{&fakeHandle{pods: []*fakeWaitingPod{wp}}}
+	h := renamingHandle{Handle: &fakeHandle{pods: []*fakeWaitingPod{wp}}}
 	h.IterateOverWaitingPods(func(w framework.WaitingPod) {
 		w.Allow("Coscheduling")
 		w.Reject("Coscheduling", "rejection in Unreserve")
@@ -152,7 +152,7 @@ func TestRenamingHandlePodLister(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	wrapped := renamingHandle{informerHandle{factory: factory}}.SharedInformerFactory().Core().V1().Pods().Lister()
+	wrapped := renamingHandle{Handle: informerHandle{factory: factory}}.SharedInformerFactory().Core().V1().Pods().Lister()
 	plain := factory.Core().V1().Pods().Lister()
 	for _, tc := range []struct {
 		ns       string

@@ -110,7 +110,7 @@ func TestLazyNodeInfoCopiesOnWrite(t *testing.T) {
 		{"SetNode", func(c fwk.NodeInfo) error { c.SetNode(gpuNode("renamed")); return nil }, before},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			nodes, err := lazyNodeInfoLister{fakeNodeLister{ni}}.List()
+			nodes, err := lazyNodeInfoLister{NodeInfoLister: fakeNodeLister{ni}}.List()
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -153,7 +153,7 @@ func TestCheckClusterResourceLazy(t *testing.T) {
 		onNode(utiltesting.MakePod("h-0", "ns").GPUs(3).PodGroup("h").Obj(), "b"),
 	}
 	snapshot := internalcache.NewSnapshot(pods, []*v1.Node{gpuNode("a"), gpuNode("b"), gpuNode("c")})
-	lazy := lazySnapshotLister{snapshot}
+	lazy := lazySnapshotLister{SharedLister: snapshot}
 	gpus := func(n int64) v1.ResourceList {
 		return v1.ResourceList{lockstep.GPUResource: *resource.NewQuantity(n, resource.DecimalSI), v1.ResourcePods: resource.MustParse("4")}
 	}
@@ -242,7 +242,7 @@ func TestLazyNodeInfoListOrder(t *testing.T) {
 		}, []string{"b", "a"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			list, err := lazyNodeInfoLister{fakeNodeLister(tc.nodes)}.List()
+			list, err := lazyNodeInfoLister{NodeInfoLister: fakeNodeLister(tc.nodes)}.List()
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -255,6 +255,64 @@ func TestLazyNodeInfoListOrder(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestListRowsSeeEveryChange lists the same positions again and again
+// through one listRows, changing one node at a time: each list must be the
+// one a lister that never listed before returns.
+func TestListRowsSeeEveryChange(t *testing.T) {
+	a, b, c := nodeWith(gpuNode("a")), nodeWith(gpuNode("b")), nodeWith(gpuNode("c"))
+	nodes := []fwk.NodeInfo{a, b, c}
+	rows := &listRows{}
+	names := func(l lazyNodeInfoLister) []string {
+		t.Helper()
+		list, err := l.List()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, ni := range list {
+			if ni == nil {
+				out = append(out, "<nil>")
+				continue
+			}
+			out = append(out, ni.Node().Name)
+		}
+		return out
+	}
+	check := func(step string, want []string) {
+		t.Helper()
+		got := names(lazyNodeInfoLister{fakeNodeLister(nodes), rows})
+		if diff := cmp.Diff(want, got); diff != "" {
+			t.Errorf("%s: order (-want,+got):\n%s", step, diff)
+		}
+		if diff := cmp.Diff(names(lazyNodeInfoLister{NodeInfoLister: fakeNodeLister(nodes)}), got); diff != "" {
+			t.Errorf("%s: remembered rows differ from a fresh list (-fresh,+remembered):\n%s", step, diff)
+		}
+	}
+	check("start", []string{"a", "b", "c"})
+
+	used := onNode(utiltesting.MakePod("u", "ns").GPUs(1).Obj(), "a")
+	a.AddPod(used)
+	check("a GPU pod lands on a", []string{"b", "c", "a"})
+
+	if err := a.RemovePod(klog.Background(), used); err != nil {
+		t.Fatal(err)
+	}
+	check("it leaves", []string{"a", "b", "c"})
+
+	b2 := nodeWith(gpuNode("b2"), onNode(utiltesting.MakePod("v", "ns").GPUs(2).Obj(), "b2"))
+	nodes = []fwk.NodeInfo{a, b2, c}
+	check("another NodeInfo takes b's place", []string{"a", "c", "b2"})
+
+	nodes = []fwk.NodeInfo{c, a, b2}
+	check("the scheduler reorders its nodes", []string{"c", "a", "b2"})
+
+	nodes = []fwk.NodeInfo{c, nil, a, b2}
+	check("a nil NodeInfo joins", []string{"c", "a", "<nil>", "b2"})
+
+	nodes = []fwk.NodeInfo{c}
+	check("the list shrinks", []string{"c"})
 }
 
 // BenchmarkCheckClusterResource is upstream Coscheduling's check for a
@@ -278,7 +336,7 @@ func BenchmarkCheckClusterResource(b *testing.B) {
 	for _, lister := range []struct {
 		name string
 		l    framework.SharedLister
-	}{{"plain", snapshot}, {"lazy", lazySnapshotLister{snapshot}}} {
+	}{{"plain", snapshot}, {"lazy", lazySnapshotLister{SharedLister: snapshot}}, {"lazy remembered", lazySnapshotLister{snapshot, &listRows{}}}} {
 		b.Run(lister.name, func(b *testing.B) {
 			ctx := context.Background()
 			b.ReportAllocs()

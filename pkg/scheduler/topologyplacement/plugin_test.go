@@ -422,6 +422,8 @@ func BenchmarkPlanGang(b *testing.B) {
 						b.Fatal(err)
 					}
 					placement.RankOrder(snap.Tree, plan, snap.NodeTopology)
+					// As the plugin does once a plan is decided.
+					p.rows.recycle(snap)
 					return plan
 				}
 				first := plan() // builds the cached tree and Rater

@@ -98,6 +98,7 @@ func (p *TopologyPlacement) gangSpec(ctx context.Context, pod *v1.Pod) (*schedv1
 // reserved through plans, and of capacity other plans hold.
 func (p *TopologyPlacement) snapshot(pod *v1.Pod, gang string, nodeInfos []fwk.NodeInfo) (*placement.Snapshot, error) {
 	affinity := nodeaffinity.GetRequiredNodeAffinity(pod)
+	hostCheck := newHostCheck(pod, affinity)
 	// Drains keep the gang off only if it does not outrank them.
 	priority := corev1helpers.PodPriority(pod)
 	// Nodes whose NodeTopology is stale or invalid are not planned onto:
@@ -130,19 +131,24 @@ func (p *TopologyPlacement) snapshot(pod *v1.Pod, gang string, nodeInfos []fwk.N
 	moved := false
 	for i, ni := range nodeInfos {
 		node := ni.Node()
-		if node == nil || !canHost(node, pod, affinity) {
+		if node == nil {
 			continue
 		}
-		if _, out := excluded[node.Name]; out {
+		row := &rows[i]
+		moved = moved || row.misplaced(ni, node)
+		p.refreshRow(row, ni, node)
+		if !hostCheck.admits(row) {
 			continue
 		}
-		moved = moved || rows[i].misplaced(ni, node)
-		pn := p.plannerNode(&rows[i], ni, node, gang, priority, ownOpen)
+		if _, out := excluded[row.name]; out {
+			continue
+		}
+		pn := p.plannerNode(row, gang, priority, ownOpen)
 		if dra != nil {
-			if !dra.plans(&rows[i], ni) {
+			if !dra.plans(row, ni) {
 				continue
 			}
-			p.draNode(&pn, &rows[i], gang, dra)
+			p.draNode(&pn, row, gang, dra)
 		}
 		nodes = append(nodes, pn)
 	}
@@ -178,12 +184,65 @@ func canHost(node *v1.Node, pod *v1.Pod, affinity nodeaffinity.RequiredNodeAffin
 	if node.Spec.Unschedulable {
 		return false
 	}
-	if _, untolerated := corev1helpers.FindMatchingUntoleratedTaint(node.Spec.Taints, pod.Spec.Tolerations, func(t *v1.Taint) bool {
-		return t.Effect == v1.TaintEffectNoSchedule || t.Effect == v1.TaintEffectNoExecute
-	}); untolerated {
+	if hostTaints(node) && !toleratesHostTaints(node, pod) {
 		return false
 	}
 	ok, _ := affinity.Match(node)
+	return ok
+}
+
+// hostTaints reports whether node has a taint that keeps pods off it
+// (NoSchedule or NoExecute).
+func hostTaints(node *v1.Node) bool {
+	for i := range node.Spec.Taints {
+		if isHostTaint(&node.Spec.Taints[i]) {
+			return true
+		}
+	}
+	return false
+}
+
+func isHostTaint(t *v1.Taint) bool {
+	return t.Effect == v1.TaintEffectNoSchedule || t.Effect == v1.TaintEffectNoExecute
+}
+
+func toleratesHostTaints(node *v1.Node, pod *v1.Pod) bool {
+	_, untolerated := corev1helpers.FindMatchingUntoleratedTaint(node.Spec.Taints, pod.Spec.Tolerations, isHostTaint)
+	return !untolerated
+}
+
+// hostCheck is canHost for one pod over snapshot rows, which keep each
+// node's unschedulable flag and whether it has host taints. Reading those
+// from the v1.Node itself was the costliest line of a 25,000-node plan:
+// the first touch of each Node object is a cache miss. Only a tainted node,
+// or a pod with required node affinity, reads the Node.
+type hostCheck struct {
+	pod      *v1.Pod
+	affinity nodeaffinity.RequiredNodeAffinity
+	// anyNode says the pod has no required node affinity: no node's labels
+	// need reading (GetRequiredNodeAffinity matches every node then).
+	anyNode bool
+}
+
+func newHostCheck(pod *v1.Pod, affinity nodeaffinity.RequiredNodeAffinity) hostCheck {
+	required := pod.Spec.Affinity != nil && pod.Spec.Affinity.NodeAffinity != nil &&
+		pod.Spec.Affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution != nil
+	return hostCheck{pod: pod, affinity: affinity, anyNode: len(pod.Spec.NodeSelector) == 0 && !required}
+}
+
+// admits is canHost(row.node, pod, affinity), for a row refreshRow has
+// brought up to date.
+func (c hostCheck) admits(row *snapshotRow) bool {
+	if row.unschedulable {
+		return false
+	}
+	if row.hostTainted && !toleratesHostTaints(row.node, c.pod) {
+		return false
+	}
+	if c.anyNode {
+		return true
+	}
+	ok, _ := c.affinity.Match(row.node)
 	return ok
 }
 
@@ -376,12 +435,17 @@ type snapshotRow struct {
 	info       fwk.NodeInfo
 	generation int64
 	node       *v1.Node
+	// name is node.Name, read here without touching the Node object.
+	name string
 	// gpus is nil for a node without a NodeTopology in the index.
 	gpus *nodeGPUs
 
 	gpuCount, usedGPUs    int
 	freeMilliCPU, freeMem int64
 	freePods              int
+	// unschedulable and hostTainted are node's Spec.Unschedulable and
+	// hostTaints(node), for hostCheck.
+	unschedulable, hostTainted bool
 
 	// booksRead says booked and drainedFor are the books' answers for
 	// node: false for a new row and once the books journal the node.
@@ -423,7 +487,9 @@ func (r *snapshotRows) catchUp(books *placement.Books) {
 // the scheduler added, removed or reordered nodes): at must then be
 // rebuilt (reindex).
 func (row *snapshotRow) misplaced(ni fwk.NodeInfo, node *v1.Node) bool {
-	return row.info != ni || row.node == nil || row.node.Name != node.Name
+	// The same Node object has the same name: compared first, the names
+	// are read only when the object changed.
+	return row.info != ni || row.node == nil || (row.node != node && row.node.Name != node.Name)
 }
 
 // reindex rebuilds at after a plan that moved nodes between rows. Rows
@@ -443,25 +509,33 @@ func (r *snapshotRows) reindex(nodeInfos []fwk.NodeInfo) {
 	}
 }
 
-// plannerNode describes one node for the planner, refreshing row where
-// the node or its books changed. ownOpen says gang has open slots in the
-// books, which it may plan onto again. The caller holds p.gpus for
-// reading, p.books and p.rows.
-func (p *TopologyPlacement) plannerNode(row *snapshotRow, ni fwk.NodeInfo, node *v1.Node, gang string, priority int32, ownOpen bool) placement.Node {
-	if row.info != ni || row.node != node || row.generation != ni.GetGeneration() {
-		alloc, used := ni.GetAllocatable(), ni.GetRequested()
-		*row = snapshotRow{
-			info: ni, generation: ni.GetGeneration(), node: node,
-			gpus:         p.gpus.nodes[node.Name],
-			gpuCount:     int(alloc.GetScalarResources()[lockstep.GPUResource]),
-			usedGPUs:     int(used.GetScalarResources()[lockstep.GPUResource]),
-			freeMilliCPU: alloc.GetMilliCPU() - used.GetMilliCPU(),
-			freeMem:      alloc.GetMemory() - used.GetMemory(),
-			freePods:     alloc.GetAllowedPodNumber() - len(ni.GetPods()),
-		}
+// refreshRow brings row up to date with node and its NodeInfo where either
+// changed. The caller holds p.gpus for reading and p.rows, after misplaced.
+func (p *TopologyPlacement) refreshRow(row *snapshotRow, ni fwk.NodeInfo, node *v1.Node) {
+	if row.info == ni && row.node == node && row.generation == ni.GetGeneration() {
+		return
 	}
+	alloc, used := ni.GetAllocatable(), ni.GetRequested()
+	*row = snapshotRow{
+		info: ni, generation: ni.GetGeneration(), node: node, name: node.Name,
+		gpus:          p.gpus.nodes[node.Name],
+		gpuCount:      int(alloc.GetScalarResources()[lockstep.GPUResource]),
+		usedGPUs:      int(used.GetScalarResources()[lockstep.GPUResource]),
+		freeMilliCPU:  alloc.GetMilliCPU() - used.GetMilliCPU(),
+		freeMem:       alloc.GetMemory() - used.GetMemory(),
+		freePods:      alloc.GetAllowedPodNumber() - len(ni.GetPods()),
+		unschedulable: node.Spec.Unschedulable,
+		hostTainted:   hostTaints(node),
+	}
+}
+
+// plannerNode describes one node for the planner from its row (refreshRow),
+// reading the books again where they changed the node. ownOpen says gang
+// has open slots in the books, which it may plan onto again. The caller
+// holds p.gpus for reading, p.books and p.rows.
+func (p *TopologyPlacement) plannerNode(row *snapshotRow, gang string, priority int32, ownOpen bool) placement.Node {
 	pn := placement.Node{
-		Name:         node.Name,
+		Name:         row.name,
 		FreeMilliCPU: row.freeMilliCPU,
 		FreeMemory:   row.freeMem,
 		FreePods:     row.freePods,
@@ -471,14 +545,14 @@ func (p *TopologyPlacement) plannerNode(row *snapshotRow, ni fwk.NodeInfo, node 
 		pn.Topology, pn.Selector, free = gpus.topology, gpus.selector, gpus.free
 	}
 	if !row.booksRead {
-		row.booked, row.drainedFor, row.booksRead = p.books.core.Booked(node.Name), p.books.core.DrainedFor(node.Name), true
+		row.booked, row.drainedFor, row.booksRead = p.books.core.Booked(row.name), p.books.core.DrainedFor(row.name), true
 	}
 	if ownOpen {
-		free &^= p.books.core.HeldOn(node.Name, gang)
+		free &^= p.books.core.HeldOn(row.name, gang)
 	} else {
 		free &^= row.booked
 	}
-	pn.Drained = row.drainedFor != "" && p.books.core.KeptOff(node.Name, gang, priority) != ""
+	pn.Drained = row.drainedFor != "" && p.books.core.KeptOff(row.name, gang, priority) != ""
 	// GPUs taken by pods the agent has not reported yet are known only by
 	// count; drop the highest-indexed free GPUs to match it.
 	for free.Len() > max(row.gpuCount-row.usedGPUs, 0) {

@@ -6,6 +6,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	v1 "k8s.io/api/core/v1"
+	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
 	fwk "k8s.io/kube-scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
 
@@ -92,6 +93,86 @@ func TestSnapshotSeesEveryChange(t *testing.T) {
 	unschedulable.Spec.Unschedulable = true
 	c.(*framework.NodeInfo).SetNode(unschedulable)
 	check("c is cordoned", map[string]view{"a": {8, true, 110}, "b": {2, true, 109}})
+
+	c.(*framework.NodeInfo).SetNode(gpuNode("c", 8))
+	check("c is uncordoned", map[string]view{"a": {8, true, 110}, "b": {2, true, 109}, "c": {8, true, 110}})
+
+	tainted := gpuNode("c", 8)
+	tainted.Spec.Taints = []v1.Taint{{Key: "maintenance", Effect: v1.TaintEffectNoExecute}}
+	c.(*framework.NodeInfo).SetNode(tainted)
+	check("c is tainted NoExecute", map[string]view{"a": {8, true, 110}, "b": {2, true, 109}})
+
+	softly := gpuNode("c", 8)
+	softly.Spec.Taints = []v1.Taint{{Key: "maintenance", Effect: v1.TaintEffectPreferNoSchedule}}
+	c.(*framework.NodeInfo).SetNode(softly)
+	check("c's taint becomes PreferNoSchedule", map[string]view{"a": {8, true, 110}, "b": {2, true, 109}, "c": {8, true, 110}})
+}
+
+// TestHostCheckIsCanHost checks that hostCheck, which reads a node's
+// unschedulable flag and taints from its snapshot row, judges every pod
+// and node as canHost does from the Node itself.
+func TestHostCheckIsCanHost(t *testing.T) {
+	withTaints := func(name string, taints ...v1.Taint) *v1.Node {
+		n := gpuNode(name, 8)
+		n.Spec.Taints = taints
+		n.Labels = map[string]string{"pool": name}
+		return n
+	}
+	cordoned := withTaints("cordoned")
+	cordoned.Spec.Unschedulable = true
+	nodes := []*v1.Node{
+		withTaints("plain"),
+		cordoned,
+		withTaints("noschedule", v1.Taint{Key: "team", Value: "a", Effect: v1.TaintEffectNoSchedule}),
+		withTaints("noexecute", v1.Taint{Key: "maintenance", Effect: v1.TaintEffectNoExecute}),
+		withTaints("prefer", v1.Taint{Key: "spot", Effect: v1.TaintEffectPreferNoSchedule}),
+		withTaints("both",
+			v1.Taint{Key: "team", Value: "a", Effect: v1.TaintEffectNoSchedule},
+			v1.Taint{Key: "maintenance", Effect: v1.TaintEffectNoExecute}),
+	}
+	tolerates := func(keys ...string) *v1.Pod {
+		pod := utiltesting.MakePod("p", "ns").GPUs(8).Obj()
+		for _, k := range keys {
+			pod.Spec.Tolerations = append(pod.Spec.Tolerations, v1.Toleration{Key: k, Operator: v1.TolerationOpExists})
+		}
+		return pod
+	}
+	selecting := tolerates("team")
+	selecting.Spec.NodeSelector = map[string]string{"pool": "noschedule"}
+	affine := tolerates("team", "maintenance")
+	affine.Spec.Affinity = &v1.Affinity{NodeAffinity: &v1.NodeAffinity{RequiredDuringSchedulingIgnoredDuringExecution: &v1.NodeSelector{
+		NodeSelectorTerms: []v1.NodeSelectorTerm{{MatchExpressions: []v1.NodeSelectorRequirement{{Key: "pool", Operator: v1.NodeSelectorOpIn, Values: []string{"both", "plain"}}}}},
+	}}}
+	everything := tolerates()
+	everything.Spec.Tolerations = []v1.Toleration{{Operator: v1.TolerationOpExists}}
+	pods := map[string]*v1.Pod{
+		"no tolerations":         tolerates(),
+		"tolerates team":         tolerates("team"),
+		"tolerates both":         tolerates("team", "maintenance"),
+		"tolerates everything":   everything,
+		"node selector":          selecting,
+		"required node affinity": affine,
+	}
+	p, _ := newTestPlugin(t)
+	for podName, pod := range pods {
+		affinity := nodeaffinity.GetRequiredNodeAffinity(pod)
+		check := newHostCheck(pod, affinity)
+		admitted := 0
+		for _, node := range nodes {
+			var row snapshotRow
+			p.refreshRow(&row, nodeInfo(node), node)
+			want := canHost(node, pod, affinity)
+			if got := check.admits(&row); got != want {
+				t.Errorf("pod with %s on node %s: hostCheck says %v, canHost %v", podName, node.Name, got, want)
+			}
+			if want {
+				admitted++
+			}
+		}
+		if admitted == 0 || admitted == len(nodes) && podName != "tolerates everything" {
+			t.Errorf("pod with %s: admitted by %d of %d nodes: the case tests nothing", podName, admitted, len(nodes))
+		}
+	}
 }
 
 // snapshotView is what the planner is told about a node, drains included.

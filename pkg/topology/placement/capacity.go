@@ -104,6 +104,12 @@ type planner struct {
 	// reused from plan to plan with doms (planBuffers): a cluster of
 	// thousands of racks would otherwise grow a new map per plan.
 	cliques map[topology.NVLinkDomain]int32
+	// lastClique is the clique clique numbered last, and lastCliqueID its
+	// id (-1 before the first): hosts come in tree order, where a rack's
+	// trays are neighbours, so most lookups are the last one again and
+	// skip hashing the cluster UUID (6% of a 25,000-node plan's time).
+	lastClique   topology.NVLinkDomain
+	lastCliqueID int32
 	// scratch holds the ordered children of the domains being placed into,
 	// one frame per recursion level.
 	scratch []int32
@@ -146,7 +152,7 @@ func newPlanner(s *Snapshot, req request) (*planner, error) {
 		kids:    sk.kids, // read-only
 		base:    s.Tree.Root().Level,
 	}
-	p.nearLo, p.nearHi = -1, -1
+	p.nearLo, p.nearHi, p.lastCliqueID = -1, -1, -1
 	for _, name := range req.near {
 		if h, ok := sk.hosts[name]; ok {
 			if p.nearLo < 0 || h < p.nearLo {
@@ -410,6 +416,9 @@ func (p *planner) initHost(i, n int32) {
 // bandwidth, which is not part of its identity.
 func (p *planner) clique(nv topology.NVLinkDomain) int32 {
 	nv.GBps = 0
+	if p.lastCliqueID >= 0 && nv == p.lastClique {
+		return p.lastCliqueID
+	}
 	if p.cliques == nil {
 		p.cliques = make(map[topology.NVLinkDomain]int32)
 	}
@@ -418,6 +427,7 @@ func (p *planner) clique(nv topology.NVLinkDomain) int32 {
 		id = int32(len(p.cliques))
 		p.cliques[nv] = id
 	}
+	p.lastClique, p.lastCliqueID = nv, id
 	return id
 }
 
