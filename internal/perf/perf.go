@@ -546,6 +546,7 @@ func (e *env) runOnce(ctx context.Context, sched string, round int, jobs []bench
 		stopProfile = e.cfg.Profile(sched, round)
 	}
 	started := time.Now()
+	cpu := readCPU()
 	schedCtx, stopSched := context.WithCancel(ctx)
 	cc, s, err := app.Setup(schedCtx, opts, registry...)
 	if err != nil {
@@ -594,8 +595,11 @@ func (e *env) runOnce(ctx context.Context, sched string, round int, jobs []bench
 		}
 		return false, nil
 	})
+	spent := cpu.since()
 	stopProfile()
 	run.PeakHeapBytes = heap.stop()
+	run.SchedulerCPUSeconds, run.ControlPlaneCPUSeconds = spent.self.Seconds(), spent.controlPlane.Seconds()
+	run.WallSeconds = time.Since(started).Seconds()
 	e.say("round %d: %s ran %s (%d of %d pods bound)", round, sched, since(started), binds.count(), want)
 	if waitErr == nil && e.cfg.Bound != nil {
 		e.cfg.Bound(sched, round)
@@ -603,7 +607,9 @@ func (e *env) runOnce(ctx context.Context, sched string, round int, jobs []bench
 	if err := errors.Join(waitErr, stopScheduler()); err != nil {
 		return run, err
 	}
-	run.PodsPerSecond = bench.BindThroughput(binds.times())
+	times := binds.times()
+	run.PodsPerSecond = bench.BindThroughput(times)
+	run.BoundBy = bench.BindProgress(times, started)
 	return run, nil
 }
 

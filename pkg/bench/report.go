@@ -296,6 +296,29 @@ func (r Report) WriteMarkdown(w io.Writer) error {
 	return nil
 }
 
+// writeCPURows writes, for runs that recorded them, the CPU the scheduler
+// and the control plane spent and when each part of the pods was bound.
+func writeCPURows(b *strings.Builder, runs []InProcessRun) {
+	var rows [][]string
+	for _, run := range runs {
+		if run.WallSeconds == 0 || len(run.BoundBy) != 10 {
+			continue
+		}
+		rows = append(rows, []string{fmt.Sprint(run.Round), run.Scheduler, fmt.Sprintf("%.1f s", run.WallSeconds),
+			fmt.Sprintf("%.1f s", run.SchedulerCPUSeconds), fmt.Sprintf("%.1f s", run.ControlPlaneCPUSeconds),
+			fmt.Sprintf("%.1f / %.1f / %.1f s", run.BoundBy[0], run.BoundBy[4], run.BoundBy[9])})
+	}
+	if len(rows) == 0 {
+		return
+	}
+	b.WriteString("\nCPU during each run (from the scheduler's start to its last bind; the scheduler's process and the control plane, kube-apiserver and etcd, share the machine) and when 10%, 50% and all of the pods were bound:\n\n")
+	writeRow(b, []string{"round", "scheduler", "run", "scheduler CPU", "control plane CPU", "10% / 50% / 100% bound"})
+	writeRow(b, []string{"---", "---", "---", "---", "---", "---"})
+	for _, r := range rows {
+		writeRow(b, r)
+	}
+}
+
 // writeMarkdown writes the in-process scale run's section: the burst's
 // mix of job sizes when recorded, each run, the medians and their ratios,
 // Lockstep's to kube-scheduler's, which the targets are stated in.
@@ -316,6 +339,7 @@ func (ip *InProcessResult) writeMarkdown(b *strings.Builder) {
 	for _, run := range ip.Runs {
 		writeRow(b, []string{fmt.Sprint(run.Round), run.Scheduler, fmt.Sprintf("%.1f", run.PodsPerSecond), formatMiB(run.PeakHeapBytes)})
 	}
+	writeCPURows(b, ip.Runs)
 	for _, name := range []string{SchedulerKube, SchedulerLockstep} {
 		if rate, heap, n := ip.Median(name); n > 0 {
 			writeRow(b, []string{"median", name, fmt.Sprintf("%.1f", rate), formatMiB(heap)})

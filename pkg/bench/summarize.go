@@ -595,6 +595,34 @@ type InProcessRun struct {
 	// PeakHeapBytes is the most heap in use during the run above what was
 	// in use before the scheduler started.
 	PeakHeapBytes uint64 `json:"peak_heap_bytes"`
+	// WallSeconds is the run from the scheduler's start to its last bind;
+	// SchedulerCPUSeconds the CPU the benchmark's process spent in it (the
+	// scheduler, and the pod informer that sees the binds), and
+	// ControlPlaneCPUSeconds that of kube-apiserver and etcd. They share
+	// the machine: a scheduler that leaves cores idle is waiting on
+	// something other than CPU. Zero in results of runs before they were
+	// recorded.
+	WallSeconds            float64 `json:"wall_seconds,omitempty"`
+	SchedulerCPUSeconds    float64 `json:"scheduler_cpu_seconds,omitempty"`
+	ControlPlaneCPUSeconds float64 `json:"control_plane_cpu_seconds,omitempty"`
+	// BoundBy is BindProgress of the run's binds: seconds from the
+	// scheduler's start until each tenth of the pods was bound.
+	BoundBy []float64 `json:"bound_by,omitempty"`
+}
+
+// BindProgress returns the seconds from start until 10%, 20%, …, 100% of
+// binds had happened.
+func BindProgress(binds []time.Time, start time.Time) []float64 {
+	if len(binds) == 0 {
+		return nil
+	}
+	sorted := slices.SortedFunc(slices.Values(binds), time.Time.Compare)
+	out := make([]float64, 10)
+	for i := range out {
+		k := ((i+1)*len(sorted)+9)/10 - 1
+		out[i] = sorted[k].Sub(start).Seconds()
+	}
+	return out
 }
 
 // Median returns the median pods/s and peak heap of a scheduler's runs,

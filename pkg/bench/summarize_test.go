@@ -537,3 +537,31 @@ func BenchmarkSummarize(b *testing.B) {
 		})
 	}
 }
+
+func TestBindProgress(t *testing.T) {
+	start := time.Unix(1000, 0)
+	at := func(secs ...float64) []time.Time {
+		var out []time.Time
+		for _, s := range secs {
+			out = append(out, start.Add(time.Duration(s*float64(time.Second))))
+		}
+		return out
+	}
+	for _, tc := range []struct {
+		name  string
+		binds []time.Time
+		want  []float64
+	}{
+		{"none", nil, nil},
+		{"one", at(3), []float64{3, 3, 3, 3, 3, 3, 3, 3, 3, 3}},
+		{"twenty, unordered", at(20, 19, 18, 17, 16, 15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1),
+			[]float64{2, 4, 6, 8, 10, 12, 14, 16, 18, 20}},
+		{"five", at(1, 2, 3, 4, 5), []float64{1, 1, 2, 2, 3, 3, 4, 4, 5, 5}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if diff := cmp.Diff(tc.want, BindProgress(tc.binds, start)); diff != "" {
+				t.Errorf("BindProgress (-want,+got):\n%s", diff)
+			}
+		})
+	}
+}

@@ -110,6 +110,13 @@ type planner struct {
 	// skip hashing the cluster UUID (6% of a 25,000-node plan's time).
 	lastClique   topology.NVLinkDomain
 	lastCliqueID int32
+	// lastPick is the last answer of quality; selector is nil before the
+	// first (quality is asked only of nodes with a selector).
+	lastPick struct {
+		selector *topology.Selector
+		free     topology.GPUSet
+		quality  topology.SetQuality
+	}
 	// scratch holds the ordered children of the domains being placed into,
 	// one frame per recursion level.
 	scratch []int32
@@ -383,7 +390,10 @@ func (p *planner) initHost(i, n int32) {
 	d := &p.doms[i]
 	d.node, d.set, d.free = n, free, free.Len()
 	d.room = p.req.room(node, free)
-	d.ever = p.req.room(node, all)
+	d.ever = d.room
+	if all != free {
+		d.ever = p.req.room(node, all)
+	}
 	if p.nearHosts[i] {
 		// The gang's own members placed before hold GPUs here for as long
 		// as it runs: what is in use now is never free for the new
@@ -402,7 +412,7 @@ func (p *planner) initHost(i, n int32) {
 		d.intra, d.nic, d.fabric = 0, 0, 0
 		return
 	}
-	_, q, _ := pickGPUs(node, free, k)
+	q := p.quality(node, free)
 	if k > 1 {
 		d.intra = q.BottleneckGBps
 	}
@@ -410,6 +420,22 @@ func (p *planner) initHost(i, n int32) {
 	if nv := node.Topology.NVLinkDomain; nv != nil {
 		d.clique, d.fabric = p.clique(*nv), nv.GBps
 	}
+}
+
+// quality is the quality of the GPUs pickGPUs would give a member on node
+// from free. Without DRA it depends only on the node's selector and free,
+// and in tree order most hosts repeat the last host's pair (a rack of one
+// hardware, all free or all full): that answer is kept.
+func (p *planner) quality(node *Node, free topology.GPUSet) topology.SetQuality {
+	if node.DRA != nil {
+		_, q, _ := pickGPUs(node, free, p.req.gpus)
+		return q
+	}
+	if p.lastPick.selector != node.Selector || p.lastPick.free != free {
+		_, q, _ := pickGPUs(node, free, p.req.gpus)
+		p.lastPick.selector, p.lastPick.free, p.lastPick.quality = node.Selector, free, q
+	}
+	return p.lastPick.quality
 }
 
 // clique returns the id of a multi-node NVLink domain, ignoring its

@@ -3,6 +3,7 @@ package v1alpha1
 import (
 	"fmt"
 	"math"
+	"unique"
 
 	"github.com/lockstep-dev/lockstep/pkg/topology"
 )
@@ -122,7 +123,11 @@ func (s *NodeTopologySpec) ToTopology() (*topology.NodeTopology, error) {
 			return nil, fmt.Errorf("nvlinkDomain.cliqueID %d out of range", d.CliqueID)
 		}
 		node.NVLinkDomain = &topology.NVLinkDomain{
-			ClusterUUID: d.ClusterUUID,
+			// One copy per rack: the planner compares the UUIDs of
+			// neighbouring nodes on every plan, which for the same
+			// string is a pointer comparison, not a read of each
+			// node's copy.
+			ClusterUUID: unique.Make(d.ClusterUUID).Value(),
 			CliqueID:    uint32(d.CliqueID),
 			GBps:        fromMBps(d.BandwidthMBps),
 		}
