@@ -373,24 +373,69 @@ func TestTreeCacheRebuildsOnlyWhenLabelsChange(t *testing.T) {
 		n.Labels = map[string]string{lockstep.LabelFabricTier0: leaf}
 		return nodeInfo(n)
 	}
-	first, err := p.trees.get([]fwk.NodeInfo{node("a", "leaf-0"), node("b", "leaf-1")}, levels)
+	first, err := p.trees.get([]fwk.NodeInfo{node("a", "leaf-0"), node("b", "leaf-1")}, levels, false)
 	if err != nil {
 		t.Fatal(err)
 	}
 	same := []fwk.NodeInfo{node("a", "leaf-0"), node("b", "leaf-1")}
-	again, _ := p.trees.get(same, levels)
+	again, _ := p.trees.get(same, levels, false)
 	if again != first {
 		t.Error("tree rebuilt for unchanged nodes")
 	}
-	if again, _ := p.trees.get(same, levels); again != first {
+	if again, _ := p.trees.get(same, levels, false); again != first {
 		t.Error("tree rebuilt for the same node objects")
 	}
-	moved, _ := p.trees.get([]fwk.NodeInfo{node("a", "leaf-0"), node("b", "leaf-0")}, levels)
+	moved, _ := p.trees.get([]fwk.NodeInfo{node("a", "leaf-0"), node("b", "leaf-0")}, levels, false)
 	if moved == first {
 		t.Error("tree reused after a node changed leaf")
 	}
 	if d, err := moved.LowestCommonDomain([]string{"a", "b"}); err != nil || d.Value != "leaf-0" {
 		t.Errorf("nodes a and b meet at %v (%v), want leaf-0", d, err)
+	}
+}
+
+// TestSnapshotTreeFollowsLabels plans through snapshot, whose rows tell the
+// tree cache when no Node object moved: a node that changes leaf (a new Node
+// object in its NodeInfo) must show in the next snapshot's tree, and an
+// unchanged cluster keeps its tree.
+func TestSnapshotTreeFollowsLabels(t *testing.T) {
+	p, _ := newTestPlugin(t)
+	pod := utiltesting.MakePod("p", "ns").GPUs(8).PodGroup("g").Obj()
+	labelled := func(name, leaf string) *v1.Node {
+		n := gpuNode(name, 8)
+		n.Labels = map[string]string{lockstep.LabelFabricTier0: leaf}
+		return n
+	}
+	a, b := nodeInfo(labelled("a", "leaf-0")), nodeInfo(labelled("b", "leaf-1"))
+	infos := []fwk.NodeInfo{a, b}
+	meet := func(step string) (*topology.Tree, string) {
+		t.Helper()
+		snap, err := p.snapshot(pod, "ns/g", infos)
+		if err != nil {
+			t.Fatalf("%s: %v", step, err)
+		}
+		p.rows.recycle(snap)
+		d, err := snap.Tree.LowestCommonDomain([]string{"a", "b"})
+		if err != nil {
+			t.Fatalf("%s: %v", step, err)
+		}
+		return snap.Tree, d.Value
+	}
+	first, at := meet("start")
+	if at != "" {
+		t.Errorf("start: a and b meet at %q, want the root", at)
+	}
+	if again, _ := meet("nothing changed"); again != first {
+		t.Error("nothing changed: the tree was rebuilt")
+	}
+	b.(*framework.NodeInfo).SetNode(labelled("b", "leaf-0"))
+	if _, at := meet("b moves to leaf-0"); at != "leaf-0" {
+		t.Errorf("b moves to leaf-0: a and b meet at %q, want leaf-0", at)
+	}
+	b.(*framework.NodeInfo).SetNode(labelled("b", "leaf-1"))
+	infos = []fwk.NodeInfo{b, a}
+	if _, at := meet("b moves back, listed first"); at != "" {
+		t.Errorf("b moves back, listed first: a and b meet at %q, want the root", at)
 	}
 }
 

@@ -291,7 +291,7 @@ func TestVerdictRetiredByEvents(t *testing.T) {
 		{
 			name: "another gang's drain released",
 			event: func(p *metricsPlugin) {
-				tree, err := p.trees.get(p.nodes, p.args.Levels)
+				tree, err := p.trees.get(p.nodes, p.args.Levels, false)
 				if err != nil {
 					t.Fatal(err)
 				}
