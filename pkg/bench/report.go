@@ -339,7 +339,6 @@ func (ip *InProcessResult) writeMarkdown(b *strings.Builder) {
 	for _, run := range ip.Runs {
 		writeRow(b, []string{fmt.Sprint(run.Round), run.Scheduler, fmt.Sprintf("%.1f", run.PodsPerSecond), formatMiB(run.PeakHeapBytes)})
 	}
-	writeCPURows(b, ip.Runs)
 	for _, name := range []string{SchedulerKube, SchedulerLockstep} {
 		if rate, heap, n := ip.Median(name); n > 0 {
 			writeRow(b, []string{"median", name, fmt.Sprintf("%.1f", rate), formatMiB(heap)})
@@ -351,6 +350,7 @@ func (ip *InProcessResult) writeMarkdown(b *strings.Builder) {
 		fmt.Fprintf(b, "\nLockstep / kube-scheduler, medians: %.2f× the pods bound per second, %.2f× the peak heap.\n",
 			ours/theirs, float64(ourHeap)/float64(theirHeap))
 	}
+	writeCPURows(b, ip.Runs)
 }
 
 // scaleOrder lists the scale run's schedulers in the order of Results, then

@@ -146,8 +146,10 @@ func inProcessReport() Report {
 		InProcess: &InProcessResult{
 			Model: "test/e2e/models/gb200-100k.yaml", Nodes: 25200, Burst: BurstMixed, Jobs: len(jobs), Mix: BurstMix(jobs), Pods: 1030, Rounds: 1,
 			Runs: []InProcessRun{
-				{Scheduler: SchedulerKube, Round: 1, Pods: 1030, PodsPerSecond: 200, PeakHeapBytes: 1000 << 20},
-				{Scheduler: SchedulerLockstep, Round: 1, Pods: 1030, PodsPerSecond: 450, PeakHeapBytes: 1100 << 20},
+				{Scheduler: SchedulerKube, Round: 1, Pods: 1030, PodsPerSecond: 200, PeakHeapBytes: 1000 << 20,
+					WallSeconds: 9.5, SchedulerCPUSeconds: 12.25, ControlPlaneCPUSeconds: 6.5, BoundBy: []float64{1, 2, 3, 4, 5, 6, 7, 8, 9, 9.5}},
+				{Scheduler: SchedulerLockstep, Round: 1, Pods: 1030, PodsPerSecond: 450, PeakHeapBytes: 1100 << 20,
+					WallSeconds: 6, SchedulerCPUSeconds: 4, ControlPlaneCPUSeconds: 5.5, BoundBy: []float64{3.5, 4, 4, 4.5, 4.5, 5, 5, 5.5, 5.5, 6}},
 			},
 		},
 	}
