@@ -320,6 +320,9 @@ func (c *treeCache) get(nodeInfos []fwk.NodeInfo, levels []topology.Level, uncha
 		}
 		tree, err := topology.NewTree(levels, labels)
 		if err != nil {
+			// No tree for these nodes: the next call must not take the
+			// last one for theirs, however unchanged they are.
+			c.tree, c.nodes = nil, c.nodes[:0]
 			return nil, fmt.Errorf("building the domain tree: %w", err)
 		}
 		c.fingerprint, c.tree = fp, tree
