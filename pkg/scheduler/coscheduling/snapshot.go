@@ -58,17 +58,22 @@ type listRow struct {
 	untouched  bool
 }
 
-// judge returns the wrapper of ni, the node at position i of n, and whether
-// it is untouched.
-func (r *listRows) judge(i, n int, ni fwk.NodeInfo) (*lazySnapshotNode, bool) {
+// fit gives r a row per node of a list of n, all new when n changed. The
+// caller holds r.mu.
+func (r *listRows) fit(n int) {
+	if r != nil && len(r.rows) != n {
+		r.rows = make([]listRow, n)
+	}
+}
+
+// judge returns the wrapper of ni, the non-nil node at position i of the
+// list r fits, and whether it is untouched. The caller holds r.mu.
+func (r *listRows) judge(i int, ni fwk.NodeInfo) (*lazySnapshotNode, bool) {
 	if r == nil {
 		return &lazySnapshotNode{ni}, untouched(ni)
 	}
-	if len(r.rows) != n {
-		r.rows = make([]listRow, n)
-	}
 	row := &r.rows[i]
-	if row.info != ni || row.wrapper == nil {
+	if row.info != ni {
 		*row = listRow{info: ni, generation: ni.GetGeneration(), wrapper: &lazySnapshotNode{ni}, untouched: untouched(ni)}
 	} else if g := ni.GetGeneration(); row.generation != g {
 		row.generation, row.untouched = g, untouched(ni)
@@ -103,12 +108,13 @@ func (l lazyNodeInfoLister) List() ([]fwk.NodeInfo, error) {
 		l.rows.mu.Lock()
 		defer l.rows.mu.Unlock()
 	}
+	l.rows.fit(len(nodes))
 	for i, ni := range nodes {
 		if ni == nil {
 			back--
 			continue
 		}
-		wrapper, free := l.rows.judge(i, len(nodes), ni)
+		wrapper, free := l.rows.judge(i, ni)
 		if free {
 			out[front] = wrapper
 			front++
