@@ -221,3 +221,29 @@ func NodeSlice(node string, generation int64) *resourcev1.ResourceSlice {
 		},
 	}
 }
+
+// ChannelRequests counts the requests of spec for a channel of the default
+// channel class (exactly, or as a request's first alternative): how many
+// channels a claim made from it takes on its pod's node.
+func ChannelRequests(spec *resourcev1.ResourceClaimSpec) int {
+	n := 0
+	for _, r := range spec.Devices.Requests {
+		switch {
+		case r.Exactly != nil && r.Exactly.DeviceClassName == ChannelDeviceClass:
+			n++
+		case len(r.FirstAvailable) > 0 && r.FirstAvailable[0].DeviceClassName == ChannelDeviceClass:
+			n++
+		}
+	}
+	return n
+}
+
+// IsChannel says whether device, published by driver, is a compute-domain
+// channel: the devices of a node's slice that each hold one domain's pod.
+func IsChannel(driver string, device *resourcev1.Device) bool {
+	if driver != DriverName {
+		return false
+	}
+	a, ok := device.Attributes[AttributeType]
+	return ok && a.StringValue != nil && *a.StringValue == DeviceTypeChannel
+}

@@ -92,3 +92,45 @@ func TestUnstructuredRoundTrip(t *testing.T) {
 		t.Errorf("round trip (-want,+got):\n%s", diff)
 	}
 }
+
+// TestChannels checks the channel counting against the driver's own
+// objects: the claim template its controller writes asks for one channel,
+// and of a node's slice only channel-0 is a channel.
+func TestChannels(t *testing.T) {
+	cd := &ComputeDomain{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "ml", Name: "train-compute-domain", UID: "cd-uid"},
+		Spec:       Spec{NumNodes: 2, Channel: &ChannelSpec{ResourceClaimTemplate: ResourceClaimTemplateRef{Name: "train-channel"}}},
+	}
+	tmpl, err := ChannelClaimTemplate(cd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gpus := resourcev1.DeviceRequest{Name: "gpus", Exactly: &resourcev1.ExactDeviceRequest{DeviceClassName: "gpu.nvidia.com"}}
+	alt := resourcev1.DeviceRequest{Name: "alt", FirstAvailable: []resourcev1.DeviceSubRequest{{Name: "channel", DeviceClassName: ChannelDeviceClass}}}
+	for _, tc := range []struct {
+		name string
+		spec resourcev1.ResourceClaimSpec
+		want int
+	}{
+		{"the driver's template", tmpl.Spec.Spec, 1},
+		{"GPUs only", resourcev1.ResourceClaimSpec{Devices: resourcev1.DeviceClaim{Requests: []resourcev1.DeviceRequest{gpus}}}, 0},
+		{"a first alternative", resourcev1.ResourceClaimSpec{Devices: resourcev1.DeviceClaim{Requests: []resourcev1.DeviceRequest{gpus, alt}}}, 1},
+	} {
+		if got := ChannelRequests(&tc.spec); got != tc.want {
+			t.Errorf("%s: ChannelRequests = %d, want %d", tc.name, got, tc.want)
+		}
+	}
+	slice := NodeSlice("tray-0", 1)
+	var channels []string
+	for i := range slice.Spec.Devices {
+		if IsChannel(slice.Spec.Driver, &slice.Spec.Devices[i]) {
+			channels = append(channels, slice.Spec.Devices[i].Name)
+		}
+	}
+	if diff := cmp.Diff([]string{"channel-0"}, channels); diff != "" {
+		t.Errorf("channels of the node's slice (-want,+got):\n%s", diff)
+	}
+	if IsChannel("gpu.nvidia.com", &slice.Spec.Devices[0]) {
+		t.Error("a device of another driver counts as a channel")
+	}
+}

@@ -194,6 +194,55 @@ func TestComputeDomainGB200(t *testing.T) {
 		}
 	})
 
+	// A tray publishes one IMEX channel, and each member claims its own:
+	// NVIDIA's driver serves one ComputeDomain per node and one workload
+	// pod per node of a domain. Members of half a tray each must still
+	// land a tray apart, and a second domain must keep off trays whose
+	// channel the first holds, though half their GPUs are free.
+	t.Run("half-tray members take a channel each", func(t *testing.T) {
+		half := gpuTemplate("pytorch", 2).Obj()
+		first := pytorchGang(ns, "half-a", 3, half).Topology(lockstep.LevelClique, v1alpha1.TopologyRequired).Obj()
+		second := pytorchGang(ns, "half-b", 1, half).Topology(lockstep.LevelClique, v1alpha1.TopologyRequired).Obj()
+		nodesOf := map[string][]string{}
+		for _, j := range []*v1alpha1.TrainingJob{first, second} {
+			if err := gb.Client.Create(ctx, j); err != nil {
+				t.Fatal(err)
+			}
+			var got v1alpha1.TrainingJob
+			err := localcluster.Poll(ctx, 200*time.Millisecond, 2*time.Minute, j.Name+" running with its ComputeDomain ready", func(ctx context.Context) (bool, error) {
+				if err := gb.Client.Get(ctx, client.ObjectKeyFromObject(j), &got); err != nil {
+					return false, err
+				}
+				return meta.IsStatusConditionTrue(got.Status.Conditions, string(v1alpha1.JobRunning)) &&
+					meta.IsStatusConditionTrue(got.Status.Conditions, v1alpha1.ConditionComputeDomainReady), nil
+			})
+			if err != nil {
+				t.Fatalf("%v; conditions %+v", err, got.Status.Conditions)
+			}
+			var pods corev1.PodList
+			if err := gb.Client.List(ctx, &pods, client.InNamespace(ns), client.MatchingLabels{lockstep.LabelJobName: j.Name}); err != nil {
+				t.Fatal(err)
+			}
+			for _, p := range pods.Items {
+				nodesOf[j.Name] = append(nodesOf[j.Name], p.Spec.NodeName)
+			}
+		}
+		seen := map[string]string{}
+		for job, nodes := range nodesOf {
+			for _, n := range nodes {
+				if other, ok := seen[n]; ok {
+					t.Errorf("node %s holds members of %s and %s, want one channel claim per node", n, other, job)
+				}
+				seen[n] = job
+			}
+		}
+		for _, j := range []*v1alpha1.TrainingJob{first, second} {
+			if err := gb.Client.Delete(ctx, j, client.PropagationPolicy(metav1.DeletePropagationBackground)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	})
+
 	t.Run("a job claiming its GPUs through DRA", func(t *testing.T) {
 		trays := addDRANodesTo(t, gb, "gb200-dra", "gb200-nvl72", 4, 4)
 		if err := gb.Client.Create(ctx, utiltesting.MakeGPUClaimTemplate("gpus", ns, 4)); err != nil {

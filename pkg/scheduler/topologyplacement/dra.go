@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 
 	v1 "k8s.io/api/core/v1"
@@ -18,6 +19,7 @@ import (
 	"k8s.io/kubernetes/pkg/scheduler/framework"
 
 	"github.com/lockstep-dev/lockstep/pkg/apis/lockstep/v1alpha1"
+	"github.com/lockstep-dev/lockstep/pkg/computedomain"
 	"github.com/lockstep-dev/lockstep/pkg/gpuclaim"
 	"github.com/lockstep-dev/lockstep/pkg/lockstep"
 	"github.com/lockstep-dev/lockstep/pkg/topology"
@@ -102,6 +104,10 @@ type claimedGPUs struct {
 	// fix it, as opposed to a claim or template not in the cache yet.
 	problem      string
 	unresolvable bool
+	// channels counts the ComputeDomain channels the pod's own claims
+	// (made from templates, one per pod) ask for: each takes one of its
+	// node's. A claim shared by name is left to DynamicResources.
+	channels int
 }
 
 // claimedGPUsOf reads the GPUs a pod's claims ask for: each pod claim's
@@ -119,6 +125,9 @@ func claimedGPUsOf(dra draSource, pod *v1.Pod) claimedGPUs {
 		}
 		if spec == nil {
 			continue
+		}
+		if pc.ResourceClaimTemplateName != nil {
+			out.channels += computedomain.ChannelRequests(spec)
 		}
 		n, problem := gpuclaim.Count(spec)
 		if problem != "" {
@@ -192,6 +201,7 @@ func (p *TopologyPlacement) podRequest(pod *v1.Pod) memberRequest {
 	case c.gpus > 0:
 		req.gpus, req.claimed, req.oneRoot = c.gpus, true, c.oneRoot
 	}
+	req.channels = c.problem == "" && c.channels > 0
 	return req
 }
 
@@ -472,14 +482,10 @@ func (p *TopologyPlacement) forgetUUIDs() cache.ResourceEventHandler {
 	}
 }
 
-// draViewFor returns the DRA view a plan for pod reads, nil for a pod that
-// claims no GPUs.
-func (p *TopologyPlacement) draViewFor(pod *v1.Pod) (*draView, error) {
-	if p.dra == nil || len(pod.Spec.ResourceClaims) == 0 {
-		return nil, nil
-	}
-	req := p.podRequest(pod)
-	if !req.claimed {
+// draViewFor returns the DRA view a plan for a pod asking req reads, nil
+// for a pod that claims no GPUs.
+func (p *TopologyPlacement) draViewFor(req memberRequest) (*draView, error) {
+	if p.dra == nil || !req.claimed {
 		return nil, nil
 	}
 	view, err := p.draSnapshot(p.logger)
@@ -539,4 +545,95 @@ func claimedFilter(free, gpus, held int) *fwk.Status {
 		return nil
 	}
 	return fwk.NewStatus(fwk.Unschedulable, fmt.Sprintf("%d of the node's free GPUs are held for gangs", held))
+}
+
+// nodeChannels are a node's ComputeDomain channels for a plan
+// (placement.Node.Channels and FreeChannels).
+type nodeChannels struct{ all, free int }
+
+// channelsFor reads, for a plan of a pod asking req, each node's
+// ComputeDomain channels: those the compute-domain driver's node-local
+// pool publishes in its newest generation, and those of them no claim
+// holds (in-flight allocations of this scheduler included). nil for a pod
+// that claims no channel, or a scheduler without DRA, whose plans do not
+// count channels.
+//
+// NVIDIA's driver serves one domain per node, through one channel each
+// pod of the domain claims for itself: without counting them the planner
+// put two members on one tray, or a member beside another domain's pod,
+// and DynamicResources turned the gang away there on every retry.
+func (p *TopologyPlacement) channelsFor(req memberRequest) (map[string]nodeChannels, error) {
+	if p.dra == nil || !req.channels {
+		return nil, nil
+	}
+	all, err := p.dra.slices()
+	if err != nil {
+		return nil, fmt.Errorf("listing ResourceSlices: %w", err)
+	}
+	allocated, err := p.dra.allocated()
+	if err != nil {
+		return nil, fmt.Errorf("listing allocated devices: %w", err)
+	}
+	newest := map[string]int64{}
+	for _, s := range all {
+		if s.Spec.Driver == computedomain.DriverName && s.Spec.NodeName != nil {
+			if gen, ok := newest[s.Spec.Pool.Name]; !ok || s.Spec.Pool.Generation > gen {
+				newest[s.Spec.Pool.Name] = s.Spec.Pool.Generation
+			}
+		}
+	}
+	out := make(map[string]nodeChannels, len(newest))
+	for _, s := range all {
+		if s.Spec.Driver != computedomain.DriverName || s.Spec.NodeName == nil || s.Spec.Pool.Generation != newest[s.Spec.Pool.Name] {
+			continue
+		}
+		c := out[*s.Spec.NodeName]
+		for i := range s.Spec.Devices {
+			d := &s.Spec.Devices[i]
+			if !computedomain.IsChannel(s.Spec.Driver, d) {
+				continue
+			}
+			c.all++
+			if !allocated.Has(structured.MakeDeviceID(s.Spec.Driver, s.Spec.Pool.Name, d.Name)) {
+				c.free++
+			}
+		}
+		out[*s.Spec.NodeName] = c
+	}
+	return out, nil
+}
+
+// channelNode gives a planner node its channels for a plan of gang: none
+// free where another gang's plan books GPUs (others), since that plan's
+// members may claim the node's channel before this one's do; the plan
+// does not say whether they will.
+func channelNode(pn *placement.Node, c nodeChannels, others topology.GPUSet) {
+	pn.Channels, pn.FreeChannels = c.all, c.free
+	if others != 0 {
+		pn.FreeChannels = 0
+	}
+}
+
+// channelsHeld counts the ComputeDomain channels pod's claims hold on
+// node, for preemption: evicting it frees them.
+func (p *TopologyPlacement) channelsHeld(pod *v1.Pod, node string) int {
+	if p.dra == nil {
+		return 0
+	}
+	n := 0
+	for _, st := range pod.Status.ResourceClaimStatuses {
+		if st.ResourceClaimName == nil {
+			continue
+		}
+		claim, err := p.dra.claim(pod.Namespace, *st.ResourceClaimName)
+		if err != nil || claim.Status.Allocation == nil {
+			continue
+		}
+		for _, r := range claim.Status.Allocation.Devices.Results {
+			if r.Driver == computedomain.DriverName && r.Pool == node && strings.HasPrefix(r.Device, computedomain.DeviceTypeChannel+"-") {
+				n++
+			}
+		}
+	}
+	return n
 }

@@ -460,6 +460,9 @@ type unknownGPUs struct {
 func (g *victimGPUs) victimPod(pod *v1.Pod, node string, inSnap map[string]*placement.Node) placement.VictimPod {
 	req := requestOf(pod)
 	vp := placement.VictimPod{Node: node, MilliCPU: req.milliCPU, Memory: req.memory}
+	if node != "" && inSnap[node] != nil && len(pod.Spec.ResourceClaims) > 0 {
+		vp.Channels = g.p.channelsHeld(pod, node)
+	}
 	if node == "" || inSnap[node] == nil || req.gpus == 0 {
 		return vp
 	}

@@ -524,6 +524,7 @@ func (p *TopologyPlacement) request(pg *schedv1alpha1.PodGroup, pod *v1.Pod, s *
 		GPUsPerMember:     s.req.gpus,
 		MilliCPUPerMember: s.req.milliCPU,
 		MemoryPerMember:   s.req.memory,
+		Channels:          s.req.channels,
 		Near:              m.boundNodes,
 		Level:             pg.Annotations[lockstep.AnnotationTopologyLevel],
 		Mode:              lockstep.ConstraintMode(pg.Annotations[lockstep.AnnotationTopologyMode]),

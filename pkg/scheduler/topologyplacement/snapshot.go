@@ -70,6 +70,9 @@ type memberRequest struct {
 	claimUnresolvable bool
 	// oneRoot says the claim asks for one PCIe root first (claimedGPUs).
 	oneRoot bool
+	// channels says the pod's own claims take a ComputeDomain channel of
+	// its node (claimedGPUs.channels).
+	channels bool
 }
 
 func requestOf(pod *v1.Pod) memberRequest {
@@ -108,8 +111,17 @@ func (p *TopologyPlacement) snapshot(pod *v1.Pod, gang string, nodeInfos []fwk.N
 		Fabric: topology.Fabric{Oversubscription: p.args.Oversubscription},
 		Levels: p.args.Levels,
 	}
-	// A pod that claims GPUs is planned on the DRA driver's devices.
-	dra, err := p.draViewFor(pod)
+	// A pod that claims GPUs is planned on the DRA driver's devices, and
+	// one that claims a ComputeDomain channel on nodes with one free.
+	var req memberRequest
+	if p.dra != nil && len(pod.Spec.ResourceClaims) > 0 {
+		req = p.podRequest(pod)
+	}
+	dra, err := p.draViewFor(req)
+	if err != nil {
+		return nil, err
+	}
+	channels, err := p.channelsFor(req)
 	if err != nil {
 		return nil, err
 	}
@@ -155,6 +167,13 @@ func (p *TopologyPlacement) snapshot(pod *v1.Pod, gang string, nodeInfos []fwk.N
 				continue
 			}
 			p.draNode(&pn, row, gang, dra)
+		}
+		if channels != nil {
+			others := row.booked
+			if ownOpen {
+				others = p.books.core.HeldOn(row.name, gang)
+			}
+			channelNode(&pn, channels[row.name], others)
 		}
 		nodes = append(nodes, pn)
 	}

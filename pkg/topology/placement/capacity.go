@@ -391,8 +391,8 @@ func (p *planner) initHost(i, n int32) {
 	d.node, d.set, d.free = n, free, free.Len()
 	d.room = p.req.room(node, free)
 	d.ever = d.room
-	if all != free {
-		d.ever = p.req.room(node, all)
+	if all != free || (p.req.channels && node.Channels != node.FreeChannels) {
+		d.ever = p.req.roomEver(node, all)
 	}
 	if p.nearHosts[i] {
 		// The gang's own members placed before hold GPUs here for as long
@@ -472,9 +472,21 @@ func usableGPUs(node *Node, set topology.GPUSet) topology.GPUSet {
 // room returns how many members node can take with free GPUs, at most the
 // gang size.
 func (r *request) room(node *Node, free topology.GPUSet) int {
+	return r.roomWith(node, free, node.FreeChannels)
+}
+
+// roomEver is room with every GPU of all and every channel free.
+func (r *request) roomEver(node *Node, all topology.GPUSet) int {
+	return r.roomWith(node, all, node.Channels)
+}
+
+func (r *request) roomWith(node *Node, free topology.GPUSet, channels int) int {
 	room := min(r.members, max(node.FreePods, 0))
 	if r.gpus > 0 {
 		room = min(room, free.Len()/r.gpus)
+	}
+	if r.channels {
+		room = min(room, max(channels, 0))
 	}
 	room = min(room, share(node.FreeMilliCPU, r.milliCPU))
 	return min(room, share(node.FreeMemory, r.memory))

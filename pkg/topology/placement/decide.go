@@ -47,6 +47,8 @@ type Request struct {
 	GPUsPerMember     int
 	MilliCPUPerMember int64
 	MemoryPerMember   int64
+	// Channels: each member claims a ComputeDomain channel (Gang.Channels).
+	Channels bool
 	// Near are the nodes of members placed before (Gang.Near).
 	Near []string
 	// Level and Mode are the constraint the gang names: "" for none, and a
@@ -141,6 +143,7 @@ func (p Policy) Gang(r Request) (Gang, error) {
 		GPUsPerMember:     r.GPUsPerMember,
 		MilliCPUPerMember: r.MilliCPUPerMember,
 		MemoryPerMember:   r.MemoryPerMember,
+		Channels:          r.Channels,
 		Near:              r.Near,
 		Level:             r.Level,
 		Mode:              r.Mode,

@@ -141,7 +141,7 @@ func (p *planner) roomiest(level int) int32 {
 func (p *planner) roomOf(i int32) string {
 	r := &p.req
 	m := r.members
-	var gpuRoom, cpuRoom, memRoom, podRoom int
+	var gpuRoom, cpuRoom, memRoom, podRoom, channelRoom int
 	for _, d := range p.doms[i:p.doms[i].end] {
 		if d.node < 0 {
 			continue
@@ -153,6 +153,7 @@ func (p *planner) roomOf(i int32) string {
 		cpuRoom += min(m, share(node.FreeMilliCPU, r.milliCPU))
 		memRoom += min(m, share(node.FreeMemory, r.memory))
 		podRoom += min(m, max(node.FreePods, 0))
+		channelRoom += min(m, max(node.FreeChannels, 0))
 	}
 	var limits []string
 	if r.gpus > 0 && gpuRoom < m {
@@ -165,8 +166,10 @@ func (p *planner) roomOf(i int32) string {
 	for _, l := range []struct {
 		room int
 		what string
-	}{{cpuRoom, "CPU allows"}, {memRoom, "memory allows"}, {podRoom, "pod slots allow"}} {
-		if l.room < m {
+		skip bool
+	}{{cpuRoom, "CPU allows", false}, {memRoom, "memory allows", false}, {podRoom, "pod slots allow", false},
+		{channelRoom, "free ComputeDomain channels allow", !r.channels}} {
+		if !l.skip && l.room < m {
 			limits = append(limits, fmt.Sprintf("%s %s", l.what, plural(l.room, "member")))
 		}
 	}

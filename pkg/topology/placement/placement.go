@@ -43,6 +43,13 @@ type Node struct {
 	// rating and the choice between nodes hold what the pods will get.
 	DRA        *topology.DRAOrder
 	DRAOneRoot bool
+	// Channels are the node's ComputeDomain channels (the IMEX channels
+	// NVIDIA's DRA driver publishes, one per node) and FreeChannels those
+	// no claim or other plan holds. A gang whose members each claim one
+	// (Gang.Channels) puts at most FreeChannels members on the node now,
+	// and at most Channels once every channel is free; other gangs ignore
+	// both.
+	Channels, FreeChannels int
 }
 
 // Snapshot is the cluster as the planner sees it. Place only reads it.
@@ -111,6 +118,12 @@ type Gang struct {
 	// first): explanations say so instead of naming a constraint the user
 	// never wrote.
 	Implicit bool
+	// Channels says each member claims one of its node's ComputeDomain
+	// channels (Node.FreeChannels): NVIDIA's driver serves one domain per
+	// node and one pod of a domain per node, so a domain's members land a
+	// node apart and off nodes another domain holds, whatever GPUs are
+	// free there.
+	Channels bool
 	// NoDrain keeps a waiting gang from draining a domain (Unschedulable.Drain):
 	// its last drain stalled (Books.Stalled), so waiting for that domain
 	// was not worth keeping other pods off it.
@@ -222,6 +235,8 @@ type request struct {
 	gpus     int
 	milliCPU int64
 	memory   int64
+	// channels: each member claims one of its node's channels.
+	channels bool
 	// want is the tree level index of Gang.Level (the root when unset) and
 	// stop the widest level the search may use now. For a gang that widens
 	// (Preferred with a Level), stop is only known once the planner has
@@ -290,6 +305,7 @@ func newRequest(s *Snapshot, g Gang, opts Options) (request, error) {
 		gpus:         g.GPUsPerMember,
 		milliCPU:     g.MilliCPUPerMember,
 		memory:       g.MemoryPerMember,
+		channels:     g.Channels,
 		want:         index("level", g.Level),
 		stop:         top,
 		mode:         g.Mode,

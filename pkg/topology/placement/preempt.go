@@ -35,6 +35,9 @@ type VictimPod struct {
 	GPUs     topology.GPUSet
 	MilliCPU int64
 	Memory   int64
+	// Channels are the ComputeDomain channels the pod's claims hold on
+	// Node (Node.FreeChannels).
+	Channels int
 }
 
 // gpus counts the victim's GPUs.
@@ -291,6 +294,7 @@ func preemptIn(s *Snapshot, d *topology.Domain, g Gang, req request, byName map[
 			n.FreeMilliCPU = max(n.FreeMilliCPU, 0) + int64(sign)*pod.MilliCPU
 			n.FreeMemory = max(n.FreeMemory, 0) + int64(sign)*pod.Memory
 			n.FreePods = max(n.FreePods, 0) + sign
+			n.FreeChannels = max(n.FreeChannels, 0) + sign*pod.Channels
 			total -= room[pod.Node]
 			room[pod.Node] = req.room(n, usableGPUs(n, n.FreeGPUs))
 			total += room[pod.Node]
