@@ -45,6 +45,7 @@ type options struct {
 	scaleModel      string
 	scaleGangs      int
 	scaleSchedulers string
+	scaleRounds     int
 
 	inProcessModel    string
 	inProcessRounds   int
@@ -84,6 +85,7 @@ func main() {
 	fs.StringVar(&o.scaleModel, "scale-model", "", "cluster model of the scale run; empty skips it")
 	fs.IntVar(&o.scaleGangs, "scale-gangs", 120, "gang jobs in the scale run's burst")
 	fs.StringVar(&o.scaleSchedulers, "scale-schedulers", "kube-scheduler,lockstep", "schedulers of the scale run")
+	fs.IntVar(&o.scaleRounds, "scale-rounds", 1, "rounds of the scale run on its one cluster, each running every --scale-schedulers in turn; above 1 the report holds medians and every run")
 	fs.StringVar(&o.inProcessModel, "inprocess-model", "", "cluster model of the in-process scale run (internal/perf: schedulers in this process, no KWOK); empty skips it")
 	fs.IntVar(&o.inProcessRounds, "inprocess-rounds", 3, "rounds of the in-process scale run, each running kube-scheduler then Lockstep on the --inprocess-burst")
 	fs.StringVar(&o.inProcessBurst, "inprocess-burst", bench.BurstGangs, "burst of the in-process scale run: "+bench.BurstGangs+" (--scale-gangs gangs of 16 to 128 GPUs in 8-GPU pods, make bench's) or "+bench.BurstMixed+" (gangs of 8 to 4,096 GPUs in whole-node pods beside single-pod jobs of 1 GPU to a node's, sized to the model)")
@@ -197,6 +199,9 @@ func run(ctx context.Context, o options) error {
 		}
 		if _, err := clustermodel.Load(o.scaleModel); err != nil {
 			return err
+		}
+		if o.scaleRounds < 1 {
+			return fmt.Errorf("--scale-rounds %d: must be at least 1", o.scaleRounds)
 		}
 	}
 	if o.scaleModel != "" || o.inProcessModel != "" {
@@ -332,7 +337,7 @@ func run(ctx context.Context, o options) error {
 	if o.scaleModel != "" {
 		so := ro
 		so.model = o.scaleModel
-		if report.Scale, err = scaleRun(ctx, so, scaleScheds, scaleJobs(o.scaleGangs)); err != nil {
+		if report.Scale, err = scaleRun(ctx, so, scaleScheds, scaleJobs(o.scaleGangs), o.scaleRounds); err != nil {
 			return fmt.Errorf("scale run on %s (replay results are in %s): %w", o.scaleModel, out, err)
 		}
 		if err := report.WriteAll(out); err != nil {

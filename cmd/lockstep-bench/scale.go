@@ -42,7 +42,11 @@ func scaleJobs(n int) []bench.Job {
 // last, so start-up is not counted. Between schedulers the scheduler and
 // controller stop and every job and pod is deleted, so each starts from an
 // empty cluster.
-func scaleRun(ctx context.Context, o replayOptions, scheds []scheduler, jobs []bench.Job) (result *bench.ScaleResult, err error) {
+//
+// With rounds above 1 every scheduler runs the burst that many times, in
+// turn, and the result holds each one's medians beside every run: one run
+// on a shared machine is noise (ScaleResult.Add).
+func scaleRun(ctx context.Context, o replayOptions, scheds []scheduler, jobs []bench.Job, rounds int) (result *bench.ScaleResult, err error) {
 	begin := time.Now()
 	say := func(format string, args ...any) {
 		fmt.Printf("[scale %5.0fs] %s\n", time.Since(begin).Seconds(), fmt.Sprintf(format, args...))
@@ -64,25 +68,30 @@ func scaleRun(ctx context.Context, o replayOptions, scheds []scheduler, jobs []b
 	say("cluster up: %d nodes with topology", c.Model.NodeCount())
 
 	result = &bench.ScaleResult{Model: o.model, Nodes: c.Model.NodeCount(), Jobs: len(jobs), PodsPerSecond: map[string]float64{}, PeakRSSBytes: map[string]uint64{}}
-	for _, sched := range scheds {
-		binds, pods, err := scaleBurst(ctx, c, o, sched, jobs, say)
-		if err != nil {
-			return nil, fmt.Errorf("%s: %w", sched.Name, err)
-		}
-		result.Pods = pods
-		result.PodsPerSecond[sched.Name] = bench.BindThroughput(binds)
-		// Read before clearBurst stops the scheduler: the peak goes with
-		// the process.
-		if proc, ok := c.Component("scheduler"); ok {
-			rss, err := proc.PeakRSS()
+	for round := 1; round <= max(rounds, 1); round++ {
+		for _, sched := range scheds {
+			binds, pods, err := scaleBurst(ctx, c, o, sched, jobs, say)
 			if err != nil {
-				return nil, fmt.Errorf("%s: reading its peak RSS: %w", sched.Name, err)
+				return nil, fmt.Errorf("%s, round %d: %w", sched.Name, round, err)
 			}
-			result.PeakRSSBytes[sched.Name] = rss
-		}
-		say("%s: %d pods bound at %.0f pods/s, peak RSS %d MiB", sched.Name, len(binds), result.PodsPerSecond[sched.Name], result.PeakRSSBytes[sched.Name]>>20)
-		if err := clearBurst(ctx, c); err != nil {
-			return nil, err
+			result.Pods = pods
+			run := bench.ScaleRun{Scheduler: sched.Name, Round: round, PodsPerSecond: bench.BindThroughput(binds)}
+			// Read before clearBurst stops the scheduler: the peak goes
+			// with the process.
+			if proc, ok := c.Component("scheduler"); ok {
+				if run.PeakRSSBytes, err = proc.PeakRSS(); err != nil {
+					return nil, fmt.Errorf("%s: reading its peak RSS: %w", sched.Name, err)
+				}
+			}
+			if rounds > 1 {
+				result.Add(run)
+			} else {
+				result.PodsPerSecond[sched.Name], result.PeakRSSBytes[sched.Name] = run.PodsPerSecond, run.PeakRSSBytes
+			}
+			say("%s, round %d: %d pods bound at %.0f pods/s, peak RSS %d MiB", sched.Name, round, len(binds), run.PodsPerSecond, run.PeakRSSBytes>>20)
+			if err := clearBurst(ctx, c); err != nil {
+				return nil, err
+			}
 		}
 	}
 	return result, nil

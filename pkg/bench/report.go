@@ -145,7 +145,7 @@ func (r Report) CheckTargets() []TargetCheck {
 	}
 	got := ""
 	if measured {
-		got = fmt.Sprintf("%.2f× (%.1f vs %.1f pods/s)", ours/theirs, ours, theirs)
+		got = fmt.Sprintf("%.2f× (%.1f vs %.1f pods/s%s)", ours/theirs, ours, theirs, r.Scale.mediansOf())
 	}
 	checks = append(checks, check("pods bound per second at scale, vs kube-scheduler", fmt.Sprintf("≥ %.2f×", t.ScaleThroughputRatio),
 		measured, got, measured && ours >= t.ScaleThroughputRatio*theirs))
@@ -160,7 +160,7 @@ func (r Report) CheckTargets() []TargetCheck {
 	}
 	got = ""
 	if measured {
-		got = fmt.Sprintf("%.2f× (%s vs %s)", float64(ourRSS)/float64(theirRSS), formatMiB(ourRSS), formatMiB(theirRSS))
+		got = fmt.Sprintf("%.2f× (%s vs %s%s)", float64(ourRSS)/float64(theirRSS), formatMiB(ourRSS), formatMiB(theirRSS), r.Scale.mediansOf())
 	}
 	checks = append(checks, check("peak RSS at scale, vs kube-scheduler", fmt.Sprintf("≤ %.2f×", t.ScaleMemoryRatio),
 		measured, got, measured && float64(ourRSS) <= t.ScaleMemoryRatio*float64(theirRSS)))
@@ -260,7 +260,11 @@ func (r Report) WriteMarkdown(w io.Writer) error {
 
 	if s := r.Scale; s != nil {
 		b.WriteString("\n## Scale\n\n")
-		fmt.Fprintf(&b, "Model `%s`: %d nodes, %d jobs, %d pods.\n\n", s.Model, s.Nodes, s.Jobs, s.Pods)
+		fmt.Fprintf(&b, "Model `%s`: %d nodes, %d jobs, %d pods", s.Model, s.Nodes, s.Jobs, s.Pods)
+		if s.Rounds > 1 {
+			fmt.Fprintf(&b, "; %d rounds on one cluster, medians first, then each run in the order they ran", s.Rounds)
+		}
+		b.WriteString(".\n\n")
 		writeRow(&b, []string{"scheduler", "pods bound per second", "peak RSS"})
 		writeRow(&b, []string{"---", "---", "---"})
 		for _, name := range r.scaleOrder() {
@@ -269,6 +273,14 @@ func (r Report) WriteMarkdown(w io.Writer) error {
 				rss = formatMiB(v)
 			}
 			writeRow(&b, []string{name, fmt.Sprintf("%.1f", s.PodsPerSecond[name]), rss})
+		}
+		if s.Rounds > 1 {
+			b.WriteString("\n")
+			writeRow(&b, []string{"round", "scheduler", "pods bound per second", "peak RSS"})
+			writeRow(&b, []string{"---", "---", "---", "---"})
+			for _, run := range s.Runs {
+				writeRow(&b, []string{fmt.Sprint(run.Round), run.Scheduler, fmt.Sprintf("%.1f", run.PodsPerSecond), formatMiB(run.PeakRSSBytes)})
+			}
 		}
 	}
 
@@ -513,4 +525,12 @@ func (r Report) WriteAll(dir string) error {
 		return err
 	}
 	return r.WritePlots(dir)
+}
+
+// mediansOf says, for a check's figure, that it is a median of rounds.
+func (s *ScaleResult) mediansOf() string {
+	if s.Rounds < 2 {
+		return ""
+	}
+	return fmt.Sprintf(", median of %d rounds", s.Rounds)
 }

@@ -155,6 +155,47 @@ func inProcessReport() Report {
 	}
 }
 
+// scaleRoundsReport is a KWOK scale run alone, three rounds of two
+// schedulers.
+func scaleRoundsReport() Report {
+	s := &ScaleResult{Model: "scale-5000", Nodes: 5000, Jobs: 120, Pods: 840}
+	for i, r := range []struct {
+		rate float64
+		rss  uint64
+	}{{120, 220}, {170, 250}, {100, 215}, {160, 290}, {125, 230}, {150, 260}} {
+		name := SchedulerKube
+		if i%2 == 1 {
+			name = SchedulerLockstep
+		}
+		s.Add(ScaleRun{Scheduler: name, Round: i/2 + 1, PodsPerSecond: r.rate, PeakRSSBytes: r.rss << 20})
+	}
+	return Report{Model: "m", Trace: "t.csv", TimeCompression: 60, Host: "2 CPU cores, linux/amd64", Targets: DefaultTargets(), Scale: s}
+}
+
+// TestScaleResultAdd checks that a scale run of rounds reports each
+// scheduler's medians, not its last run.
+func TestScaleResultAdd(t *testing.T) {
+	s := scaleRoundsReport().Scale
+	want := &ScaleResult{
+		PodsPerSecond: map[string]float64{SchedulerKube: 120, SchedulerLockstep: 160},
+		PeakRSSBytes:  map[string]uint64{SchedulerKube: 220 << 20, SchedulerLockstep: 260 << 20},
+		Rounds:        3,
+	}
+	got := &ScaleResult{PodsPerSecond: s.PodsPerSecond, PeakRSSBytes: s.PeakRSSBytes, Rounds: s.Rounds}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("medians (-want,+got):\n%s", diff)
+	}
+	if len(s.Runs) != 6 {
+		t.Errorf("%d runs kept, want 6", len(s.Runs))
+	}
+	even := &ScaleResult{}
+	even.Add(ScaleRun{Scheduler: SchedulerKube, Round: 1, PodsPerSecond: 100, PeakRSSBytes: 200})
+	even.Add(ScaleRun{Scheduler: SchedulerKube, Round: 2, PodsPerSecond: 110, PeakRSSBytes: 300})
+	if got, want := []any{even.PodsPerSecond[SchedulerKube], even.PeakRSSBytes[SchedulerKube]}, []any{105.0, uint64(250)}; !cmp.Equal(got, want) {
+		t.Errorf("medians of two runs %v, want %v", got, want)
+	}
+}
+
 func TestWriteMarkdown(t *testing.T) {
 	tests := []struct {
 		name   string
@@ -165,6 +206,7 @@ func TestWriteMarkdown(t *testing.T) {
 		{"nothing measured", Report{Model: "m", Trace: "t.csv", TimeCompression: 1.5, Host: "1 CPU cores, linux/arm64", Targets: DefaultTargets(),
 			Results: []Result{{Scheduler: SchedulerKube, PartialGangAfterSeconds: 30}}}, "report-empty.md"},
 		{"the in-process run alone, mixed burst", inProcessReport(), "report-inprocess.md"},
+		{"a scale run of three rounds", scaleRoundsReport(), "report-scale-rounds.md"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -200,6 +200,59 @@ type ScaleResult struct {
 	// PeakRSSBytes is each scheduler process's peak resident memory
 	// (VmHWM) over its run.
 	PeakRSSBytes map[string]uint64 `json:"peak_rss_bytes,omitempty"`
+	// Rounds is how many times every scheduler ran the burst on the one
+	// cluster, and Runs each run in the order they ran; then both maps
+	// above hold each scheduler's medians (Add). Zero and empty in
+	// results of single-run reports, whose maps hold the one run.
+	Rounds int        `json:"rounds,omitempty"`
+	Runs   []ScaleRun `json:"runs,omitempty"`
+}
+
+// ScaleRun is one scheduler's burst in one round of the scale run.
+type ScaleRun struct {
+	Scheduler     string  `json:"scheduler"`
+	Round         int     `json:"round"`
+	PodsPerSecond float64 `json:"pods_per_second"`
+	PeakRSSBytes  uint64  `json:"peak_rss_bytes,omitempty"`
+}
+
+// Add records run and sets its scheduler's pods/s and peak RSS to the
+// median of its runs: on a shared machine one run's ratio is noise.
+func (s *ScaleResult) Add(run ScaleRun) {
+	s.Runs = append(s.Runs, run)
+	s.Rounds = max(s.Rounds, run.Round)
+	var rates []float64
+	var rss []uint64
+	for _, r := range s.Runs {
+		if r.Scheduler == run.Scheduler {
+			rates = append(rates, r.PodsPerSecond)
+			rss = append(rss, r.PeakRSSBytes)
+		}
+	}
+	if s.PodsPerSecond == nil {
+		s.PodsPerSecond = map[string]float64{}
+	}
+	if s.PeakRSSBytes == nil {
+		s.PeakRSSBytes = map[string]uint64{}
+	}
+	s.PodsPerSecond[run.Scheduler] = median(rates)
+	if m := median(rss); m > 0 {
+		s.PeakRSSBytes[run.Scheduler] = m
+	}
+}
+
+// median is the middle of xs, or the mean of the two middle values of an
+// even count; zero for none. xs is sorted in place.
+func median[T float64 | uint64](xs []T) T {
+	n := len(xs)
+	if n == 0 {
+		return 0
+	}
+	slices.Sort(xs)
+	if n%2 == 1 {
+		return xs[n/2]
+	}
+	return (xs[n/2-1] + xs[n/2]) / 2
 }
 
 // Summarize computes a run's metrics with DefaultOptions.
@@ -636,14 +689,5 @@ func (r *InProcessResult) Median(scheduler string) (podsPerSecond float64, peakH
 			heaps = append(heaps, run.PeakHeapBytes)
 		}
 	}
-	n := len(rates)
-	if n == 0 {
-		return 0, 0, 0
-	}
-	slices.Sort(rates)
-	slices.Sort(heaps)
-	if n%2 == 1 {
-		return rates[n/2], heaps[n/2], n
-	}
-	return (rates[n/2-1] + rates[n/2]) / 2, (heaps[n/2-1] + heaps[n/2]) / 2, n
+	return median(rates), median(heaps), len(rates)
 }
