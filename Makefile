@@ -178,8 +178,9 @@ BENCH_GPU_DRIVERS ?= DevicePlugin,DRA
 # Extra lockstep-bench flags, e.g. BENCH_FLAGS=--schedulers=lockstep.
 BENCH_FLAGS ?=
 
-# Rounds of the in-process scale run (internal/perf), each running
-# kube-scheduler then Lockstep; the report gives per-round numbers and medians.
+# Rounds of each scale run (KWOK, on its one cluster, and in process,
+# internal/perf), each running kube-scheduler then Lockstep; the report gives
+# per-round numbers and medians.
 BENCH_ROUNDS ?= 3
 # make bench-scale's in-process run: the 100k-GPU model, its burst (mixed:
 # gangs of 8 to 4,096 GPUs beside single-pod jobs; gangs: make bench's
@@ -197,7 +198,8 @@ bench: tools build ## Replay BENCH_TRACE on BENCH_MODEL with kube-scheduler, Cos
 	$(BIN)/lockstep-bench --bin $(BIN) --model $(BENCH_MODEL) --trace $(BENCH_TRACE) \
 	  --gpu-drivers $(BENCH_GPU_DRIVERS) \
 	  --priority-trace=$(BENCH_PRIORITY_TRACE) \
-	  --scale-model $(BENCH_SCALE_MODEL) --inprocess-model $(BENCH_SCALE_MODEL) --inprocess-rounds $(BENCH_ROUNDS) \
+	  --scale-model $(BENCH_SCALE_MODEL) --scale-rounds $(BENCH_ROUNDS) \
+	  --inprocess-model $(BENCH_SCALE_MODEL) --inprocess-rounds $(BENCH_ROUNDS) \
 	  --out $(BENCH_OUT) $(BENCH_FLAGS)
 
 .PHONY: bench-priority

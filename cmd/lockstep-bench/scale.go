@@ -4,12 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
+	"slices"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/lockstep-dev/lockstep/internal/perf"
 	"github.com/lockstep-dev/lockstep/pkg/apis/lockstep/v1alpha1"
 	"github.com/lockstep-dev/lockstep/pkg/bench"
 	"github.com/lockstep-dev/lockstep/pkg/localcluster"
@@ -70,12 +73,13 @@ func scaleRun(ctx context.Context, o replayOptions, scheds []scheduler, jobs []b
 	result = &bench.ScaleResult{Model: o.model, Nodes: c.Model.NodeCount(), Jobs: len(jobs), PodsPerSecond: map[string]float64{}, PeakRSSBytes: map[string]uint64{}}
 	for round := 1; round <= max(rounds, 1); round++ {
 		for _, sched := range scheds {
-			binds, pods, err := scaleBurst(ctx, c, o, sched, jobs, say)
+			b, err := scaleBurst(ctx, c, o, sched, jobs, say)
 			if err != nil {
 				return nil, fmt.Errorf("%s, round %d: %w", sched.Name, round, err)
 			}
-			result.Pods = pods
-			run := bench.ScaleRun{Scheduler: sched.Name, Round: round, PodsPerSecond: bench.BindThroughput(binds)}
+			result.Pods = b.pods
+			run := bench.ScaleRun{Scheduler: sched.Name, Round: round, PodsPerSecond: bench.BindThroughput(b.binds),
+				WallSeconds: b.wall.Seconds(), SchedulerCPUSeconds: b.schedulerCPU.Seconds(), ClusterCPUSeconds: b.clusterCPU.Seconds()}
 			// Read before clearBurst stops the scheduler: the peak goes
 			// with the process.
 			if proc, ok := c.Component("scheduler"); ok {
@@ -83,12 +87,9 @@ func scaleRun(ctx context.Context, o replayOptions, scheds []scheduler, jobs []b
 					return nil, fmt.Errorf("%s: reading its peak RSS: %w", sched.Name, err)
 				}
 			}
-			if rounds > 1 {
-				result.Add(run)
-			} else {
-				result.PodsPerSecond[sched.Name], result.PeakRSSBytes[sched.Name] = run.PodsPerSecond, run.PeakRSSBytes
-			}
-			say("%s, round %d: %d pods bound at %.0f pods/s, peak RSS %d MiB", sched.Name, round, len(binds), run.PodsPerSecond, run.PeakRSSBytes>>20)
+			result.Add(run)
+			say("%s, round %d: %d pods bound at %.0f pods/s, peak RSS %d MiB; %.1f s from its start to the last bind, CPU %.1f s in it and %.1f s in the rest of the cluster",
+				sched.Name, round, len(b.binds), run.PodsPerSecond, run.PeakRSSBytes>>20, run.WallSeconds, run.SchedulerCPUSeconds, run.ClusterCPUSeconds)
 			if err := clearBurst(ctx, c); err != nil {
 				return nil, err
 			}
@@ -97,9 +98,21 @@ func scaleRun(ctx context.Context, o replayOptions, scheds []scheduler, jobs []b
 	return result, nil
 }
 
-// scaleBurst runs one scheduler's part of the scale run and returns the
-// bind times and the number of pods.
-func scaleBurst(ctx context.Context, c *localcluster.Cluster, o replayOptions, sched scheduler, jobs []bench.Job, say func(string, ...any)) ([]time.Time, int, error) {
+// burst is what scaleBurst saw of one scheduler's burst.
+type burst struct {
+	binds []time.Time
+	pods  int
+	// wall runs from the scheduler's start to the last bind (read at most
+	// one poll later); schedulerCPU is the scheduler process's CPU over
+	// it, clusterCPU that of every other process of the local cluster
+	// (kube-apiserver, etcd, KWOK, kube-controller-manager, our controller
+	// and agent). On a machine of few cores their sum next to wall says
+	// whether the run waited on the CPU, and on whose.
+	wall, schedulerCPU, clusterCPU time.Duration
+}
+
+// scaleBurst runs one scheduler's part of the scale run.
+func scaleBurst(ctx context.Context, c *localcluster.Cluster, o replayOptions, sched scheduler, jobs []bench.Job, say func(string, ...any)) (burst, error) {
 	want := 0
 	for _, j := range jobs {
 		want += j.Replicas
@@ -108,32 +121,34 @@ func scaleBurst(ctx context.Context, c *localcluster.Cluster, o replayOptions, s
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	if err := obs.start(runCtx); err != nil {
-		return nil, 0, err
+		return burst{}, err
 	}
 	ctrl, err := c.ControllerComponentFor(sched.PodSchedulerName)
 	if err != nil {
-		return nil, 0, err
+		return burst{}, err
 	}
 	if _, err := c.StartComponent(ctx, ctrl); err != nil {
-		return nil, 0, err
+		return burst{}, err
 	}
 	if err := submit(runCtx, c, obs, jobs, time.Now(), 1, o.driver); err != nil {
-		return nil, 0, err
+		return burst{}, err
 	}
 	err = localcluster.Poll(ctx, 500*time.Millisecond, 5*time.Minute, fmt.Sprintf("the controller to create %d pods", want), func(context.Context) (bool, error) {
 		_, have := obs.bindTimes()
 		return have >= want, nil
 	})
 	if err != nil {
-		return nil, 0, err
+		return burst{}, err
 	}
 	say("%s: %d jobs, %d pods pending; starting the scheduler", sched.Name, len(jobs), want)
 	comp, err := sched.component(c)
 	if err != nil {
-		return nil, 0, err
+		return burst{}, err
 	}
-	if _, err := c.StartComponent(ctx, comp); err != nil {
-		return nil, 0, err
+	start, clusterBefore := time.Now(), perf.DescendantsCPU(os.Getpid())
+	proc, err := c.StartComponent(ctx, comp)
+	if err != nil {
+		return burst{}, err
 	}
 	var lastCount int
 	lastChange := time.Now()
@@ -150,8 +165,13 @@ func scaleBurst(ctx context.Context, c *localcluster.Cluster, o replayOptions, s
 		}
 		return false, nil
 	})
-	binds, pods := obs.bindTimes()
-	return binds, pods, err
+	schedulerCPU := perf.ProcessCPU(proc.Pid())
+	b := burst{schedulerCPU: schedulerCPU, clusterCPU: perf.DescendantsCPU(os.Getpid()) - clusterBefore - schedulerCPU}
+	b.binds, b.pods = obs.bindTimes()
+	if len(b.binds) > 0 {
+		b.wall = slices.MaxFunc(b.binds, time.Time.Compare).Sub(start)
+	}
+	return b, err
 }
 
 // clearBurst stops the scheduler and the controller and deletes every job

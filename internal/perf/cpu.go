@@ -2,6 +2,7 @@ package perf
 
 import (
 	"bytes"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -42,8 +43,47 @@ func selfCPU() time.Duration {
 // every Linux architecture Go supports.
 const clockTick = 10 * time.Millisecond
 
-// childrenCPU sums the user and system time of the live descendants of pid
-// (/proc/<pid>/stat fields 14 and 15).
+// DescendantsCPU is the user and system time the live descendants of pid
+// have spent (/proc/<pid>/stat fields 14 and 15); zero off Linux. A
+// process that ended takes its time with it.
+func DescendantsCPU(pid int) time.Duration { return childrenCPU(pid) }
+
+// ProcessCPU is the user and system time process pid has spent; zero once
+// it is gone, and off Linux.
+func ProcessCPU(pid int) time.Duration {
+	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	_, cpu, ok := parseStat(raw)
+	if !ok {
+		return 0
+	}
+	return cpu
+}
+
+// parseStat reads the parent and the CPU time from a /proc/<pid>/stat.
+func parseStat(raw []byte) (ppid int, cpu time.Duration, ok bool) {
+	// The command name (field 2) may hold spaces and parentheses: the
+	// fields that follow start after its last ')'.
+	end := bytes.LastIndexByte(raw, ')')
+	if end < 0 {
+		return 0, 0, false
+	}
+	fields := strings.Fields(string(raw[end+1:]))
+	if len(fields) < 13 {
+		return 0, 0, false
+	}
+	ppid, err1 := strconv.Atoi(fields[1])
+	utime, err2 := strconv.ParseInt(fields[11], 10, 64)
+	stime, err3 := strconv.ParseInt(fields[12], 10, 64)
+	if err1 != nil || err2 != nil || err3 != nil {
+		return 0, 0, false
+	}
+	return ppid, time.Duration(utime+stime) * clockTick, true
+}
+
+// childrenCPU sums the CPU time of the live descendants of pid.
 func childrenCPU(pid int) time.Duration {
 	stats, _ := filepath.Glob("/proc/[0-9]*/stat")
 	parents := map[int]int{}
@@ -53,25 +93,16 @@ func childrenCPU(pid int) time.Duration {
 		if err != nil {
 			continue
 		}
-		// The command name (field 2) may hold spaces and parentheses: the
-		// fields that follow start after its last ')'.
-		end := bytes.LastIndexByte(raw, ')')
-		if end < 0 {
+		id, err := strconv.Atoi(strings.TrimPrefix(strings.TrimSuffix(path, "/stat"), "/proc/"))
+		if err != nil {
 			continue
 		}
-		fields := strings.Fields(string(raw[end+1:]))
-		if len(fields) < 13 {
-			continue
-		}
-		id, err1 := strconv.Atoi(strings.TrimPrefix(strings.TrimSuffix(path, "/stat"), "/proc/"))
-		ppid, err2 := strconv.Atoi(fields[1])
-		utime, err3 := strconv.ParseInt(fields[11], 10, 64)
-		stime, err4 := strconv.ParseInt(fields[12], 10, 64)
-		if err1 != nil || err2 != nil || err3 != nil || err4 != nil {
+		ppid, cpu, ok := parseStat(raw)
+		if !ok {
 			continue
 		}
 		parents[id] = ppid
-		times[id] = time.Duration(utime+stime) * clockTick
+		times[id] = cpu
 	}
 	var total time.Duration
 	for id, t := range times {

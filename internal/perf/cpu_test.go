@@ -38,11 +38,17 @@ func TestChildrenCPU(t *testing.T) {
 	if got := childrenCPU(child.Process.Pid); got != 0 {
 		t.Errorf("the child has no children, but childrenCPU counts %v", got)
 	}
+	if own := ProcessCPU(child.Process.Pid); own <= 0 || own > spent {
+		t.Errorf("ProcessCPU of the child = %v, want more than 0 and at most its parent's count %v", own, spent)
+	}
 	if err := child.Process.Kill(); err != nil {
 		t.Fatal(err)
 	}
 	_ = child.Wait()
 	if gone := before.since().controlPlane; gone != 0 {
 		t.Errorf("after the child was reaped its CPU still counts: %v", gone)
+	}
+	if gone := ProcessCPU(child.Process.Pid); gone != 0 {
+		t.Errorf("ProcessCPU of a reaped process = %v, want 0", gone)
 	}
 }

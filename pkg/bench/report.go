@@ -262,7 +262,10 @@ func (r Report) WriteMarkdown(w io.Writer) error {
 		b.WriteString("\n## Scale\n\n")
 		fmt.Fprintf(&b, "Model `%s`: %d nodes, %d jobs, %d pods", s.Model, s.Nodes, s.Jobs, s.Pods)
 		if s.Rounds > 1 {
-			fmt.Fprintf(&b, "; %d rounds on one cluster, medians first, then each run in the order they ran", s.Rounds)
+			fmt.Fprintf(&b, "; %d rounds on one cluster, medians first", s.Rounds)
+		}
+		if len(s.Runs) > 0 {
+			b.WriteString(", then each run in the order they ran, with the CPU spent from the scheduler's start to its last bind")
 		}
 		b.WriteString(".\n\n")
 		writeRow(&b, []string{"scheduler", "pods bound per second", "peak RSS"})
@@ -274,12 +277,18 @@ func (r Report) WriteMarkdown(w io.Writer) error {
 			}
 			writeRow(&b, []string{name, fmt.Sprintf("%.1f", s.PodsPerSecond[name]), rss})
 		}
-		if s.Rounds > 1 {
+		if len(s.Runs) > 0 {
 			b.WriteString("\n")
-			writeRow(&b, []string{"round", "scheduler", "pods bound per second", "peak RSS"})
-			writeRow(&b, []string{"---", "---", "---", "---"})
+			writeRow(&b, []string{"round", "scheduler", "pods bound per second", "peak RSS", "start to last bind", "scheduler CPU", "rest of the cluster's CPU"})
+			writeRow(&b, []string{"---", "---", "---", "---", "---", "---", "---"})
 			for _, run := range s.Runs {
-				writeRow(&b, []string{fmt.Sprint(run.Round), run.Scheduler, fmt.Sprintf("%.1f", run.PodsPerSecond), formatMiB(run.PeakRSSBytes)})
+				wall, sched, rest := "—", "—", "—"
+				if run.WallSeconds > 0 {
+					wall = fmt.Sprintf("%.1f s", run.WallSeconds)
+					sched = fmt.Sprintf("%.1f s (%.1f cores)", run.SchedulerCPUSeconds, run.SchedulerCPUSeconds/run.WallSeconds)
+					rest = fmt.Sprintf("%.1f s (%.1f cores)", run.ClusterCPUSeconds, run.ClusterCPUSeconds/run.WallSeconds)
+				}
+				writeRow(&b, []string{fmt.Sprint(run.Round), run.Scheduler, fmt.Sprintf("%.1f", run.PodsPerSecond), formatMiB(run.PeakRSSBytes), wall, sched, rest})
 			}
 		}
 	}

@@ -167,7 +167,12 @@ func scaleRoundsReport() Report {
 		if i%2 == 1 {
 			name = SchedulerLockstep
 		}
-		s.Add(ScaleRun{Scheduler: name, Round: i/2 + 1, PodsPerSecond: r.rate, PeakRSSBytes: r.rss << 20})
+		run := ScaleRun{Scheduler: name, Round: i/2 + 1, PodsPerSecond: r.rate, PeakRSSBytes: r.rss << 20}
+		if i < 4 {
+			// The last round's runs come from before CPU was recorded.
+			run.WallSeconds, run.SchedulerCPUSeconds, run.ClusterCPUSeconds = 10, 4, 15
+		}
+		s.Add(run)
 	}
 	return Report{Model: "m", Trace: "t.csv", TimeCompression: 60, Host: "2 CPU cores, linux/amd64", Targets: DefaultTargets(), Scale: s}
 }

@@ -214,6 +214,14 @@ type ScaleRun struct {
 	Round         int     `json:"round"`
 	PodsPerSecond float64 `json:"pods_per_second"`
 	PeakRSSBytes  uint64  `json:"peak_rss_bytes,omitempty"`
+	// WallSeconds runs from the scheduler's start to its last bind;
+	// SchedulerCPUSeconds is the scheduler process's CPU over it, and
+	// ClusterCPUSeconds that of every other process of the local cluster
+	// (API server, etcd, KWOK, controllers, the agent). Zero in results of
+	// runs before they were recorded.
+	WallSeconds         float64 `json:"wall_seconds,omitempty"`
+	SchedulerCPUSeconds float64 `json:"scheduler_cpu_seconds,omitempty"`
+	ClusterCPUSeconds   float64 `json:"cluster_cpu_seconds,omitempty"`
 }
 
 // Add records run and sets its scheduler's pods/s and peak RSS to the
