@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 	"slices"
 	"time"
@@ -105,10 +104,45 @@ type burst struct {
 	// wall runs from the scheduler's start to the last bind (read at most
 	// one poll later); schedulerCPU is the scheduler process's CPU over
 	// it, clusterCPU that of every other process of the local cluster
-	// (kube-apiserver, etcd, KWOK, kube-controller-manager, our controller
-	// and agent). On a machine of few cores their sum next to wall says
+	// (clusterCPU). On a machine of few cores their sum next to wall says
 	// whether the run waited on the CPU, and on whose.
 	wall, schedulerCPU, clusterCPU time.Duration
+}
+
+// clusterCPU reads the CPU spent so far by every process of the cluster
+// but the scheduler: the control plane (kube-apiserver, etcd, KWOK,
+// kube-controller-manager run detached, not as our children) and our
+// running components (the controller and the agent).
+func clusterCPU(c *localcluster.Cluster) (cpuReading, error) {
+	pids, err := c.ControlPlanePIDs()
+	if err != nil {
+		return nil, fmt.Errorf("finding the control plane's processes: %w", err)
+	}
+	r := cpuReading{}
+	for name, pid := range c.ComponentPIDs() {
+		if name != "scheduler" {
+			pids[name] = pid
+		}
+	}
+	for _, pid := range pids {
+		r[pid] = perf.ProcessCPU(pid)
+	}
+	return r, nil
+}
+
+// cpuReading is the CPU of processes by pid at one moment.
+type cpuReading map[int]time.Duration
+
+// spent is the CPU the processes read spent since, those that ended since
+// not counted.
+func (r cpuReading) spent() time.Duration {
+	var total time.Duration
+	for pid, before := range r {
+		if now := perf.ProcessCPU(pid); now >= before {
+			total += now - before
+		}
+	}
+	return total
 }
 
 // scaleBurst runs one scheduler's part of the scale run.
@@ -145,7 +179,11 @@ func scaleBurst(ctx context.Context, c *localcluster.Cluster, o replayOptions, s
 	if err != nil {
 		return burst{}, err
 	}
-	start, clusterBefore := time.Now(), perf.DescendantsCPU(os.Getpid())
+	cluster, err := clusterCPU(c)
+	if err != nil {
+		return burst{}, err
+	}
+	start := time.Now()
 	proc, err := c.StartComponent(ctx, comp)
 	if err != nil {
 		return burst{}, err
@@ -165,8 +203,7 @@ func scaleBurst(ctx context.Context, c *localcluster.Cluster, o replayOptions, s
 		}
 		return false, nil
 	})
-	schedulerCPU := perf.ProcessCPU(proc.Pid())
-	b := burst{schedulerCPU: schedulerCPU, clusterCPU: perf.DescendantsCPU(os.Getpid()) - clusterBefore - schedulerCPU}
+	b := burst{schedulerCPU: perf.ProcessCPU(proc.Pid()), clusterCPU: cluster.spent()}
 	b.binds, b.pods = obs.bindTimes()
 	if len(b.binds) > 0 {
 		b.wall = slices.MaxFunc(b.binds, time.Time.Compare).Sub(start)

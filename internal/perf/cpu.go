@@ -43,13 +43,8 @@ func selfCPU() time.Duration {
 // every Linux architecture Go supports.
 const clockTick = 10 * time.Millisecond
 
-// DescendantsCPU is the user and system time the live descendants of pid
-// have spent (/proc/<pid>/stat fields 14 and 15); zero off Linux. A
-// process that ended takes its time with it.
-func DescendantsCPU(pid int) time.Duration { return childrenCPU(pid) }
-
-// ProcessCPU is the user and system time process pid has spent; zero once
-// it is gone, and off Linux.
+// ProcessCPU is the user and system time process pid has spent
+// (/proc/<pid>/stat fields 14 and 15); zero once it is gone, and off Linux.
 func ProcessCPU(pid int) time.Duration {
 	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {
