@@ -297,13 +297,9 @@ func newDRAJoins() *draJoins {
 // NodeTopology GPUs by UUID. Devices that join no GPU are not planned on;
 // they are logged when their node is joined, and counted.
 func (p *TopologyPlacement) draSnapshot(logger klog.Logger) (*draView, error) {
-	all, err := p.dra.slices()
+	all, allocated, err := p.draState()
 	if err != nil {
-		return nil, fmt.Errorf("listing ResourceSlices: %w", err)
-	}
-	allocated, err := p.dra.allocated()
-	if err != nil {
-		return nil, fmt.Errorf("listing allocated devices: %w", err)
+		return nil, err
 	}
 	// Claims hold few devices next to the cluster's: index them by pool.
 	taken := map[string][]string{}
@@ -342,6 +338,20 @@ func (p *TopologyPlacement) draSnapshot(logger klog.Logger) (*draView, error) {
 	}
 	p.metrics.draUnjoinedDevices.Set(float64(unjoined))
 	return view, nil
+}
+
+// draState reads every ResourceSlice and the devices allocated to claims,
+// in-flight allocations included, once for a plan.
+func (p *TopologyPlacement) draState() ([]*resourcev1.ResourceSlice, sets.Set[structured.DeviceID], error) {
+	all, err := p.dra.slices()
+	if err != nil {
+		return nil, nil, fmt.Errorf("listing ResourceSlices: %w", err)
+	}
+	allocated, err := p.dra.allocated()
+	if err != nil {
+		return nil, nil, fmt.Errorf("listing allocated devices: %w", err)
+	}
+	return all, allocated, nil
 }
 
 // group refills j.pools with the GPU driver's node-local pools (NVIDIA's
@@ -566,13 +576,9 @@ func (p *TopologyPlacement) channelsFor(req memberRequest) (map[string]nodeChann
 	if p.dra == nil || !req.channels {
 		return nil, nil
 	}
-	all, err := p.dra.slices()
+	all, allocated, err := p.draState()
 	if err != nil {
-		return nil, fmt.Errorf("listing ResourceSlices: %w", err)
-	}
-	allocated, err := p.dra.allocated()
-	if err != nil {
-		return nil, fmt.Errorf("listing allocated devices: %w", err)
+		return nil, err
 	}
 	newest := map[string]int64{}
 	for _, s := range all {
