@@ -52,7 +52,8 @@ func FuzzPlace(f *testing.F) {
 			Level:             pick(level),
 			Mode:              []lockstep.ConstraintMode{lockstep.Required, lockstep.Preferred, ""}[mode%3],
 			// Past the widest level (6 with host and cluster) too.
-			Widen: int(widen) % 8,
+			Widen:    int(widen) % 8,
+			Channels: seed%3 == 0,
 		}
 		plan, err := Place(s, g, Options{})
 		checkPlace(t, s, g, plan, err)
@@ -80,6 +81,10 @@ func randomNodes(c *cluster, rng *rand.Rand) {
 		n.FreeMilliCPU = rng.Int64N(20_000) - 1_000
 		n.FreeMemory = rng.Int64N(64 << 30)
 		n.FreePods = rng.IntN(6) - 1
+		// Gangs that claim ComputeDomain channels (Gang.Channels) count
+		// them; others must not.
+		n.Channels = rng.IntN(3)
+		n.FreeChannels = rng.IntN(n.Channels + 1)
 	}
 }
 
@@ -89,27 +94,34 @@ func checkPlace(t *testing.T, s *Snapshot, g Gang, plan *Plan, err error) {
 	t.Helper()
 	names := s.Tree.LevelNames()
 	top := len(names) - 1
-	usable := func(n *Node) topology.GPUSet {
+	// usable and total give a node's GPUs and channels now and with every
+	// one free.
+	usable := func(n *Node) (topology.GPUSet, int) {
 		if n.Topology == nil {
-			return n.FreeGPUs
+			return n.FreeGPUs, n.FreeChannels
 		}
-		return n.FreeGPUs & n.Topology.AllGPUs()
+		return n.FreeGPUs & n.Topology.AllGPUs(), n.FreeChannels
 	}
-	total := func(n *Node) topology.GPUSet {
+	total := func(n *Node) (topology.GPUSet, int) {
 		if n.Topology == nil {
-			return n.FreeGPUs
+			return n.FreeGPUs, n.Channels
 		}
-		return n.Topology.AllGPUs()
+		return n.Topology.AllGPUs(), n.Channels
 	}
 	// narrowest returns the narrowest level from lowest up where a domain
-	// has room for the gang with each node's GPUs given by gpus, or -1.
-	narrowest := func(lowest int, gpus func(*Node) topology.GPUSet) int {
+	// has room for the gang with each node's GPUs and channels given by
+	// free, or -1.
+	narrowest := func(lowest int, free func(*Node) (topology.GPUSet, int)) int {
 		for level := lowest; level <= top; level++ {
 			room := map[*topology.Domain]int{}
 			for _, n := range s.Nodes {
 				r := max(0, n.FreePods)
+				gpus, channels := free(n)
 				if g.GPUsPerMember > 0 {
-					r = min(r, gpus(n).Len()/g.GPUsPerMember)
+					r = min(r, gpus.Len()/g.GPUsPerMember)
+				}
+				if g.Channels {
+					r = min(r, channels)
 				}
 				if g.MilliCPUPerMember > 0 {
 					r = min(r, int(max(0, n.FreeMilliCPU)/g.MilliCPUPerMember))
@@ -206,8 +218,8 @@ func checkPlace(t *testing.T, s *Snapshot, g Gang, plan *Plan, err error) {
 		switch {
 		case m.GPUs.Len() != g.GPUsPerMember:
 			t.Fatalf("members[%d] has GPUs %v, want %d", i, m.GPUs, g.GPUsPerMember)
-		case m.GPUs&^usable(n) != 0:
-			t.Fatalf("members[%d] has GPUs %v, not all free on %s (%v)", i, m.GPUs, m.Node, usable(n))
+		case m.GPUs&^n.FreeGPUs != 0 || (n.Topology != nil && m.GPUs&^n.Topology.AllGPUs() != 0):
+			t.Fatalf("members[%d] has GPUs %v, not all free on %s (%v)", i, m.GPUs, m.Node, n.FreeGPUs)
 		case m.GPUs&taken[m.Node] != 0:
 			t.Fatalf("members[%d] reuses GPUs %v on %s", i, m.GPUs&taken[m.Node], m.Node)
 		}
@@ -217,7 +229,7 @@ func checkPlace(t *testing.T, s *Snapshot, g Gang, plan *Plan, err error) {
 		n := byName[name]
 		if int64(count)*g.MilliCPUPerMember > n.FreeMilliCPU && g.MilliCPUPerMember > 0 ||
 			int64(count)*g.MemoryPerMember > n.FreeMemory && g.MemoryPerMember > 0 ||
-			count > n.FreePods {
+			count > n.FreePods || g.Channels && count > n.FreeChannels {
 			t.Fatalf("%d members overrun node %s: %+v", count, name, *n)
 		}
 		path := s.Tree.Path(name)
