@@ -14,6 +14,7 @@ package computedomain
 
 import (
 	"fmt"
+	"strings"
 
 	resourcev1 "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -204,7 +205,7 @@ type channelConfig struct {
 func NodeSlice(node string, generation int64) *resourcev1.ResourceSlice {
 	device := func(typ string) resourcev1.Device {
 		return resourcev1.Device{
-			Name: typ + "-0",
+			Name: DeviceName(typ, 0),
 			Attributes: map[resourcev1.QualifiedName]resourcev1.DeviceAttribute{
 				AttributeType: {StringValue: &typ},
 				AttributeID:   {IntValue: new(int64)},
@@ -236,6 +237,16 @@ func ChannelRequests(spec *resourcev1.ResourceClaimSpec) int {
 		}
 	}
 	return n
+}
+
+// DeviceName is the name the kubelet plugin gives the device of type typ
+// and id: "channel-0", "daemon-0".
+func DeviceName(typ string, id int) string { return fmt.Sprintf("%s-%d", typ, id) }
+
+// IsChannelDevice says whether a device of driver named name is a channel,
+// for allocation results, which name devices without their attributes.
+func IsChannelDevice(driver, name string) bool {
+	return driver == DriverName && strings.HasPrefix(name, DeviceTypeChannel+"-")
 }
 
 // IsChannel says whether device, published by driver, is a compute-domain

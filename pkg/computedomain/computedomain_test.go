@@ -133,4 +133,13 @@ func TestChannels(t *testing.T) {
 	if IsChannel("gpu.nvidia.com", &slice.Spec.Devices[0]) {
 		t.Error("a device of another driver counts as a channel")
 	}
+	// Allocation results name devices only: the names must say the same.
+	for _, d := range slice.Spec.Devices {
+		if got, want := IsChannelDevice(slice.Spec.Driver, d.Name), IsChannel(slice.Spec.Driver, &d); got != want {
+			t.Errorf("IsChannelDevice(%q) = %v, IsChannel %v", d.Name, got, want)
+		}
+	}
+	if IsChannelDevice("gpu.nvidia.com", "channel-0") {
+		t.Error("a device of another driver named channel-0 counts as a channel")
+	}
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"strings"
 	"sync"
 
 	v1 "k8s.io/api/core/v1"
@@ -636,7 +635,7 @@ func (p *TopologyPlacement) channelsHeld(pod *v1.Pod, node string) int {
 			continue
 		}
 		for _, r := range claim.Status.Allocation.Devices.Results {
-			if r.Driver == computedomain.DriverName && r.Pool == node && strings.HasPrefix(r.Device, computedomain.DeviceTypeChannel+"-") {
+			if r.Pool == node && computedomain.IsChannelDevice(r.Driver, r.Device) {
 				n++
 			}
 		}
