@@ -87,18 +87,11 @@ func TestComputeDomainGB200(t *testing.T) {
 	}
 	cdName := job.Name + "-compute-domain"
 
-	var j v1alpha1.TrainingJob
-	err := localcluster.Poll(ctx, 200*time.Millisecond, 2*time.Minute, "the job's ComputeDomain ready", func(ctx context.Context) (bool, error) {
-		if err := gb.Client.Get(ctx, client.ObjectKeyFromObject(job), &j); err != nil {
-			return false, err
-		}
+	j := waitJobIn(t, gb, ns, job.Name, 2*time.Minute, "the job's ComputeDomain ready", func(j *v1alpha1.TrainingJob) bool {
 		pl := j.Status.Placement
 		return meta.IsStatusConditionTrue(j.Status.Conditions, v1alpha1.ConditionComputeDomainReady) &&
-			pl != nil && pl.ComputeDomain != nil && pl.ComputeDomain.Ready, nil
+			pl != nil && pl.ComputeDomain != nil && pl.ComputeDomain.Ready
 	})
-	if err != nil {
-		t.Fatalf("%v; conditions %+v, placement %+v", err, j.Status.Conditions, j.Status.Placement)
-	}
 	if got := j.Status.Placement.ComputeDomain.Name; got != cdName {
 		t.Errorf("status.placement.computeDomain.name %q, want %q", got, cdName)
 	}
@@ -111,16 +104,13 @@ func TestComputeDomainGB200(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	var pods corev1.PodList
-	if err := gb.Client.List(ctx, &pods, client.InNamespace(ns), client.MatchingLabels{lockstep.LabelJobName: job.Name}); err != nil {
-		t.Fatal(err)
-	}
-	if len(pods.Items) != 4 {
-		t.Fatalf("%d pods, want 4", len(pods.Items))
+	pods := jobPodsIn(t, gb, ns, job.Name)
+	if len(pods) != 4 {
+		t.Fatalf("%d pods, want 4", len(pods))
 	}
 	cliques := map[string]bool{}
 	nodes := map[string]bool{}
-	for _, p := range pods.Items {
+	for _, p := range pods {
 		if p.CreationTimestamp.Before(&cd.CreationTimestamp) {
 			t.Errorf("pod %s created at %v, before its ComputeDomain (%v)", p.Name, p.CreationTimestamp, cd.CreationTimestamp)
 		}
@@ -155,21 +145,8 @@ func TestComputeDomainGB200(t *testing.T) {
 		if err := gb.Client.Create(ctx, out); err != nil {
 			t.Fatal(err)
 		}
-		var oj v1alpha1.TrainingJob
-		err := localcluster.Poll(ctx, 200*time.Millisecond, time.Minute, "the opted-out job running", func(ctx context.Context) (bool, error) {
-			if err := gb.Client.Get(ctx, client.ObjectKeyFromObject(out), &oj); err != nil {
-				return false, err
-			}
-			return meta.IsStatusConditionTrue(oj.Status.Conditions, string(v1alpha1.JobRunning)), nil
-		})
-		if err != nil {
-			t.Fatalf("%v; conditions %+v", err, oj.Status.Conditions)
-		}
-		var pods corev1.PodList
-		if err := gb.Client.List(ctx, &pods, client.InNamespace(ns), client.MatchingLabels{lockstep.LabelJobName: out.Name}); err != nil {
-			t.Fatal(err)
-		}
-		for _, p := range pods.Items {
+		waitJobIn(t, gb, ns, out.Name, time.Minute, "the opted-out job running", hasCondition(v1alpha1.JobRunning, ""))
+		for _, p := range jobPodsIn(t, gb, ns, out.Name) {
 			if len(p.Spec.ResourceClaims) > 0 {
 				t.Errorf("pod %s claims %v, want none", p.Name, p.Spec.ResourceClaims)
 			}
@@ -208,22 +185,11 @@ func TestComputeDomainGB200(t *testing.T) {
 			if err := gb.Client.Create(ctx, j); err != nil {
 				t.Fatal(err)
 			}
-			var got v1alpha1.TrainingJob
-			err := localcluster.Poll(ctx, 200*time.Millisecond, 2*time.Minute, j.Name+" running with its ComputeDomain ready", func(ctx context.Context) (bool, error) {
-				if err := gb.Client.Get(ctx, client.ObjectKeyFromObject(j), &got); err != nil {
-					return false, err
-				}
-				return meta.IsStatusConditionTrue(got.Status.Conditions, string(v1alpha1.JobRunning)) &&
-					meta.IsStatusConditionTrue(got.Status.Conditions, v1alpha1.ConditionComputeDomainReady), nil
+			waitJobIn(t, gb, ns, j.Name, 2*time.Minute, j.Name+" running with its ComputeDomain ready", func(j *v1alpha1.TrainingJob) bool {
+				return meta.IsStatusConditionTrue(j.Status.Conditions, string(v1alpha1.JobRunning)) &&
+					meta.IsStatusConditionTrue(j.Status.Conditions, v1alpha1.ConditionComputeDomainReady)
 			})
-			if err != nil {
-				t.Fatalf("%v; conditions %+v", err, got.Status.Conditions)
-			}
-			var pods corev1.PodList
-			if err := gb.Client.List(ctx, &pods, client.InNamespace(ns), client.MatchingLabels{lockstep.LabelJobName: j.Name}); err != nil {
-				t.Fatal(err)
-			}
-			for _, p := range pods.Items {
+			for _, p := range jobPodsIn(t, gb, ns, j.Name) {
 				nodesOf[j.Name] = append(nodesOf[j.Name], p.Spec.NodeName)
 			}
 		}
@@ -351,4 +317,14 @@ func channelClaimOf(t *testing.T, c *framework.Cluster, p *corev1.Pod) *resource
 	}
 	t.Fatalf("pod %s has no claim made for it (status.resourceClaimStatuses %+v)", p.Name, p.Status.ResourceClaimStatuses)
 	return nil
+}
+
+// jobPodsIn lists the pods of job on cluster c.
+func jobPodsIn(t *testing.T, c *framework.Cluster, ns, job string) []corev1.Pod {
+	t.Helper()
+	var pods corev1.PodList
+	if err := c.Client.List(context.Background(), &pods, client.InNamespace(ns), client.MatchingLabels{lockstep.LabelJobName: job}); err != nil {
+		t.Fatal(err)
+	}
+	return pods.Items
 }

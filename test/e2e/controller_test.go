@@ -70,9 +70,15 @@ func jobPodsOf(ctx context.Context, ns, job string) (map[string]corev1.Pod, erro
 // waitJob polls the job until done says so.
 func waitJob(t *testing.T, ns, name string, timeout time.Duration, what string, done func(*v1alpha1.TrainingJob) bool) *v1alpha1.TrainingJob {
 	t.Helper()
+	return waitJobIn(t, cluster, ns, name, timeout, what, done)
+}
+
+// waitJobIn is waitJob on cluster c, for a test with a cluster of its own.
+func waitJobIn(t *testing.T, c *framework.Cluster, ns, name string, timeout time.Duration, what string, done func(*v1alpha1.TrainingJob) bool) *v1alpha1.TrainingJob {
+	t.Helper()
 	job := &v1alpha1.TrainingJob{}
 	err := localcluster.Poll(context.Background(), 100*time.Millisecond, timeout, what, func(ctx context.Context) (bool, error) {
-		if err := cluster.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, job); err != nil {
+		if err := c.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, job); err != nil {
 			return false, nil
 		}
 		return done(job), nil
