@@ -30,11 +30,16 @@ func TestNodeSlice(t *testing.T) {
 	}
 }
 
-func TestChannelClaimTemplate(t *testing.T) {
-	cd := &ComputeDomain{
+// trainDomain is job "train"'s ComputeDomain over four nodes.
+func trainDomain() *ComputeDomain {
+	return &ComputeDomain{
 		ObjectMeta: metav1.ObjectMeta{Namespace: "ml", Name: "train-compute-domain", UID: "cd-uid"},
 		Spec:       Spec{NumNodes: 4, Channel: &ChannelSpec{ResourceClaimTemplate: ResourceClaimTemplateRef{Name: "train-channel"}}},
 	}
+}
+
+func TestChannelClaimTemplate(t *testing.T) {
+	cd := trainDomain()
 	got, err := ChannelClaimTemplate(cd)
 	if err != nil {
 		t.Fatal(err)
@@ -97,11 +102,7 @@ func TestUnstructuredRoundTrip(t *testing.T) {
 // objects: the claim template its controller writes asks for one channel,
 // and of a node's slice only channel-0 is a channel.
 func TestChannels(t *testing.T) {
-	cd := &ComputeDomain{
-		ObjectMeta: metav1.ObjectMeta{Namespace: "ml", Name: "train-compute-domain", UID: "cd-uid"},
-		Spec:       Spec{NumNodes: 2, Channel: &ChannelSpec{ResourceClaimTemplate: ResourceClaimTemplateRef{Name: "train-channel"}}},
-	}
-	tmpl, err := ChannelClaimTemplate(cd)
+	tmpl, err := ChannelClaimTemplate(trainDomain())
 	if err != nil {
 		t.Fatal(err)
 	}
