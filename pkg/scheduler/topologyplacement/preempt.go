@@ -332,7 +332,7 @@ func (p *TopologyPlacement) candidates(preemptor *v1.Pod, priority int32, snap *
 		inSnap[n.Name] = n
 	}
 	own := gangKey(preemptor)
-	gpus := &victimGPUs{p: p, known: map[string]topology.GPUSet{}}
+	gpus := &victimGPUs{p: p, known: map[string]topology.GPUSet{}, channels: p.podRequest(preemptor).channels}
 	var out []placement.Victim
 	podsOf := map[string][]*v1.Pod{}
 	gangs := map[string]bool{}
@@ -446,6 +446,9 @@ type victimGPUs struct {
 	known map[string]topology.GPUSet
 	// unknown are the candidate pods whose GPUs are known by count.
 	unknown []unknownGPUs
+	// channels says the preemptor claims ComputeDomain channels: only
+	// then are the victims' channels read.
+	channels bool
 }
 
 type unknownGPUs struct {
@@ -460,7 +463,7 @@ type unknownGPUs struct {
 func (g *victimGPUs) victimPod(pod *v1.Pod, node string, inSnap map[string]*placement.Node) placement.VictimPod {
 	req := requestOf(pod)
 	vp := placement.VictimPod{Node: node, MilliCPU: req.milliCPU, Memory: req.memory}
-	if node != "" && inSnap[node] != nil && len(pod.Spec.ResourceClaims) > 0 {
+	if g.channels && node != "" && inSnap[node] != nil && len(pod.Spec.ResourceClaims) > 0 {
 		vp.Channels = g.p.channelsHeld(pod, node)
 	}
 	if node == "" || inSnap[node] == nil || req.gpus == 0 {
