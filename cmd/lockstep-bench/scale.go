@@ -1,11 +1,14 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"path/filepath"
 	"slices"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -78,7 +81,9 @@ func scaleRun(ctx context.Context, o replayOptions, scheds []scheduler, jobs []b
 			}
 			result.Pods = b.pods
 			run := bench.ScaleRun{Scheduler: sched.Name, Round: round, PodsPerSecond: bench.BindThroughput(b.binds),
-				WallSeconds: b.wall.Seconds(), SchedulerCPUSeconds: b.schedulerCPU.Seconds(), ClusterCPUSeconds: b.clusterCPU.Seconds()}
+				WallSeconds: b.wall.Seconds(), SchedulerCPUSeconds: b.schedulerCPU.Seconds(), ClusterCPUSeconds: b.clusterCPU.Seconds(),
+				FirstBindSeconds: b.firstBind.Seconds(), BindSchedulerCPUSeconds: b.window["scheduler"].Seconds(),
+				BindClusterCPUSeconds: (total(b.window) - b.window["scheduler"]).Seconds()}
 			// Read before clearBurst stops the scheduler: the peak goes
 			// with the process.
 			if proc, ok := c.Component("scheduler"); ok {
@@ -89,6 +94,8 @@ func scaleRun(ctx context.Context, o replayOptions, scheds []scheduler, jobs []b
 			result.Add(run)
 			say("%s, round %d: %d pods bound at %.0f pods/s, peak RSS %d MiB; %.1f s from its start to the last bind, CPU %.1f s in it and %.1f s in the rest of the cluster",
 				sched.Name, round, len(b.binds), run.PodsPerSecond, run.PeakRSSBytes>>20, run.WallSeconds, run.SchedulerCPUSeconds, run.ClusterCPUSeconds)
+			say("%s, round %d: first bind %.1f s after its start; CPU before it: %s; from it to the last bind: %s",
+				sched.Name, round, b.firstBind.Seconds(), formatSpent(b.startup), formatSpent(b.window))
 			if err := clearBurst(ctx, c); err != nil {
 				return nil, err
 			}
@@ -107,6 +114,11 @@ type burst struct {
 	// (clusterCPU). On a machine of few cores their sum next to wall says
 	// whether the run waited on the CPU, and on whose.
 	wall, schedulerCPU, clusterCPU time.Duration
+	// firstBind runs from the scheduler's start to its first bind; startup
+	// and window are the CPU of every process, the scheduler's included,
+	// by name, before the first bind and from it to the end.
+	firstBind       time.Duration
+	startup, window map[string]time.Duration
 }
 
 // clusterCPU reads the CPU spent so far by every process of the cluster
@@ -118,31 +130,71 @@ func clusterCPU(c *localcluster.Cluster) (cpuReading, error) {
 	if err != nil {
 		return nil, fmt.Errorf("finding the control plane's processes: %w", err)
 	}
-	r := cpuReading{}
 	for name, pid := range c.ComponentPIDs() {
 		if name != "scheduler" {
 			pids[name] = pid
 		}
 	}
-	for _, pid := range pids {
-		r[pid] = perf.ProcessCPU(pid)
-	}
-	return r, nil
+	return readCPU(pids), nil
 }
 
-// cpuReading is the CPU of processes by pid at one moment.
-type cpuReading map[int]time.Duration
+// readCPU reads the CPU the processes of pids (by name) spent so far.
+func readCPU(pids map[string]int) cpuReading {
+	r := cpuReading{}
+	for name, pid := range pids {
+		r[name] = processCPU{pid: pid, cpu: perf.ProcessCPU(pid)}
+	}
+	return r
+}
 
-// spent is the CPU the processes read spent since, those that ended since
-// not counted.
-func (r cpuReading) spent() time.Duration {
-	var total time.Duration
-	for pid, before := range r {
-		if now := perf.ProcessCPU(pid); now >= before {
-			total += now - before
+// processCPU is one process's CPU at one moment.
+type processCPU struct {
+	pid int
+	cpu time.Duration
+}
+
+// cpuReading is the CPU of processes by name at one moment.
+type cpuReading map[string]processCPU
+
+// again reads the same processes now.
+func (r cpuReading) again() cpuReading {
+	now := cpuReading{}
+	for name, p := range r {
+		now[name] = processCPU{pid: p.pid, cpu: perf.ProcessCPU(p.pid)}
+	}
+	return now
+}
+
+// since is the CPU each process spent from before to r, by name; a process
+// that ended or was replaced in between (its CPU went down) is left out.
+func (r cpuReading) since(before cpuReading) map[string]time.Duration {
+	spent := map[string]time.Duration{}
+	for name, p := range r {
+		if b, ok := before[name]; ok && b.pid == p.pid && p.cpu >= b.cpu {
+			spent[name] = p.cpu - b.cpu
 		}
 	}
-	return total
+	return spent
+}
+
+// total is the sum of spent.
+func total(spent map[string]time.Duration) time.Duration {
+	var sum time.Duration
+	for _, d := range spent {
+		sum += d
+	}
+	return sum
+}
+
+// formatSpent lists spent by process, the largest first, for the log.
+func formatSpent(spent map[string]time.Duration) string {
+	names := slices.Collect(maps.Keys(spent))
+	slices.SortFunc(names, func(a, b string) int { return cmp.Compare(spent[b], spent[a]) })
+	parts := make([]string, len(names))
+	for i, n := range names {
+		parts[i] = fmt.Sprintf("%s %.1f s", n, spent[n].Seconds())
+	}
+	return strings.Join(parts, ", ")
 }
 
 // scaleBurst runs one scheduler's part of the scale run.
@@ -188,10 +240,19 @@ func scaleBurst(ctx context.Context, c *localcluster.Cluster, o replayOptions, s
 	if err != nil {
 		return burst{}, err
 	}
+	// The scheduler as one more process of the readings: its CPU is read
+	// with the cluster's, at the first bind and at the end.
+	cluster["scheduler"] = processCPU{pid: proc.Pid()}
+	var atFirst cpuReading
 	var lastCount int
 	lastChange := time.Now()
-	err = localcluster.Poll(ctx, 500*time.Millisecond, o.timeout, "every pod bound", func(context.Context) (bool, error) {
+	// Polled often: the reading at the first bind is taken at most one
+	// interval after it, inside a bind window of a few seconds.
+	err = localcluster.Poll(ctx, 100*time.Millisecond, o.timeout, "every pod bound", func(context.Context) (bool, error) {
 		binds, _ := obs.bindTimes()
+		if len(binds) > 0 && atFirst == nil {
+			atFirst = cluster.again()
+		}
 		if len(binds) != lastCount {
 			lastCount, lastChange = len(binds), time.Now()
 		}
@@ -203,10 +264,18 @@ func scaleBurst(ctx context.Context, c *localcluster.Cluster, o replayOptions, s
 		}
 		return false, nil
 	})
-	b := burst{schedulerCPU: perf.ProcessCPU(proc.Pid()), clusterCPU: cluster.spent()}
+	atEnd := cluster.again()
+	whole := atEnd.since(cluster)
+	b := burst{schedulerCPU: whole["scheduler"]}
+	delete(whole, "scheduler")
+	b.clusterCPU = total(whole)
 	b.binds, b.pods = obs.bindTimes()
 	if len(b.binds) > 0 {
 		b.wall = slices.MaxFunc(b.binds, time.Time.Compare).Sub(start)
+		b.firstBind = slices.MinFunc(b.binds, time.Time.Compare).Sub(start)
+	}
+	if atFirst != nil {
+		b.startup, b.window = atFirst.since(cluster), atEnd.since(atFirst)
 	}
 	return b, err
 }

@@ -222,6 +222,14 @@ type ScaleRun struct {
 	WallSeconds         float64 `json:"wall_seconds,omitempty"`
 	SchedulerCPUSeconds float64 `json:"scheduler_cpu_seconds,omitempty"`
 	ClusterCPUSeconds   float64 `json:"cluster_cpu_seconds,omitempty"`
+	// FirstBindSeconds runs from the scheduler's start to its first bind
+	// (start-up, which pods/s leaves out); the Bind CPU fields are the CPU
+	// of the same processes from the first bind to the last, the window
+	// pods/s is measured over. Zero in results of runs before they were
+	// recorded.
+	FirstBindSeconds        float64 `json:"first_bind_seconds,omitempty"`
+	BindSchedulerCPUSeconds float64 `json:"bind_scheduler_cpu_seconds,omitempty"`
+	BindClusterCPUSeconds   float64 `json:"bind_cluster_cpu_seconds,omitempty"`
 }
 
 // Add records run and sets its scheduler's pods/s and peak RSS to the
