@@ -172,9 +172,9 @@ func nodeSetChanged(keys []string, old, updated *corev1.Node) bool {
 	return false
 }
 
-// watchNodeSet keeps the placement cache's generation current from the
-// informer's Node events, so that get need not list the nodes to know
-// they did not change.
+// watchNodeSet keeps the placement cache's generation and the cluster's
+// GPU capacity current from the informer's Node events, so that neither a
+// running job's summary nor a pending job's capacity check lists the nodes.
 func (r *TrainingJobReconciler) watchNodeSet(ctx context.Context, informers cache.Informers) error {
 	inf, err := informers.GetInformer(ctx, &corev1.Node{})
 	if err != nil {
@@ -182,19 +182,39 @@ func (r *TrainingJobReconciler) watchNodeSet(ctx context.Context, informers cach
 	}
 	keys := placementLabelKeys(r.Topology)
 	bump := func() { r.placements.generation.Add(1) }
-	_, err = inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
-		AddFunc: func(any) { bump() },
+	reg, err := inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
+		AddFunc: func(obj any) {
+			if n, ok := obj.(*corev1.Node); ok {
+				r.capacity.set(n.Name, allocatableGPUs(n))
+			}
+			bump()
+		},
 		UpdateFunc: func(o, n any) {
 			old, _ := o.(*corev1.Node)
 			updated, _ := n.(*corev1.Node)
+			if updated != nil {
+				r.capacity.set(updated.Name, allocatableGPUs(updated))
+			}
 			if nodeSetChanged(keys, old, updated) {
 				bump()
 			}
 		},
-		DeleteFunc: func(any) { bump() },
+		DeleteFunc: func(obj any) {
+			if tombstone, ok := obj.(toolscache.DeletedFinalStateUnknown); ok {
+				// Nodes are cluster-scoped: the key is the name.
+				r.capacity.remove(tombstone.Key)
+			} else if n, ok := obj.(*corev1.Node); ok {
+				r.capacity.remove(n.Name)
+			}
+			bump()
+		},
 	})
 	if err != nil {
 		return fmt.Errorf("watching the node set: %w", err)
+	}
+	if reg != nil {
+		// Test informers return none: the capacity is then listed.
+		r.capacity.follow(reg.HasSynced)
 	}
 	r.placements.watched.Store(true)
 	return nil

@@ -12,6 +12,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
+	toolscache "k8s.io/client-go/tools/cache"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/cache/informertest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
@@ -323,4 +325,101 @@ func placementOf(t *testing.T, c client.Client, req ctrl.Request) *v1alpha1.Plac
 		t.Fatal(err)
 	}
 	return j.Status.Placement
+}
+
+// syncedInformers are FakeInformers whose handler registrations report
+// synced as *synced says (the fake's own registrations are nil), and which
+// keep the handlers, for events the fake cannot send (tombstones).
+type syncedInformers struct {
+	*informertest.FakeInformers
+	synced   *bool
+	handlers *[]toolscache.ResourceEventHandler
+}
+
+func (s syncedInformers) GetInformer(ctx context.Context, obj client.Object, opts ...cache.InformerGetOption) (cache.Informer, error) {
+	inf, err := s.FakeInformers.GetInformer(ctx, obj, opts...)
+	return syncedInformer{Informer: inf, from: s}, err
+}
+
+type syncedInformer struct {
+	cache.Informer
+	from syncedInformers
+}
+
+func (s syncedInformer) AddEventHandler(h toolscache.ResourceEventHandler) (toolscache.ResourceEventHandlerRegistration, error) {
+	if _, err := s.Informer.AddEventHandler(h); err != nil {
+		return nil, err
+	}
+	*s.from.handlers = append(*s.from.handlers, h)
+	return syncedRegistration{s.from.synced}, nil
+}
+
+type syncedRegistration struct{ synced *bool }
+
+func (s syncedRegistration) HasSynced() bool { return *s.synced }
+
+// The cluster's GPU capacity, which a pending gang is checked against on
+// every reconcile, follows the Node events without listing the nodes once
+// the handler has seen the informer's first list: GPUs a device plugin
+// registers late, a node drained to zero, deletions seen directly and as
+// tombstones. Before that, a sum of the nodes seen so far would call a
+// gang larger than the cluster, so the nodes are listed.
+func TestClusterGPUsFollowsTheNodes(t *testing.T) {
+	ctx := context.Background()
+	fakeInformers := &informertest.FakeInformers{Scheme: fakeScheme(t)}
+	synced := false
+	var handlers []toolscache.ResourceEventHandler
+	api := fake.NewClientBuilder().WithScheme(fakeScheme(t)).
+		WithObjects(placementNodeObj("n1", "leaf-1", "spine-1", true), placementNodeObj("n2", "leaf-1", "spine-1", true)).Build()
+	reader := &nodeListCounter{Client: api}
+	r := &TrainingJobReconciler{Client: reader, Topology: lockstep.DefaultTopologyConfig()}
+	if err := r.watchNodeSet(ctx, syncedInformers{FakeInformers: fakeInformers, synced: &synced, handlers: &handlers}); err != nil {
+		t.Fatal(err)
+	}
+	inf, err := fakeInformers.FakeInformerFor(ctx, &corev1.Node{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	withGPUs := func(n *corev1.Node, gpus string) *corev1.Node {
+		n = n.DeepCopy()
+		n.Status.Allocatable = corev1.ResourceList{lockstep.GPUResource: resource.MustParse(gpus)}
+		return n
+	}
+	n1 := placementNodeObj("n1", "leaf-1", "spine-1", true)
+	n2 := placementNodeObj("n2", "leaf-1", "spine-1", true)
+	// n3 joins before its device plugin registers its GPUs.
+	n3 := placementNodeObj("n3", "leaf-2", "spine-1", false)
+
+	type state struct {
+		GPUs  int64
+		Lists int
+	}
+	steps := []struct {
+		name  string
+		event func()
+		want  state
+	}{
+		{"first list half handled: the nodes are listed", func() { inf.Add(n1) }, state{GPUs: 16, Lists: 1}},
+		{"first list handled", func() { inf.Add(n2); synced = true }, state{GPUs: 16, Lists: 1}},
+		{"a node without GPUs joins", func() { inf.Add(n3) }, state{GPUs: 16, Lists: 1}},
+		{"its device plugin registers 4", func() { inf.Update(n3, withGPUs(n3, "4")) }, state{GPUs: 20, Lists: 1}},
+		{"a heartbeat changes nothing", func() { inf.Update(withGPUs(n3, "4"), withGPUs(n3, "4")) }, state{GPUs: 20, Lists: 1}},
+		{"n1 loses its GPUs", func() { inf.Update(n1, withGPUs(n1, "0")) }, state{GPUs: 12, Lists: 1}},
+		{"n2 deleted", func() { inf.Delete(n2) }, state{GPUs: 4, Lists: 1}},
+		{"n3 deleted, seen as a tombstone", func() {
+			for _, h := range handlers {
+				h.OnDelete(toolscache.DeletedFinalStateUnknown{Key: "n3", Obj: withGPUs(n3, "4")})
+			}
+		}, state{GPUs: 0, Lists: 1}},
+	}
+	for _, s := range steps {
+		s.event()
+		gpus, err := r.clusterGPUs(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if diff := cmp.Diff(s.want, state{gpus, reader.lists}); diff != "" {
+			t.Errorf("%s (-want,+got):\n%s", s.name, diff)
+		}
+	}
 }

@@ -55,7 +55,7 @@ func BenchmarkReconcileRunningJobs(b *testing.B) {
 		var env *reconcileBench
 		b.Run(fmt.Sprintf("nodes=%d", nodes), func(b *testing.B) {
 			if env == nil {
-				env = newReconcileBench(ctx, b, nodes, 1000)
+				env = newReconcileBench(ctx, b, nodes, 1000, true)
 			}
 			env.writes.Store(0)
 			b.ReportAllocs()
@@ -73,6 +73,37 @@ func BenchmarkReconcileRunningJobs(b *testing.B) {
 	}
 }
 
+// BenchmarkReconcilePendingJobs reconciles pending jobs, one per op, round
+// robin over 1,000 PyTorch jobs of 8 pods whose pods were created and wait
+// to be scheduled, on the clusters of BenchmarkReconcileRunningJobs. A
+// pending gang is reconciled on every event of each of its pods, and each
+// pass checks the gang against the cluster's GPUs: the cluster's size must
+// not show in its time or allocations. A pass writes nothing here either.
+func BenchmarkReconcilePendingJobs(b *testing.B) {
+	ctx, cancel := context.WithCancel(ctrl.LoggerInto(context.Background(), logr.Discard()))
+	defer cancel()
+	for _, nodes := range []int{2500, 25000} {
+		var env *reconcileBench
+		b.Run(fmt.Sprintf("nodes=%d", nodes), func(b *testing.B) {
+			if env == nil {
+				env = newReconcileBench(ctx, b, nodes, 1000, false)
+			}
+			env.writes.Store(0)
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := range b.N {
+				if _, err := env.r.Reconcile(ctx, env.jobs[i%len(env.jobs)]); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.StopTimer()
+			if n := env.writes.Load(); n > 0 {
+				b.Fatalf("%d writes while reconciling pending jobs; want none in the steady state", n)
+			}
+		})
+	}
+}
+
 // reconcileBench is a cluster of running jobs and a reconciler on it.
 type reconcileBench struct {
 	r    *TrainingJobReconciler
@@ -82,8 +113,9 @@ type reconcileBench struct {
 }
 
 // newReconcileBench builds a cluster of nodes 8-GPU nodes (32 per leaf, 16
-// leaves per spine) and jobs running 8-pod jobs spread over 50 namespaces.
-func newReconcileBench(ctx context.Context, b *testing.B, nodes, jobs int) *reconcileBench {
+// leaves per spine) and jobs 8-pod jobs spread over 50 namespaces, running
+// or, with running false, with their pods created and waiting.
+func newReconcileBench(ctx context.Context, b *testing.B, nodes, jobs int, running bool) *reconcileBench {
 	b.Helper()
 	scheme := fakeScheme(b)
 	env := &reconcileBench{}
@@ -182,6 +214,14 @@ func newReconcileBench(ctx context.Context, b *testing.B, nodes, jobs int) *reco
 			return informers.List(ctx, &pods, client.InNamespace(req.Namespace), client.MatchingLabels{lockstep.LabelJobName: req.Name}) == nil &&
 				len(pods.Items) == 8
 		})
+		if !running {
+			// A second pass sees its pods and writes what it observed.
+			if _, err := r.Reconcile(ctx, req); err != nil {
+				b.Fatal(err)
+			}
+			cached(req)
+			continue
+		}
 		for k := range pods.Items {
 			p := &pods.Items[k]
 			p.Spec.NodeName = benchNodeName((i*8 + k) % nodes)

@@ -95,6 +95,8 @@ type TrainingJobReconciler struct {
 	expectations   *expectations
 	// placements caches the cluster's domain tree and placement Rater.
 	placements placementCache
+	// capacity is the GPUs the cluster's nodes can allocate.
+	capacity gpuCapacity
 	// created holds the createdKeys of create-only objects made.
 	created sync.Map
 	// failedCreates are the pods whose creation failed in their job's

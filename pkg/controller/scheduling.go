@@ -6,6 +6,7 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"sync"
 
 	corev1 "k8s.io/api/core/v1"
 	resourcev1 "k8s.io/api/resource/v1"
@@ -293,19 +294,82 @@ func (r *TrainingJobReconciler) ensureScheduledCondition(ctx context.Context, jo
 	r.Recorder.Event(job, corev1.EventTypeWarning, problem.reason, msg)
 }
 
-// clusterGPUs adds up the GPUs every node of the cluster can allocate.
+// clusterGPUs adds up the GPUs every node of the cluster can allocate: from
+// r.capacity once it follows the Node informer, else by listing the nodes.
 func (r *TrainingJobReconciler) clusterGPUs(ctx context.Context) (int64, error) {
+	if n, ok := r.capacity.get(); ok {
+		return n, nil
+	}
 	var nodes corev1.NodeList
 	// Read only: no need for the cache to copy every node.
 	if err := r.Client.List(ctx, &nodes, client.UnsafeDisableDeepCopy); err != nil {
 		return 0, err
 	}
 	var n int64
-	for _, node := range nodes.Items {
-		q := node.Status.Allocatable[lockstep.GPUResource]
-		n += q.Value()
+	for i := range nodes.Items {
+		n += allocatableGPUs(&nodes.Items[i])
 	}
 	return n, nil
+}
+
+// allocatableGPUs is the GPUs node can allocate.
+func allocatableGPUs(node *corev1.Node) int64 {
+	q := node.Status.Allocatable[lockstep.GPUResource]
+	return q.Value()
+}
+
+// gpuCapacity is the GPUs every node of the cluster can allocate, kept up
+// to date from the Node informer's events (watchNodeSet). A pending gang is
+// checked against the cluster's size on every reconcile, one per event of
+// any of its pods; summing every node each time cost a list of the whole
+// cluster per reconcile, the controller's largest cost while a burst of
+// gangs was being bound on 5,000 nodes.
+type gpuCapacity struct {
+	mu     sync.Mutex
+	byNode map[string]int64
+	total  int64
+	// synced says the handler has handled the informer's first list; nil
+	// (no watch: a reconciler not set up with a manager) or false, get
+	// declines and the caller lists the nodes.
+	synced func() bool
+}
+
+// set records that node can allocate gpus.
+func (c *gpuCapacity) set(node string, gpus int64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.byNode == nil {
+		c.byNode = map[string]int64{}
+	}
+	c.total += gpus - c.byNode[node]
+	c.byNode[node] = gpus
+}
+
+// remove forgets node.
+func (c *gpuCapacity) remove(node string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.total -= c.byNode[node]
+	delete(c.byNode, node)
+}
+
+// follow makes get answer once synced says the first list was handled.
+func (c *gpuCapacity) follow(synced func() bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.synced = synced
+}
+
+// get returns the cluster's GPUs, and false while the handler has not
+// caught up with the informer: a sum of only the nodes seen so far would
+// call a gang larger than the cluster.
+func (c *gpuCapacity) get() (int64, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.synced == nil || !c.synced() {
+		return 0, false
+	}
+	return c.total, true
 }
 
 // kueueConstraint is the gang's topology constraint from Kueue TAS's
