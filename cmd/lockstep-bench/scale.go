@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"errors"
@@ -11,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/prometheus/common/expfmt"
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -94,8 +96,8 @@ func scaleRun(ctx context.Context, o replayOptions, scheds []scheduler, jobs []b
 			result.Add(run)
 			say("%s, round %d: %d pods bound at %.0f pods/s, peak RSS %d MiB; %.1f s from its start to the last bind, CPU %.1f s in it and %.1f s in the rest of the cluster",
 				sched.Name, round, len(b.binds), run.PodsPerSecond, run.PeakRSSBytes>>20, run.WallSeconds, run.SchedulerCPUSeconds, run.ClusterCPUSeconds)
-			say("%s, round %d: first bind %.1f s after its start; CPU before it: %s; from it to the last bind: %s",
-				sched.Name, round, b.firstBind.Seconds(), formatSpent(b.startup), formatSpent(b.window))
+			say("%s, round %d: first bind %.1f s after its start; CPU before it: %s; from it to the last bind: %s; API requests from it to the last bind: %s",
+				sched.Name, round, b.firstBind.Seconds(), formatSpent(b.startup), formatSpent(b.window), b.requests.top(10))
 			if err := clearBurst(ctx, c); err != nil {
 				return nil, err
 			}
@@ -119,6 +121,10 @@ type burst struct {
 	// by name, before the first bind and from it to the end.
 	firstBind       time.Duration
 	startup, window map[string]time.Duration
+	// requests are the API requests the apiserver served from the first
+	// bind to the end, by verb and resource (readAPIRequests); nil when
+	// they could not be read.
+	requests apiRequests
 }
 
 // clusterCPU reads the CPU spent so far by every process of the cluster
@@ -244,6 +250,7 @@ func scaleBurst(ctx context.Context, c *localcluster.Cluster, o replayOptions, s
 	// with the cluster's, at the first bind and at the end.
 	cluster["scheduler"] = processCPU{pid: proc.Pid()}
 	var atFirst cpuReading
+	var requestsAtFirst apiRequests
 	var lastCount int
 	lastChange := time.Now()
 	// Polled often: the reading at the first bind is taken at most one
@@ -252,6 +259,7 @@ func scaleBurst(ctx context.Context, c *localcluster.Cluster, o replayOptions, s
 		binds, _ := obs.bindTimes()
 		if len(binds) > 0 && atFirst == nil {
 			atFirst = cluster.again()
+			requestsAtFirst = readAPIRequests(ctx, c)
 		}
 		if len(binds) != lastCount {
 			lastCount, lastChange = len(binds), time.Now()
@@ -265,8 +273,12 @@ func scaleBurst(ctx context.Context, c *localcluster.Cluster, o replayOptions, s
 		return false, nil
 	})
 	atEnd := cluster.again()
+	var b burst
+	if requestsAtFirst != nil {
+		b.requests = readAPIRequests(ctx, c).since(requestsAtFirst)
+	}
 	whole := atEnd.since(cluster)
-	b := burst{schedulerCPU: whole["scheduler"]}
+	b.schedulerCPU = whole["scheduler"]
 	delete(whole, "scheduler")
 	b.clusterCPU = total(whole)
 	b.binds, b.pods = obs.bindTimes()
@@ -312,4 +324,80 @@ func clearBurst(ctx context.Context, c *localcluster.Cluster) error {
 		return fmt.Errorf("%w (last error: %w)", err, lastErr)
 	}
 	return err
+}
+
+// apiRequests are counts of the requests the apiserver completed, by "VERB
+// resource[/subresource]".
+type apiRequests map[string]float64
+
+// readAPIRequests reads the apiserver's apiserver_request_total by verb and
+// resource; nil when its metrics cannot be read or parsed, which costs the
+// run only the breakdown. It is a diagnosis of a bind window: which writes
+// and reads the cluster served besides the binds.
+func readAPIRequests(ctx context.Context, c *localcluster.Cluster) apiRequests {
+	body, err := c.Clientset.CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(ctx)
+	if err != nil {
+		return nil
+	}
+	return parseAPIRequests(body)
+}
+
+// parseAPIRequests reads apiserver_request_total of the apiserver's
+// metrics text by verb and resource; nil when it does not parse.
+func parseAPIRequests(body []byte) apiRequests {
+	var parser expfmt.TextParser
+	families, err := parser.TextToMetricFamilies(bytes.NewReader(body))
+	if err != nil {
+		return nil
+	}
+	out := apiRequests{}
+	for _, m := range families["apiserver_request_total"].GetMetric() {
+		var verb, resource, sub string
+		for _, l := range m.GetLabel() {
+			switch l.GetName() {
+			case "verb":
+				verb = l.GetValue()
+			case "resource":
+				resource = l.GetValue()
+			case "subresource":
+				sub = l.GetValue()
+			}
+		}
+		key := verb + " " + resource
+		if sub != "" {
+			key += "/" + sub
+		}
+		out[key] += m.GetCounter().GetValue()
+	}
+	return out
+}
+
+// since is the requests completed from before to r.
+func (r apiRequests) since(before apiRequests) apiRequests {
+	out := apiRequests{}
+	for k, v := range r {
+		if d := v - before[k]; d > 0 {
+			out[k] = d
+		}
+	}
+	return out
+}
+
+// top lists the n most frequent requests, the most frequent first.
+func (r apiRequests) top(n int) string {
+	if r == nil {
+		return "not read"
+	}
+	keys := slices.Collect(maps.Keys(r))
+	slices.SortFunc(keys, func(a, b string) int {
+		if c := cmp.Compare(r[b], r[a]); c != 0 {
+			return c
+		}
+		return strings.Compare(a, b)
+	})
+	parts := make([]string, 0, n)
+	for _, k := range keys[:min(n, len(keys))] {
+		parts = append(parts, fmt.Sprintf("%s %.0f", k, r[k]))
+	}
+	return strings.Join(parts, ", ")
 }
