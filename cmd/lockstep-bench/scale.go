@@ -96,8 +96,8 @@ func scaleRun(ctx context.Context, o replayOptions, scheds []scheduler, jobs []b
 			result.Add(run)
 			say("%s, round %d: %d pods bound at %.0f pods/s, peak RSS %d MiB; %.1f s from its start to the last bind, CPU %.1f s in it and %.1f s in the rest of the cluster",
 				sched.Name, round, len(b.binds), run.PodsPerSecond, run.PeakRSSBytes>>20, run.WallSeconds, run.SchedulerCPUSeconds, run.ClusterCPUSeconds)
-			say("%s, round %d: first bind %.1f s after its start; CPU before it: %s; from it to the last bind: %s; API requests from it to the last bind: %s",
-				sched.Name, round, b.firstBind.Seconds(), formatSpent(b.startup), formatSpent(b.window), b.requests.top(10))
+			say("%s, round %d: first bind %.1f s after its start, its peak RSS then %d MiB; CPU before it: %s; from it to the last bind: %s; API requests from it to the last bind: %s",
+				sched.Name, round, b.firstBind.Seconds(), b.peakRSSAtFirstBind>>20, formatSpent(b.startup), formatSpent(b.window), b.requests.top(10))
 			if err := clearBurst(ctx, c); err != nil {
 				return nil, err
 			}
@@ -121,6 +121,9 @@ type burst struct {
 	// by name, before the first bind and from it to the end.
 	firstBind       time.Duration
 	startup, window map[string]time.Duration
+	// peakRSSAtFirstBind is the scheduler's peak RSS (VmHWM) at its first
+	// bind: start-up's share of the run's peak.
+	peakRSSAtFirstBind uint64
 	// requests are the API requests the apiserver served from the first
 	// bind to the end, by verb and resource (readAPIRequests); nil when
 	// they could not be read.
@@ -251,6 +254,7 @@ func scaleBurst(ctx context.Context, c *localcluster.Cluster, o replayOptions, s
 	cluster["scheduler"] = processCPU{pid: proc.Pid()}
 	var atFirst cpuReading
 	var requestsAtFirst apiRequests
+	var b burst
 	var lastCount int
 	lastChange := time.Now()
 	// Polled often: the reading at the first bind is taken at most one
@@ -259,6 +263,7 @@ func scaleBurst(ctx context.Context, c *localcluster.Cluster, o replayOptions, s
 		binds, _ := obs.bindTimes()
 		if len(binds) > 0 && atFirst == nil {
 			atFirst = cluster.again()
+			b.peakRSSAtFirstBind, _ = proc.PeakRSS()
 			requestsAtFirst = readAPIRequests(ctx, c)
 		}
 		if len(binds) != lastCount {
@@ -273,7 +278,6 @@ func scaleBurst(ctx context.Context, c *localcluster.Cluster, o replayOptions, s
 		return false, nil
 	})
 	atEnd := cluster.again()
-	var b burst
 	if requestsAtFirst != nil {
 		b.requests = readAPIRequests(ctx, c).since(requestsAtFirst)
 	}
