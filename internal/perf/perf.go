@@ -29,6 +29,7 @@ import (
 	"runtime"
 	"runtime/metrics"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -577,7 +578,7 @@ func (e *env) runOnce(ctx context.Context, sched string, round int, jobs []bench
 		n := binds.count()
 		if n != last {
 			if last == 0 {
-				e.say("round %d: %s's first bind %s after it started", round, sched, since(started))
+				e.say("round %d: %s's first bind %s after it started, its peak heap so far +%d MiB", round, sched, since(started), heap.peakSoFar()>>20)
 			}
 			last, lastChange = n, time.Now()
 		}
@@ -679,6 +680,9 @@ type heapSampler struct {
 	base uint64
 	done chan struct{}
 	peak chan uint64
+	// sofar is the peak so far, for the first bind's report: whether
+	// start-up or the burst sets the peak.
+	sofar atomic.Uint64
 }
 
 func readHeap() uint64 {
@@ -695,6 +699,7 @@ func startHeapSampler() *heapSampler {
 		defer ticker.Stop()
 		for {
 			peak = max(peak, readHeap())
+			h.sofar.Store(peak)
 			select {
 			case <-h.done:
 				h.peak <- peak
@@ -704,6 +709,14 @@ func startHeapSampler() *heapSampler {
 		}
 	}()
 	return h
+}
+
+// peakSoFar is the peak sampled so far above the start.
+func (h *heapSampler) peakSoFar() uint64 {
+	if p := h.sofar.Load(); p > h.base {
+		return p - h.base
+	}
+	return 0
 }
 
 // stop ends sampling and returns the peak above the start.
