@@ -48,29 +48,7 @@ import (
 // fake client in place of an apiserver, and writes go to that client. The
 // cluster's size must not show in the allocations of a reconcile.
 func BenchmarkReconcileRunningJobs(b *testing.B) {
-	ctx, cancel := context.WithCancel(ctrl.LoggerInto(context.Background(), logr.Discard()))
-	defer cancel()
-	for _, nodes := range []int{2500, 25000} {
-		// Built once: the sub-benchmark runs again for each b.N tried.
-		var env *reconcileBench
-		b.Run(fmt.Sprintf("nodes=%d", nodes), func(b *testing.B) {
-			if env == nil {
-				env = newReconcileBench(ctx, b, nodes, 1000, true)
-			}
-			env.writes.Store(0)
-			b.ReportAllocs()
-			b.ResetTimer()
-			for i := range b.N {
-				if _, err := env.r.Reconcile(ctx, env.jobs[i%len(env.jobs)]); err != nil {
-					b.Fatal(err)
-				}
-			}
-			b.StopTimer()
-			if n := env.writes.Load(); n > 0 {
-				b.Fatalf("%d writes while reconciling running jobs; want none in the steady state", n)
-			}
-		})
-	}
+	benchmarkReconcile(b, true)
 }
 
 // BenchmarkReconcilePendingJobs reconciles pending jobs, one per op, round
@@ -80,13 +58,20 @@ func BenchmarkReconcileRunningJobs(b *testing.B) {
 // pass checks the gang against the cluster's GPUs: the cluster's size must
 // not show in its time or allocations. A pass writes nothing here either.
 func BenchmarkReconcilePendingJobs(b *testing.B) {
+	benchmarkReconcile(b, false)
+}
+
+// benchmarkReconcile reconciles 1,000 jobs, running or pending, round
+// robin on each cluster size, and fails if a pass writes.
+func benchmarkReconcile(b *testing.B, running bool) {
 	ctx, cancel := context.WithCancel(ctrl.LoggerInto(context.Background(), logr.Discard()))
 	defer cancel()
 	for _, nodes := range []int{2500, 25000} {
+		// Built once: the sub-benchmark runs again for each b.N tried.
 		var env *reconcileBench
 		b.Run(fmt.Sprintf("nodes=%d", nodes), func(b *testing.B) {
 			if env == nil {
-				env = newReconcileBench(ctx, b, nodes, 1000, false)
+				env = newReconcileBench(ctx, b, nodes, 1000, running)
 			}
 			env.writes.Store(0)
 			b.ReportAllocs()
@@ -98,13 +83,13 @@ func BenchmarkReconcilePendingJobs(b *testing.B) {
 			}
 			b.StopTimer()
 			if n := env.writes.Load(); n > 0 {
-				b.Fatalf("%d writes while reconciling pending jobs; want none in the steady state", n)
+				b.Fatalf("%d writes while reconciling jobs (running: %t); want none in the steady state", n, running)
 			}
 		})
 	}
 }
 
-// reconcileBench is a cluster of running jobs and a reconciler on it.
+// reconcileBench is a cluster of jobs and a reconciler on it.
 type reconcileBench struct {
 	r    *TrainingJobReconciler
 	jobs []ctrl.Request
