@@ -144,16 +144,11 @@ func clusterCPU(c *localcluster.Cluster) (cpuReading, error) {
 			pids[name] = pid
 		}
 	}
-	return readCPU(pids), nil
-}
-
-// readCPU reads the CPU the processes of pids (by name) spent so far.
-func readCPU(pids map[string]int) cpuReading {
 	r := cpuReading{}
 	for name, pid := range pids {
-		r[name] = processCPU{pid: pid, cpu: perf.ProcessCPU(pid)}
+		r[name] = processCPU{pid: pid}
 	}
-	return r
+	return r.again(), nil
 }
 
 // processCPU is one process's CPU at one moment.
@@ -337,7 +332,9 @@ type apiRequests map[string]float64
 // readAPIRequests reads the apiserver's apiserver_request_total by verb and
 // resource; nil when its metrics cannot be read or parsed, which costs the
 // run only the breakdown. It is a diagnosis of a bind window: which writes
-// and reads the cluster served besides the binds.
+// and reads the cluster served besides the binds. The read at the first
+// bind is one metrics scrape, whose cost the apiserver's CPU in the window
+// includes: a fraction of a second against the window's several.
 func readAPIRequests(ctx context.Context, c *localcluster.Cluster) apiRequests {
 	body, err := c.Clientset.CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(ctx)
 	if err != nil {
