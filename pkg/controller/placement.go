@@ -185,15 +185,15 @@ func (r *TrainingJobReconciler) watchNodeSet(ctx context.Context, informers cach
 	reg, err := inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
 		AddFunc: func(obj any) {
 			if n, ok := obj.(*corev1.Node); ok {
-				r.capacity.set(n.Name, allocatableGPUs(n))
+				r.capacity.add(allocatableGPUs(n))
 			}
 			bump()
 		},
 		UpdateFunc: func(o, n any) {
 			old, _ := o.(*corev1.Node)
 			updated, _ := n.(*corev1.Node)
-			if updated != nil {
-				r.capacity.set(updated.Name, allocatableGPUs(updated))
+			if old != nil && updated != nil {
+				r.capacity.add(allocatableGPUs(updated) - allocatableGPUs(old))
 			}
 			if nodeSetChanged(keys, old, updated) {
 				bump()
@@ -201,10 +201,11 @@ func (r *TrainingJobReconciler) watchNodeSet(ctx context.Context, informers cach
 		},
 		DeleteFunc: func(obj any) {
 			if tombstone, ok := obj.(toolscache.DeletedFinalStateUnknown); ok {
-				// Nodes are cluster-scoped: the key is the name.
-				r.capacity.remove(tombstone.Key)
-			} else if n, ok := obj.(*corev1.Node); ok {
-				r.capacity.remove(n.Name)
+				// The node's last state the informer knew.
+				obj = tombstone.Obj
+			}
+			if n, ok := obj.(*corev1.Node); ok {
+				r.capacity.add(-allocatableGPUs(n))
 			}
 			bump()
 		},

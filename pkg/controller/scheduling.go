@@ -6,7 +6,7 @@ import (
 	"maps"
 	"slices"
 	"strings"
-	"sync"
+	"sync/atomic"
 
 	corev1 "k8s.io/api/core/v1"
 	resourcev1 "k8s.io/api/resource/v1"
@@ -323,53 +323,36 @@ func allocatableGPUs(node *corev1.Node) int64 {
 // checked against the cluster's size on every reconcile, one per event of
 // any of its pods; summing every node each time cost a list of the whole
 // cluster per reconcile, the controller's largest cost while a burst of
-// gangs was being bound on 5,000 nodes.
+// gangs was being bound on 5,000 nodes. Each event carries what the node
+// had before (an update's old object, a deletion's last state, tombstones
+// included), so the total moves by the difference and nothing is kept per
+// node.
 type gpuCapacity struct {
-	mu     sync.Mutex
-	byNode map[string]int64
-	total  int64
+	total atomic.Int64
 	// synced says the handler has handled the informer's first list; nil
 	// (no watch: a reconciler not set up with a manager) or false, get
 	// declines and the caller lists the nodes.
-	synced func() bool
+	synced atomic.Pointer[func() bool]
 }
 
-// set records that node can allocate gpus.
-func (c *gpuCapacity) set(node string, gpus int64) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.byNode == nil {
-		c.byNode = map[string]int64{}
-	}
-	c.total += gpus - c.byNode[node]
-	c.byNode[node] = gpus
-}
-
-// remove forgets node.
-func (c *gpuCapacity) remove(node string) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.total -= c.byNode[node]
-	delete(c.byNode, node)
+// add moves the total by gpus, negative for GPUs a node no longer has.
+func (c *gpuCapacity) add(gpus int64) {
+	c.total.Add(gpus)
 }
 
 // follow makes get answer once synced says the first list was handled.
 func (c *gpuCapacity) follow(synced func() bool) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.synced = synced
+	c.synced.Store(&synced)
 }
 
 // get returns the cluster's GPUs, and false while the handler has not
 // caught up with the informer: a sum of only the nodes seen so far would
 // call a gang larger than the cluster.
 func (c *gpuCapacity) get() (int64, bool) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.synced == nil || !c.synced() {
+	if synced := c.synced.Load(); synced == nil || !(*synced)() {
 		return 0, false
 	}
-	return c.total, true
+	return c.total.Load(), true
 }
 
 // kueueConstraint is the gang's topology constraint from Kueue TAS's
