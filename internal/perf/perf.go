@@ -678,11 +678,11 @@ const heapObjects = "/memory/classes/heap/objects:bytes"
 // heapSampler records the peak of heapObjects above its value at start.
 type heapSampler struct {
 	base uint64
-	done chan struct{}
-	peak chan uint64
-	// sofar is the peak so far, for the first bind's report: whether
-	// start-up or the burst sets the peak.
-	sofar atomic.Uint64
+	// done asks the sampler to take its last sample; stopped says it has.
+	done, stopped chan struct{}
+	// peak is the peak so far: read at the first bind (whether start-up
+	// or the burst sets it) and at the end.
+	peak atomic.Uint64
 }
 
 func readHeap() uint64 {
@@ -692,17 +692,16 @@ func readHeap() uint64 {
 }
 
 func startHeapSampler() *heapSampler {
-	h := &heapSampler{base: readHeap(), done: make(chan struct{}), peak: make(chan uint64, 1)}
+	h := &heapSampler{base: readHeap(), done: make(chan struct{}), stopped: make(chan struct{})}
 	go func() {
-		var peak uint64
+		defer close(h.stopped)
 		ticker := time.NewTicker(20 * time.Millisecond)
 		defer ticker.Stop()
 		for {
-			peak = max(peak, readHeap())
-			h.sofar.Store(peak)
+			// Only this goroutine writes the peak.
+			h.peak.Store(max(h.peak.Load(), readHeap()))
 			select {
 			case <-h.done:
-				h.peak <- peak
 				return
 			case <-ticker.C:
 			}
@@ -713,7 +712,7 @@ func startHeapSampler() *heapSampler {
 
 // peakSoFar is the peak sampled so far above the start.
 func (h *heapSampler) peakSoFar() uint64 {
-	if p := h.sofar.Load(); p > h.base {
+	if p := h.peak.Load(); p > h.base {
 		return p - h.base
 	}
 	return 0
@@ -722,11 +721,8 @@ func (h *heapSampler) peakSoFar() uint64 {
 // stop ends sampling and returns the peak above the start.
 func (h *heapSampler) stop() uint64 {
 	close(h.done)
-	peak := <-h.peak
-	if peak < h.base {
-		return 0
-	}
-	return peak - h.base
+	<-h.stopped
+	return h.peakSoFar()
 }
 
 // pendingReason describes why a pod of ns waits, from its PodScheduled
