@@ -51,6 +51,7 @@ type options struct {
 	inProcessRounds   int
 	inProcessBurst    string
 	inProcessProfiles bool
+	scaleProfiles     bool
 	skipReplay        bool
 	cpuProfile        string
 	memProfile        string
@@ -86,6 +87,7 @@ func main() {
 	fs.IntVar(&o.scaleGangs, "scale-gangs", 120, "gang jobs in the scale run's burst")
 	fs.StringVar(&o.scaleSchedulers, "scale-schedulers", "kube-scheduler,lockstep", "schedulers of the scale run")
 	fs.IntVar(&o.scaleRounds, "scale-rounds", 1, "rounds of the scale run on its one cluster, each running every --scale-schedulers in turn; above 1 the report holds medians and every run")
+	fs.BoolVar(&o.scaleProfiles, "scale-profiles", false, "write each scale run's scheduler's heap profile, goroutines, /metrics page and /proc status at its first bind and its last to --out, as kwok-{heap,goroutines,metrics,status}-<scheduler>-round<N>-{first-bind,end}.{pprof,txt} (read from the running scheduler, which costs the run some CPU)")
 	fs.StringVar(&o.inProcessModel, "inprocess-model", "", "cluster model of the in-process scale run (internal/perf: schedulers in this process, no KWOK); empty skips it")
 	fs.IntVar(&o.inProcessRounds, "inprocess-rounds", 3, "rounds of the in-process scale run, each running kube-scheduler then Lockstep on the --inprocess-burst")
 	fs.StringVar(&o.inProcessBurst, "inprocess-burst", bench.BurstGangs, "burst of the in-process scale run: "+bench.BurstGangs+" (--scale-gangs gangs of 16 to 128 GPUs in 8-GPU pods, make bench's) or "+bench.BurstMixed+" (gangs of 8 to 4,096 GPUs in whole-node pods beside single-pod jobs of 1 GPU to a node's, sized to the model)")
@@ -337,6 +339,9 @@ func run(ctx context.Context, o options) error {
 	if o.scaleModel != "" {
 		so := ro
 		so.model = o.scaleModel
+		if o.scaleProfiles {
+			so.profileDir = out
+		}
 		if report.Scale, err = scaleRun(ctx, so, scaleScheds, scaleJobs(o.scaleGangs), o.scaleRounds); err != nil {
 			return fmt.Errorf("scale run on %s (replay results are in %s): %w", o.scaleModel, out, err)
 		}

@@ -24,9 +24,19 @@ const planDurationMetric = "lockstep_scheduler_plan_duration_seconds"
 const schedulerComponent = "scheduler"
 
 // scrapePlanTime reads the plan time from the replay's scheduler's
-// /metrics, on its secure port as the cluster's admin; nil when the
-// scheduler has no TopologyPlacement or planned nothing.
+// /metrics; nil when the scheduler has no TopologyPlacement or planned
+// nothing.
 func scrapePlanTime(ctx context.Context, c *localcluster.Cluster) (*bench.PlanTime, error) {
+	body, err := schedulerGet(ctx, c, "/metrics")
+	if err != nil {
+		return nil, err
+	}
+	return planTime(body)
+}
+
+// schedulerGet GETs path from the cluster's running scheduler, on its
+// secure port as the cluster's admin.
+func schedulerGet(ctx context.Context, c *localcluster.Cluster, path string) ([]byte, error) {
 	p, ok := c.Component(schedulerComponent)
 	if !ok {
 		return nil, fmt.Errorf("component %s is not running", schedulerComponent)
@@ -45,12 +55,12 @@ func scrapePlanTime(ctx context.Context, c *localcluster.Cluster) (*bench.PlanTi
 	cfg := rest.CopyConfig(c.Config)
 	cfg.TLSClientConfig = rest.TLSClientConfig{Insecure: true,
 		CertFile: cfg.CertFile, KeyFile: cfg.KeyFile, CertData: cfg.CertData, KeyData: cfg.KeyData}
-	cfg.Timeout = 10 * time.Second
+	cfg.Timeout = 30 * time.Second
 	httpClient, err := rest.HTTPClientFor(cfg)
 	if err != nil {
 		return nil, err
 	}
-	url := "https://127.0.0.1:" + port + "/metrics"
+	url := "https://127.0.0.1:" + port + path
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		return nil, err
@@ -67,7 +77,7 @@ func scrapePlanTime(ctx context.Context, c *localcluster.Cluster) (*bench.PlanTi
 	if resp.StatusCode != http.StatusOK {
 		return nil, fmt.Errorf("GET %s: %d: %s", url, resp.StatusCode, bytes.TrimSpace(body))
 	}
-	return planTime(body)
+	return body, nil
 }
 
 // planTime summarizes planDurationMetric of a /metrics page over all its

@@ -35,6 +35,9 @@ type replayOptions struct {
 	// for a model whose GPUs NVIDIA's DRA driver serves; otherwise
 	// nvidia.com/gpu, from the device plugin.
 	driver string
+	// profileDir, when set, receives heap profiles of each scale run's
+	// scheduler at its first bind and its last (scaleBurst).
+	profileDir string
 }
 
 // replay runs jobs (already time-compressed) against sched on a fresh local

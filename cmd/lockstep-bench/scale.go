@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -77,7 +78,7 @@ func scaleRun(ctx context.Context, o replayOptions, scheds []scheduler, jobs []b
 	result = &bench.ScaleResult{Model: o.model, Nodes: c.Model.NodeCount(), Jobs: len(jobs), PodsPerSecond: map[string]float64{}, PeakRSSBytes: map[string]uint64{}}
 	for round := 1; round <= max(rounds, 1); round++ {
 		for _, sched := range scheds {
-			b, err := scaleBurst(ctx, c, o, sched, jobs, say)
+			b, err := scaleBurst(ctx, c, o, sched, round, jobs, say)
 			if err != nil {
 				return nil, fmt.Errorf("%s, round %d: %w", sched.Name, round, err)
 			}
@@ -202,7 +203,7 @@ func formatSpent(spent map[string]time.Duration) string {
 }
 
 // scaleBurst runs one scheduler's part of the scale run.
-func scaleBurst(ctx context.Context, c *localcluster.Cluster, o replayOptions, sched scheduler, jobs []bench.Job, say func(string, ...any)) (burst, error) {
+func scaleBurst(ctx context.Context, c *localcluster.Cluster, o replayOptions, sched scheduler, round int, jobs []bench.Job, say func(string, ...any)) (burst, error) {
 	want := 0
 	for _, j := range jobs {
 		want += j.Replicas
@@ -260,6 +261,7 @@ func scaleBurst(ctx context.Context, c *localcluster.Cluster, o replayOptions, s
 			atFirst = cluster.again()
 			b.peakRSSAtFirstBind, _ = proc.PeakRSS()
 			requestsAtFirst = readAPIRequests(ctx, c)
+			saveProfiles(ctx, c, o.profileDir, sched.Name, round, "first-bind", say)
 		}
 		if len(binds) != lastCount {
 			lastCount, lastChange = len(binds), time.Now()
@@ -273,6 +275,7 @@ func scaleBurst(ctx context.Context, c *localcluster.Cluster, o replayOptions, s
 		return false, nil
 	})
 	atEnd := cluster.again()
+	saveProfiles(ctx, c, o.profileDir, sched.Name, round, "end", say)
 	if requestsAtFirst != nil {
 		b.requests = readAPIRequests(ctx, c).since(requestsAtFirst)
 	}
@@ -289,6 +292,43 @@ func scaleBurst(ctx context.Context, c *localcluster.Cluster, o replayOptions, s
 		b.startup, b.window = atFirst.since(cluster), atEnd.since(atFirst)
 	}
 	return b, err
+}
+
+// saveProfiles writes, to dir when set, what the running scheduler says of
+// its memory: its heap profile (in use at its last collection, and
+// allocated since its start) from its secure port's /debug/pprof
+// (enableProfiling, on by default), its goroutines by stack, its /metrics
+// page (the Go runtime's
+// memory statistics among them) and its /proc status (RSS by kind), as
+// kwok-{heap,goroutines,metrics,status}-<scheduler>-round<N>-<at>.{pprof,txt}. The
+// scheduler's CPU for them counts in the run, so only runs asked for
+// profiles pay it. A failure is logged: the run's numbers stand without.
+func saveProfiles(ctx context.Context, c *localcluster.Cluster, dir, sched string, round int, at string, say func(string, ...any)) {
+	if dir == "" {
+		return
+	}
+	name := func(kind, ext string) string {
+		return filepath.Join(dir, fmt.Sprintf("kwok-%s-%s-round%d-%s.%s", kind, sched, round, at, ext))
+	}
+	save := func(path string, read func() ([]byte, error)) {
+		body, err := read()
+		if err == nil {
+			err = os.WriteFile(path, body, 0o644)
+		}
+		if err != nil {
+			say("%s, round %d: %s at %s: %v", sched, round, filepath.Base(path), at, err)
+		}
+	}
+	save(name("heap", "pprof"), func() ([]byte, error) { return schedulerGet(ctx, c, "/debug/pprof/heap") })
+	save(name("goroutines", "txt"), func() ([]byte, error) { return schedulerGet(ctx, c, "/debug/pprof/goroutine?debug=1") })
+	save(name("metrics", "txt"), func() ([]byte, error) { return schedulerGet(ctx, c, "/metrics") })
+	save(name("status", "txt"), func() ([]byte, error) {
+		p, ok := c.Component(schedulerComponent)
+		if !ok {
+			return nil, fmt.Errorf("component %s is not running", schedulerComponent)
+		}
+		return os.ReadFile(fmt.Sprintf("/proc/%d/status", p.Pid()))
+	})
 }
 
 // clearBurst stops the scheduler and the controller and deletes every job

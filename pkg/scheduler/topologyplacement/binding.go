@@ -70,6 +70,10 @@ func (p *TopologyPlacement) Bind(ctx context.Context, state fwk.CycleState, pod 
 		ObjectMeta: metav1.ObjectMeta{Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID, Annotations: annotations},
 		Target:     v1.ObjectReference{Kind: "Node", Name: nodeName},
 	}
+	if p.binds != nil {
+		p.binds.started()
+		defer p.binds.done()
+	}
 	klog.FromContext(ctx).V(3).Info("Binding pod with its GPUs", "plugin", Name, "pod", klog.KObj(pod), "node", nodeName, "gpus", annotations[lockstep.AnnotationGPUs])
 	if err := p.bind(ctx, binding); err != nil {
 		if p.boundTo(ctx, pod, nodeName) {

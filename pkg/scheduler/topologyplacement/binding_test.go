@@ -3,8 +3,10 @@ package topologyplacement
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	v1 "k8s.io/api/core/v1"
@@ -13,6 +15,7 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 	fwk "k8s.io/kube-scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
+	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/lockstep-dev/lockstep/pkg/lockstep"
 	utiltesting "github.com/lockstep-dev/lockstep/pkg/util/testing"
@@ -43,7 +46,10 @@ func TestBindCarriesTheGPUs(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx := context.Background()
 			p := newMetricsPlugin(t, 2, true, nil)
+			p.binds = newBindBacklog(0, clocktesting.NewFakeClock(time.Now()))
 			var bindings []*v1.Binding
+			// inFlight is the bind backlog each Binding was sent with.
+			var inFlight []int
 			cs := p.handle.ClientSet().(*clientsetfake.Clientset)
 			cs.PrependReactor("create", "pods", func(action k8stesting.Action) (bool, runtime.Object, error) {
 				if action.GetSubresource() != "binding" {
@@ -51,6 +57,7 @@ func TestBindCarriesTheGPUs(t *testing.T) {
 				}
 				b := action.(k8stesting.CreateAction).GetObject().(*v1.Binding)
 				bindings = append(bindings, b)
+				inFlight = append(inFlight, p.binds.size())
 				if tc.happened {
 					obj, err := cs.Tracker().Get(v1.SchemeGroupVersion.WithResource("pods"), b.Namespace, b.Name)
 					if err != nil {
@@ -89,6 +96,12 @@ func TestBindCarriesTheGPUs(t *testing.T) {
 			}
 			if len(sent) != 1 || len(other) != 0 {
 				t.Fatalf("%d Bindings sent the expected way and %d the other, want 1 and 0", len(sent), len(other))
+			}
+			if !tc.cacher && !slices.Equal(inFlight, []int{1}) {
+				t.Errorf("bind backlog while the Binding was sent: %v, want [1]", inFlight)
+			}
+			if got := p.binds.size(); got != 0 {
+				t.Errorf("bind backlog after Bind = %d, want 0 whatever the outcome", got)
 			}
 			b := sent[0]
 			if b.Name != "m-0" || b.Namespace != "ns" || b.UID != p.pods[0].UID || b.Target.Kind != "Node" || b.Target.Name != "a" {

@@ -80,6 +80,8 @@ type pluginMetrics struct {
 	preemptionGPUHours  *metrics.Counter
 	evictionErrors      *metrics.Counter
 	verdictLookups      *metrics.CounterVec
+	bindsInFlight       *metrics.Gauge
+	bindBacklogWait     *metrics.Counter
 }
 
 func newPluginMetrics() *pluginMetrics {
@@ -187,6 +189,20 @@ func newPluginMetrics() *pluginMetrics {
 			Help:           "PreFilter calls for a gang without a plan, by result: hit (the gang's remembered 'does not fit' still held and was returned without planning) or miss (the gang was planned).",
 			StabilityLevel: metrics.ALPHA,
 		}, []string{"result"}),
+		bindsInFlight: metrics.NewGauge(&metrics.GaugeOpts{
+			Namespace:      metricsNamespace,
+			Subsystem:      metricsSubsystem,
+			Name:           "binds_in_flight",
+			Help:           "Binds the plugin sent that the apiserver has not answered yet, sampled every few seconds; PreFilter of GPU pods waits while they are more than the client sends in a second.",
+			StabilityLevel: metrics.ALPHA,
+		}),
+		bindBacklogWait: metrics.NewCounter(&metrics.CounterOpts{
+			Namespace:      metricsNamespace,
+			Subsystem:      metricsSubsystem,
+			Name:           "bind_backlog_wait_seconds_total",
+			Help:           "Seconds PreFilter of GPU pods waited for binds in flight to drain: scheduling that ran ahead of what the client can send.",
+			StabilityLevel: metrics.ALPHA,
+		}),
 	}
 }
 
@@ -226,6 +242,8 @@ func registerMetrics(register func(metrics.Registerable) error) (*pluginMetrics,
 	add(m.preemptionGPUHours, adoptAs(&m.preemptionGPUHours))
 	add(m.evictionErrors, adoptAs(&m.evictionErrors))
 	add(m.verdictLookups, adoptAs(&m.verdictLookups))
+	add(m.bindsInFlight, adoptAs(&m.bindsInFlight))
+	add(m.bindBacklogWait, adoptAs(&m.bindBacklogWait))
 	if err := errors.Join(errs...); err != nil {
 		return nil, fmt.Errorf("%s: registering metrics: %w", Name, err)
 	}

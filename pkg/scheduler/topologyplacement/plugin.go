@@ -118,6 +118,9 @@ type TopologyPlacement struct {
 	// be replaying them. Gangs are not planned meanwhile (caughtUp). Nil
 	// (tests) is caught up.
 	behind *atomic.Bool
+	// binds bounds how far scheduling runs ahead of the plugin's binds;
+	// nil (tests) never waits.
+	binds *bindBacklog
 }
 
 // handlerAdder is an informer, client-go's or controller-runtime's.
@@ -279,6 +282,7 @@ func build(ctx context.Context, args *Args, handle framework.Handle) (*TopologyP
 		metrics:    m,
 		profiles:   newKeySet(),
 		ignored:    newKeySet(),
+		binds:      newBindBacklog(handle.KubeConfig().QPS, clock.RealClock{}),
 
 		defaultPreemption: dp,
 	}
@@ -475,6 +479,9 @@ func (p *TopologyPlacement) sweep(ctx context.Context) {
 	p.metrics.plansHeld.Set(float64(plans))
 	p.metrics.heldGPUs.Set(float64(gpus))
 	p.metrics.drainedNodes.Set(float64(p.books.drainedNodes()))
+	if p.binds != nil {
+		p.metrics.bindsInFlight.Set(float64(p.binds.size()))
+	}
 }
 
 // forgetDeletedGangs drops the first-attempt times of gangs whose PodGroup

@@ -1,0 +1,105 @@
+package topologyplacement
+
+import (
+	"context"
+	"math"
+	"sync"
+	"time"
+
+	"k8s.io/utils/clock"
+)
+
+// Bounds of the bind backlog (newBindBacklog).
+const (
+	// minBindBacklog is the smallest backlog allowed: below it a slow
+	// apiserver answer would leave the client idle.
+	minBindBacklog = 64
+	// unthrottledBindBacklog is the backlog of a client without a rate
+	// limit (QPS < 0), whose requests queue in the apiserver instead.
+	unthrottledBindBacklog = 1024
+	// maxBindBacklogWait is the longest a pod waits for the backlog to
+	// drain. Binds that stop draining (an apiserver that does not answer)
+	// slow scheduling to a pod per wait; they never stop it.
+	maxBindBacklogWait = time.Second
+)
+
+// bindBacklog bounds how far scheduling runs ahead of binding. The plugin
+// plans a gang in a millisecond or two, while every bind is a request the
+// scheduler's client sends at its rate limit (clientConnection.qps). On a
+// burst the scheduling thread got hundreds of pods ahead: on 5,000 KWOK
+// nodes some 600 binds waited at once, each a goroutine with its stack,
+// Binding and event, most of them queued in the client's rate limiter.
+// That memory, not planning, set the scheduler's peak. PreFilter of a pod
+// the plugin will bind waits while more binds are in flight than the
+// client sends in a second: the waiting binds keep the client busy, so
+// throughput is the same, and pods wait in the queue, which holds them
+// anyway.
+//
+// Only binds past Permit count: a gang member waiting at Permit waits for
+// the scheduling thread, which must not wait for it in turn.
+type bindBacklog struct {
+	clock clock.Clock
+	limit int
+
+	mu       sync.Mutex
+	inFlight int
+	// drained is closed, and replaced, when inFlight drops below limit
+	// while a PreFilter waits.
+	drained chan struct{}
+	waiting bool
+}
+
+// newBindBacklog returns a backlog of about one second of the client's
+// requests at qps (rest.Config.QPS: 0 is client-go's default rate, below
+// zero unthrottled).
+func newBindBacklog(qps float32, clk clock.Clock) *bindBacklog {
+	limit := unthrottledBindBacklog
+	if qps >= 0 {
+		limit = max(int(math.Ceil(float64(qps))), minBindBacklog)
+	}
+	return &bindBacklog{clock: clk, limit: limit, drained: make(chan struct{})}
+}
+
+// started counts a bind going out; done, its end, whatever the outcome.
+func (b *bindBacklog) started() {
+	b.mu.Lock()
+	b.inFlight++
+	b.mu.Unlock()
+}
+
+func (b *bindBacklog) done() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.inFlight--
+	if b.waiting && b.inFlight < b.limit {
+		close(b.drained)
+		b.drained, b.waiting = make(chan struct{}), false
+	}
+}
+
+// wait returns once fewer than limit binds are in flight, after at most
+// maxBindBacklogWait, or when ctx ends. It says how long it waited.
+func (b *bindBacklog) wait(ctx context.Context) time.Duration {
+	b.mu.Lock()
+	if b.inFlight < b.limit {
+		b.mu.Unlock()
+		return 0
+	}
+	b.waiting = true
+	drained := b.drained
+	b.mu.Unlock()
+	start := b.clock.Now()
+	select {
+	case <-drained:
+	case <-b.clock.After(maxBindBacklogWait):
+	case <-ctx.Done():
+	}
+	return b.clock.Since(start)
+}
+
+// size is the number of binds in flight.
+func (b *bindBacklog) size() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.inFlight
+}

@@ -1,0 +1,150 @@
+package topologyplacement
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"k8s.io/component-base/metrics/testutil"
+	fwk "k8s.io/kube-scheduler/framework"
+	"k8s.io/kubernetes/pkg/scheduler/framework"
+	clocktesting "k8s.io/utils/clock/testing"
+
+	utiltesting "github.com/lockstep-dev/lockstep/pkg/util/testing"
+)
+
+func TestBindBacklogLimit(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		qps  float32
+		want int
+	}{
+		{"a second of the client's rate", 200, 200},
+		{"fractions round up", 1000.2, 1001},
+		{"a slow client gets the floor", 5.5, minBindBacklog},
+		{"client-go's default rate", 0, minBindBacklog},
+		{"unthrottled", -1, unthrottledBindBacklog},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := newBindBacklog(tc.qps, clocktesting.NewFakeClock(time.Now())).limit; got != tc.want {
+				t.Errorf("limit for QPS %v = %d, want %d", tc.qps, got, tc.want)
+			}
+		})
+	}
+}
+
+// fullBacklog returns a backlog of limit 2 with both binds in flight.
+func fullBacklog() (*bindBacklog, *clocktesting.FakeClock) {
+	clock := clocktesting.NewFakeClock(time.Unix(0, 0))
+	b := newBindBacklog(0, clock)
+	b.limit = 2
+	b.started()
+	b.started()
+	return b, clock
+}
+
+// waitAsync runs b.wait in a goroutine and returns what it returns, once it
+// waits on the clock (or returned at once).
+func waitAsync(t *testing.T, ctx context.Context, b *bindBacklog, clock *clocktesting.FakeClock) <-chan time.Duration {
+	t.Helper()
+	out := make(chan time.Duration, 1)
+	go func() { out <- b.wait(ctx) }()
+	for !clock.HasWaiters() && len(out) == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	return out
+}
+
+func TestBindBacklogWait(t *testing.T) {
+	ctx := context.Background()
+
+	t.Run("below the limit it does not wait", func(t *testing.T) {
+		b, _ := fullBacklog()
+		b.done()
+		if got := b.wait(ctx); got != 0 {
+			t.Errorf("wait = %v with 1 of 2 binds in flight, want 0", got)
+		}
+	})
+
+	t.Run("a bind that ends lets it go", func(t *testing.T) {
+		b, clock := fullBacklog()
+		out := waitAsync(t, ctx, b, clock)
+		select {
+		case got := <-out:
+			t.Fatalf("wait returned %v with the backlog full", got)
+		default:
+		}
+		clock.Step(300 * time.Millisecond)
+		b.done()
+		if got := <-out; got != 300*time.Millisecond {
+			t.Errorf("wait = %v, want the 300ms until the bind ended", got)
+		}
+		// The next full backlog waits on a new signal.
+		b.started()
+		out = waitAsync(t, ctx, b, clock)
+		select {
+		case got := <-out:
+			t.Fatalf("second wait returned %v with the backlog full", got)
+		default:
+		}
+		b.done()
+		<-out
+	})
+
+	t.Run("binds that do not drain hold it at most maxBindBacklogWait", func(t *testing.T) {
+		b, clock := fullBacklog()
+		out := waitAsync(t, ctx, b, clock)
+		clock.Step(maxBindBacklogWait)
+		if got := <-out; got != maxBindBacklogWait {
+			t.Errorf("wait = %v, want %v", got, maxBindBacklogWait)
+		}
+		if got := b.size(); got != 2 {
+			t.Errorf("size = %d, want the 2 binds still in flight", got)
+		}
+	})
+
+	t.Run("the cycle's context ends it", func(t *testing.T) {
+		b, clock := fullBacklog()
+		ctx, cancel := context.WithCancel(ctx)
+		out := waitAsync(t, ctx, b, clock)
+		cancel()
+		<-out
+	})
+}
+
+// TestPreFilterWaitsForBindsInFlight: a GPU pod's PreFilter waits while the
+// backlog is full and goes on, counting the wait, once a bind ends; a pod
+// without GPUs, which the plugin never binds, does not wait.
+func TestPreFilterWaitsForBindsInFlight(t *testing.T) {
+	ctx := context.Background()
+	p := newMetricsPlugin(t, 2, true, nil)
+	b, clock := fullBacklog()
+	p.binds = b
+
+	cpuOnly := utiltesting.MakePod("cpu", "ns").Obj()
+	if _, status := p.PreFilter(ctx, framework.NewCycleState(), cpuOnly, p.nodes); !status.IsSuccess() {
+		t.Fatalf("PreFilter of a pod without GPUs: %v", status)
+	}
+
+	done := make(chan *fwk.Status, 1)
+	go func() {
+		_, status := p.PreFilter(ctx, framework.NewCycleState(), p.pods[0], p.nodes)
+		done <- status
+	}()
+	for !clock.HasWaiters() && len(done) == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	select {
+	case status := <-done:
+		t.Fatalf("PreFilter returned %v with the bind backlog full", status)
+	default:
+	}
+	clock.Step(250 * time.Millisecond)
+	b.done()
+	if status := <-done; !status.IsSuccess() {
+		t.Fatalf("PreFilter after a bind ended: %v", status)
+	}
+	if got, err := testutil.GetCounterMetricValue(p.metrics.bindBacklogWait); err != nil || got != 0.25 {
+		t.Errorf("bind_backlog_wait_seconds_total = %v (%v), want 0.25", got, err)
+	}
+}
