@@ -236,6 +236,9 @@ type SchedulerOptions struct {
 	// is a fault-injecting proxy. Its health and metrics endpoints still
 	// authenticate callers directly, with the ServiceAccount's kubeconfig.
 	APIKubeconfig string
+	// ClientRate, when set, replaces SchedulerClientRate: a test of what
+	// the scheduler does when its client, not planning, sets the pace.
+	ClientRate *ClientRate
 }
 
 // KubeSchedulerComponentWith is KubeSchedulerComponent run as opts say.
@@ -251,7 +254,11 @@ func (c *Cluster) KubeSchedulerComponentWith(name, binary string, cfg map[string
 	if c.Model != nil {
 		cfg = WithTopology(cfg, c.Model.TopologyConfig())
 	}
-	cfgPath, err := c.renderSchedulerConfig(name, api, cfg, opts.LeaderElection)
+	rate := SchedulerClientRate
+	if opts.ClientRate != nil {
+		rate = *opts.ClientRate
+	}
+	cfgPath, err := c.renderSchedulerConfig(name, api, cfg, opts.LeaderElection, rate)
 	if err != nil {
 		return Component{}, err
 	}
@@ -563,13 +570,13 @@ func logTail(path string, n int) string {
 }
 
 // renderSchedulerConfig writes the scheduler configuration cfg with
-// kubeconfig (the scheduler's ServiceAccount). With --config, kube-scheduler
+// kubeconfig (the scheduler's ServiceAccount) and the client rate. With --config, kube-scheduler
 // ignores --kubeconfig, so the file itself must name it. Without le,
 // leader election is off: one scheduler runs here, and a restarted one must
 // not wait out its predecessor's lease. With le, it is on, on cfg's Lease
 // (deploy/'s kube-system/lockstep-scheduler), with le's durations.
-func (c *Cluster) renderSchedulerConfig(name, kubeconfig string, cfg map[string]any, le *LeaderElection) (string, error) {
-	out, err := RenderSchedulerConfig(cfg, kubeconfig, le)
+func (c *Cluster) renderSchedulerConfig(name, kubeconfig string, cfg map[string]any, le *LeaderElection, rate ClientRate) (string, error) {
+	out, err := RenderSchedulerConfigAtRate(cfg, kubeconfig, le, rate)
 	if err != nil {
 		return "", err
 	}

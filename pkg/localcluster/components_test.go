@@ -170,7 +170,7 @@ func TestRenderSchedulerConfigLeaderElection(t *testing.T) {
 			"leaseDuration": "4s", "renewDeadline": "3s", "retryPeriod": "500ms",
 		}},
 	} {
-		path, err := c.renderSchedulerConfig(tc.name, "kubeconfig", cfg, tc.le)
+		path, err := c.renderSchedulerConfig(tc.name, "kubeconfig", cfg, tc.le, SchedulerClientRate)
 		if err != nil {
 			t.Fatal(err)
 		}
