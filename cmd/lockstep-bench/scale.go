@@ -296,13 +296,13 @@ func scaleBurst(ctx context.Context, c *localcluster.Cluster, o replayOptions, s
 
 // saveProfiles writes, to dir when set, what the running scheduler says of
 // its memory: its heap profile (in use at its last collection, and
-// allocated since its start) from its secure port's /debug/pprof
-// (enableProfiling, on by default), its goroutines by stack, its /metrics
-// page (the Go runtime's
-// memory statistics among them) and its /proc status (RSS by kind), as
-// kwok-{heap,goroutines,metrics,status}-<scheduler>-round<N>-<at>.{pprof,txt}. The
-// scheduler's CPU for them counts in the run, so only runs asked for
-// profiles pay it. A failure is logged: the run's numbers stand without.
+// allocated since its start) and its goroutines by stack from its secure
+// port's /debug/pprof (enableProfiling, on by default), its /metrics page
+// (the Go runtime's memory statistics among them) and its /proc status
+// (RSS by kind), as kwok-{heap,goroutines,metrics,status}-<scheduler>-
+// round<N>-<at>.{pprof,txt}. The scheduler's CPU for them counts in the
+// run, so only runs asked for profiles pay it. A failure is logged: the
+// run's numbers stand without.
 func saveProfiles(ctx context.Context, c *localcluster.Cluster, dir, sched string, round int, at string, say func(string, ...any)) {
 	if dir == "" {
 		return
