@@ -35,8 +35,8 @@ type replayOptions struct {
 	// for a model whose GPUs NVIDIA's DRA driver serves; otherwise
 	// nvidia.com/gpu, from the device plugin.
 	driver string
-	// profileDir, when set, receives heap profiles of each scale run's
-	// scheduler at its first bind and its last (scaleBurst).
+	// profileDir, when set, receives what each scale run's scheduler says
+	// of its memory at its first bind and its last (saveProfiles).
 	profileDir string
 }
 

@@ -570,11 +570,12 @@ func logTail(path string, n int) string {
 }
 
 // renderSchedulerConfig writes the scheduler configuration cfg with
-// kubeconfig (the scheduler's ServiceAccount) and the client rate. With --config, kube-scheduler
-// ignores --kubeconfig, so the file itself must name it. Without le,
-// leader election is off: one scheduler runs here, and a restarted one must
-// not wait out its predecessor's lease. With le, it is on, on cfg's Lease
-// (deploy/'s kube-system/lockstep-scheduler), with le's durations.
+// kubeconfig (the scheduler's ServiceAccount) and the client rate. With
+// --config, kube-scheduler ignores --kubeconfig, so the file itself must
+// name it. Without le, leader election is off: one scheduler runs here,
+// and a restarted one must not wait out its predecessor's lease. With le,
+// it is on, on cfg's Lease (deploy/'s kube-system/lockstep-scheduler),
+// with le's durations.
 func (c *Cluster) renderSchedulerConfig(name, kubeconfig string, cfg map[string]any, le *LeaderElection, rate ClientRate) (string, error) {
 	out, err := RenderSchedulerConfigAtRate(cfg, kubeconfig, le, rate)
 	if err != nil {

@@ -30,10 +30,10 @@ const (
 // nodes some 600 binds waited at once, each a goroutine with its stack,
 // Binding and event, most of them queued in the client's rate limiter.
 // That memory, not planning, set the scheduler's peak. PreFilter of a pod
-// the plugin will bind waits while more binds are in flight than the
-// client sends in a second: the waiting binds keep the client busy, so
-// throughput is the same, and pods wait in the queue, which holds them
-// anyway.
+// that asks for GPUs waits while more of the plugin's binds are in flight
+// than the client sends in a second: the waiting binds keep the client
+// busy, so pods bind as fast (docs/benchmarks.md measures both), and the
+// pods not yet scheduled wait in the queue, which holds them anyway.
 //
 // Only binds past Permit count: a gang member waiting at Permit waits for
 // the scheduling thread, which must not wait for it in turn.
