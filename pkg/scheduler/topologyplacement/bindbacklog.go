@@ -6,21 +6,26 @@ import (
 	"sync"
 	"time"
 
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/clock"
 )
 
 // Bounds of the bind backlog (newBindBacklog).
 const (
-	// minBindBacklog is the smallest backlog allowed: below it a slow
-	// apiserver answer would leave the client idle.
-	minBindBacklog = 64
+	// minBindBacklog is the smallest backlog allowed, for clients of a
+	// few requests a second: a bound of one second of their requests would
+	// leave them idle while the apiserver answers.
+	minBindBacklog = 16
 	// unthrottledBindBacklog is the backlog of a client without a rate
 	// limit (QPS < 0), whose requests queue in the apiserver instead.
 	unthrottledBindBacklog = 1024
 	// maxBindBacklogWait is the longest a pod waits for the backlog to
 	// drain. Binds that stop draining (an apiserver that does not answer)
-	// slow scheduling to a pod per wait; they never stop it.
-	maxBindBacklogWait = time.Second
+	// slow scheduling to a pod per wait; they never stop it. It is long
+	// against a bind on a busy apiserver (a second or two): a shorter one
+	// let pods through while binds were only slow, and the backlog grew
+	// past its bound.
+	maxBindBacklogWait = 10 * time.Second
 )
 
 // bindBacklog bounds how far scheduling runs ahead of binding. The plugin
@@ -35,14 +40,17 @@ const (
 // busy, so pods bind as fast (docs/benchmarks.md measures both), and the
 // pods not yet scheduled wait in the queue, which holds them anyway.
 //
-// Only binds past Permit count: a gang member waiting at Permit waits for
-// the scheduling thread, which must not wait for it in turn.
+// A pod's bind counts from the first of PreBind and Bind, past Permit, to
+// the end of Bind or Unreserve. A gang member waiting at Permit does not
+// count: it waits for the scheduling thread, which must not wait for it in
+// turn.
 type bindBacklog struct {
 	clock clock.Clock
 	limit int
 
-	mu       sync.Mutex
-	inFlight int
+	mu sync.Mutex
+	// inFlight are the pods counted.
+	inFlight map[types.UID]struct{}
 	// drained is closed, and replaced, when inFlight drops below limit
 	// while a PreFilter waits.
 	drained chan struct{}
@@ -57,21 +65,25 @@ func newBindBacklog(qps float32, clk clock.Clock) *bindBacklog {
 	if qps >= 0 {
 		limit = max(int(math.Ceil(float64(qps))), minBindBacklog)
 	}
-	return &bindBacklog{clock: clk, limit: limit, drained: make(chan struct{})}
+	return &bindBacklog{clock: clk, limit: limit, inFlight: map[types.UID]struct{}{}, drained: make(chan struct{})}
 }
 
-// started counts a bind going out; done, its end, whatever the outcome.
-func (b *bindBacklog) started() {
+// started counts pod's bind as going out; again is a no-op. done ends it,
+// whatever the outcome; for a pod not counted it is a no-op.
+func (b *bindBacklog) started(pod types.UID) {
 	b.mu.Lock()
-	b.inFlight++
+	b.inFlight[pod] = struct{}{}
 	b.mu.Unlock()
 }
 
-func (b *bindBacklog) done() {
+func (b *bindBacklog) done(pod types.UID) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	b.inFlight--
-	if b.waiting && b.inFlight < b.limit {
+	if _, ok := b.inFlight[pod]; !ok {
+		return
+	}
+	delete(b.inFlight, pod)
+	if b.waiting && len(b.inFlight) < b.limit {
 		close(b.drained)
 		b.drained, b.waiting = make(chan struct{}), false
 	}
@@ -81,7 +93,7 @@ func (b *bindBacklog) done() {
 // maxBindBacklogWait, or when ctx ends. It says how long it waited.
 func (b *bindBacklog) wait(ctx context.Context) time.Duration {
 	b.mu.Lock()
-	if b.inFlight < b.limit {
+	if len(b.inFlight) < b.limit {
 		b.mu.Unlock()
 		return 0
 	}
@@ -101,5 +113,5 @@ func (b *bindBacklog) wait(ctx context.Context) time.Duration {
 func (b *bindBacklog) size() int {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return b.inFlight
+	return len(b.inFlight)
 }

@@ -38,8 +38,8 @@ func fullBacklog() (*bindBacklog, *clocktesting.FakeClock) {
 	clock := clocktesting.NewFakeClock(time.Unix(0, 0))
 	b := newBindBacklog(0, clock)
 	b.limit = 2
-	b.started()
-	b.started()
+	b.started("a")
+	b.started("b")
 	return b, clock
 }
 
@@ -55,12 +55,28 @@ func waitAsync(t *testing.T, ctx context.Context, b *bindBacklog, clock *clockte
 	return out
 }
 
+// TestBindBacklogCountsEachPodOnce: a pod counted by PreBind and again by
+// Bind is one bind, and ending a pod never counted changes nothing.
+func TestBindBacklogCountsEachPodOnce(t *testing.T) {
+	b, _ := fullBacklog()
+	b.started("a")
+	b.done("never-started")
+	if got := b.size(); got != 2 {
+		t.Fatalf("size = %d, want 2", got)
+	}
+	b.done("a")
+	b.done("a")
+	if got := b.size(); got != 1 {
+		t.Errorf("size after a's end, twice = %d, want 1", got)
+	}
+}
+
 func TestBindBacklogWait(t *testing.T) {
 	ctx := context.Background()
 
 	t.Run("below the limit it does not wait", func(t *testing.T) {
 		b, _ := fullBacklog()
-		b.done()
+		b.done("a")
 		if got := b.wait(ctx); got != 0 {
 			t.Errorf("wait = %v with 1 of 2 binds in flight, want 0", got)
 		}
@@ -75,19 +91,19 @@ func TestBindBacklogWait(t *testing.T) {
 		default:
 		}
 		clock.Step(300 * time.Millisecond)
-		b.done()
+		b.done("a")
 		if got := <-out; got != 300*time.Millisecond {
 			t.Errorf("wait = %v, want the 300ms until the bind ended", got)
 		}
 		// The next full backlog waits on a new signal.
-		b.started()
+		b.started("c")
 		out = waitAsync(t, ctx, b, clock)
 		select {
 		case got := <-out:
 			t.Fatalf("second wait returned %v with the backlog full", got)
 		default:
 		}
-		b.done()
+		b.done("c")
 		<-out
 	})
 
@@ -140,11 +156,42 @@ func TestPreFilterWaitsForBindsInFlight(t *testing.T) {
 	default:
 	}
 	clock.Step(250 * time.Millisecond)
-	b.done()
+	b.done("a")
 	if status := <-done; !status.IsSuccess() {
 		t.Fatalf("PreFilter after a bind ended: %v", status)
 	}
 	if got, err := testutil.GetCounterMetricValue(p.metrics.bindBacklogWait); err != nil || got != 0.25 {
 		t.Errorf("bind_backlog_wait_seconds_total = %v (%v), want 0.25", got, err)
+	}
+}
+
+// TestUnreserveEndsTheBindCount: a member whose binding cycle fails after
+// PreBind (another plugin's PreBind) leaves the backlog at Unreserve.
+func TestUnreserveEndsTheBindCount(t *testing.T) {
+	ctx := context.Background()
+	p := newMetricsPlugin(t, 2, true, nil)
+	p.binds = newBindBacklog(0, clocktesting.NewFakeClock(time.Now()))
+	nodes := []string{"a", "b"}
+	states := make([]fwk.CycleState, len(p.pods))
+	for i, pod := range p.pods {
+		states[i] = framework.NewCycleState()
+		if _, status := p.PreFilter(ctx, states[i], pod, p.nodes); !status.IsSuccess() {
+			t.Fatalf("PreFilter %s: %v", pod.Name, status)
+		}
+		if status := p.Reserve(ctx, states[i], pod, nodes[i]); !status.IsSuccess() {
+			t.Fatalf("Reserve %s: %v", pod.Name, status)
+		}
+	}
+	for i, pod := range p.pods {
+		if status := p.PreBind(ctx, states[i], pod, nodes[i]); !status.IsSuccess() {
+			t.Fatalf("PreBind %s: %v", pod.Name, status)
+		}
+	}
+	if got := p.binds.size(); got != 2 {
+		t.Fatalf("bind backlog after both PreBinds = %d, want 2", got)
+	}
+	p.Unreserve(ctx, states[0], p.pods[0], nodes[0])
+	if got := p.binds.size(); got != 1 {
+		t.Errorf("bind backlog after one Unreserve = %d, want 1", got)
 	}
 }

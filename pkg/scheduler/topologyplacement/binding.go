@@ -32,6 +32,10 @@ func (p *TopologyPlacement) PreBind(ctx context.Context, state fwk.CycleState, p
 	if !ok || a.Gang == "" {
 		return nil
 	}
+	if p.binds != nil {
+		// Past Permit: from here the member only waits for the apiserver.
+		p.binds.started(pod.UID)
+	}
 	if g, first := p.books.markPublished(a.Gang); first {
 		// The first member past Permit: the whole gang is reserved.
 		p.observePlaced(a.Gang, g)
@@ -49,6 +53,11 @@ func (p *TopologyPlacement) PreBind(ctx context.Context, state fwk.CycleState, p
 // sees the pod bound without its GPUs, and binding costs one write, as it
 // does for DefaultBinder. Other pods are skipped, for DefaultBinder.
 func (p *TopologyPlacement) Bind(ctx context.Context, state fwk.CycleState, pod *v1.Pod, nodeName string) *fwk.Status {
+	if p.binds != nil {
+		// Whatever the way out, including to DefaultBinder, the count
+		// PreBind may have started ends.
+		defer p.binds.done(pod.UID)
+	}
 	a, ok := p.books.assignmentOf(pod.UID)
 	if !ok {
 		if s, err := stateOf(state); err == nil && s.plan != nil {
@@ -71,8 +80,7 @@ func (p *TopologyPlacement) Bind(ctx context.Context, state fwk.CycleState, pod 
 		Target:     v1.ObjectReference{Kind: "Node", Name: nodeName},
 	}
 	if p.binds != nil {
-		p.binds.started()
-		defer p.binds.done()
+		p.binds.started(pod.UID)
 	}
 	klog.FromContext(ctx).V(3).Info("Binding pod with its GPUs", "plugin", Name, "pod", klog.KObj(pod), "node", nodeName, "gpus", annotations[lockstep.AnnotationGPUs])
 	if err := p.bind(ctx, binding); err != nil {

@@ -86,6 +86,13 @@ func TestBindCarriesTheGPUs(t *testing.T) {
 					t.Fatalf("Reserve %s: %v", pod.Name, status)
 				}
 			}
+			// The member's bind counts from PreBind, past Permit.
+			if status := p.PreBind(ctx, states[0], p.pods[0], "a"); !status.IsSuccess() {
+				t.Fatalf("PreBind: %v", status)
+			}
+			if got := p.binds.size(); got != 1 {
+				t.Errorf("bind backlog after PreBind = %d, want 1", got)
+			}
 			status := p.Bind(ctx, states[0], p.pods[0], "a")
 			if status.Code() != tc.wantCode || !strings.Contains(status.Message(), tc.wantMsg) {
 				t.Fatalf("Bind: %v, want code %v and a message containing %q", status, tc.wantCode, tc.wantMsg)
