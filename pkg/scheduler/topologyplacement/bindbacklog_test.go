@@ -71,6 +71,17 @@ func TestBindBacklogCountsEachPodOnce(t *testing.T) {
 	}
 }
 
+// stillWaiting fails t if out has an answer: the wait it is fed by should
+// still be waiting.
+func stillWaiting[T any](t *testing.T, out <-chan T) {
+	t.Helper()
+	select {
+	case got := <-out:
+		t.Fatalf("returned %v with the bind backlog full", got)
+	default:
+	}
+}
+
 func TestBindBacklogWait(t *testing.T) {
 	ctx := context.Background()
 
@@ -85,11 +96,7 @@ func TestBindBacklogWait(t *testing.T) {
 	t.Run("a bind that ends lets it go", func(t *testing.T) {
 		b, clock := fullBacklog()
 		out := waitAsync(t, ctx, b, clock)
-		select {
-		case got := <-out:
-			t.Fatalf("wait returned %v with the backlog full", got)
-		default:
-		}
+		stillWaiting(t, out)
 		clock.Step(300 * time.Millisecond)
 		b.done("a")
 		if got := <-out; got != 300*time.Millisecond {
@@ -98,11 +105,7 @@ func TestBindBacklogWait(t *testing.T) {
 		// The next full backlog waits on a new signal.
 		b.started("c")
 		out = waitAsync(t, ctx, b, clock)
-		select {
-		case got := <-out:
-			t.Fatalf("second wait returned %v with the backlog full", got)
-		default:
-		}
+		stillWaiting(t, out)
 		b.done("c")
 		<-out
 	})
@@ -150,11 +153,7 @@ func TestPreFilterWaitsForBindsInFlight(t *testing.T) {
 	for !clock.HasWaiters() && len(done) == 0 {
 		time.Sleep(time.Millisecond)
 	}
-	select {
-	case status := <-done:
-		t.Fatalf("PreFilter returned %v with the bind backlog full", status)
-	default:
-	}
+	stillWaiting(t, done)
 	clock.Step(250 * time.Millisecond)
 	b.done("a")
 	if status := <-done; !status.IsSuccess() {
@@ -172,16 +171,7 @@ func TestUnreserveEndsTheBindCount(t *testing.T) {
 	p := newMetricsPlugin(t, 2, true, nil)
 	p.binds = newBindBacklog(0, clocktesting.NewFakeClock(time.Now()))
 	nodes := []string{"a", "b"}
-	states := make([]fwk.CycleState, len(p.pods))
-	for i, pod := range p.pods {
-		states[i] = framework.NewCycleState()
-		if _, status := p.PreFilter(ctx, states[i], pod, p.nodes); !status.IsSuccess() {
-			t.Fatalf("PreFilter %s: %v", pod.Name, status)
-		}
-		if status := p.Reserve(ctx, states[i], pod, nodes[i]); !status.IsSuccess() {
-			t.Fatalf("Reserve %s: %v", pod.Name, status)
-		}
-	}
+	states := reserveEach(t, p, nodes)
 	for i, pod := range p.pods {
 		if status := p.PreBind(ctx, states[i], pod, nodes[i]); !status.IsSuccess() {
 			t.Fatalf("PreBind %s: %v", pod.Name, status)

@@ -75,17 +75,7 @@ func TestBindCarriesTheGPUs(t *testing.T) {
 			if tc.cacher {
 				p.handle.(*fakeHandle).apiCacher = cacher
 			}
-			nodes := []string{"a", "b"}
-			states := make([]fwk.CycleState, len(p.pods))
-			for i, pod := range p.pods {
-				states[i] = framework.NewCycleState()
-				if _, status := p.PreFilter(ctx, states[i], pod, p.nodes); !status.IsSuccess() {
-					t.Fatalf("PreFilter %s: %v", pod.Name, status)
-				}
-				if status := p.Reserve(ctx, states[i], pod, nodes[i]); !status.IsSuccess() {
-					t.Fatalf("Reserve %s: %v", pod.Name, status)
-				}
-			}
+			states := reserveEach(t, p, []string{"a", "b"})
 			// The member's bind counts from PreBind, past Permit.
 			if status := p.PreBind(ctx, states[0], p.pods[0], "a"); !status.IsSuccess() {
 				t.Fatalf("PreBind: %v", status)
@@ -125,6 +115,24 @@ func TestBindCarriesTheGPUs(t *testing.T) {
 			}
 		})
 	}
+}
+
+// reserveEach runs PreFilter and Reserve for each of p's pods, the i-th on
+// nodes[i], and returns their cycle states.
+func reserveEach(t *testing.T, p *metricsPlugin, nodes []string) []fwk.CycleState {
+	t.Helper()
+	ctx := context.Background()
+	states := make([]fwk.CycleState, len(p.pods))
+	for i, pod := range p.pods {
+		states[i] = framework.NewCycleState()
+		if _, status := p.PreFilter(ctx, states[i], pod, p.nodes); !status.IsSuccess() {
+			t.Fatalf("PreFilter %s: %v", pod.Name, status)
+		}
+		if status := p.Reserve(ctx, states[i], pod, nodes[i]); !status.IsSuccess() {
+			t.Fatalf("Reserve %s: %v", pod.Name, status)
+		}
+	}
+	return states
 }
 
 // recordingCacher is the scheduler's API cacher as Bind uses it: it records
