@@ -185,3 +185,30 @@ func TestUnreserveEndsTheBindCount(t *testing.T) {
 		t.Errorf("bind backlog after one Unreserve = %d, want 1", got)
 	}
 }
+
+// TestBoundPodEndsTheBindCount: a member counted at PreBind and then bound
+// by another binder (ours never ran) leaves the count when the informer
+// sees it bound, and a deleted one when it is deleted.
+func TestBoundPodEndsTheBindCount(t *testing.T) {
+	ctx := context.Background()
+	p := newMetricsPlugin(t, 2, true, nil)
+	p.binds = newBindBacklog(0, clocktesting.NewFakeClock(time.Now()))
+	nodes := []string{"a", "b"}
+	states := reserveEach(t, p, nodes)
+	for i, pod := range p.pods {
+		if status := p.PreBind(ctx, states[i], pod, nodes[i]); !status.IsSuccess() {
+			t.Fatalf("PreBind %s: %v", pod.Name, status)
+		}
+	}
+	events := p.podEvents(ctx)
+	bound := p.pods[0].DeepCopy()
+	bound.Spec.NodeName = nodes[0]
+	events.OnUpdate(p.pods[0], bound)
+	if got := p.binds.size(); got != 1 {
+		t.Errorf("bind backlog after one member was seen bound = %d, want 1", got)
+	}
+	events.OnDelete(p.pods[1])
+	if got := p.binds.size(); got != 0 {
+		t.Errorf("bind backlog after the other was deleted = %d, want 0", got)
+	}
+}

@@ -369,6 +369,10 @@ func (p *TopologyPlacement) podEvents(ctx context.Context) cache.ResourceEventHa
 			if old, ok := oldObj.(*v1.Pod); !ok || memberChanged(old, pod) {
 				p.verdicts.gangChanged(gangKey(pod))
 			}
+			if pod.Spec.NodeName != "" && p.binds != nil {
+				// Bound, by whichever binder: nothing of it is in flight.
+				p.binds.done(pod.UID)
+			}
 			if pod.Status.Phase == v1.PodSucceeded || pod.Status.Phase == v1.PodFailed {
 				p.books.forgetPod(pod.UID)
 				p.victimGone(ctx, pod)
@@ -386,6 +390,9 @@ func (p *TopologyPlacement) podEvents(ctx context.Context) cache.ResourceEventHa
 			}
 			if pod, ok := obj.(*v1.Pod); ok {
 				p.books.forgetPod(pod.UID)
+				if p.binds != nil {
+					p.binds.done(pod.UID)
+				}
 				p.victimGone(ctx, pod)
 				p.steered.forget(pod.UID)
 				p.ignored.remove(string(pod.UID) + "/" + pod.Annotations[lockstep.AnnotationGPUs])
