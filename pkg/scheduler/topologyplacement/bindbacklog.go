@@ -28,6 +28,20 @@ const (
 	maxBindBacklogWait = 10 * time.Second
 )
 
+// MaxBindRequests is how many Bindings the plugin has at the apiserver at
+// once. The scheduler's client speaks HTTP/2, and kube-apiserver takes 1,000
+// concurrent streams per connection (--http2-max-streams-per-connection);
+// Go's client dials a new TLS connection for each request that finds every
+// stream of its connections in use. A gang's members leave Permit together,
+// so an unthrottled client (the in-process scale run's 5,000 QPS) sent the
+// 1,024 Bindings of a 4,096-GPU gang at once, beside their events, and
+// opened 463 connections to the apiserver in that second, each a TLS
+// handshake on both sides (4 % of the scheduler's CPU over the run). A
+// quarter of the stream limit leaves room for the scheduler's watches,
+// events and status writes on one connection, and at a few milliseconds per
+// bind it is thousands of binds a second.
+const MaxBindRequests = 256
+
 // bindBacklog bounds how far scheduling runs ahead of binding. The plugin
 // plans a gang in a millisecond or two, while every bind is a request the
 // scheduler's client sends at its rate limit (clientConnection.qps). On a
@@ -55,6 +69,10 @@ type bindBacklog struct {
 	// while a PreFilter waits.
 	drained chan struct{}
 	waiting bool
+
+	// requests holds a token for each Binding at the apiserver, at most
+	// MaxBindRequests.
+	requests chan struct{}
 }
 
 // newBindBacklog returns a backlog of about one second of the client's
@@ -65,7 +83,20 @@ func newBindBacklog(qps float32, clk clock.Clock) *bindBacklog {
 	if qps >= 0 {
 		limit = max(int(math.Ceil(float64(qps))), minBindBacklog)
 	}
-	return &bindBacklog{clock: clk, limit: limit, inFlight: map[types.UID]struct{}{}, drained: make(chan struct{})}
+	return &bindBacklog{clock: clk, limit: limit, inFlight: map[types.UID]struct{}{}, drained: make(chan struct{}),
+		requests: make(chan struct{}, MaxBindRequests)}
+}
+
+// send calls bind, which sends one Binding, once fewer than MaxBindRequests
+// are at the apiserver. Waiting for a slot ends with ctx, without sending.
+func (b *bindBacklog) send(ctx context.Context, bind func() error) error {
+	select {
+	case b.requests <- struct{}{}:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	defer func() { <-b.requests }()
+	return bind()
 }
 
 // started counts pod's bind as going out; again is a no-op. done ends it,

@@ -2,6 +2,7 @@ package topologyplacement
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -210,5 +211,51 @@ func TestBoundPodEndsTheBindCount(t *testing.T) {
 	events.OnDelete(p.pods[1])
 	if got := p.binds.size(); got != 0 {
 		t.Errorf("bind backlog after the other was deleted = %d, want 0", got)
+	}
+}
+
+// TestBindBacklogBoundsRequests: with MaxBindRequests Bindings at the
+// apiserver, the next waits for one of them to end, and gives up unsent
+// when its context ends.
+func TestBindBacklogBoundsRequests(t *testing.T) {
+	b := newBindBacklog(-1, clocktesting.NewFakeClock(time.Now()))
+	release := make(chan struct{})
+	entered := make(chan struct{}, MaxBindRequests)
+	errs := make(chan error, MaxBindRequests+1)
+	for range MaxBindRequests {
+		go func() {
+			errs <- b.send(context.Background(), func() error {
+				entered <- struct{}{}
+				<-release
+				return nil
+			})
+		}()
+	}
+	for range MaxBindRequests {
+		<-entered
+	}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	sent := false
+	if err := b.send(ctx, func() error { sent = true; return nil }); !errors.Is(err, context.Canceled) || sent {
+		t.Errorf("send with every slot taken and its context ended = %v (sent %v), want context.Canceled, unsent", err, sent)
+	}
+
+	late := make(chan struct{})
+	go func() {
+		errs <- b.send(context.Background(), func() error { close(late); return nil })
+	}()
+	stillWaiting(t, late)
+	release <- struct{}{} // one Binding answered
+	<-late
+	close(release)
+	for range MaxBindRequests + 1 {
+		if err := <-errs; err != nil {
+			t.Errorf("send: %v", err)
+		}
+	}
+	if n := len(b.requests); n != 0 {
+		t.Errorf("%d requests still counted after every Binding ended, want 0", n)
 	}
 }

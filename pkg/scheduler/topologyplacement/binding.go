@@ -116,7 +116,9 @@ func (p *TopologyPlacement) boundTo(ctx context.Context, pod *v1.Pod, node strin
 
 // bind sends the Binding the way DefaultBinder does: through the
 // scheduler's API cacher when asynchronous API calls are on, so it is
-// ordered with the scheduler's other writes for the pod, else directly.
+// ordered with the scheduler's other writes for the pod (the cacher's
+// dispatcher bounds its calls in flight), else directly, at most
+// MaxBindRequests at once.
 func (p *TopologyPlacement) bind(ctx context.Context, binding *v1.Binding) error {
 	if cacher := p.handle.APICacher(); cacher != nil {
 		onFinish, err := cacher.BindPod(binding)
@@ -125,7 +127,13 @@ func (p *TopologyPlacement) bind(ctx context.Context, binding *v1.Binding) error
 		}
 		return cacher.WaitOnFinish(ctx, onFinish)
 	}
-	return p.handle.ClientSet().CoreV1().Pods(binding.Namespace).Bind(ctx, binding, metav1.CreateOptions{})
+	send := func() error {
+		return p.handle.ClientSet().CoreV1().Pods(binding.Namespace).Bind(ctx, binding, metav1.CreateOptions{})
+	}
+	if p.binds == nil {
+		return send()
+	}
+	return p.binds.send(ctx, send)
 }
 
 // observePlaced records how long the gang waited since its first attempt and
