@@ -13,6 +13,7 @@ import (
 	"github.com/lockstep-dev/lockstep/pkg/clustermodel"
 	"github.com/lockstep-dev/lockstep/pkg/localcluster"
 	"github.com/lockstep-dev/lockstep/pkg/lockstep"
+	"github.com/lockstep-dev/lockstep/pkg/scheduler/topologyplacement"
 	utiltesting "github.com/lockstep-dev/lockstep/pkg/util/testing"
 	"github.com/lockstep-dev/lockstep/test/e2e/framework"
 )
@@ -38,74 +39,21 @@ func TestBindBacklogBoundsScheduling(t *testing.T) {
 		// pods at 5 a second 16): at least a gang is held back.
 		maxInFlight = (gangs - 1) * members
 	)
-	model := *cluster.Model
-	// A node more than the gangs fill, for the probe.
-	pool := clustermodel.Pool{Name: "backlog", Profile: "hgx-h100", Nodes: gangs + 1,
-		NodesPerDomain: map[string]int{}, FirstDomain: map[string]int{}}
-	for _, l := range model.Levels {
-		// Domains of their own: the suite's nodes stay out of the plans.
-		pool.NodesPerDomain[l.Name], pool.FirstDomain[l.Name] = pool.Nodes, 900
-	}
-	model.Pools = []clustermodel.Pool{pool}
-	nodes := model.Nodes()
-	const poolLabel = "e2e.lockstep.dev/pool"
-	for _, n := range nodes {
-		n.Labels[poolLabel] = pool.Name
-	}
-	if err := cluster.CreateNodes(ctx, nodes); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cluster.DeleteNodes(ctx, nodes) })
-	for _, n := range nodes {
-		waitNodeTopology(t, n.Name, "published", func(*v1alpha1.NodeTopology) bool { return true })
-	}
+	pool := createIsolatedPool(t, "backlog", gangs+1) // a node more for the probe
 
 	// Every binding answered 2 s late, and the client sends 5 a second:
 	// the backlog's bound (16) fills once the scheduler is 16 pods ahead,
 	// even on a machine busy enough to schedule only a few pods a second.
 	// The answers come within seconds, so waits end as binds end, not at
 	// maxBindBacklogWait.
-	proxy, err := framework.StartFaultProxy(cluster.Config, framework.FaultRules{Seed: 1, Latency: 2 * time.Second, LatencyFraction: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = proxy.Close() })
-	api, err := cluster.ProxiedKubeconfig(localcluster.SchedulerIdentity(), proxy)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := localcluster.DeployedSchedulerConfig(cluster.RepoRoot)
-	if err != nil {
-		t.Fatal(err)
-	}
-	// Under a name of its own, so its log stays beside the suite's.
 	const name = "slow-scheduler"
-	slow, err := cluster.KubeSchedulerComponentWith(name, lockstep.SchedulerName, cfg, localcluster.SchedulerOptions{
-		APIKubeconfig: api, ClientRate: &localcluster.ClientRate{QPS: 5, Burst: 5}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cluster.KillComponent("scheduler"); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = cluster.KillComponent(name)
-		comp, err := cluster.SchedulerComponent()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := cluster.StartComponent(ctx, comp); err != nil {
-			t.Fatal(err)
-		}
-	})
-	if _, err := cluster.StartComponent(ctx, slow); err != nil {
-		t.Fatal(err)
-	}
+	startSchedulerBehindProxy(t, name, framework.FaultRules{Seed: 1, Latency: 2 * time.Second, LatencyFraction: 1},
+		localcluster.ClientRate{QPS: 5, Burst: 5})
 
 	ns := cluster.NewNamespace(t)
 	gangPod := func(gang string, i int) *corev1.Pod {
 		pod := utiltesting.MakePod(fmt.Sprintf("%s-%d", gang, i), ns).GPUs(1).SchedulerName(localcluster.SchedulerName).PodGroup(gang).Obj()
-		pod.Spec.NodeSelector = map[string]string{poolLabel: pool.Name}
+		pod.Spec.NodeSelector = map[string]string{poolLabel: pool}
 		return pod
 	}
 	// A gang of one bound says the scheduler caught up: it plans no gang
@@ -125,22 +73,15 @@ func TestBindBacklogBoundsScheduling(t *testing.T) {
 		if err := cluster.Client.Create(ctx, utiltesting.MakePodGroup(gang, ns, members).Obj()); err != nil {
 			t.Fatal(err)
 		}
-		errs := make(chan error, members)
-		for m := range members {
-			go func() {
-				_, err := cluster.Clientset.CoreV1().Pods(ns).Create(ctx, gangPod(gang, m), metav1.CreateOptions{})
-				errs <- err
-			}()
+		pods := make([]*corev1.Pod, members)
+		for m := range pods {
+			pods[m] = gangPod(gang, m)
 		}
-		for range members {
-			if err := <-errs; err != nil {
-				t.Fatal(err)
-			}
-		}
+		createPodsAtOnce(t, pods)
 	}
 
 	inFlight := 0.0
-	err = localcluster.Poll(ctx, 500*time.Millisecond, 3*time.Minute, "every gang bound", func(ctx context.Context) (bool, error) {
+	err := localcluster.Poll(ctx, 500*time.Millisecond, 3*time.Minute, "every gang bound", func(ctx context.Context) (bool, error) {
 		if s, err := cluster.Scrape(ctx, name); err == nil {
 			inFlight = max(inFlight, s.Find("lockstep_scheduler_binds_in_flight", nil).Sum())
 		}
@@ -165,4 +106,138 @@ func TestBindBacklogBoundsScheduling(t *testing.T) {
 		t.Errorf("binds_in_flight reached %v, want at most %d", inFlight, maxInFlight)
 	}
 	t.Logf("binds in flight at most %v (sampled), PreFilter waited %.1f s", inFlight, waited)
+}
+
+// poolLabel names the pool of nodes a test made for itself, for its pods'
+// node selector.
+const poolLabel = "e2e.lockstep.dev/pool"
+
+// createIsolatedPool adds n nodes of 8 H100s labelled poolLabel=name, in
+// topology domains of their own so the suite's nodes stay out of the
+// plans, and waits for their NodeTopology. They are deleted when the test
+// ends.
+func createIsolatedPool(t *testing.T, name string, n int) string {
+	t.Helper()
+	ctx := context.Background()
+	model := *cluster.Model
+	pool := clustermodel.Pool{Name: name, Profile: "hgx-h100", Nodes: n,
+		NodesPerDomain: map[string]int{}, FirstDomain: map[string]int{}}
+	for _, l := range model.Levels {
+		pool.NodesPerDomain[l.Name], pool.FirstDomain[l.Name] = pool.Nodes, 900
+	}
+	model.Pools = []clustermodel.Pool{pool}
+	nodes := model.Nodes()
+	for _, n := range nodes {
+		n.Labels[poolLabel] = pool.Name
+	}
+	if err := cluster.CreateNodes(ctx, nodes); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cluster.DeleteNodes(ctx, nodes) })
+	for _, n := range nodes {
+		waitNodeTopology(t, n.Name, "published", func(*v1alpha1.NodeTopology) bool { return true })
+	}
+	return pool.Name
+}
+
+// startSchedulerBehindProxy replaces the suite's scheduler, for the rest of
+// the test, with one named name that reaches the apiserver through a fault
+// proxy with rules and whose client sends at rate. It returns the proxy.
+func startSchedulerBehindProxy(t *testing.T, name string, rules framework.FaultRules, rate localcluster.ClientRate) *framework.FaultProxy {
+	t.Helper()
+	ctx := context.Background()
+	proxy, err := framework.StartFaultProxy(cluster.Config, rules)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = proxy.Close() })
+	api, err := cluster.ProxiedKubeconfig(localcluster.SchedulerIdentity(), proxy)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := localcluster.DeployedSchedulerConfig(cluster.RepoRoot)
+	if err != nil {
+		t.Fatal(err)
+	}
+	comp, err := cluster.KubeSchedulerComponentWith(name, lockstep.SchedulerName, cfg, localcluster.SchedulerOptions{
+		APIKubeconfig: api, ClientRate: &rate})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cluster.KillComponent("scheduler"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = cluster.KillComponent(name)
+		comp, err := cluster.SchedulerComponent()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := cluster.StartComponent(ctx, comp); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if _, err := cluster.StartComponent(ctx, comp); err != nil {
+		t.Fatal(err)
+	}
+	return proxy
+}
+
+// createPodsAtOnce creates pods concurrently, as a controller creating a
+// gang's members does.
+func createPodsAtOnce(t *testing.T, pods []*corev1.Pod) {
+	t.Helper()
+	ctx := context.Background()
+	errs := make(chan error, len(pods))
+	for _, pod := range pods {
+		go func() {
+			_, err := cluster.Clientset.CoreV1().Pods(pod.Namespace).Create(ctx, pod, metav1.CreateOptions{})
+			errs <- err
+		}()
+	}
+	for range pods {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestBindRequestsAreBounded: a gang of more members than
+// topologyplacement.MaxBindRequests, bound by a scheduler whose client is
+// not rate-limited below it, through an apiserver that answers each
+// binding 2 s late. The members leave Permit together; at most
+// MaxBindRequests of their Bindings reach the apiserver at once (an HTTP/2
+// connection's worth of streams, see the constant), and the gang is still
+// bound whole.
+func TestBindRequestsAreBounded(t *testing.T) {
+	ctx := context.Background()
+	members := topologyplacement.MaxBindRequests + 44
+	pool := createIsolatedPool(t, "bind-requests", (members+7)/8)
+	const name = "burst-scheduler"
+	proxy := startSchedulerBehindProxy(t, name, framework.FaultRules{Seed: 1, Latency: 2 * time.Second, LatencyFraction: 1},
+		localcluster.ClientRate{QPS: 5000, Burst: 5000})
+
+	ns := cluster.NewNamespace(t)
+	if err := cluster.Client.Create(ctx, utiltesting.MakePodGroup("big", ns, int32(members)).Obj()); err != nil {
+		t.Fatal(err)
+	}
+	pods := make([]*corev1.Pod, members)
+	for i := range pods {
+		pods[i] = utiltesting.MakePod(fmt.Sprintf("big-%d", i), ns).GPUs(1).SchedulerName(localcluster.SchedulerName).PodGroup("big").Obj()
+		pods[i].Spec.NodeSelector = map[string]string{poolLabel: pool}
+	}
+	createPodsAtOnce(t, pods)
+	waitGangBound(t, ns, "big", members, 5*time.Minute)
+
+	most := proxy.MaxBindingsInFlight()
+	if most > topologyplacement.MaxBindRequests {
+		t.Errorf("%d bindings at the apiserver at once, want at most %d", most, topologyplacement.MaxBindRequests)
+	}
+	// The members' Bindings go out within milliseconds of each other and
+	// each is answered 2 s later: well over half of the bound must have
+	// overlapped, or this test did not reach the bound it checks.
+	if most < topologyplacement.MaxBindRequests/2 {
+		t.Errorf("only %d bindings at the apiserver at once: the gang's binds did not overlap, so the bound of %d went untested", most, topologyplacement.MaxBindRequests)
+	}
+	t.Logf("%d of the gang's %d bindings at the apiserver at once at most", most, members)
 }

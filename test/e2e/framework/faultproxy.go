@@ -86,6 +86,10 @@ type FaultProxy struct {
 	// while it is off.
 	enabled atomic.Bool
 	counts  sync.Map // kind -> *atomic.Int64
+	// bindings is how many bindings the proxy holds now, from the client's
+	// request to the apiserver's answer (or the injected one);
+	// maxBindings the most it held at once.
+	bindings, maxBindings atomic.Int64
 }
 
 var (
@@ -202,6 +206,10 @@ func (p *FaultProxy) Counts() map[string]int64 {
 	return out
 }
 
+// MaxBindingsInFlight is the most bindings (POST pods/binding) the proxy
+// held at once, from a client's request to its answer.
+func (p *FaultProxy) MaxBindingsInFlight() int64 { return p.maxBindings.Load() }
+
 // Close stops the proxy and cuts the connections through it.
 func (p *FaultProxy) Close() error {
 	return p.server.Close()
@@ -220,13 +228,22 @@ func (p *FaultProxy) chance() float64 {
 }
 
 func (p *FaultProxy) serve(w http.ResponseWriter, r *http.Request) {
+	isBinding := r.Method == http.MethodPost && bindingPath.MatchString(r.URL.Path)
+	if isBinding {
+		n := p.bindings.Add(1)
+		defer p.bindings.Add(-1)
+		for m := p.maxBindings.Load(); n > m; m = p.maxBindings.Load() {
+			if p.maxBindings.CompareAndSwap(m, n) {
+				break
+			}
+		}
+	}
 	if !p.enabled.Load() {
 		p.proxy.ServeHTTP(w, r)
 		return
 	}
 	isWatch := r.Method == http.MethodGet && (r.URL.Query().Get("watch") == "true" || r.URL.Query().Get("watch") == "1")
 	isStatus := (r.Method == http.MethodPut || r.Method == http.MethodPatch) && strings.HasSuffix(r.URL.Path, "/status")
-	isBinding := r.Method == http.MethodPost && bindingPath.MatchString(r.URL.Path)
 	switch {
 	case isWatch && p.rules.WatchMaxAge > 0:
 		p.serveWatch(w, r)
