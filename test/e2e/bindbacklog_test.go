@@ -218,6 +218,14 @@ func TestBindRequestsAreBounded(t *testing.T) {
 		localcluster.ClientRate{QPS: 5000, Burst: 5000})
 
 	ns := cluster.NewNamespace(t)
+	t.Cleanup(func() {
+		// Run before the namespace's cleanup: gracefully, KWOK ends 300
+		// pods slower than that cleanup waits for on a loaded machine.
+		zero := int64(0)
+		if err := cluster.Clientset.CoreV1().Pods(ns).DeleteCollection(ctx, metav1.DeleteOptions{GracePeriodSeconds: &zero}, metav1.ListOptions{}); err != nil {
+			t.Errorf("deleting the gang's pods: %v", err)
+		}
+	})
 	if err := cluster.Client.Create(ctx, utiltesting.MakePodGroup("big", ns, int32(members)).Obj()); err != nil {
 		t.Fatal(err)
 	}

@@ -231,12 +231,18 @@ func (p *FaultProxy) serve(w http.ResponseWriter, r *http.Request) {
 	isBinding := r.Method == http.MethodPost && bindingPath.MatchString(r.URL.Path)
 	if isBinding {
 		n := p.bindings.Add(1)
-		defer p.bindings.Add(-1)
 		for m := p.maxBindings.Load(); n > m; m = p.maxBindings.Load() {
 			if p.maxBindings.CompareAndSwap(m, n) {
 				break
 			}
 		}
+		// A binding leaves the count as its answer starts: the client
+		// cannot have the whole answer, and send its next binding, before
+		// that. Counting until the handler returns would also count the
+		// client's next binding while this handler finishes.
+		answered := &answerWriter{ResponseWriter: w, done: func() { p.bindings.Add(-1) }}
+		defer answered.answer()
+		w = answered
 	}
 	if !p.enabled.Load() {
 		p.proxy.ServeHTTP(w, r)
@@ -305,6 +311,34 @@ func writeStatus(w http.ResponseWriter, code int, reason, message string) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(code)
 	fmt.Fprintf(w, `{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":%q,"reason":%q,"code":%d}`, message, reason, code)
+}
+
+// answerWriter calls done once, when the answer starts (or the handler
+// returns without one).
+type answerWriter struct {
+	http.ResponseWriter
+	once sync.Once
+	done func()
+}
+
+func (a *answerWriter) answer() { a.once.Do(a.done) }
+
+func (a *answerWriter) WriteHeader(code int) {
+	a.answer()
+	a.ResponseWriter.WriteHeader(code)
+}
+
+func (a *answerWriter) Write(b []byte) (int, error) {
+	a.answer()
+	return a.ResponseWriter.Write(b)
+}
+
+// Flush passes a flush on: ReverseProxy flushes through the writer it is
+// given.
+func (a *answerWriter) Flush() {
+	if f, ok := a.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
 }
 
 // discardResponse swallows a forwarded answer.
