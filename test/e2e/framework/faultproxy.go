@@ -87,7 +87,7 @@ type FaultProxy struct {
 	enabled atomic.Bool
 	counts  sync.Map // kind -> *atomic.Int64
 	// bindings is how many bindings the proxy holds now, from the client's
-	// request to the apiserver's answer (or the injected one);
+	// request until the answer (the apiserver's or an injected one) starts;
 	// maxBindings the most it held at once.
 	bindings, maxBindings atomic.Int64
 }
@@ -207,7 +207,7 @@ func (p *FaultProxy) Counts() map[string]int64 {
 }
 
 // MaxBindingsInFlight is the most bindings (POST pods/binding) the proxy
-// held at once, from a client's request to its answer.
+// held at once, from a client's request until its answer starts.
 func (p *FaultProxy) MaxBindingsInFlight() int64 { return p.maxBindings.Load() }
 
 // Close stops the proxy and cuts the connections through it.
