@@ -8,6 +8,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/lockstep-dev/lockstep/pkg/apis/lockstep/v1alpha1"
 	"github.com/lockstep-dev/lockstep/pkg/clustermodel"
@@ -77,7 +78,7 @@ func TestBindBacklogBoundsScheduling(t *testing.T) {
 		for m := range pods {
 			pods[m] = gangPod(gang, m)
 		}
-		createPodsAtOnce(t, pods)
+		createGangAtOnce(t, pods)
 	}
 
 	inFlight := 0.0
@@ -183,23 +184,39 @@ func startSchedulerBehindProxy(t *testing.T, name string, rules framework.FaultR
 	return proxy
 }
 
-// createPodsAtOnce creates pods concurrently, as a controller creating a
-// gang's members does.
-func createPodsAtOnce(t *testing.T, pods []*corev1.Pod) {
+// createGangAtOnce creates a gang's pods so that they reach the scheduler
+// together, as a controller creating its members does: each is created
+// behind a scheduling gate, and the gates are lifted once all exist.
+// Created straight away, a member the scheduler picks up before its
+// siblings exist is turned away by Coscheduling ("cannot find enough
+// sibling pods") and its gang comes back through backoff, interleaved
+// with later gangs.
+func createGangAtOnce(t *testing.T, pods []*corev1.Pod) {
 	t.Helper()
 	ctx := context.Background()
-	errs := make(chan error, len(pods))
-	for _, pod := range pods {
-		go func() {
-			_, err := cluster.Clientset.CoreV1().Pods(pod.Namespace).Create(ctx, pod, metav1.CreateOptions{})
-			errs <- err
-		}()
-	}
-	for range pods {
-		if err := <-errs; err != nil {
-			t.Fatal(err)
+	const gate = "e2e.lockstep.dev/whole-gang"
+	each := func(f func(pod *corev1.Pod) error) {
+		errs := make(chan error, len(pods))
+		for _, pod := range pods {
+			go func() { errs <- f(pod) }()
+		}
+		for range pods {
+			if err := <-errs; err != nil {
+				t.Fatal(err)
+			}
 		}
 	}
+	each(func(pod *corev1.Pod) error {
+		pod = pod.DeepCopy()
+		pod.Spec.SchedulingGates = append(pod.Spec.SchedulingGates, corev1.PodSchedulingGate{Name: gate})
+		_, err := cluster.Clientset.CoreV1().Pods(pod.Namespace).Create(ctx, pod, metav1.CreateOptions{})
+		return err
+	})
+	each(func(pod *corev1.Pod) error {
+		patch := []byte(`{"spec":{"schedulingGates":null}}`)
+		_, err := cluster.Clientset.CoreV1().Pods(pod.Namespace).Patch(ctx, pod.Name, types.MergePatchType, patch, metav1.PatchOptions{})
+		return err
+	})
 }
 
 // TestBindRequestsAreBounded: a gang of more members than
@@ -234,7 +251,7 @@ func TestBindRequestsAreBounded(t *testing.T) {
 		pods[i] = utiltesting.MakePod(fmt.Sprintf("big-%d", i), ns).GPUs(1).SchedulerName(localcluster.SchedulerName).PodGroup("big").Obj()
 		pods[i].Spec.NodeSelector = map[string]string{poolLabel: pool}
 	}
-	createPodsAtOnce(t, pods)
+	createGangAtOnce(t, pods)
 	waitGangBound(t, ns, "big", members, 5*time.Minute)
 
 	most := proxy.MaxBindingsInFlight()
