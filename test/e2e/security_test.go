@@ -12,6 +12,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	schedv1alpha1 "sigs.k8s.io/scheduler-plugins/apis/scheduling/v1alpha1"
@@ -85,15 +86,20 @@ func TestTemplatePolicyRefuses(t *testing.T) {
 		err := cluster.Client.Create(ctx, job(tc.name, tc.mutate))
 		wantRefused(t, "TrainingJob with "+tc.name, err, tc.want)
 	}
-	// An update is held to the same rules.
-	plain := &v1alpha1.TrainingJob{}
-	if err := cluster.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "plain"}, plain); err != nil {
-		t.Fatal(err)
-	}
-	w := plain.Spec.ReplicaSpecs[v1alpha1.ReplicaWorker]
-	w.Template.Spec.NodeName = cluster.Model.Nodes()[0].Name
-	plain.Spec.ReplicaSpecs[v1alpha1.ReplicaWorker] = w
-	wantRefused(t, "updating a TrainingJob's template to set nodeName", cluster.Client.Update(ctx, plain), "template.spec.nodeName")
+	// An update is held to the same rules. The controller writes the job
+	// meanwhile: an update of a stale copy is answered 409 before any
+	// policy sees it, so read it again and retry.
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		plain := &v1alpha1.TrainingJob{}
+		if err := cluster.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "plain"}, plain); err != nil {
+			return err
+		}
+		w := plain.Spec.ReplicaSpecs[v1alpha1.ReplicaWorker]
+		w.Template.Spec.NodeName = cluster.Model.Nodes()[0].Name
+		plain.Spec.ReplicaSpecs[v1alpha1.ReplicaWorker] = w
+		return cluster.Client.Update(ctx, plain)
+	})
+	wantRefused(t, "updating a TrainingJob's template to set nodeName", err, "template.spec.nodeName")
 
 	// A cluster-admin allows privileged templates in this namespace.
 	patch := []byte(`{"metadata":{"labels":{"` + lockstep.LabelAllowPrivilegedTemplates + `":"true"}}}`)
@@ -111,7 +117,7 @@ func TestTemplatePolicyRefuses(t *testing.T) {
 		}
 	}
 	// nodeName stays refused there.
-	err := cluster.Client.Create(ctx, job("node-name", func(p *corev1.PodTemplateSpec) { p.Spec.NodeName = cluster.Model.Nodes()[0].Name }))
+	err = cluster.Client.Create(ctx, job("node-name", func(p *corev1.PodTemplateSpec) { p.Spec.NodeName = cluster.Model.Nodes()[0].Name }))
 	wantRefused(t, "TrainingJob with nodeName in a privileged namespace", err, "template.spec.nodeName")
 }
 
