@@ -165,19 +165,27 @@ func TestPreFilterWaitsForBindsInFlight(t *testing.T) {
 	}
 }
 
-// TestUnreserveEndsTheBindCount: a member whose binding cycle fails after
-// PreBind (another plugin's PreBind) leaves the backlog at Unreserve.
-func TestUnreserveEndsTheBindCount(t *testing.T) {
-	ctx := context.Background()
+// countedAtPreBind returns a plugin with a gang of two members reserved on
+// nodes a and b and past PreBind, so both count in its bind backlog.
+func countedAtPreBind(t *testing.T) (*metricsPlugin, []string, []fwk.CycleState) {
+	t.Helper()
 	p := newMetricsPlugin(t, 2, true, nil)
 	p.binds = newBindBacklog(0, clocktesting.NewFakeClock(time.Now()))
 	nodes := []string{"a", "b"}
 	states := reserveEach(t, p, nodes)
 	for i, pod := range p.pods {
-		if status := p.PreBind(ctx, states[i], pod, nodes[i]); !status.IsSuccess() {
+		if status := p.PreBind(context.Background(), states[i], pod, nodes[i]); !status.IsSuccess() {
 			t.Fatalf("PreBind %s: %v", pod.Name, status)
 		}
 	}
+	return p, nodes, states
+}
+
+// TestUnreserveEndsTheBindCount: a member whose binding cycle fails after
+// PreBind (another plugin's PreBind) leaves the backlog at Unreserve.
+func TestUnreserveEndsTheBindCount(t *testing.T) {
+	ctx := context.Background()
+	p, nodes, states := countedAtPreBind(t)
 	if got := p.binds.size(); got != 2 {
 		t.Fatalf("bind backlog after both PreBinds = %d, want 2", got)
 	}
@@ -192,15 +200,7 @@ func TestUnreserveEndsTheBindCount(t *testing.T) {
 // sees it bound, and a deleted one when it is deleted.
 func TestBoundPodEndsTheBindCount(t *testing.T) {
 	ctx := context.Background()
-	p := newMetricsPlugin(t, 2, true, nil)
-	p.binds = newBindBacklog(0, clocktesting.NewFakeClock(time.Now()))
-	nodes := []string{"a", "b"}
-	states := reserveEach(t, p, nodes)
-	for i, pod := range p.pods {
-		if status := p.PreBind(ctx, states[i], pod, nodes[i]); !status.IsSuccess() {
-			t.Fatalf("PreBind %s: %v", pod.Name, status)
-		}
-	}
+	p, nodes, _ := countedAtPreBind(t)
 	events := p.podEvents(ctx)
 	bound := p.pods[0].DeepCopy()
 	bound.Spec.NodeName = nodes[0]
