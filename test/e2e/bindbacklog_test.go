@@ -185,12 +185,13 @@ func startSchedulerBehindProxy(t *testing.T, name string, rules framework.FaultR
 }
 
 // createGangAtOnce creates a gang's pods so that they reach the scheduler
-// together, as a controller creating its members does: each is created
-// behind a scheduling gate, and the gates are lifted once all exist.
-// Created straight away, a member the scheduler picks up before its
-// siblings exist is turned away by Coscheduling ("cannot find enough
-// sibling pods") and its gang comes back through backoff, interleaved
-// with later gangs.
+// together: each is created behind a scheduling gate, and the gates are
+// lifted once all exist. Created straight away, a member the scheduler
+// picks up before its siblings exist is turned away by Coscheduling
+// ("cannot find enough sibling pods") and its gang comes back through
+// backoff, interleaved with later gangs; that case is covered by the
+// competing-gangs tests, and the bind backlog does not bound it
+// (docs/scheduler.md, "The bind backlog").
 func createGangAtOnce(t *testing.T, pods []*corev1.Pod) {
 	t.Helper()
 	ctx := context.Background()
