@@ -39,7 +39,9 @@ const (
 // handshake on both sides (4 % of the scheduler's CPU over the run). A
 // quarter of the stream limit leaves room for the scheduler's watches,
 // events and status writes on one connection, and at a few milliseconds per
-// bind it is thousands of binds a second.
+// bind it is thousands of binds a second. A slot is held for the whole
+// client call, so a Binding waiting in the client's rate limiter holds one
+// too: below 256 QPS the limiter, not this bound, sets the pace either way.
 const MaxBindRequests = 256
 
 // bindBacklog bounds how far scheduling runs ahead of binding. The plugin
