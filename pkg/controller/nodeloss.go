@@ -9,7 +9,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -333,8 +332,8 @@ func (r *TrainingJobReconciler) jobsOnNode(ctx context.Context, obj client.Objec
 	seen := map[types.NamespacedName]bool{}
 	var reqs []reconcile.Request
 	for _, p := range pods.Items {
-		ref := metav1.GetControllerOf(&p)
-		if ref == nil || ref.Kind != "TrainingJob" || ref.APIVersion != v1alpha1.GroupVersion.String() {
+		ref := jobOwner(&p)
+		if ref == nil {
 			continue
 		}
 		key := types.NamespacedName{Namespace: p.Namespace, Name: ref.Name}

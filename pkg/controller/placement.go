@@ -18,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/dynamic-resource-allocation/resourceclaim"
+	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -25,6 +26,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/lockstep-dev/lockstep/pkg/apis/lockstep/v1alpha1"
 	"github.com/lockstep-dev/lockstep/pkg/lockstep"
@@ -317,7 +319,8 @@ func parseGPUSet(s string) (topology.GPUSet, error) {
 // never changed). A GPU node whose agent has not published its
 // NodeTopology yet leaves the rating out until it does: its creation wakes
 // the job (watchNodeTopologies), so nothing is retried on a timer. waiting
-// are those nodes.
+// are those nodes. Likewise a claim whose allocation the cache does not
+// show yet lists no devices until its event wakes the job (watchClaims).
 //
 // Whether a pod asks for GPUs counts its GPU claims (claims), so a DRA gang
 // is rated as the scheduler planned it. The GPUs a pod holds are those its
@@ -431,6 +434,76 @@ func (r *TrainingJobReconciler) podDevices(ctx context.Context, pod *corev1.Pod)
 	}
 	slices.Sort(devices)
 	return slices.Compact(devices), nil
+}
+
+// claimAllocationChanged passes the ResourceClaim events that can change a
+// summary's devices: a claim allocated or deallocated, or deleted. The
+// claim's write comes before its pod's binding at the apiserver, but the
+// claim and pod watches are separate streams: the pod's last event may
+// reach the controller before the claim's, and the summary made then
+// would keep the devices the cache knew, with nothing left to wake the
+// job. A claim already allocated when the informer lists it passes too.
+var claimAllocationChanged = predicate.Funcs{
+	CreateFunc: func(e event.CreateEvent) bool {
+		c, ok := e.Object.(*resourcev1.ResourceClaim)
+		return !ok || c.Status.Allocation != nil
+	},
+	UpdateFunc: func(e event.UpdateEvent) bool {
+		old, _ := e.ObjectOld.(*resourcev1.ResourceClaim)
+		updated, _ := e.ObjectNew.(*resourcev1.ResourceClaim)
+		return old == nil || updated == nil || !equality.Semantic.DeepEqual(old.Status.Allocation, updated.Status.Allocation)
+	},
+	DeleteFunc:  func(event.DeleteEvent) bool { return true },
+	GenericFunc: func(event.GenericEvent) bool { return false },
+}
+
+// watchClaims wakes the jobs whose pods a ResourceClaim is for when its
+// allocation changes (claimAllocationChanged).
+func (r *TrainingJobReconciler) watchClaims(b *ctrl.Builder) *ctrl.Builder {
+	return b.Watches(&resourcev1.ResourceClaim{}, handler.EnqueueRequestsFromMapFunc(r.jobsOfClaim),
+		builder.WithPredicates(claimAllocationChanged))
+}
+
+// jobsOfClaim are the jobs of the pods claim o is for: the pod that owns
+// it (a claim made from a pod's template) and those it is reserved for (a
+// claim the pods share, or any claim once allocated), read from the cache.
+// A pod that is not in the cache is no gang pod of ours.
+func (r *TrainingJobReconciler) jobsOfClaim(ctx context.Context, o client.Object) []reconcile.Request {
+	claim, ok := o.(*resourcev1.ResourceClaim)
+	if !ok {
+		return nil
+	}
+	var pods []string
+	for _, ref := range claim.OwnerReferences {
+		if ref.Kind == "Pod" && ref.APIVersion == "v1" {
+			pods = append(pods, ref.Name)
+		}
+	}
+	for _, c := range claim.Status.ReservedFor {
+		if c.Resource == "pods" && c.APIGroup == "" {
+			pods = append(pods, c.Name)
+		}
+	}
+	var reqs []reconcile.Request
+	for _, name := range pods {
+		var p corev1.Pod
+		// Read only: the owner is all it needs.
+		if err := r.Client.Get(ctx, client.ObjectKey{Namespace: claim.Namespace, Name: name}, &p, client.UnsafeDisableDeepCopy); err != nil {
+			if !apierrors.IsNotFound(err) {
+				ctrl.LoggerFrom(ctx).Error(err, "Getting a pod of a ResourceClaim", "claim", klog.KObj(claim), "pod", name)
+			}
+			continue
+		}
+		ref := jobOwner(&p)
+		if ref == nil {
+			continue
+		}
+		req := reconcile.Request{NamespacedName: types.NamespacedName{Namespace: p.Namespace, Name: ref.Name}}
+		if !slices.Contains(reqs, req) {
+			reqs = append(reqs, req)
+		}
+	}
+	return reqs
 }
 
 // nodeTopologyPublished passes the NodeTopology events that can complete a

@@ -196,3 +196,107 @@ func testPlacementOfAllocatedGPUs(t *testing.T, dra bool) {
 		t.Errorf("status.placement once the agent reports the claims' GPUs (-want,+got):\n%s", diff)
 	}
 }
+
+// A claim wakes the jobs of the pods it is for: the pod that owns it and
+// those it is reserved for, each job once; pods no job controls, and pods
+// not in the cache, wake none.
+func TestJobsOfClaim(t *testing.T) {
+	pod := func(name string, owner *metav1.OwnerReference) *corev1.Pod {
+		p := utiltesting.MakePod(name, "ns").Obj()
+		if owner != nil {
+			p.OwnerReferences = []metav1.OwnerReference{*owner}
+		}
+		return p
+	}
+	jobRef := func(job string) *metav1.OwnerReference {
+		return &metav1.OwnerReference{APIVersion: v1alpha1.GroupVersion.String(), Kind: "TrainingJob", Name: job, UID: types.UID("uid-" + job), Controller: ptr.To(true)}
+	}
+	c := fake.NewClientBuilder().WithScheme(fakeScheme(t)).WithObjects(
+		pod("a-worker-0", jobRef("a")), pod("a-worker-1", jobRef("a")), pod("b-worker-0", jobRef("b")),
+		pod("plain", nil),
+		pod("of-a-jobset", &metav1.OwnerReference{APIVersion: "batch/v1", Kind: "Job", Name: "a", UID: "uid-batch", Controller: ptr.To(true)}),
+	).Build()
+	r := fakeReconciler(c)
+	ownedBy := func(pod string) []metav1.OwnerReference {
+		return []metav1.OwnerReference{{APIVersion: "v1", Kind: "Pod", Name: pod, UID: "uid", Controller: ptr.To(true)}}
+	}
+	reserved := func(pods ...string) []resourcev1.ResourceClaimConsumerReference {
+		var refs []resourcev1.ResourceClaimConsumerReference
+		for _, p := range pods {
+			refs = append(refs, resourcev1.ResourceClaimConsumerReference{Resource: "pods", Name: p, UID: "uid"})
+		}
+		return refs
+	}
+	tests := []struct {
+		name     string
+		owners   []metav1.OwnerReference
+		reserved []resourcev1.ResourceClaimConsumerReference
+		want     []string
+	}{
+		{name: "from a pod's template", owners: ownedBy("a-worker-0"), want: []string{"a"}},
+		{name: "allocated for its owner", owners: ownedBy("a-worker-0"), reserved: reserved("a-worker-0"), want: []string{"a"}},
+		{name: "shared by two jobs", reserved: reserved("a-worker-0", "a-worker-1", "b-worker-0"), want: []string{"a", "b"}},
+		{name: "of pods no job controls", owners: ownedBy("plain"), reserved: reserved("of-a-jobset"), want: nil},
+		{name: "of a pod gone", owners: ownedBy("gone"), reserved: reserved("gone"), want: nil},
+		{name: "reserved for no pod", reserved: []resourcev1.ResourceClaimConsumerReference{{APIGroup: "example.com", Resource: "pods", Name: "a-worker-0", UID: "uid"}}, want: nil},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			claim := &resourcev1.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Name: "claim", Namespace: "ns", OwnerReferences: tc.owners}}
+			claim.Status.ReservedFor = tc.reserved
+			var got []string
+			for _, req := range r.jobsOfClaim(context.Background(), claim) {
+				if req.Namespace != "ns" {
+					t.Errorf("request %v, want namespace ns", req)
+				}
+				got = append(got, req.Name)
+			}
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("jobs (-want,+got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// Only what changes the devices a summary lists passes: an allocation
+// made, changed or dropped, a claim deleted, an allocated claim listed.
+// Reservations and metadata alone do not.
+func TestClaimAllocationChanged(t *testing.T) {
+	allocated := func(device string) *resourcev1.ResourceClaim {
+		c := &resourcev1.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Name: "c", Namespace: "ns"}}
+		if device != "" {
+			c.Status.Allocation = &resourcev1.AllocationResult{Devices: resourcev1.DeviceAllocationResult{Results: []resourcev1.DeviceRequestAllocationResult{
+				{Request: "gpus", Driver: lockstep.DRAGPUDriver, Pool: "n1", Device: device}}}}
+		}
+		return c
+	}
+	reservedToo := allocated("gpu-0")
+	reservedToo.Status.ReservedFor = []resourcev1.ResourceClaimConsumerReference{{Resource: "pods", Name: "p", UID: "uid"}}
+	relabelled := allocated("gpu-0")
+	relabelled.Labels = map[string]string{"a": "b"}
+	updates := []struct {
+		name     string
+		old, new *resourcev1.ResourceClaim
+		want     bool
+	}{
+		{name: "allocated", old: allocated(""), new: allocated("gpu-0"), want: true},
+		{name: "another device", old: allocated("gpu-0"), new: allocated("gpu-1"), want: true},
+		{name: "deallocated", old: allocated("gpu-0"), new: allocated(""), want: true},
+		{name: "reserved", old: allocated("gpu-0"), new: reservedToo},
+		{name: "labelled", old: allocated("gpu-0"), new: relabelled},
+	}
+	for _, tc := range updates {
+		if got := claimAllocationChanged.Update(event.UpdateEvent{ObjectOld: tc.old, ObjectNew: tc.new}); got != tc.want {
+			t.Errorf("update %s: passed %v, want %v", tc.name, got, tc.want)
+		}
+	}
+	if !claimAllocationChanged.Create(event.CreateEvent{Object: allocated("gpu-0")}) {
+		t.Error("an allocated claim listed is filtered out")
+	}
+	if claimAllocationChanged.Create(event.CreateEvent{Object: allocated("")}) {
+		t.Error("a claim created unallocated passes")
+	}
+	if !claimAllocationChanged.Delete(event.DeleteEvent{Object: allocated("gpu-0")}) {
+		t.Error("a deleted claim is filtered out")
+	}
+}

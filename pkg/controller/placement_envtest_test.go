@@ -3,12 +3,17 @@ package controller
 import (
 	"context"
 	"fmt"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
+	resourcev1 "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/util/retry"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
@@ -114,4 +119,92 @@ func waitForIdleController(t *testing.T) {
 		}
 		return time.Since(idleSince) > 2*staleJobRetry, "idle", nil
 	})
+}
+
+// A running DRA gang's status.placement lists each member's devices once
+// its claim is allocated, though the allocation reaches the controller
+// after every event of the pods: they are bound, run and name their claims
+// first, the controller goes idle, and only then are the claims allocated.
+// On a cluster the claim is written before its pod is bound, but the claim
+// and pod watches are separate streams, and under load the pod's events
+// can come first: then nothing but the claim's own event wakes the job,
+// and without the claim watch the placement kept listing no devices.
+func TestEnvtestPlacementListsDevicesWhenClaimsAllocated(t *testing.T) {
+	ns := envtestNamespace(t)
+	ctx := context.Background()
+	src := claimTemplate(ns, "four", gpuClaimRequest(4))
+	src.UID = ""
+	if err := harness.api.Create(ctx, src); err != nil {
+		t.Fatal(err)
+	}
+	job := createJob(t, pyTorchJob(ns, "late-claims", withClaims("four")))
+	names := gangNames(job.Name, map[v1alpha1.ReplicaType]int32{v1alpha1.ReplicaMaster: 1, v1alpha1.ReplicaWorker: 3})
+	pods := waitForPods(t, job, names, nil)
+	var want []v1alpha1.PodDevices
+	claims := make([]*resourcev1.ResourceClaim, len(pods))
+	for i := range pods {
+		p := &pods[i]
+		node := fmt.Sprintf("%s-gpu-%d", ns, i)
+		n := placementNodeObj(node, ns+"-leaf", ns+"-spine", true)
+		n.Status = corev1.NodeStatus{}
+		if err := harness.api.Create(ctx, n); err != nil {
+			t.Fatalf("creating node %s: %v", node, err)
+		}
+		bindPod(t, p, node)
+		// As the resourceclaim controller makes it from the pod's
+		// template: owned by the pod, named in its status.
+		claim := &resourcev1.ResourceClaim{
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: p.Name + "-four", OwnerReferences: []metav1.OwnerReference{
+				{APIVersion: "v1", Kind: "Pod", Name: p.Name, UID: p.UID, Controller: ptr.To(true), BlockOwnerDeletion: ptr.To(true)}}},
+			Spec: src.Spec.Spec,
+		}
+		if err := harness.api.Create(ctx, claim); err != nil {
+			t.Fatalf("creating claim %s: %v", claim.Name, err)
+		}
+		claims[i] = claim
+		err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			var cur corev1.Pod
+			if err := harness.api.Get(ctx, client.ObjectKeyFromObject(p), &cur); err != nil {
+				return err
+			}
+			cur.Status.ResourceClaimStatuses = []corev1.PodResourceClaimStatus{{Name: "four", ResourceClaimName: ptr.To(claim.Name)}}
+			return harness.api.Status().Update(ctx, &cur)
+		})
+		if err != nil {
+			t.Fatalf("naming pod %s's claim: %v", p.Name, err)
+		}
+		d := v1alpha1.PodDevices{Pod: p.Name, Node: node}
+		for g := range 4 {
+			d.Devices = append(d.Devices, fmt.Sprintf("%s/%s/gpu-%d", lockstep.DRAGPUDriver, node, g))
+		}
+		want = append(want, d)
+	}
+	runGang(t, job, pods)
+	waitForJob(t, job, "a placement on every node, with no devices yet", func(j *v1alpha1.TrainingJob) bool {
+		pl := j.Status.Placement
+		return pl != nil && len(pl.Nodes) == len(pods) && len(pl.Devices) == 0
+	})
+
+	// Only then: a reconcile the test's earlier writes queued would list
+	// them as well.
+	waitForIdleController(t)
+	for i, claim := range claims {
+		node := fmt.Sprintf("%s-gpu-%d", ns, i)
+		claim.Status.Allocation = &resourcev1.AllocationResult{}
+		for g := range 4 {
+			claim.Status.Allocation.Devices.Results = append(claim.Status.Allocation.Devices.Results, resourcev1.DeviceRequestAllocationResult{
+				Request: "gpus", Driver: lockstep.DRAGPUDriver, Pool: node, Device: fmt.Sprintf("gpu-%d", g)})
+		}
+		claim.Status.ReservedFor = []resourcev1.ResourceClaimConsumerReference{{Resource: "pods", Name: pods[i].Name, UID: pods[i].UID}}
+		if err := harness.api.Status().Update(ctx, claim); err != nil {
+			t.Fatalf("allocating claim %s: %v", claim.Name, err)
+		}
+	}
+	slices.SortFunc(want, func(a, b v1alpha1.PodDevices) int { return strings.Compare(a.Pod, b.Pod) })
+	j := waitForJob(t, job, "every member's devices", func(j *v1alpha1.TrainingJob) bool {
+		return j.Status.Placement != nil && len(j.Status.Placement.Devices) == len(pods)
+	})
+	if diff := cmp.Diff(want, j.Status.Placement.Devices); diff != "" {
+		t.Errorf("status.placement.devices (-want,+got):\n%s", diff)
+	}
 }

@@ -40,6 +40,15 @@ func (r *TrainingJobReconciler) listPods(ctx context.Context, job *v1alpha1.Trai
 	return pods, nil
 }
 
+// jobOwner is the TrainingJob that controls o, nil when none does.
+func jobOwner(o metav1.Object) *metav1.OwnerReference {
+	ref := metav1.GetControllerOf(o)
+	if ref == nil || ref.Kind != "TrainingJob" || ref.APIVersion != v1alpha1.GroupVersion.String() {
+		return nil
+	}
+	return ref
+}
+
 // desiredPod is pod index of role as the controller creates it: the
 // adapter's template plus labels, owner, scheduler and restart policy. The
 // restart policy is Never whatever the role's: the controller, not the

@@ -104,8 +104,8 @@ type vanishedPods struct {
 
 // note records p when it carries the preemption condition.
 func (v *vanishedPods) note(p *corev1.Pod) {
-	ref := metav1.GetControllerOf(p)
-	if ref == nil || ref.Kind != "TrainingJob" || ref.APIVersion != v1alpha1.GroupVersion.String() {
+	ref := jobOwner(p)
+	if ref == nil {
 		return
 	}
 	cause, ok := podPreemption(p)

@@ -157,6 +157,8 @@ func (r *TrainingJobReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		return err
 	}
 	b = r.watchNodeTopologies(b)
+	// The claims whose devices the summary lists (placement.go).
+	b = r.watchClaims(b)
 	// PriorityClasses that jobs wait for (priorityclass.go).
 	if b, err = r.watchPriorityClasses(mgr, b); err != nil {
 		return err
