@@ -37,6 +37,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -174,10 +175,7 @@ func mainErr(shards, count int, timeout time.Duration, run, tablePath string, up
 			if r.err == nil && len(r.failed) == 0 {
 				continue
 			}
-			lines := r.reports
-			if len(lines) == 0 {
-				lines = r.tail.lines()
-			}
+			lines := r.report()
 			fmt.Printf("e2eshard: shard %d/%d failure report:\n", i+1, len(plans))
 			for _, l := range lines {
 				fmt.Printf("  %s\n", l)
@@ -201,18 +199,39 @@ type result struct {
 	durations map[string]float64 // top-level tests that passed or failed
 	failed    []string           // top-level tests that failed, in order
 	// reports are the lines go test printed under each failed test's
-	// verdict (its t.Error output and its subtests'), at most
-	// maxReportLines; tail is the shard's last output.
+	// verdict (its subtests' verdicts), at most maxReportLines; tail is
+	// the shard's last output.
 	reports  []string
 	inReport bool
 	tail     ring
-	wall     time.Duration
-	err      error
+	// current is the test whose output go test -v streams now: the name
+	// of its last "=== RUN", "CONT" or "NAME" line. logs are the last
+	// logLines lines each test logged (t.Log, t.Error: indented under
+	// that header), by name. go test -v prints a test's messages as they
+	// come, not under its verdict, so this is where a failure's reason
+	// is.
+	current string
+	logs    map[string]*ring
+	wall    time.Duration
+	err     error
 }
 
 // observe records one line of the shard's go test -v output.
 func (res *result) observe(line string) {
 	res.tail.add(line)
+	if m := streamLine.FindStringSubmatch(line); m != nil {
+		res.current = m[1]
+	} else if res.current != "" && strings.HasPrefix(line, "    ") && !res.inReport {
+		if res.logs == nil {
+			res.logs = map[string]*ring{}
+		}
+		r := res.logs[res.current]
+		if r == nil {
+			r = &ring{max: logLines}
+			res.logs[res.current] = r
+		}
+		r.add(line)
+	}
 	if m := resultLine.FindStringSubmatch(line); m != nil {
 		secs, _ := strconv.ParseFloat(m[3], 64)
 		res.durations[m[2]] = secs
@@ -229,24 +248,50 @@ func (res *result) observe(line string) {
 	}
 }
 
+// report is what the failure report shows of the shard: the verdicts of
+// its failed tests, each failed test's (or subtest's) last logged lines
+// after them, or the shard's last lines when no test reported a verdict
+// (a panic, a timeout).
+func (res *result) report() []string {
+	if len(res.reports) == 0 {
+		return res.tail.lines()
+	}
+	lines := slices.Clone(res.reports)
+	for _, l := range res.reports {
+		m := failedLine.FindStringSubmatch(l)
+		if m == nil || res.logs[m[1]] == nil {
+			continue
+		}
+		lines = append(lines, m[1]+" logged last:")
+		lines = append(lines, res.logs[m[1]].lines()...)
+	}
+	return lines
+}
+
 const (
 	maxReportLines = 200
 	tailLines      = 60
+	logLines       = 30
 )
 
-// ring keeps the last tailLines lines it was given.
+// ring keeps the last max lines it was given (tailLines when max is 0).
 type ring struct {
+	max  int
 	buf  []string
 	next int
 }
 
 func (r *ring) add(line string) {
-	if len(r.buf) < tailLines {
+	limit := r.max
+	if limit == 0 {
+		limit = tailLines
+	}
+	if len(r.buf) < limit {
 		r.buf = append(r.buf, line)
 		return
 	}
 	r.buf[r.next] = line
-	r.next = (r.next + 1) % tailLines
+	r.next = (r.next + 1) % limit
 }
 
 func (r *ring) lines() []string {
@@ -314,6 +359,13 @@ func deal(names []string, tab *table, n int) []plan {
 	}
 	return plans
 }
+
+// streamLine matches go test -v's header naming the test whose output
+// follows.
+var streamLine = regexp.MustCompile(`^=== (?:RUN|CONT|NAME|PAUSE)\s+(\S+)`)
+
+// failedLine matches a failed test's verdict, top-level or nested.
+var failedLine = regexp.MustCompile(`^\s*--- FAIL: (\S+) \(`)
 
 // resultLine matches go test -v's verdict for a top-level test.
 var resultLine = regexp.MustCompile(`^--- (PASS|FAIL|SKIP): (Test\S*) \(([0-9.]+)s\)`)

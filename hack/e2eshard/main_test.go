@@ -157,19 +157,37 @@ func testFuncs(t *testing.T, path string) []string {
 	return names
 }
 
-// TestObserveKeepsFailureReports keeps each failed test's indented report
-// and nothing of the passing tests around it.
+// TestObserveKeepsFailureReports keeps each failed test's verdicts and,
+// after them, what each failed test and subtest logged last (go test -v
+// streams a message under its test's "=== RUN", "CONT" or "NAME" header,
+// not under its verdict), and nothing of the passing tests around them.
+// The output is go 1.26's, parallel tests and subtests included.
 func TestObserveKeepsFailureReports(t *testing.T) {
 	out := `=== RUN   TestA
 --- PASS: TestA (1.50s)
 === RUN   TestB
     b_test.go:10: setting up
---- FAIL: TestB (2.00s)
+=== RUN   TestB/ok
+    b_test.go:12: fine
+=== RUN   TestB/sub
+    b_test.go:30: wanted 4 pods
+        (-want +got): pod-3
+=== NAME  TestB
     b_test.go:20: gang 3 never ran
+I1128 09:00:00.000000   1 component.go:1] not a test's line
+--- FAIL: TestB (2.00s)
+    --- PASS: TestB/ok (0.10s)
     --- FAIL: TestB/sub (0.10s)
-        b_test.go:30: wanted 4 pods
 === RUN   TestC
+=== PAUSE TestC
+=== RUN   TestD
+=== PAUSE TestD
+=== CONT  TestC
     c_test.go:5: unrelated
+=== CONT  TestD
+    d_test.go:7: d failed
+--- FAIL: TestD (0.40s)
+=== NAME  TestC
 --- PASS: TestC (0.30s)
 FAIL
 `
@@ -177,23 +195,57 @@ FAIL
 	for _, line := range strings.Split(strings.TrimSuffix(out, "\n"), "\n") {
 		res.observe(line)
 	}
-	if diff := cmp.Diff(map[string]float64{"TestA": 1.5, "TestB": 2, "TestC": 0.3}, res.durations); diff != "" {
+	if diff := cmp.Diff(map[string]float64{"TestA": 1.5, "TestB": 2, "TestC": 0.3, "TestD": 0.4}, res.durations); diff != "" {
 		t.Errorf("durations (-want +got):\n%s", diff)
 	}
-	if diff := cmp.Diff([]string{"TestB"}, res.failed); diff != "" {
+	if diff := cmp.Diff([]string{"TestB", "TestD"}, res.failed); diff != "" {
 		t.Errorf("failed (-want +got):\n%s", diff)
 	}
 	wantReport := []string{
 		"--- FAIL: TestB (2.00s)",
-		"    b_test.go:20: gang 3 never ran",
+		"    --- PASS: TestB/ok (0.10s)",
 		"    --- FAIL: TestB/sub (0.10s)",
-		"        b_test.go:30: wanted 4 pods",
+		"--- FAIL: TestD (0.40s)",
+		"TestB logged last:",
+		"    b_test.go:10: setting up",
+		"    b_test.go:20: gang 3 never ran",
+		"TestB/sub logged last:",
+		"    b_test.go:30: wanted 4 pods",
+		"        (-want +got): pod-3",
+		"TestD logged last:",
+		"    d_test.go:7: d failed",
 	}
-	if diff := cmp.Diff(wantReport, res.reports); diff != "" {
-		t.Errorf("reports (-want +got):\n%s", diff)
+	if diff := cmp.Diff(wantReport, res.report()); diff != "" {
+		t.Errorf("report (-want +got):\n%s", diff)
 	}
-	if got := res.tail.lines(); got[len(got)-1] != "FAIL" || len(got) != 12 {
-		t.Errorf("tail = %q, want all 12 lines ending in FAIL", got)
+	if got := res.tail.lines(); got[len(got)-1] != "FAIL" || len(got) != 27 {
+		t.Errorf("tail = %q, want all 27 lines ending in FAIL", got)
+	}
+
+	// A shard that died before any verdict: its last lines.
+	died := result{durations: map[string]float64{}}
+	for _, line := range []string{"=== RUN   TestE", "    e_test.go:1: waiting", "panic: boom"} {
+		died.observe(line)
+	}
+	if diff := cmp.Diff([]string{"=== RUN   TestE", "    e_test.go:1: waiting", "panic: boom"}, died.report()); diff != "" {
+		t.Errorf("report of a shard without verdicts (-want +got):\n%s", diff)
+	}
+}
+
+// TestLogsKeepTheLastLines keeps at most logLines lines a test logged.
+func TestLogsKeepTheLastLines(t *testing.T) {
+	res := result{durations: map[string]float64{}}
+	res.observe("=== RUN   TestF")
+	var want []string
+	for i := range logLines + 5 {
+		line := "    f_test.go:1: " + strconv.Itoa(i)
+		res.observe(line)
+		want = append(want, line)
+	}
+	res.observe("--- FAIL: TestF (1.00s)")
+	got := res.report()
+	if diff := cmp.Diff(append([]string{"--- FAIL: TestF (1.00s)", "TestF logged last:"}, want[5:]...), got); diff != "" {
+		t.Errorf("report (-want +got):\n%s", diff)
 	}
 }
 
