@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"slices"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -79,7 +80,7 @@ func TestReadClaimGPUs(t *testing.T) {
 		job: utiltesting.MakeTrainingJob("pt", "ml").Framework(v1alpha1.FrameworkPyTorch).
 			Role(v1alpha1.ReplicaMaster, 1, named("gone")).Role(v1alpha1.ReplicaWorker, 3, draTemplate("later")).Obj(),
 		want: claimGPUs{templates: map[string]int64{}, claims: map[string]int64{},
-			missing: []string{"ResourceClaim ml/gone", "ResourceClaimTemplate ml/later"}, claimMissing: true},
+			missing: []string{"ResourceClaim ml/gone", "ResourceClaimTemplate ml/later"}},
 	}, {
 		name: "missing template only",
 		job:  utiltesting.MakeTrainingJob("pt", "ml").Framework(v1alpha1.FrameworkPyTorch).Role(v1alpha1.ReplicaWorker, 3, draTemplate("later")).Obj(),
@@ -200,59 +201,82 @@ func TestPlanComputeDomainDRA(t *testing.T) {
 	}
 }
 
-// A clique job whose claim template does not exist yet is held, neither
-// failed nor given pods, with a condition naming the template; once the
-// template exists it is sized from it (here: it needs a ComputeDomain of
-// four nodes, and the cluster serves no ComputeDomain API).
+// A clique job whose claim template, or claim named directly, does not
+// exist yet is held, neither failed nor given pods, with a condition
+// naming it; once it exists the job is sized from it (here: it needs a
+// ComputeDomain of four nodes, and the cluster serves no ComputeDomain
+// API).
 //
-// The template's creation, not a timer, wakes the held job: see
-// TestEnvtestGPUClaims.
+// Its creation, not a timer, wakes the held job (watchClaimTemplates; see
+// TestEnvtestGPUClaims and TestJobsNamingClaims): the held job is not
+// polled.
 func TestClaimTemplateMissingHoldsNVLinkJob(t *testing.T) {
-	ctx := context.Background()
-	job := utiltesting.MakeTrainingJob("train", "ml").Framework(v1alpha1.FrameworkPyTorch).UID("uid").
-		Role(v1alpha1.ReplicaMaster, 1, draTemplate("four")).
-		Role(v1alpha1.ReplicaWorker, 3, draTemplate("four")).
-		Topology(lockstep.LevelClique, v1alpha1.TopologyRequired).Obj()
-	c := fake.NewClientBuilder().WithScheme(fakeScheme(t)).WithStatusSubresource(&v1alpha1.TrainingJob{}).WithObjects(job).Build()
-	r := fakeReconciler(c)
-	req := ctrl.Request{NamespacedName: types.NamespacedName{Namespace: "ml", Name: "train"}}
-
-	// polled: a missing template wakes the job when it is created
-	// (watchClaimTemplates), so only the ComputeDomain API is polled for.
-	check := func(reason string, wantMessage string, polled bool) {
-		t.Helper()
-		res, err := r.Reconcile(ctx, req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if got := res.RequeueAfter > 0 && res.RequeueAfter <= computeDomainRetry; got != polled {
-			t.Errorf("RequeueAfter = %v, want a look again within %v: %t", res.RequeueAfter, computeDomainRetry, polled)
-		}
-		var got v1alpha1.TrainingJob
-		if err := c.Get(ctx, req.NamespacedName, &got); err != nil {
-			t.Fatal(err)
-		}
-		cond := meta.FindStatusCondition(got.Status.Conditions, v1alpha1.ConditionComputeDomainReady)
-		if cond == nil || cond.Status != metav1.ConditionFalse || cond.Reason != reason {
-			t.Fatalf("ComputeDomainReady %+v, want False %s", cond, reason)
-		}
-		if wantMessage != "" && cond.Message != wantMessage {
-			t.Errorf("message %q, want %q", cond.Message, wantMessage)
-		}
-		if meta.IsStatusConditionTrue(got.Status.Conditions, string(v1alpha1.JobFailed)) {
-			t.Error("the job failed")
-		}
-		var pods corev1.PodList
-		if err := c.List(ctx, &pods); err != nil || len(pods.Items) > 0 {
-			t.Errorf("%d pods (err %v), want none while held", len(pods.Items), err)
-		}
+	named := func(claim string) corev1.PodTemplateSpec {
+		tpl := envtestTemplate(0)
+		tpl.Spec.ResourceClaims = []corev1.PodResourceClaim{{Name: "gpus", ResourceClaimName: ptr.To(claim)}}
+		tpl.Spec.Containers[0].Resources.Claims = []corev1.ResourceClaim{{Name: "gpus"}}
+		return tpl
 	}
-	check(ReasonGPUClaimsUnknown, "the pods name ResourceClaimTemplate ml/four, which does not exist: whether they ask for GPUs, and so the ComputeDomain the job needs, is unknown; no pods are created until it exists", false)
-
-	if err := c.Create(ctx, utiltesting.MakeGPUClaimTemplate("four", "ml", 4)); err != nil {
-		t.Fatal(err)
+	claim := &resourcev1.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Name: "four", Namespace: "ml"},
+		Spec: utiltesting.MakeGPUClaimTemplate("", "", 4).Spec.Spec}
+	cases := []struct {
+		name    string
+		tpl     corev1.PodTemplateSpec
+		missing string
+		created client.Object
+	}{
+		{name: "template", tpl: draTemplate("four"), missing: "ResourceClaimTemplate ml/four", created: utiltesting.MakeGPUClaimTemplate("four", "ml", 4)},
+		{name: "claim", tpl: named("four"), missing: "ResourceClaim ml/four", created: claim},
 	}
-	check(ReasonComputeDomainAPIMissing, "", true)
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := context.Background()
+			job := utiltesting.MakeTrainingJob("train", "ml").Framework(v1alpha1.FrameworkPyTorch).UID("uid").
+				Role(v1alpha1.ReplicaMaster, 1, tc.tpl).
+				Role(v1alpha1.ReplicaWorker, 3, tc.tpl).
+				Topology(lockstep.LevelClique, v1alpha1.TopologyRequired).Obj()
+			c := fake.NewClientBuilder().WithScheme(fakeScheme(t)).WithStatusSubresource(&v1alpha1.TrainingJob{}).WithObjects(job).Build()
+			r := fakeReconciler(c)
+			req := ctrl.Request{NamespacedName: types.NamespacedName{Namespace: "ml", Name: "train"}}
+
+			// polled: what the job waits for wakes it when created, so
+			// only the ComputeDomain API is polled for.
+			check := func(reason string, wantMessage string, polled bool) {
+				t.Helper()
+				res, err := r.Reconcile(ctx, req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if got := res.RequeueAfter > 0 && res.RequeueAfter <= computeDomainRetry; got != polled {
+					t.Errorf("RequeueAfter = %v, want a look again within %v: %t", res.RequeueAfter, computeDomainRetry, polled)
+				}
+				var got v1alpha1.TrainingJob
+				if err := c.Get(ctx, req.NamespacedName, &got); err != nil {
+					t.Fatal(err)
+				}
+				cond := meta.FindStatusCondition(got.Status.Conditions, v1alpha1.ConditionComputeDomainReady)
+				if cond == nil || cond.Status != metav1.ConditionFalse || cond.Reason != reason {
+					t.Fatalf("ComputeDomainReady %+v, want False %s", cond, reason)
+				}
+				if wantMessage != "" && cond.Message != wantMessage {
+					t.Errorf("message %q, want %q", cond.Message, wantMessage)
+				}
+				if meta.IsStatusConditionTrue(got.Status.Conditions, string(v1alpha1.JobFailed)) {
+					t.Error("the job failed")
+				}
+				var pods corev1.PodList
+				if err := c.List(ctx, &pods); err != nil || len(pods.Items) > 0 {
+					t.Errorf("%d pods (err %v), want none while held", len(pods.Items), err)
+				}
+			}
+			check(ReasonGPUClaimsUnknown, "the pods name "+tc.missing+", which does not exist: whether they ask for GPUs, and so the ComputeDomain the job needs, is unknown; no pods are created until it exists", false)
+
+			if err := c.Create(ctx, tc.created); err != nil {
+				t.Fatal(err)
+			}
+			check(ReasonComputeDomainAPIMissing, "", true)
+		})
+	}
 }
 
 // A job whose GPUs come through claims has a PodGroup whose minResources
@@ -275,5 +299,44 @@ func TestPodGroupOfDRAJobAsksNoExtendedGPUs(t *testing.T) {
 	}
 	if pg.Spec.MinMember != 4 {
 		t.Errorf("minMember %d, want 4", pg.Spec.MinMember)
+	}
+}
+
+// A template or claim maps to the jobs of its namespace whose pod
+// templates name it as such, each once: a claim does not wake the jobs
+// naming a template of its name, nor the other way round.
+func TestJobsNamingClaims(t *testing.T) {
+	named := func(claim string) corev1.PodTemplateSpec {
+		tpl := envtestTemplate(0)
+		tpl.Spec.ResourceClaims = []corev1.PodResourceClaim{{Name: "gpus", ResourceClaimName: ptr.To(claim)}}
+		return tpl
+	}
+	job := func(ns, name string, tpl corev1.PodTemplateSpec) *v1alpha1.TrainingJob {
+		return utiltesting.MakeTrainingJob(name, ns).Framework(v1alpha1.FrameworkPyTorch).
+			Role(v1alpha1.ReplicaMaster, 1, tpl).Role(v1alpha1.ReplicaWorker, 3, tpl).Obj()
+	}
+	b := fake.NewClientBuilder().WithScheme(fakeScheme(t)).WithObjects(
+		job("ml", "by-claim", named("shared")), job("ml", "by-claim-too", named("shared")),
+		job("ml", "by-template", draTemplate("shared")), job("other", "elsewhere", named("shared")),
+		job("ml", "unrelated", named("mine")),
+	)
+	for field, index := range claimIndexes {
+		b = b.WithIndex(&v1alpha1.TrainingJob{}, field, index)
+	}
+	r := fakeReconciler(b.Build())
+	names := func(field string, o client.Object) []string {
+		var got []string
+		for _, req := range r.jobsNaming(field)(context.Background(), o) {
+			got = append(got, req.String())
+		}
+		slices.Sort(got)
+		return got
+	}
+	shared := metav1.ObjectMeta{Name: "shared", Namespace: "ml"}
+	if diff := cmp.Diff([]string{"ml/by-claim", "ml/by-claim-too"}, names(jobClaimField, &resourcev1.ResourceClaim{ObjectMeta: shared})); diff != "" {
+		t.Errorf("jobs naming claim ml/shared (-want,+got):\n%s", diff)
+	}
+	if diff := cmp.Diff([]string{"ml/by-template"}, names(jobClaimTemplateField, &resourcev1.ResourceClaimTemplate{ObjectMeta: shared})); diff != "" {
+		t.Errorf("jobs naming template ml/shared (-want,+got):\n%s", diff)
 	}
 }

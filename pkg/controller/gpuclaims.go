@@ -16,8 +16,11 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/lockstep-dev/lockstep/pkg/apis/lockstep/v1alpha1"
@@ -56,50 +59,77 @@ const (
 	ReasonGPUClaimTemplateCreated = "GPUClaimTemplateCreated"
 )
 
-// jobClaimTemplateField indexes TrainingJobs by the ResourceClaimTemplates
-// their pod templates name.
-const jobClaimTemplateField = "lockstep.dev/claim-templates"
+// jobClaimTemplateField and jobClaimField index TrainingJobs by the
+// ResourceClaimTemplates and the ResourceClaims their pod templates name.
+const (
+	jobClaimTemplateField = "lockstep.dev/claim-templates"
+	jobClaimField         = "lockstep.dev/claims"
+)
 
-// watchClaimTemplates indexes jobs by the claim templates they name and
-// wakes the jobs naming a template that changed: created, most of all, as
-// a template applied beside its job may reach the cache after it, and a
-// job held for it (GPUClaimTemplateMissing, GPUClaimsUnknown) would
-// otherwise wait for a poll. The informer is the one Owns starts for the
-// job's copies.
+// watchClaimTemplates indexes jobs by the claim templates and claims they
+// name and wakes the jobs naming a template that changed, or a claim
+// created or deleted: created, most of all, as a template or claim
+// applied beside its job may reach the cache after it, and a job held for
+// it (GPUClaimTemplateMissing, GPUClaimsUnknown) would otherwise wait for
+// a poll. The template informer is the one Owns starts for the job's
+// copies; the claim informer is watchClaims' too.
 func (r *TrainingJobReconciler) watchClaimTemplates(mgr ctrl.Manager, b *ctrl.Builder) (*ctrl.Builder, error) {
-	err := mgr.GetFieldIndexer().IndexField(context.Background(), &v1alpha1.TrainingJob{}, jobClaimTemplateField, func(o client.Object) []string {
+	for field, index := range claimIndexes {
+		if err := mgr.GetFieldIndexer().IndexField(context.Background(), &v1alpha1.TrainingJob{}, field, index); err != nil {
+			return nil, fmt.Errorf("indexing TrainingJobs by %s: %w", field, err)
+		}
+	}
+	b = b.Watches(&resourcev1.ResourceClaimTemplate{}, handler.EnqueueRequestsFromMapFunc(r.jobsNaming(jobClaimTemplateField)))
+	// A claim's other changes are watchClaims' (its allocation).
+	return b.Watches(&resourcev1.ResourceClaim{}, handler.EnqueueRequestsFromMapFunc(r.jobsNaming(jobClaimField)),
+		builder.WithPredicates(predicate.Funcs{
+			UpdateFunc:  func(event.UpdateEvent) bool { return false },
+			GenericFunc: func(event.GenericEvent) bool { return false },
+		})), nil
+}
+
+// claimIndexes are the index functions of jobClaimTemplateField and
+// jobClaimField.
+var claimIndexes = map[string]client.IndexerFunc{
+	jobClaimTemplateField: namedClaims(func(pc *corev1.PodResourceClaim) *string { return pc.ResourceClaimTemplateName }),
+	jobClaimField:         namedClaims(func(pc *corev1.PodResourceClaim) *string { return pc.ResourceClaimName }),
+}
+
+// namedClaims indexes a job by the names name reads from its pod
+// templates' claims, each once.
+func namedClaims(name func(*corev1.PodResourceClaim) *string) client.IndexerFunc {
+	return func(o client.Object) []string {
 		j, ok := o.(*v1alpha1.TrainingJob)
 		if !ok {
 			return nil
 		}
 		var names []string
 		for _, rs := range j.Spec.ReplicaSpecs {
-			for _, pc := range rs.Template.Spec.ResourceClaims {
-				if pc.ResourceClaimTemplateName != nil && !slices.Contains(names, *pc.ResourceClaimTemplateName) {
-					names = append(names, *pc.ResourceClaimTemplateName)
+			for i := range rs.Template.Spec.ResourceClaims {
+				if n := name(&rs.Template.Spec.ResourceClaims[i]); n != nil && !slices.Contains(names, *n) {
+					names = append(names, *n)
 				}
 			}
 		}
 		return names
-	})
-	if err != nil {
-		return nil, fmt.Errorf("indexing TrainingJobs by ResourceClaimTemplate: %w", err)
 	}
-	return b.Watches(&resourcev1.ResourceClaimTemplate{}, handler.EnqueueRequestsFromMapFunc(r.jobsOfClaimTemplate)), nil
 }
 
-// jobsOfClaimTemplate are the jobs whose pods name template o.
-func (r *TrainingJobReconciler) jobsOfClaimTemplate(ctx context.Context, o client.Object) []reconcile.Request {
-	var jobs v1alpha1.TrainingJobList
-	if err := r.Client.List(ctx, &jobs, client.InNamespace(o.GetNamespace()), client.MatchingFields{jobClaimTemplateField: o.GetName()}); err != nil {
-		ctrl.LoggerFrom(ctx).Error(err, "Listing the TrainingJobs of a ResourceClaimTemplate", "template", klog.KObj(o))
-		return nil
+// jobsNaming maps an object to the jobs in its namespace whose pod
+// templates name it, by the index field.
+func (r *TrainingJobReconciler) jobsNaming(field string) handler.MapFunc {
+	return func(ctx context.Context, o client.Object) []reconcile.Request {
+		var jobs v1alpha1.TrainingJobList
+		if err := r.Client.List(ctx, &jobs, client.InNamespace(o.GetNamespace()), client.MatchingFields{field: o.GetName()}); err != nil {
+			ctrl.LoggerFrom(ctx).Error(err, "Listing the TrainingJobs naming an object", "field", field, "object", klog.KObj(o))
+			return nil
+		}
+		reqs := make([]reconcile.Request, len(jobs.Items))
+		for i, j := range jobs.Items {
+			reqs[i] = reconcile.Request{NamespacedName: types.NamespacedName{Namespace: j.Namespace, Name: j.Name}}
+		}
+		return reqs
 	}
-	reqs := make([]reconcile.Request, len(jobs.Items))
-	for i, j := range jobs.Items {
-		reqs[i] = reconcile.Request{NamespacedName: types.NamespacedName{Namespace: j.Namespace, Name: j.Name}}
-	}
-	return reqs
 }
 
 // gpuClaimTemplateName is the name of job's copy of the user's template.

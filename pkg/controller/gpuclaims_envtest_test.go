@@ -10,6 +10,7 @@ import (
 	resourcev1 "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -110,6 +111,35 @@ func TestEnvtestGPUClaims(t *testing.T) {
 		if c := meta.FindStatusCondition(j.Status.Conditions, v1alpha1.ConditionGPUClaimTemplatesReady); c != nil {
 			t.Errorf("condition %+v, want none", c)
 		}
+	})
+}
+
+// A clique job whose pods name a ResourceClaim that does not exist yet is
+// held (GPUClaimsUnknown), and the claim's creation wakes it: the job is
+// not polled, the controller is idle when the claim comes, and without the
+// claim watch the job stayed held.
+func TestEnvtestNamedClaimWakesHeldJob(t *testing.T) {
+	ns := envtestNamespace(t)
+	ctx := context.Background()
+	job := createJob(t, pyTorchJob(ns, "named", func(j *v1alpha1.TrainingJob) {
+		j.Spec.Topology = &v1alpha1.TopologyConstraint{Level: "clique", Mode: v1alpha1.TopologyRequired}
+		for role, rs := range j.Spec.ReplicaSpecs {
+			rs.Template.Spec.ResourceClaims = []corev1.PodResourceClaim{{Name: "gpus", ResourceClaimName: ptr.To("shared")}}
+			rs.Template.Spec.Containers[0].Resources.Claims = []corev1.ResourceClaim{{Name: "gpus"}}
+			j.Spec.ReplicaSpecs[role] = rs
+		}
+	}))
+	waitForJob(t, job, "held for its claim", computeDomainReason(ReasonGPUClaimsUnknown))
+
+	waitForIdleController(t)
+	claim := &resourcev1.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "shared"},
+		Spec: claimTemplate(ns, "shared", gpuClaimRequest(4)).Spec.Spec}
+	if err := harness.api.Create(ctx, claim); err != nil {
+		t.Fatal(err)
+	}
+	waitForJob(t, job, "no longer held for its claim", func(j *v1alpha1.TrainingJob) bool {
+		c := meta.FindStatusCondition(j.Status.Conditions, v1alpha1.ConditionComputeDomainReady)
+		return c != nil && c.Reason != ReasonGPUClaimsUnknown
 	})
 }
 

@@ -345,11 +345,11 @@ func (r *TrainingJobReconciler) ensureRunning(ctx context.Context, job *v1alpha1
 		// The pods that run go on; the missing ones wait for the domain
 		// or the claim templates.
 		r.ensureRunningConditions(ctx, job, obs, claims)
-		// A claim template the pods wait for wakes the job when it is
-		// created (watchClaimTemplates); a claim named directly, and the
-		// ComputeDomain's own holds (the API not served, a foreign domain
-		// in the way), are looked at again.
-		if claims.claimMissing || (cdHeld && len(claims.missing) == 0) {
+		// A claim template or claim the pods wait for wakes the job when
+		// it is created (watchClaimTemplates); the ComputeDomain's own
+		// holds (the API not served, a foreign domain in the way) are
+		// looked at again.
+		if cdHeld && len(claims.missing) == 0 {
 			return ctrl.Result{RequeueAfter: computeDomainRetry}, nil
 		}
 		return ctrl.Result{}, nil

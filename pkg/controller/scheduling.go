@@ -106,10 +106,6 @@ type claimGPUs struct {
 	// missing names the templates and claims the cache does not hold (yet),
 	// "ResourceClaimTemplate ml/gpus": what they ask for is unknown.
 	missing []string
-	// claimMissing says a missing one is a ResourceClaim: templates are
-	// watched (watchClaimTemplates) and wake the job when created, claims
-	// are not.
-	claimMissing bool
 }
 
 // of is what one pod claim asks for; a claim the job's templates do not
@@ -195,7 +191,6 @@ func (r *TrainingJobReconciler) readClaimGPUs(ctx context.Context, job *v1alpha1
 			if what := kind + " " + key.String(); !slices.Contains(out.missing, what) {
 				out.missing = append(out.missing, what)
 			}
-			out.claimMissing = out.claimMissing || kind == "ResourceClaim"
 			return nil
 		case err != nil:
 			return fmt.Errorf("getting %s %s: %w", kind, key, err)
