@@ -160,8 +160,7 @@ func (c claimGPUs) containerAsksGPUs(spec *corev1.PodSpec, ctr *corev1.Container
 }
 
 // readClaimGPUs reads what the claims named by job's pod templates ask for
-// from the cache. A job that names none reads nothing, so a cluster
-// without DRA never has the controller watch its API. A template or claim
+// from the cache. A job that names none reads nothing. A template or claim
 // not found is noted in missing, not an error: it may be created after the
 // job (the user's manifests applied in any order). A claim whose shape
 // TopologyPlacement cannot plan (gpuclaim.Count's problem) counts as no
