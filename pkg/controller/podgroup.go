@@ -15,6 +15,8 @@ import (
 	"k8s.io/klog/v2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	schedv1alpha1 "sigs.k8s.io/scheduler-plugins/apis/scheduling/v1alpha1"
 
 	"github.com/lockstep-dev/lockstep/pkg/apis/lockstep/v1alpha1"
@@ -135,34 +137,35 @@ func topologyAnnotations(annotations map[string]string) map[string]string {
 }
 
 // ensurePodGroup creates the PodGroup or brings its spec and topology
-// annotations up to date, writing only when they differ.
-func (r *TrainingJobReconciler) ensurePodGroup(ctx context.Context, job *v1alpha1.TrainingJob) error {
+// annotations up to date, writing only when they differ. It returns the
+// PodGroup's status as the cache held it (none for one just created).
+func (r *TrainingJobReconciler) ensurePodGroup(ctx context.Context, job *v1alpha1.TrainingJob) (schedv1alpha1.PodGroupStatus, error) {
 	a, err := r.Registry.For(job.Spec.Framework)
 	if err != nil {
-		return err
+		return schedv1alpha1.PodGroupStatus{}, err
 	}
 	want, err := desiredPodGroup(job, a, r.Topology)
 	if err != nil {
-		return fmt.Errorf("PodGroup of %s: %w", klog.KObj(job), err)
+		return schedv1alpha1.PodGroupStatus{}, fmt.Errorf("PodGroup of %s: %w", klog.KObj(job), err)
 	}
 	var have schedv1alpha1.PodGroup
 	err = r.Client.Get(ctx, client.ObjectKeyFromObject(want), &have)
 	switch {
 	case apierrors.IsNotFound(err):
 		if err := controllerutil.SetControllerReference(job, want, r.Client.Scheme()); err != nil {
-			return err
+			return schedv1alpha1.PodGroupStatus{}, err
 		}
 		if err := r.Client.Create(ctx, want); err != nil && !apierrors.IsAlreadyExists(err) {
-			return fmt.Errorf("creating PodGroup %s: %w", klog.KObj(want), err)
+			return schedv1alpha1.PodGroupStatus{}, fmt.Errorf("creating PodGroup %s: %w", klog.KObj(want), err)
 		}
 		r.Recorder.Eventf(job, corev1.EventTypeNormal, "CreatedPodGroup", "Created PodGroup %s (minMember %d)", want.Name, want.Spec.MinMember)
-		return nil
+		return schedv1alpha1.PodGroupStatus{}, nil
 	case err != nil:
-		return fmt.Errorf("getting PodGroup %s: %w", klog.KObj(want), err)
+		return schedv1alpha1.PodGroupStatus{}, fmt.Errorf("getting PodGroup %s: %w", klog.KObj(want), err)
 	}
 	annotationsWant, annotationsHave := topologyAnnotations(want.Annotations), topologyAnnotations(have.Annotations)
 	if equality.Semantic.DeepEqual(have.Spec, want.Spec) && maps.Equal(annotationsHave, annotationsWant) {
-		return nil
+		return have.Status, nil
 	}
 	have.Spec = want.Spec
 	for k := range annotationsHave {
@@ -173,14 +176,64 @@ func (r *TrainingJobReconciler) ensurePodGroup(ctx context.Context, job *v1alpha
 	}
 	maps.Copy(have.Annotations, annotationsWant)
 	if err := r.Client.Update(ctx, &have); err != nil {
-		return fmt.Errorf("updating PodGroup %s: %w", klog.KObj(&have), err)
+		return schedv1alpha1.PodGroupStatus{}, fmt.Errorf("updating PodGroup %s: %w", klog.KObj(&have), err)
 	}
 	r.Recorder.Eventf(job, corev1.EventTypeNormal, "UpdatedPodGroup", "Updated PodGroup %s (minMember %d)", have.Name, have.Spec.MinMember)
-	return nil
+	return have.Status, nil
+}
+
+// podGroupEnded says whether upstream's PodGroup controller has put a
+// PodGroup in a phase it never leaves: it does not reconcile a Failed or
+// Finished group again.
+func podGroupEnded(phase schedv1alpha1.PodGroupPhase) bool {
+	return phase == schedv1alpha1.PodGroupFailed || phase == schedv1alpha1.PodGroupFinished
+}
+
+// podGroupNeedsRearm says whether the PodGroup's status (pg) was left
+// Failed or Finished under a gang that has neither failed nor finished:
+// the pods of this incarnation are all that is left of the gang (nothing
+// stale nor terminating, which upstream's controller would count too),
+// none failed, and fewer than minMember succeeded, so by upstream's own
+// rules the group is not over. It happens after a gang restart: the
+// restart resets the status (resetPodGroupStatus), but upstream's
+// controller may have read the group and the failed pod before the reset
+// and patch Failed over it (its patch takes no resourceVersion), or
+// reconcile once more while the deleted pods are still in the cache.
+func podGroupNeedsRearm(pg schedv1alpha1.PodGroupStatus, minMember int32, obs observation) bool {
+	if !podGroupEnded(pg.Phase) || obs.terminating > 0 || len(obs.stale) > 0 || obs.staleTerminating > 0 {
+		return false
+	}
+	var succeeded int32
+	for _, p := range obs.live {
+		switch p.Status.Phase {
+		case corev1.PodFailed:
+			return false
+		case corev1.PodSucceeded:
+			succeeded++
+		}
+	}
+	return succeeded < minMember
+}
+
+// podGroupEndedPredicate passes a PodGroup's move into Failed or Finished
+// (podGroupNeedsRearm decides whether the job's gang says otherwise); its
+// other status writes, upstream's counts of the pods, do not.
+var podGroupEndedPredicate = predicate.Funcs{
+	CreateFunc: func(event.CreateEvent) bool { return false },
+	UpdateFunc: func(e event.UpdateEvent) bool {
+		old, _ := e.ObjectOld.(*schedv1alpha1.PodGroup)
+		updated, _ := e.ObjectNew.(*schedv1alpha1.PodGroup)
+		return old != nil && updated != nil && !podGroupEnded(old.Status.Phase) && podGroupEnded(updated.Status.Phase)
+	},
+	DeleteFunc:  func(event.DeleteEvent) bool { return false },
+	GenericFunc: func(event.GenericEvent) bool { return false },
 }
 
 // resetPodGroupStatus starts the PodGroup's phase over for a restarted
 // gang: the PodGroup controller leaves a Failed group Failed for good.
+// Upstream's controller may still write Failed over it; the next pass
+// that finds the group ended under a gang that is not re-arms it
+// (podGroupNeedsRearm).
 func (r *TrainingJobReconciler) resetPodGroupStatus(ctx context.Context, job *v1alpha1.TrainingJob) error {
 	pg := &schedv1alpha1.PodGroup{ObjectMeta: metav1.ObjectMeta{Name: job.Name, Namespace: job.Namespace}}
 	patch := []byte(`{"status":{"phase":"Pending","running":null,"succeeded":null,"failed":null}}`)

@@ -135,8 +135,9 @@ func (r *TrainingJobReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		}).
 		Owns(&autoscalingv2.HorizontalPodAutoscaler{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		// The PodGroup controller rewrites status as pods change; only a
-		// changed or deleted spec concerns this one.
-		Owns(&schedv1alpha1.PodGroup{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
+		// changed or deleted spec concerns this one, and a move into a
+		// phase upstream never leaves (podGroupNeedsRearm).
+		Owns(&schedv1alpha1.PodGroup{}, builder.WithPredicates(predicate.Or[client.Object](predicate.GenerationChangedPredicate{}, podGroupEndedPredicate))).
 		// The GPU claim templates the pods claim from, made again when
 		// deleted (gpuclaims.go).
 		Owns(&resourcev1.ResourceClaimTemplate{}).
@@ -283,7 +284,8 @@ func (r *TrainingJobReconciler) rejectInvalid(ctx context.Context, job *v1alpha1
 // ensureRunning runs an active job: its objects, then the decision on its
 // pods, then the pods the decision leaves missing.
 func (r *TrainingJobReconciler) ensureRunning(ctx context.Context, job *v1alpha1.TrainingJob, a framework.Adapter, pods []*corev1.Pod) (ctrl.Result, error) {
-	if err := r.ensurePodGroup(ctx, job); err != nil {
+	pg, err := r.ensurePodGroup(ctx, job)
+	if err != nil {
 		return ctrl.Result{}, err
 	}
 	if err := r.ensureService(ctx, job); err != nil {
@@ -365,6 +367,10 @@ func (r *TrainingJobReconciler) ensureRunning(ctx context.Context, job *v1alpha1
 	}
 	if err == nil {
 		err = r.ensureExcessDeleted(ctx, job, obs.excess)
+	}
+	if err == nil && podGroupNeedsRearm(pg, minMember(job), obs) {
+		ctrl.LoggerFrom(ctx).V(2).Info("Re-arming the PodGroup left ended under a live gang", "phase", pg.Phase)
+		err = r.resetPodGroupStatus(ctx, job)
 	}
 	// Also when a pod could not be created: a gang that started without
 	// it (minAvailable below the replica count) runs and says so, while

@@ -242,7 +242,9 @@ func TestControllerPyTorchJob(t *testing.T) {
 }
 
 // TestControllerGangRestart fails a Worker with a retryable exit code: the
-// whole gang is recreated; a second failure exceeds backoffLimit 1.
+// whole gang is recreated, and its PodGroup runs again, also after a late
+// Failed from upstream's PodGroup controller; a second failure exceeds
+// backoffLimit 1.
 func TestControllerGangRestart(t *testing.T) {
 	ns := cluster.NewNamespace(t)
 	job := pytorchJob(ns, "restart", 3)
@@ -275,14 +277,35 @@ func TestControllerGangRestart(t *testing.T) {
 	waitJob(t, ns, job.Name, 20*time.Second, "job Running again", func(j *v1alpha1.TrainingJob) bool {
 		return hasCondition(v1alpha1.JobRunning, "")(j) && !hasCondition(v1alpha1.JobRestarting, "")(j)
 	})
-	err = localcluster.Poll(context.Background(), 100*time.Millisecond, 20*time.Second, "PodGroup Running again", func(ctx context.Context) (bool, error) {
-		var pg schedv1alpha1.PodGroup
-		err := cluster.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: job.Name}, &pg)
-		return err == nil && pg.Status.Phase == schedv1alpha1.PodGroupRunning, nil
-	})
-	if err != nil {
+	waitPodGroupRunning := func(what string) {
+		t.Helper()
+		err := localcluster.Poll(context.Background(), 100*time.Millisecond, 20*time.Second, what, func(ctx context.Context) (bool, error) {
+			var pg schedv1alpha1.PodGroup
+			err := cluster.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: job.Name}, &pg)
+			return err == nil && pg.Status.Phase == schedv1alpha1.PodGroupRunning, nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitPodGroupRunning("PodGroup Running again")
+
+	// Upstream's PodGroup controller may read the group and the failed
+	// member before the restart resets the group, and patch Failed over
+	// the reset (its patch takes no resourceVersion); it never looks at a
+	// Failed group again. Write that late patch now: the controller
+	// re-arms the group, and upstream's controller brings it back to
+	// Running on the running gang.
+	var pg schedv1alpha1.PodGroup
+	if err := cluster.Client.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: job.Name}, &pg); err != nil {
 		t.Fatal(err)
 	}
+	late := client.MergeFrom(pg.DeepCopy())
+	pg.Status.Phase, pg.Status.Running, pg.Status.Failed = schedv1alpha1.PodGroupFailed, 3, 1
+	if err := cluster.Client.Status().Patch(context.Background(), &pg, late); err != nil {
+		t.Fatal(err)
+	}
+	waitPodGroupRunning("PodGroup Running after a late Failed")
 
 	finishPod(t, ns, "restart-worker-2", 137)
 	failed := waitJob(t, ns, job.Name, 20*time.Second, "job Failed", hasCondition(v1alpha1.JobFailed, controller.ReasonBackoffLimitExceeded))
