@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"sync"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -213,6 +214,53 @@ func podGroupNeedsRearm(pg schedv1alpha1.PodGroupStatus, minMember int32, obs ob
 		}
 	}
 	return succeeded < minMember
+}
+
+// maxRearms bounds the re-arms of one incarnation's PodGroup. One is what
+// the restart race needs; a group upstream keeps ending under a gang that
+// has not (its controller counts the pods of every namespace that carry
+// the group's name, so a failed pod of a same-named job elsewhere ends
+// this one on each of its reconciles) would otherwise be re-armed on every
+// one of them.
+const maxRearms = 3
+
+// rearms counts the re-arms of each job's PodGroup in its current
+// incarnation (restartCount), in memory: a controller restart allows
+// maxRearms more.
+type rearms struct {
+	mu   sync.Mutex
+	jobs map[types.UID]rearmCount
+}
+
+type rearmCount struct {
+	incarnation int32
+	n           int
+}
+
+// take says whether job's PodGroup may be re-armed once more in this
+// incarnation, and counts the re-arm when it may.
+func (r *rearms) take(job *v1alpha1.TrainingJob) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.jobs == nil {
+		r.jobs = map[types.UID]rearmCount{}
+	}
+	c := r.jobs[job.UID]
+	if c.incarnation != job.Status.RestartCount {
+		c = rearmCount{incarnation: job.Status.RestartCount}
+	}
+	if c.n >= maxRearms {
+		return false
+	}
+	c.n++
+	r.jobs[job.UID] = c
+	return true
+}
+
+func (r *rearms) forget(uid types.UID) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	delete(r.jobs, uid)
 }
 
 // podGroupEndedPredicate passes a PodGroup's move into Failed or Finished

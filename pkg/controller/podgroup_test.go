@@ -8,6 +8,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	schedv1alpha1 "sigs.k8s.io/scheduler-plugins/apis/scheduling/v1alpha1"
+
+	"github.com/lockstep-dev/lockstep/pkg/apis/lockstep/v1alpha1"
 )
 
 // A PodGroup left Failed or Finished is re-armed only under a gang that,
@@ -75,6 +77,36 @@ func TestPodGroupEndedPredicate(t *testing.T) {
 	for _, tc := range tests {
 		if got := podGroupEndedPredicate.Update(event.UpdateEvent{ObjectOld: tc.old, ObjectNew: tc.new}); got != tc.want {
 			t.Errorf("%s: passed %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
+
+// A job's PodGroup is re-armed at most maxRearms times per incarnation;
+// a restart starts the count over, and jobs count apart.
+func TestRearmsBoundedPerIncarnation(t *testing.T) {
+	var r rearms
+	job := &v1alpha1.TrainingJob{ObjectMeta: metav1.ObjectMeta{UID: "a"}}
+	other := &v1alpha1.TrainingJob{ObjectMeta: metav1.ObjectMeta{UID: "b"}}
+	for i := range maxRearms {
+		if !r.take(job) {
+			t.Fatalf("re-arm %d of incarnation 0 refused, want %d allowed", i+1, maxRearms)
+		}
+	}
+	if r.take(job) {
+		t.Errorf("re-arm %d of incarnation 0 allowed, want at most %d", maxRearms+1, maxRearms)
+	}
+	if !r.take(other) {
+		t.Error("another job's first re-arm refused")
+	}
+	job.Status.RestartCount = 1
+	if !r.take(job) {
+		t.Error("the first re-arm after a restart refused")
+	}
+	r.forget(job.UID)
+	job.Status.RestartCount = 1
+	for i := range maxRearms {
+		if !r.take(job) {
+			t.Fatalf("re-arm %d after forget refused", i+1)
 		}
 	}
 }

@@ -102,6 +102,8 @@ type TrainingJobReconciler struct {
 	// failedCreates are the pods whose creation failed in their job's
 	// current incarnation.
 	failedCreates failedCreates
+	// rearms counts the PodGroup re-arms of each incarnation (podgroup.go).
+	rearms rearms
 	// vanished are the preempted members the pod events showed
 	// (preemption.go).
 	vanished vanishedPods
@@ -190,6 +192,7 @@ func (r *TrainingJobReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 		r.forgetCreated(job.UID)
 		r.failedCreates.forget(job.UID)
 		r.vanished.forget(job.UID)
+		r.rearms.forget(job.UID)
 		return ctrl.Result{}, r.releaseWorkloads(ctx, req.Namespace, req.Name)
 	}
 	ctx = ctrl.LoggerInto(ctx, ctrl.LoggerFrom(ctx).WithValues("job", klog.KObj(job)))
@@ -369,8 +372,12 @@ func (r *TrainingJobReconciler) ensureRunning(ctx context.Context, job *v1alpha1
 		err = r.ensureExcessDeleted(ctx, job, obs.excess)
 	}
 	if err == nil && podGroupNeedsRearm(pg, minMember(job), obs) {
-		ctrl.LoggerFrom(ctx).V(2).Info("Re-arming the PodGroup left ended under a live gang", "phase", pg.Phase)
-		err = r.resetPodGroupStatus(ctx, job)
+		if r.rearms.take(job) {
+			ctrl.LoggerFrom(ctx).V(2).Info("Re-arming the PodGroup left ended under a live gang", "phase", pg.Phase)
+			err = r.resetPodGroupStatus(ctx, job)
+		} else {
+			ctrl.LoggerFrom(ctx).V(2).Info("PodGroup ended under a live gang again; left as it is", "phase", pg.Phase, "rearms", maxRearms)
+		}
 	}
 	// Also when a pod could not be created: a gang that started without
 	// it (minAvailable below the replica count) runs and says so, while
