@@ -467,3 +467,42 @@ func TestDRATrainingJobPlacement(t *testing.T) {
 		t.Errorf("placement rated %s at level %s (%s), want 1.000 in one leaf", pl.Efficiency, pl.LevelName, pl.Reason)
 	}
 }
+
+// TestDRAPlacementWhenClaimWatchLags runs the controller behind the fault
+// proxy, which holds every event of its ResourceClaim watch 8 s, as a
+// watch on a loaded apiserver can lag the others: the gang is bound and
+// runs, and the agents report its GPUs, before the controller sees a claim
+// allocated. Its status.placement still ends listing every member's
+// devices as their claims were allocated, and rated: the claim's own event
+// wakes the job. Before the controller watched claims, the placement kept
+// the devices the cache held at the last pod or NodeTopology event, none
+// here, and nothing woke the job again (CI's TestComputeDomainGB200 DRA
+// subtest failed so once, under load).
+func TestDRAPlacementWhenClaimWatchLags(t *testing.T) {
+	proxy, err := framework.StartFaultProxy(cluster.Config, framework.FaultRules{
+		WatchDelay: map[string]time.Duration{"resourceclaims": 8 * time.Second},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = proxy.Close() })
+	runComponentsBehindProxy(t, proxy, "controller")
+	nodes := addDRANodes(t, "dra-lag", 2, 2)
+	ns := cluster.NewNamespace(t)
+	if err := cluster.Client.Create(context.Background(), utiltesting.MakeGPUClaimTemplate("gpus", ns, 8)); err != nil {
+		t.Fatal(err)
+	}
+	tpl := utiltesting.MakePodTemplate("pytorch").NoGracePeriod().CPU("1").GPUClaim("gpus").Obj()
+	job := pytorchGang(ns, "dra-lag", 1, tpl).Obj()
+	createJob(t, job)
+
+	pl := waitPlacementWithDevices(t, cluster, job, 2, nil)
+	for _, p := range checkPlacementDevices(t, cluster, job, pl) {
+		if !slices.Contains(nodes, p.Spec.NodeName) {
+			t.Errorf("pod %s on %s, not one of the DRA nodes %v", p.Name, p.Spec.NodeName, nodes)
+		}
+	}
+	if n := proxy.Counts()[framework.FaultWatchDelayed]; n == 0 {
+		t.Error("the controller's claim watch was never delayed")
+	}
+}

@@ -17,23 +17,41 @@ import (
 	"github.com/lockstep-dev/lockstep/test/e2e/framework"
 )
 
-// runBehindProxy replaces the suite's scheduler and controller with ones
-// that reach the apiserver through proxy, and puts the normal ones back
-// when the test ends.
+// runBehindProxy restarts the scheduler and the controller with their
+// clients pointed at proxy; the originals come back when the test ends.
 func runBehindProxy(t *testing.T, proxy *framework.FaultProxy) {
 	t.Helper()
+	runComponentsBehindProxy(t, proxy, "scheduler", "controller")
+}
+
+// runComponentsBehindProxy restarts the named components ("scheduler",
+// "controller") with their clients pointed at proxy, and the originals
+// when the test ends.
+func runComponentsBehindProxy(t *testing.T, proxy *framework.FaultProxy, names ...string) {
+	t.Helper()
 	ctx := context.Background()
-	for _, name := range []string{"scheduler", "controller"} {
+	original := map[string]func() (localcluster.Component, error){
+		"scheduler":  cluster.SchedulerComponent,
+		"controller": cluster.ControllerComponent,
+	}
+	behind := map[string]func() (localcluster.Component, error){
+		"scheduler":  func() (localcluster.Component, error) { return cluster.ProxiedSchedulerComponent("scheduler", proxy) },
+		"controller": func() (localcluster.Component, error) { return cluster.ProxiedControllerComponent(proxy) },
+	}
+	for _, name := range names {
+		if behind[name] == nil {
+			t.Fatalf("no component %q to run behind the proxy", name)
+		}
 		if err := cluster.KillComponent(name); err != nil {
 			t.Fatal(err)
 		}
 	}
 	t.Cleanup(func() {
-		for _, name := range []string{"scheduler", "controller"} {
+		for _, name := range names {
 			_ = cluster.KillComponent(name)
 		}
-		for _, describe := range []func() (localcluster.Component, error){cluster.SchedulerComponent, cluster.ControllerComponent} {
-			comp, err := describe()
+		for _, name := range names {
+			comp, err := original[name]()
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -42,15 +60,11 @@ func runBehindProxy(t *testing.T, proxy *framework.FaultProxy) {
 			}
 		}
 	})
-	sched, err := cluster.ProxiedSchedulerComponent("scheduler", proxy)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctrl, err := cluster.ProxiedControllerComponent(proxy)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, comp := range []localcluster.Component{sched, ctrl} {
+	for _, name := range names {
+		comp, err := behind[name]()
+		if err != nil {
+			t.Fatal(err)
+		}
 		if _, err := cluster.StartComponent(ctx, comp); err != nil {
 			t.Fatal(err)
 		}

@@ -1,6 +1,7 @@
 package framework
 
 import (
+	"bytes"
 	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
@@ -51,6 +52,12 @@ type FaultRules struct {
 	// status writes.
 	Latency         time.Duration
 	LatencyFraction float64
+	// WatchDelay holds every event of a watch of a resource (its plural,
+	// "resourceclaims") that long before passing it on, in order: a watch
+	// that lags the component's other watches, as one on a loaded
+	// apiserver's watch cache or behind a slow connection does. The
+	// stream itself, its headers, start at once.
+	WatchDelay map[string]time.Duration
 }
 
 // Fault kinds, the keys of FaultProxy.Counts.
@@ -61,6 +68,8 @@ const (
 	// FaultLostResponse is a ServerError whose write was forwarded and done.
 	FaultLostResponse = "lost_response"
 	FaultLatency      = "latency"
+	// FaultWatchDelayed counts the watches WatchDelay held back.
+	FaultWatchDelayed = "watch_delayed"
 )
 
 // FaultProxy is a reverse proxy in front of the apiserver that injects
@@ -196,6 +205,9 @@ func (p *FaultProxy) SetEnabled(on bool) { p.enabled.Store(on) }
 // Counts returns how many faults of each kind were injected.
 func (p *FaultProxy) Counts() map[string]int64 {
 	out := map[string]int64{}
+	// FaultWatchDelayed is listed only once injected: the rule is a test's
+	// own, not one of the faults TestConvergesUnderAPIFaults waits to see
+	// every kind of.
 	for _, k := range []string{FaultWatchDropped, FaultConflict, FaultServerError, FaultLostResponse, FaultLatency} {
 		out[k] = 0
 	}
@@ -251,6 +263,10 @@ func (p *FaultProxy) serve(w http.ResponseWriter, r *http.Request) {
 	isWatch := r.Method == http.MethodGet && (r.URL.Query().Get("watch") == "true" || r.URL.Query().Get("watch") == "1")
 	isStatus := (r.Method == http.MethodPut || r.Method == http.MethodPatch) && strings.HasSuffix(r.URL.Path, "/status")
 	switch {
+	case isWatch && p.rules.WatchDelay[watchedResource(r.URL.Path)] > 0:
+		p.count(FaultWatchDelayed)
+		p.serveDelayedWatch(w, r, p.rules.WatchDelay[watchedResource(r.URL.Path)])
+		return
 	case isWatch && p.rules.WatchMaxAge > 0:
 		p.serveWatch(w, r)
 		return
@@ -304,6 +320,85 @@ func (p *FaultProxy) serveWatch(w http.ResponseWriter, r *http.Request) {
 	// ReverseProxy aborts the client connection (http.ErrAbortHandler): the
 	// client sees its stream cut, not a clean end.
 	p.proxy.ServeHTTP(w, r.WithContext(ctx))
+}
+
+// watchedResource is the resource a watch's path names: the segment after
+// the group version, or after namespaces/<name> under it.
+func watchedResource(path string) string {
+	parts := strings.Split(strings.Trim(path, "/"), "/")
+	switch {
+	case len(parts) >= 3 && parts[0] == "api":
+		parts = parts[2:]
+	case len(parts) >= 4 && parts[0] == "apis":
+		parts = parts[3:]
+	default:
+		return ""
+	}
+	if len(parts) >= 3 && parts[0] == "namespaces" {
+		return parts[2]
+	}
+	return parts[0]
+}
+
+// serveDelayedWatch forwards a watch and passes each chunk of it (an event,
+// as the apiserver flushes them) on delay after it came, in order.
+func (p *FaultProxy) serveDelayedWatch(w http.ResponseWriter, r *http.Request, delay time.Duration) {
+	d := &delayedWriter{ResponseWriter: w, delay: delay, chunks: make(chan delayedChunk, 1024), done: make(chan struct{})}
+	go d.run(r.Context())
+	p.proxy.ServeHTTP(d, r)
+	close(d.chunks)
+	<-d.done
+}
+
+type delayedChunk struct {
+	at   time.Time
+	data []byte
+}
+
+// delayedWriter queues what the proxy writes and run writes it out delay
+// later. Only run writes to the client once the first chunk came; before
+// that Flush sends the headers, so the client sees its watch start.
+type delayedWriter struct {
+	http.ResponseWriter
+	delay  time.Duration
+	chunks chan delayedChunk
+	done   chan struct{}
+	wrote  bool
+}
+
+func (d *delayedWriter) Write(b []byte) (int, error) {
+	d.wrote = true
+	d.chunks <- delayedChunk{at: time.Now().Add(d.delay), data: bytes.Clone(b)}
+	return len(b), nil
+}
+
+func (d *delayedWriter) Flush() {
+	if f, ok := d.ResponseWriter.(http.Flusher); ok && !d.wrote {
+		f.Flush()
+	}
+}
+
+func (d *delayedWriter) run(ctx context.Context) {
+	defer close(d.done)
+	f, _ := d.ResponseWriter.(http.Flusher)
+	for c := range d.chunks {
+		select {
+		case <-time.After(time.Until(c.at)):
+		case <-ctx.Done():
+			// Keep taking chunks so the proxy's writes never block.
+			for range d.chunks {
+			}
+			return
+		}
+		if _, err := d.ResponseWriter.Write(c.data); err != nil {
+			for range d.chunks {
+			}
+			return
+		}
+		if f != nil {
+			f.Flush()
+		}
+	}
 }
 
 // writeStatus answers with a metav1.Status the way the apiserver does.

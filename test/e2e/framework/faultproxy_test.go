@@ -1,6 +1,8 @@
 package framework
 
 import (
+	"bufio"
+	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/pem"
@@ -11,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	"k8s.io/client-go/rest"
 )
 
@@ -97,6 +100,92 @@ func TestFaultProxy(t *testing.T) {
 	for range 10 {
 		if code, _ := do(faulty, http.MethodPut, "/api/v1/namespaces/ns/pods/p/status"); code != 200 {
 			t.Errorf("with faults off: %d", code)
+		}
+	}
+}
+
+// A watch of a delayed resource starts at once (its headers), and each of
+// its events reaches the client no sooner than the delay after the
+// apiserver sent it, in order; watches of other resources are not held.
+func TestFaultProxyDelaysWatches(t *testing.T) {
+	const delay = 500 * time.Millisecond
+	sent := make(chan time.Time, 4)
+	upstream := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.(http.Flusher).Flush()
+		for _, event := range []string{"one\n", "two\n"} {
+			sent <- time.Now()
+			io.WriteString(w, event)
+			w.(http.Flusher).Flush()
+		}
+		<-r.Context().Done()
+	}))
+	defer upstream.Close()
+	ca := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: upstream.Certificate().Raw})
+	cfg := &rest.Config{Host: upstream.URL, BearerToken: "admin", TLSClientConfig: rest.TLSClientConfig{CAData: ca}}
+	p, err := StartFaultProxy(cfg, FaultRules{WatchDelay: map[string]time.Duration{"resourceclaims": delay}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(p.CAData)
+	client := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
+
+	watch := func(path string) (events []string, at []time.Time) {
+		t.Helper()
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, p.URL+path, nil)
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		r := bufio.NewReader(resp.Body)
+		for range 2 {
+			line, err := r.ReadString('\n')
+			if err != nil {
+				t.Fatal(err)
+			}
+			events = append(events, line)
+			at = append(at, time.Now())
+		}
+		return events, at
+	}
+
+	for _, path := range []string{"/apis/resource.k8s.io/v1/namespaces/ns/resourceclaims", "/apis/resource.k8s.io/v1/resourceclaims"} {
+		events, at := watch(path + "?watch=true")
+		if diff := cmp.Diff([]string{"one\n", "two\n"}, events); diff != "" {
+			t.Errorf("%s: events (-want +got):\n%s", path, diff)
+		}
+		for i := range at {
+			if sentAt := <-sent; at[i].Sub(sentAt) < delay {
+				t.Errorf("%s: event %d came %v after the apiserver sent it, want at least %v", path, i, at[i].Sub(sentAt), delay)
+			}
+		}
+	}
+	if got := p.Counts()[FaultWatchDelayed]; got != 2 {
+		t.Errorf("%d watches delayed, want 2", got)
+	}
+	events, _ := watch("/api/v1/namespaces/ns/pods?watch=true")
+	<-sent
+	<-sent
+	if got := p.Counts()[FaultWatchDelayed]; len(events) != 2 || got != 2 {
+		t.Errorf("a pod watch: events %q, %d watches delayed in all; want both events, and the pod watch not delayed", events, got)
+	}
+}
+
+func TestWatchedResource(t *testing.T) {
+	for path, want := range map[string]string{
+		"/api/v1/pods":                                          "pods",
+		"/api/v1/namespaces/ns/pods":                            "pods",
+		"/apis/resource.k8s.io/v1/resourceclaims":               "resourceclaims",
+		"/apis/resource.k8s.io/v1/namespaces/ns/resourceclaims": "resourceclaims",
+		"/api/v1/namespaces":                                    "namespaces",
+		"/healthz":                                              "",
+	} {
+		if got := watchedResource(path); got != want {
+			t.Errorf("watchedResource(%q) = %q, want %q", path, got, want)
 		}
 	}
 }
