@@ -56,7 +56,8 @@ type FaultRules struct {
 	// "resourceclaims") that long before passing it on, in order: a watch
 	// that lags the component's other watches, as one on a loaded
 	// apiserver's watch cache or behind a slow connection does. The
-	// stream itself, its headers, start at once.
+	// stream itself, its headers, start at once. A watch it holds back is
+	// not also cut by WatchMaxAge.
 	WatchDelay map[string]time.Duration
 }
 
