@@ -463,6 +463,7 @@ func TestWaitingGangDrainsItsLeaf(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = cluster.Client.Delete(context.Background(), pc) })
+	waitPriorityClassAdmitted(t, ns, pc.Name)
 	urgent := utiltesting.MakePod("urgent", ns).GPUs(1).SchedulerName(localcluster.SchedulerName).Obj()
 	urgent.Spec.PriorityClassName = pc.Name
 	urgent.Spec.NodeSelector = map[string]string{leafLabel: "leaf-0"}

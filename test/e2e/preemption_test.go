@@ -43,7 +43,27 @@ func priorityClass(t *testing.T, ns, name string, value int32, never bool) strin
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = cluster.Client.Delete(context.Background(), pc) })
+	waitPriorityClassAdmitted(t, ns, pc.Name)
 	return pc.Name
+}
+
+// waitPriorityClassAdmitted waits until the apiserver admits a pod of class
+// in ns (a dry run): its Priority admission plugin reads classes from an
+// informer, and refuses a pod naming a class created a moment before
+// ("no PriorityClass with name ... was found"), as a user applying both at
+// once can see.
+func waitPriorityClassAdmitted(t *testing.T, ns, class string) {
+	t.Helper()
+	probe := utiltesting.MakePod("priority-class-probe", ns).Obj()
+	probe.Spec.PriorityClassName = class
+	var last error
+	err := localcluster.Poll(context.Background(), 100*time.Millisecond, 30*time.Second, "PriorityClass "+class+" admitted", func(ctx context.Context) (bool, error) {
+		_, last = cluster.Clientset.CoreV1().Pods(ns).Create(ctx, probe, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		return last == nil, nil
+	})
+	if err != nil {
+		t.Fatalf("%v: %v", err, last)
+	}
 }
 
 // checkpointingJob is a PyTorch gang of 1 + workers pods of gpus GPUs in
