@@ -346,9 +346,14 @@ func watchedResource(path string) string {
 func (p *FaultProxy) serveDelayedWatch(w http.ResponseWriter, r *http.Request, delay time.Duration) {
 	d := &delayedWriter{ResponseWriter: w, delay: delay, chunks: make(chan delayedChunk, 1024), done: make(chan struct{})}
 	go d.run(r.Context())
+	// Deferred: ReverseProxy aborts a stream it cannot copy by panicking
+	// (http.ErrAbortHandler), and the server then flushes the connection;
+	// run must have stopped writing to it by then.
+	defer func() {
+		close(d.chunks)
+		<-d.done
+	}()
 	p.proxy.ServeHTTP(d, r)
-	close(d.chunks)
-	<-d.done
 }
 
 type delayedChunk struct {
