@@ -9,6 +9,9 @@ func TestPreemptionMessageRoundTrip(t *testing.T) {
 		{Preemptor: "team-a/release", Priority: 1000, Domain: "spine=s1/leaf=l2"},
 		{Preemptor: "ns/pod-1", Priority: -5},
 		{Preemptor: "a/b", Priority: 2000000000, Domain: "clique=7"},
+		{Preemptor: "team-a/release", Priority: 1000, Domain: "spine=s1/leaf=l2", Plan: "team-a/release#8", DomainID: "spine=s1/leaf=l2"},
+		{Preemptor: "ns/g", Priority: 7, Domain: "spine=s1", Plan: "ns/g#4", DomainID: "spine=s1/leaf=(n3)"},
+		{Preemptor: "ns/g", Priority: 7, Plan: "ns/g#4"},
 	} {
 		got, ok := ParsePreemption(p.Message())
 		if !ok || got != p {

@@ -68,13 +68,13 @@ func adoption(pod *v1.Pod, ours func(schedulerName string) bool, nodeGPUs int) (
 // reported its allocation yet, and adoption allows it; a pod whose
 // annotation it refuses gets a Warning event once.
 func (p *TopologyPlacement) adoptBoundGPUs(pod *v1.Pod) {
-	if _, known := p.books.assignmentOf(pod.UID); known {
+	if _, known := p.gangs.Books.AssignmentOf(pod.UID); known {
 		return
 	}
 	gpus, ignored := adoption(pod, p.ourProfile, p.nodeGPUCount(pod.Spec.NodeName))
 	if ignored != "" {
 		// Once per pod and annotation: the handler sees every status write.
-		if p.ignored.addNew(string(pod.UID) + "/" + pod.Annotations[lockstep.AnnotationGPUs]) {
+		if p.ignored.AddNew(string(pod.UID) + "/" + pod.Annotations[lockstep.AnnotationGPUs]) {
 			p.logger.V(2).Info("Ignored a pod's GPU annotation", "pod", klog.KObj(pod), "node", pod.Spec.NodeName, "reason", ignored)
 			if p.handle != nil {
 				p.handle.EventRecorder().Eventf(pod, nil, v1.EventTypeWarning, EventGPUAnnotationIgnored, "Scheduling", "%s", ignored)
@@ -91,7 +91,7 @@ func (p *TopologyPlacement) adoptBoundGPUs(pod *v1.Pod) {
 		// before the pod informer).
 		return
 	}
-	if p.books.adoptBound(pod.UID, pod.Spec.NodeName, gpus) {
+	if p.gangs.Books.AdoptBound(pod.UID, pod.Spec.NodeName, gpus) {
 		p.logger.V(2).Info("Adopted the GPUs of a pod bound outside this scheduler's books", "pod", klog.KObj(pod), "node", pod.Spec.NodeName, "gpus", gpus.String())
 	}
 }
@@ -100,10 +100,10 @@ func (p *TopologyPlacement) adoptBoundGPUs(pod *v1.Pod) {
 // that enables the plugin. Without a recorded profile (a handle that does
 // not name its profile), the default profile is.
 func (p *TopologyPlacement) ourProfile(schedulerName string) bool {
-	if p.profiles == nil || p.profiles.empty() {
+	if p.profiles == nil || p.profiles.Empty() {
 		return schedulerName == lockstep.SchedulerName
 	}
-	return p.profiles.has(schedulerName)
+	return p.profiles.Has(schedulerName)
 }
 
 // nodeGPUCount returns how many GPUs node has: its NodeTopology's count,
@@ -140,15 +140,15 @@ func (p *TopologyPlacement) takeReportedAllocations() cache.ResourceEventHandler
 			for _, g := range a.GPUs {
 				gpus |= topology.NewGPUSet(int(g))
 			}
-			before, known := p.books.assignmentOf(types.UID(a.PodUID))
-			if !known || !p.books.report(types.UID(a.PodUID), nt.Name, gpus) {
+			before, known := p.gangs.Books.AssignmentOf(types.UID(a.PodUID))
+			if !known || !p.gangs.Books.Report(types.UID(a.PodUID), nt.Name, gpus) {
 				continue
 			}
 			p.logger.V(2).Info("The node's agent reported a pod's GPUs; they replace the scheduler's choice", "pod", klog.KRef(a.Namespace, a.Pod), "node", nt.Name, "gpus", gpus.String(), "chosen", before.GPUs.String())
 			if before.GPUs&^gpus != 0 {
 				// GPUs the choice held are free in the books now, which no
 				// cluster event reports.
-				p.retryTurnedAway("")
+				p.gangs.RetryTurnedAway("")
 			}
 		}
 	}

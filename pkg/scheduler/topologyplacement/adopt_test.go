@@ -93,10 +93,10 @@ func TestAdoptBoundGPUs(t *testing.T) {
 	p.adoptBoundGPUs(boundPod("pending", "", 2, "4,5"))
 	p.adoptBoundGPUs(boundPod("daemon", "a", 0, "0,1,2,3,4,5,6,7"))
 	p.adoptBoundGPUs(boundPod("greedy", "a", 1, "6,7"))
-	if diff := cmp.Diff(topology.NewGPUSet(0, 1), p.books.heldOn("a", "")); diff != "" {
+	if diff := cmp.Diff(topology.NewGPUSet(0, 1), p.gangs.Books.HeldOn("a", "")); diff != "" {
 		t.Errorf("GPUs held on a, the lost pod's only (-want,+got):\n%s", diff)
 	}
-	if diff := cmp.Diff([]string{"uid-daemon/0,1,2,3,4,5,6,7", "uid-greedy/6,7"}, p.ignored.take()); diff != "" {
+	if diff := cmp.Diff([]string{"uid-daemon/0,1,2,3,4,5,6,7", "uid-greedy/6,7"}, p.ignored.Take()); diff != "" {
 		t.Errorf("pods whose annotation was ignored (-want,+got):\n%s", diff)
 	}
 	// A pod whose allocation its node reports has nothing to guess.
@@ -104,13 +104,13 @@ func TestAdoptBoundGPUs(t *testing.T) {
 	nt.Status.Allocations = []v1alpha1.GPUAllocation{{Namespace: "ns", Pod: "reported", PodUID: "uid-reported", GPUs: []int32{4, 5}}}
 	p.gpus.set(nt)
 	p.adoptBoundGPUs(boundPod("reported", "c", 2, "0,1"))
-	if diff := cmp.Diff(topology.GPUSet(0), p.books.heldOn("c", "")); diff != "" {
+	if diff := cmp.Diff(topology.GPUSet(0), p.gangs.Books.HeldOn("c", "")); diff != "" {
 		t.Errorf("GPUs held on c, none (-want,+got):\n%s", diff)
 	}
 	// Known pods keep what the books say.
-	p.books.assign("uid-known", "b", topology.NewGPUSet(6, 7))
+	p.gangs.Books.Assign("uid-known", "b", topology.NewGPUSet(6, 7))
 	p.adoptBoundGPUs(boundPod("known", "b", 2, "0,1"))
-	if diff := cmp.Diff(topology.NewGPUSet(6, 7), p.books.heldOn("b", "")); diff != "" {
+	if diff := cmp.Diff(topology.NewGPUSet(6, 7), p.gangs.Books.HeldOn("b", "")); diff != "" {
 		t.Errorf("GPUs held on b, as assigned (-want,+got):\n%s", diff)
 	}
 }
@@ -119,11 +119,11 @@ func TestAdoptBoundGPUs(t *testing.T) {
 // reported, through the NodeTopology informer's handler.
 func TestReportedAllocationReplacesChoice(t *testing.T) {
 	p, _ := newTestPlugin(t)
-	p.books.assign("uid-p", "a", topology.NewGPUSet(0, 1, 2, 3))
+	p.gangs.Books.Assign("uid-p", "a", topology.NewGPUSet(0, 1, 2, 3))
 	nt := &v1alpha1.NodeTopology{ObjectMeta: metav1.ObjectMeta{Name: "a"}}
 	h := p.takeReportedAllocations()
 	h.OnAdd(nt, false)
-	if diff := cmp.Diff(topology.NewGPUSet(0, 1, 2, 3), p.books.heldOn("a", "")); diff != "" {
+	if diff := cmp.Diff(topology.NewGPUSet(0, 1, 2, 3), p.gangs.Books.HeldOn("a", "")); diff != "" {
 		t.Errorf("held before the report: the choice (-want,+got):\n%s", diff)
 	}
 	reported := nt.DeepCopy()
@@ -132,7 +132,7 @@ func TestReportedAllocationReplacesChoice(t *testing.T) {
 		{Namespace: "ns", Pod: "other", PodUID: "uid-other", GPUs: []int32{0}},
 	}
 	h.OnUpdate(nt, reported)
-	if diff := cmp.Diff(topology.NewGPUSet(4, 5, 6, 7), p.books.heldOn("a", "")); diff != "" {
+	if diff := cmp.Diff(topology.NewGPUSet(4, 5, 6, 7), p.gangs.Books.HeldOn("a", "")); diff != "" {
 		t.Errorf("held after the report: the allocation (-want,+got):\n%s", diff)
 	}
 }

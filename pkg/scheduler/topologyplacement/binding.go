@@ -20,7 +20,7 @@ import (
 // PreBindPreFlight says whether PreBind may have work: only for gang
 // members, of which the first past Permit records the placement.
 func (p *TopologyPlacement) PreBindPreFlight(ctx context.Context, state fwk.CycleState, pod *v1.Pod, nodeName string) *fwk.Status {
-	if a, ok := p.books.assignmentOf(pod.UID); !ok || a.Gang == "" {
+	if a, ok := p.gangs.Books.AssignmentOf(pod.UID); !ok || a.Gang == "" {
 		return fwk.NewStatus(fwk.Skip)
 	}
 	return nil
@@ -28,7 +28,7 @@ func (p *TopologyPlacement) PreBindPreFlight(ctx context.Context, state fwk.Cycl
 
 // PreBind records the achieved placement on the PodGroup, once per gang.
 func (p *TopologyPlacement) PreBind(ctx context.Context, state fwk.CycleState, pod *v1.Pod, nodeName string) *fwk.Status {
-	a, ok := p.books.assignmentOf(pod.UID)
+	a, ok := p.gangs.Books.AssignmentOf(pod.UID)
 	if !ok || a.Gang == "" {
 		return nil
 	}
@@ -36,7 +36,7 @@ func (p *TopologyPlacement) PreBind(ctx context.Context, state fwk.CycleState, p
 		// Past Permit: from here the member only waits for the apiserver.
 		p.binds.started(pod.UID)
 	}
-	if g, first := p.books.markPublished(a.Gang); first {
+	if g, first := p.gangs.Books.MarkPublished(a.Gang); first {
 		// The first member past Permit: the whole gang is reserved.
 		p.observePlaced(a.Gang, g)
 		if err := p.publishPlacement(ctx, pod, g); err != nil {
@@ -58,7 +58,7 @@ func (p *TopologyPlacement) Bind(ctx context.Context, state fwk.CycleState, pod 
 		// PreBind may have started ends.
 		defer p.binds.done(pod.UID)
 	}
-	a, ok := p.books.assignmentOf(pod.UID)
+	a, ok := p.gangs.Books.AssignmentOf(pod.UID)
 	if !ok {
 		if s, err := stateOf(state); err == nil && s.plan != nil {
 			// Reserved through a plan that was dropped since (another
@@ -69,7 +69,7 @@ func (p *TopologyPlacement) Bind(ctx context.Context, state fwk.CycleState, pod 
 		return fwk.NewStatus(fwk.Skip)
 	}
 	annotations := map[string]string{lockstep.AnnotationGPUs: a.GPUs.List()}
-	if g, planned := p.books.get(a.Gang); planned && a.Gang != "" {
+	if g, planned := p.gangs.Books.Get(a.Gang); planned && a.Gang != "" {
 		annotations[lockstep.AnnotationDomain] = g.Plan().Domain.DisplayID()
 	}
 	if a.Gang != "" {
@@ -140,8 +140,8 @@ func (p *TopologyPlacement) bind(ctx context.Context, binding *v1.Binding) error
 // how good its placement is, and forgets the first attempt.
 func (p *TopologyPlacement) observePlaced(key string, g *gangPlan) {
 	now := p.clock.Now()
-	p.metrics.gangWait.Observe(now.Sub(p.firstSeen.firstSeen(key, now)).Seconds())
-	p.firstSeen.forget(key)
+	p.metrics.gangWait.Observe(now.Sub(p.gangs.FirstSeen(key, now)).Seconds())
+	p.gangs.ForgetFirstSeen(key)
 	p.metrics.placementEfficiency.WithLabelValues(g.Plan().LevelName).Observe(g.Plan().Efficiency)
 }
 

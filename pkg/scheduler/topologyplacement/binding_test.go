@@ -104,7 +104,7 @@ func TestBindCarriesTheGPUs(t *testing.T) {
 			if b.Name != "m-0" || b.Namespace != "ns" || b.UID != p.pods[0].UID || b.Target.Kind != "Node" || b.Target.Name != "a" {
 				t.Errorf("Binding %s/%s uid %s to %s %s, want ns/m-0 uid %s to Node a", b.Namespace, b.Name, b.UID, b.Target.Kind, b.Target.Name, p.pods[0].UID)
 			}
-			g, _ := p.books.get("ns/g#8")
+			g, _ := p.gangs.Books.Get("ns/g#8")
 			if diff := cmp.Diff(map[string]string{
 				lockstep.AnnotationGPUs:   "0,1,2,3,4,5,6,7",
 				lockstep.AnnotationDomain: g.Plan().Domain.DisplayID(),
@@ -187,10 +187,10 @@ func TestBindFailsMemberWhosePlanWasDropped(t *testing.T) {
 		t.Fatal(status)
 	}
 	p.invalidate("ns/g#8", dropUnreserved)
-	if a, ok := p.books.assignmentOf(p.pods[0].UID); !ok || a.GPUs == 0 {
+	if a, ok := p.gangs.Books.AssignmentOf(p.pods[0].UID); !ok || a.GPUs == 0 {
 		t.Fatalf("member lost its GPUs when the plan was dropped: %+v, %v", a, ok)
 	}
-	p.books.forgetPod(p.pods[0].UID)
+	p.gangs.Books.ForgetPod(p.pods[0].UID)
 	status := p.Bind(ctx, state, p.pods[0], "a")
 	if status.Code() != fwk.Error || !strings.Contains(status.Message(), "plan was dropped") {
 		t.Errorf("Bind = %v, want an error saying the plan was dropped", status)

@@ -75,7 +75,7 @@ func TestChannelsSpreadMembers(t *testing.T) {
 				}
 				return
 			}
-			g, ok := p.books.get(p.podPlanKey(p.pods[0]))
+			g, ok := p.gangs.Books.Get(p.podPlanKey(p.pods[0]))
 			if !ok {
 				t.Fatal("no plan in the books")
 			}

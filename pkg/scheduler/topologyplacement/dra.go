@@ -443,7 +443,7 @@ func sameSlice(a, b []string) bool {
 // on a node whose GPUs a DRA driver serves, the published devices no claim
 // holds, that the agent reports healthy and free, and that no plan or
 // reserved pod holds; none elsewhere. The caller holds p.gpus for reading
-// and p.books.
+// and p.gangs.Books.
 //
 // Its members get the devices the allocator will give their claims
 // (placement.Node.DRA), not the NVLink-best set: the allocator does not
@@ -451,7 +451,7 @@ func sameSlice(a, b []string) bool {
 // hold what the pods get only when the plan predicts it.
 func (p *TopologyPlacement) draNode(pn *placement.Node, row *snapshotRow, gang string, view *draView) {
 	n := view.nodes[pn.Name]
-	pn.FreeGPUs = n.free & row.gpus.free &^ p.books.core.HeldOn(pn.Name, gang)
+	pn.FreeGPUs = n.free & row.gpus.free &^ p.gangs.Books.Core().HeldOn(pn.Name, gang)
 	pn.DRA, pn.DRAOneRoot = n.order, view.oneRoot
 }
 
@@ -474,7 +474,7 @@ func (p *TopologyPlacement) claimedFree(node, gang string) int {
 	if !ok {
 		return 0
 	}
-	return (gpus.free &^ p.books.heldOn(node, gang)).Len()
+	return (gpus.free &^ p.gangs.Books.HeldOn(node, gang)).Len()
 }
 
 // forgetUUIDs drops a deleted NodeTopology's GPU UUIDs (specTable.uuids).

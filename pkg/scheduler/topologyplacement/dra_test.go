@@ -265,7 +265,7 @@ func TestDRASnapshot(t *testing.T) {
 		{
 			name: "GPUs the books hold for another gang",
 			change: func(_ *testing.T, p *metricsPlugin, _ *fakeDRA) {
-				p.books.assign("other", "d2", topology.NewGPUSet(4, 5, 6, 7))
+				p.gangs.Books.Assign("other", "d2", topology.NewGPUSet(4, 5, 6, 7))
 			},
 			want: map[string]string{"d1": "0,1,2,3,4,5,6,7", "d2": "0,1,2,3"},
 		},
@@ -414,7 +414,7 @@ func TestDRAGangPlansAndReleases(t *testing.T) {
 			t.Errorf("%s = %v before the gang was rejected, want 0", series, n)
 		}
 	}
-	if held := p.books.heldOn(node, "").Len(); held != 8 {
+	if held := p.gangs.Books.HeldOn(node, "").Len(); held != 8 {
 		t.Errorf("books hold %d GPUs on %s after both members reserved, want 8", held, node)
 	}
 	// Permit rejects the gang: the framework unreserves every member.
@@ -422,11 +422,11 @@ func TestDRAGangPlansAndReleases(t *testing.T) {
 		p.Unreserve(ctx, states[i], pod, node)
 	}
 	for _, ni := range p.nodes {
-		if held := p.books.heldOn(ni.Node().Name, ""); held != 0 {
+		if held := p.gangs.Books.HeldOn(ni.Node().Name, ""); held != 0 {
 			t.Errorf("books hold GPUs %s on %s after the gang was rejected", held, ni.Node().Name)
 		}
 	}
-	if plans, gpus := p.books.holding(); plans != 0 || gpus != 0 {
+	if plans, gpus := p.gangs.Books.Holding(); plans != 0 || gpus != 0 {
 		t.Errorf("books hold %d plans and %d GPUs, want none", plans, gpus)
 	}
 }
@@ -473,7 +473,7 @@ func TestDRAGangRefusals(t *testing.T) {
 			if status.Code() != tc.want {
 				t.Errorf("PreFilter = %v, want code %v", status, tc.want)
 			}
-			if plans, gpus := p.books.holding(); plans != 0 || gpus != 0 {
+			if plans, gpus := p.gangs.Books.Holding(); plans != 0 || gpus != 0 {
 				t.Errorf("books hold %d plans and %d GPUs after a refusal, want none", plans, gpus)
 			}
 		})

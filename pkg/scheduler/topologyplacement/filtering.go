@@ -30,7 +30,7 @@ func (p *TopologyPlacement) Filter(ctx context.Context, state fwk.CycleState, po
 	if s.req.gpus == 0 {
 		return nil
 	}
-	gang, held := p.books.offLimits(node.Name, corev1helpers.PodPriority(pod))
+	gang, held := p.gangs.Books.OffLimits(node.Name, corev1helpers.PodPriority(pod))
 	if gang != "" {
 		return fwk.NewStatus(fwk.Unschedulable, fmt.Sprintf("node is drained for PodGroup %s, which waits for its tightest domain", gang))
 	}

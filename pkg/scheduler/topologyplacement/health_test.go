@@ -344,7 +344,7 @@ func TestPlanDroppedWhenPlannedNodeGoesStale(t *testing.T) {
 	if !status.IsSuccess() || result.NodeNames.Len() != 2 {
 		t.Fatalf("PreFilter = %v, %v; want a plan on a and b", result, status)
 	}
-	g, _ := p.books.get("ns/g#8")
+	g, _ := p.gangs.Books.Get("ns/g#8")
 	if !p.planStillValid(g, p.nodes) {
 		t.Fatal("fresh plan invalid")
 	}

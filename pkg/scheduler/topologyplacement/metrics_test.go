@@ -272,7 +272,7 @@ func TestGangMetricsFollowTheGang(t *testing.T) {
 		}
 	}
 	p.sweep(ctx)
-	g, _ := p.books.get("ns/g#8")
+	g, _ := p.gangs.Books.Get("ns/g#8")
 	level := g.Plan().LevelName
 	if diff := cmp.Diff(map[string]float64{
 		"lockstep_scheduler_plan_duration_seconds_count{outcome=planned}":    1,

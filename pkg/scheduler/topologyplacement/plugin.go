@@ -29,15 +29,12 @@ package topologyplacement
 import (
 	"context"
 	"fmt"
-	"slices"
-	"sync"
 	"sync/atomic"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/component-base/metrics/legacyregistry"
 	"k8s.io/klog/v2"
@@ -51,8 +48,10 @@ import (
 
 	"github.com/lockstep-dev/lockstep/pkg/apis/lockstep/v1alpha1"
 	"github.com/lockstep-dev/lockstep/pkg/lockstep"
+	"github.com/lockstep-dev/lockstep/pkg/scheduler/gangmanager"
 	"github.com/lockstep-dev/lockstep/pkg/scheduler/podgroupindex"
 	"github.com/lockstep-dev/lockstep/pkg/scheduler/requeue"
+	"github.com/lockstep-dev/lockstep/pkg/util/keyset"
 )
 
 // Name is the plugin's name in the scheduler configuration.
@@ -67,40 +66,29 @@ type TopologyPlacement struct {
 	// profiles of a scheduler share: the client, informers, queue and
 	// waiting pods (its event recorder reports as that profile).
 	handle framework.Handle
-	clock  clock.Clock
+	clock  clock.WithDelayedExecution
 	// reader serves NodeTopology and PodGroup objects from an informer cache.
 	reader client.Reader
 	client client.Client
-	books  *books
-	gpus   *gpuIndex
-	trees  *treeCache
-	rows   *snapshotRows
-	// firstSeen is when each gang was first attempted, for Preferred
-	// constraints that widen with time and for the gang wait metric.
-	firstSeen *timeBook
+	// gangs is the gang manager: the books of held capacity, the gangs
+	// turned away and their retries, holds and nominations.
+	gangs *gangmanager.Manager
+	gpus  *gpuIndex
+	trees *treeCache
+	rows  *snapshotRows
 	// verdicts remember which gangs do not fit until something that can
 	// change that happens; nil (tests) remembers none.
 	verdicts *verdicts
-	// turnedAway are the gangs PreFilter last rejected for want of room:
-	// capacity a dropped plan releases is in no cluster event, so they are
-	// retried when a plan is dropped.
-	turnedAway *keySet
-	// wakeups are the gangs with a retry pending at their next widening
-	// (retryAfter).
-	wakeups *keySet
-	// steered remembers where PreFilter sent each ranked member, so a
-	// member its rank's node does not take goes to any open slot next time.
-	steered *steerBook
-	metrics *pluginMetrics
+	metrics  *pluginMetrics
 	// health says which nodes' NodeTopology is stale or invalid; nil
 	// (tests) judges none.
 	health *topologyHealth
 	// profiles are the scheduler's profiles that enable the plugin: only
 	// their pods' lockstep.dev/gpus annotations are adopted (adoption).
-	profiles *keySet
+	profiles *keyset.Set
 	// ignored are the pods (UID/annotation) whose GPU annotation was
 	// refused, so each gets its event once.
-	ignored *keySet
+	ignored *keyset.Set
 	// defaultPreemption is upstream's, for pods outside gangs (PostFilter);
 	// nil (tests) preempts nothing for them.
 	defaultPreemption *defaultpreemption.DefaultPreemption
@@ -137,7 +125,7 @@ func (p *TopologyPlacement) catchUp(ctx context.Context, synced ...cache.Informe
 	}
 	p.behind.Store(false)
 	p.logger.V(2).Info("Informer handlers caught up; planning gangs")
-	p.retryTurnedAway("")
+	p.gangs.RetryTurnedAway("")
 }
 
 // caughtUp reports whether gangs may be planned (behind). A gang asked
@@ -146,7 +134,7 @@ func (p *TopologyPlacement) caughtUp(gang string) bool {
 	if p.behind == nil || !p.behind.Load() {
 		return true
 	}
-	p.turnedAway.add(gang)
+	p.gangs.TurnedAway(gang)
 	// Read again once the gang is remembered: catchUp takes the gangs
 	// turned away after it clears behind, so a gang not seen caught up
 	// here is among them.
@@ -180,7 +168,7 @@ func New(ctx context.Context, obj runtime.Object, handle framework.Handle) (fram
 		return nil, err
 	}
 	if profile != "" {
-		p.profiles.add(profile)
+		p.profiles.Add(profile)
 	}
 	return p, nil
 }
@@ -263,30 +251,26 @@ func build(ctx context.Context, args *Args, handle framework.Handle) (*TopologyP
 		return nil, err
 	}
 	p := &TopologyPlacement{
-		health:     health,
-		logger:     logger,
-		args:       args,
-		handle:     handle,
-		clock:      clock.RealClock{},
-		reader:     objCache,
-		client:     c,
-		books:      newBooks(),
-		gpus:       gpus,
-		verdicts:   verdicts,
-		trees:      &treeCache{},
-		rows:       &snapshotRows{},
-		firstSeen:  newTimeBook(),
-		turnedAway: newKeySet(),
-		wakeups:    newKeySet(),
-		steered:    newSteerBook(),
-		metrics:    m,
-		profiles:   newKeySet(),
-		ignored:    newKeySet(),
-		binds:      newBindBacklog(handle.KubeConfig().QPS, clock.RealClock{}),
+		health:   health,
+		logger:   logger,
+		args:     args,
+		handle:   handle,
+		clock:    clock.RealClock{},
+		reader:   objCache,
+		client:   c,
+		gpus:     gpus,
+		verdicts: verdicts,
+		trees:    &treeCache{},
+		rows:     &snapshotRows{},
+		metrics:  m,
+		profiles: keyset.New(),
+		ignored:  keyset.New(),
+		binds:    newBindBacklog(handle.KubeConfig().QPS, clock.RealClock{}),
 
 		defaultPreemption: dp,
 	}
-	health.rejoined = func() { p.retryTurnedAway("") }
+	p.gangs = p.newGangManager()
+	health.rejoined = func() { p.gangs.RetryTurnedAway("") }
 	if err := register(ntInformer, p.retryOnFreedGPUs()); err != nil {
 		return nil, err
 	}
@@ -358,6 +342,7 @@ func (p *TopologyPlacement) podEvents(ctx context.Context) cache.ResourceEventHa
 		AddFunc: func(obj any) {
 			if pod, ok := obj.(*v1.Pod); ok {
 				p.adoptBoundGPUs(pod)
+				p.observeHolds(pod)
 				p.verdicts.gangChanged(gangKey(pod))
 			}
 		},
@@ -374,7 +359,7 @@ func (p *TopologyPlacement) podEvents(ctx context.Context) cache.ResourceEventHa
 				p.binds.done(pod.UID)
 			}
 			if pod.Status.Phase == v1.PodSucceeded || pod.Status.Phase == v1.PodFailed {
-				p.books.forgetPod(pod.UID)
+				p.gangs.Books.ForgetPod(pod.UID)
 				p.victimGone(ctx, pod)
 				p.verdicts.mayFit()
 				return
@@ -383,19 +368,20 @@ func (p *TopologyPlacement) podEvents(ctx context.Context) cache.ResourceEventHa
 				p.releaseDrainIfNoPending(ctx, pod)
 			}
 			p.adoptBoundGPUs(pod)
+			p.observeHolds(pod)
 		},
 		DeleteFunc: func(obj any) {
 			if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 				obj = tomb.Obj
 			}
 			if pod, ok := obj.(*v1.Pod); ok {
-				p.books.forgetPod(pod.UID)
+				p.gangs.Books.ForgetPod(pod.UID)
 				if p.binds != nil {
 					p.binds.done(pod.UID)
 				}
 				p.victimGone(ctx, pod)
-				p.steered.forget(pod.UID)
-				p.ignored.remove(string(pod.UID) + "/" + pod.Annotations[lockstep.AnnotationGPUs])
+				p.gangs.PodGone(pod.UID)
+				p.ignored.Remove(string(pod.UID) + "/" + pod.Annotations[lockstep.AnnotationGPUs])
 				p.releaseDrainIfNoPending(ctx, pod)
 				p.verdicts.gangChanged(gangKey(pod))
 				p.verdicts.mayFit()
@@ -442,7 +428,7 @@ func (p *TopologyPlacement) EventsToRegister(context.Context) ([]fwk.ClusterEven
 func (p *TopologyPlacement) retryOnFreedGPUs() cache.ResourceEventHandler {
 	retry := func(oldObj, newObj any) {
 		if frees, err := requeue.NodeTopologyFreesGPUs(oldObj, newObj); frees || err != nil {
-			p.retryTurnedAway("")
+			p.gangs.RetryTurnedAway("")
 		}
 	}
 	return cache.ResourceEventHandlerFuncs{
@@ -470,22 +456,22 @@ func (p *TopologyPlacement) expirePlans(ctx context.Context) {
 // deleted gangs, and samples the held-capacity gauges.
 func (p *TopologyPlacement) sweep(ctx context.Context) {
 	logger := klog.FromContext(ctx).WithValues("plugin", Name)
-	for _, key := range p.books.expired(p.clock.Now(), p.args.PlanTTL.Duration) {
+	for _, key := range p.gangs.Books.Expired(p.clock.Now(), p.args.PlanTTL.Duration) {
 		logger.V(2).Info("Plan expired before the gang completed; releasing it", "podGroup", key)
 		p.invalidate(key, dropExpired)
 	}
 	// A drain normally ends at the gang's next attempt (retryAfter); this
 	// ends one whose gang is not tried again.
-	for _, key := range p.books.expireDrains(p.clock.Now(), p.drainStall()) {
+	for _, key := range p.gangs.Books.ExpireDrains(p.clock.Now(), p.drainStall()) {
 		logger.V(2).Info("Drain stalled before the gang was tried again; released it", "podGroup", key)
-		p.retryTurnedAway(key)
+		p.gangs.RetryTurnedAway(key)
 	}
 	p.forgetDeletedGangs(ctx)
 	p.health.refresh()
-	plans, gpus := p.books.holding()
+	plans, gpus := p.gangs.Books.Holding()
 	p.metrics.plansHeld.Set(float64(plans))
 	p.metrics.heldGPUs.Set(float64(gpus))
-	p.metrics.drainedNodes.Set(float64(p.books.drainedNodes()))
+	p.metrics.drainedNodes.Set(float64(p.gangs.Books.DrainedNodes()))
 	if p.binds != nil {
 		p.metrics.bindsInFlight.Set(float64(p.binds.size()))
 	}
@@ -495,76 +481,58 @@ func (p *TopologyPlacement) sweep(ctx context.Context) {
 // is gone: a gang deleted while it waited is never placed, which is the
 // other moment its time is forgotten.
 func (p *TopologyPlacement) forgetDeletedGangs(ctx context.Context) {
-	for _, key := range p.firstSeen.keys() {
+	for _, key := range p.gangs.Attempted() {
 		ns, name, ok := splitPlanKey(key)
 		if !ok {
 			continue
 		}
 		err := p.reader.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &schedv1alpha1.PodGroup{})
 		if apierrors.IsNotFound(err) {
-			p.firstSeen.forget(key)
+			p.gangs.ForgetFirstSeen(key)
 			p.releaseDrain(ctx, key)
 		}
 	}
 }
 
-// retryDelay is how long after a plan is dropped its gang's unbound members
-// are put back in the active queue.
-const retryDelay = time.Second
-
-// invalidate drops a gang's plan, rejects its members waiting at Permit and
-// has the unbound members retried shortly. The retry matters because the
-// rejection is often Coscheduling's (a Permit timeout), and no cluster event
-// of those the plugins register (package requeue) need follow it: without
-// it a gang that failed once would wait for the queue's 5-minute flush.
-// Notably after a scheduler restart Coscheduling counts members bound by
-// the previous instance from informer events that can arrive after the
-// first cycle.
+// invalidate drops a gang's plan, rejects its members waiting at Permit
+// and has them retried (gangmanager.Manager.Invalidate).
 func (p *TopologyPlacement) invalidate(key string, reason dropReason) {
-	if !p.books.drop(key) {
-		return
+	if p.gangs.Invalidate(key, reason.message()) {
+		p.metrics.plansInvalidated.WithLabelValues(string(reason)).Inc()
 	}
-	p.metrics.plansInvalidated.WithLabelValues(string(reason)).Inc()
+}
+
+// newGangManager returns the plugin's gang manager, which retries gangs
+// through the scheduler's queue (activateUnbound), rejects waiting members
+// through its map of waiting pods (rejectWaiting) and retires verdicts.
+func (p *TopologyPlacement) newGangManager() *gangmanager.Manager {
+	return gangmanager.New(gangmanager.Config{
+		Clock:    p.clock,
+		Activate: p.activateUnbound,
+		Reject:   p.rejectWaiting,
+		// Read at each call: tests set verdicts after building.
+		MayFit: func() { p.verdicts.mayFit() },
+	})
+}
+
+// gangPlan is one gang's plan in the books (gangmanager.Plan).
+type gangPlan = gangmanager.Plan
+
+// assignment is the GPUs a reserved pod was given.
+type assignment = gangmanager.Assignment
+
+// observeHolds hands the gang manager a pod that may be the victim of a
+// preemption this scheduler did not make (gangmanager.Manager.ObservePod).
+func (p *TopologyPlacement) observeHolds(pod *v1.Pod) {
+	p.gangs.ObservePod(pod)
+}
+
+// rejectWaiting rejects the members of gang key waiting at Permit.
+func (p *TopologyPlacement) rejectWaiting(key, msg string) {
 	p.handle.IterateOverWaitingPods(func(wp framework.WaitingPod) {
 		if p.podPlanKey(wp.GetPod()) == key {
-			wp.Reject(Name, reason.message())
+			wp.Reject(Name, msg)
 		}
-	})
-	time.AfterFunc(retryDelay, func() { p.activateUnbound(key) })
-	// The plan's capacity is free again in the books: gangs turned away
-	// for want of it may fit now.
-	p.retryTurnedAway(key)
-}
-
-// retryTurnedAway puts the unbound members of the gangs PreFilter turned
-// away, but except, back in the active queue shortly: room appeared that no
-// cluster event reports (a plan dropped from the books, a node whose
-// NodeTopology is fresh again).
-func (p *TopologyPlacement) retryTurnedAway(except string) {
-	// The same room can make a gang fit whose verdict is remembered.
-	p.verdicts.mayFit()
-	keys := p.turnedAway.take()
-	if len(keys) == 0 {
-		return
-	}
-	time.AfterFunc(retryDelay, func() {
-		for _, k := range keys {
-			if k != except {
-				p.activateUnbound(k)
-			}
-		}
-	})
-}
-
-// retryAfter puts the gang's unbound members back in the active queue after
-// delay, once: a later call for a gang with a retry pending does nothing.
-func (p *TopologyPlacement) retryAfter(key string, delay time.Duration) {
-	if delay <= 0 || !p.wakeups.addNew(key) {
-		return
-	}
-	time.AfterFunc(delay, func() {
-		p.wakeups.remove(key)
-		p.activateUnbound(key)
 	})
 }
 
@@ -588,124 +556,4 @@ func (p *TopologyPlacement) activateUnbound(key string) {
 	if len(unbound) > 0 {
 		p.handle.Activate(p.logger, unbound)
 	}
-}
-
-// keySet is a set of gang keys safe for concurrent use.
-type keySet struct {
-	mu   sync.Mutex
-	keys map[string]struct{}
-}
-
-func newKeySet() *keySet { return &keySet{keys: map[string]struct{}{}} }
-
-func (s *keySet) add(key string) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.keys[key] = struct{}{}
-}
-
-// has reports whether key is in the set.
-func (s *keySet) has(key string) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	_, ok := s.keys[key]
-	return ok
-}
-
-// empty reports whether the set is empty.
-func (s *keySet) empty() bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return len(s.keys) == 0
-}
-
-// addNew adds key and reports whether it was not in the set.
-func (s *keySet) addNew(key string) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if _, ok := s.keys[key]; ok {
-		return false
-	}
-	s.keys[key] = struct{}{}
-	return true
-}
-
-func (s *keySet) remove(key string) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	delete(s.keys, key)
-}
-
-// take empties the set and returns what it held, sorted.
-func (s *keySet) take() []string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	out := make([]string, 0, len(s.keys))
-	for k := range s.keys {
-		out = append(out, k)
-	}
-	clear(s.keys)
-	slices.Sort(out)
-	return out
-}
-
-// steerBook remembers the node PreFilter last sent each ranked member to.
-type steerBook struct {
-	mu    sync.Mutex
-	nodes map[types.UID]string
-}
-
-func newSteerBook() *steerBook { return &steerBook{nodes: map[types.UID]string{}} }
-
-// first records that pod is sent to node and reports whether it was not
-// sent there last time: a second time means the node did not take it.
-func (s *steerBook) first(pod types.UID, node string) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.nodes[pod] == node {
-		return false
-	}
-	s.nodes[pod] = node
-	return true
-}
-
-// forget drops a pod's record once it reserved a slot or is gone.
-func (s *steerBook) forget(pod types.UID) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	delete(s.nodes, pod)
-}
-
-// timeBook remembers when each gang was first attempted.
-type timeBook struct {
-	mu    sync.Mutex
-	times map[string]time.Time
-}
-
-func newTimeBook() *timeBook { return &timeBook{times: map[string]time.Time{}} }
-
-func (t *timeBook) firstSeen(key string, now time.Time) time.Time {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if first, ok := t.times[key]; ok {
-		return first
-	}
-	t.times[key] = now
-	return now
-}
-
-func (t *timeBook) keys() []string {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	out := make([]string, 0, len(t.times))
-	for k := range t.times {
-		out = append(out, k)
-	}
-	return out
-}
-
-func (t *timeBook) forget(key string) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	delete(t.times, key)
 }

@@ -27,6 +27,7 @@ import (
 	"github.com/lockstep-dev/lockstep/pkg/lockstep"
 	"github.com/lockstep-dev/lockstep/pkg/topology"
 	"github.com/lockstep-dev/lockstep/pkg/topology/placement"
+	"github.com/lockstep-dev/lockstep/pkg/util/keyset"
 	utiltesting "github.com/lockstep-dev/lockstep/pkg/util/testing"
 )
 
@@ -43,7 +44,9 @@ func newTestPlugin(t testing.TB) (*TopologyPlacement, *clocktesting.FakeClock) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &TopologyPlacement{args: args, clock: clock, books: newBooks(), gpus: newGPUIndex(nil), trees: &treeCache{}, rows: &snapshotRows{}, firstSeen: newTimeBook(), turnedAway: newKeySet(), wakeups: newKeySet(), steered: newSteerBook(), metrics: m, profiles: newKeySet(), ignored: newKeySet()}, clock
+	p := &TopologyPlacement{args: args, clock: clock, gpus: newGPUIndex(nil), trees: &treeCache{}, rows: &snapshotRows{}, metrics: m, profiles: keyset.New(), ignored: keyset.New()}
+	p.gangs = p.newGangManager()
+	return p, clock
 }
 
 func gpuNode(name string, gpus int64) *v1.Node {
@@ -68,7 +71,7 @@ func TestPlanStillValid(t *testing.T) {
 		{Node: "a", GPUs: topology.NewGPUSet(0, 1, 2, 3)},
 		{Node: "b", GPUs: topology.NewGPUSet(0, 1, 2, 3)},
 	}}
-	g := p.books.add("ns/g", plan, time.Unix(0, 0))
+	g := p.gangs.Books.Add("ns/g", plan, time.Unix(0, 0))
 	busy := utiltesting.MakePod("other", "ns").GPUs(6).Obj()
 	cordoned := gpuNode("b", 8)
 	cordoned.Spec.Unschedulable = true
@@ -90,7 +93,7 @@ func TestPlanStillValid(t *testing.T) {
 		})
 	}
 	// A reserved member's node no longer needs room: only open slots count.
-	p.books.reserveSlot("ns/g", "member-b", "b", -1)
+	p.gangs.Books.ReserveSlot("ns/g", "member-b", "b", -1)
 	if !p.planStillValid(g, []fwk.NodeInfo{nodeInfo(gpuNode("a", 8)), nodeInfo(gpuNode("b", 8), busy)}) {
 		t.Error("plan invalid because of a node whose slot is already reserved")
 	}
@@ -546,10 +549,10 @@ func TestForgetDeletedGangs(t *testing.T) {
 	}
 	p.reader = fake.NewClientBuilder().WithScheme(scheme).WithObjects(utiltesting.MakePodGroup("keep", "ns", 2).Obj()).Build()
 	now := time.Unix(0, 0)
-	p.firstSeen.firstSeen("ns/keep#8", now)
-	p.firstSeen.firstSeen("ns/gone#8", now)
+	p.gangs.FirstSeen("ns/keep#8", now)
+	p.gangs.FirstSeen("ns/gone#8", now)
 	p.forgetDeletedGangs(context.Background())
-	if diff := cmp.Diff([]string{"ns/keep#8"}, p.firstSeen.keys()); diff != "" {
+	if diff := cmp.Diff([]string{"ns/keep#8"}, p.gangs.Attempted()); diff != "" {
 		t.Errorf("remembered gangs (-want,+got):\n%s", diff)
 	}
 }
@@ -576,9 +579,6 @@ func TestWideningClock(t *testing.T) {
 	p.args.PreferredWait.Duration = 0
 	if w, next := p.policy().Widen(p.wait("ns/g")), p.nextWiden("ns/g"); w != 0 || next != 0 {
 		t.Errorf("without a wait: widen %d, next %v; want 0 and no retry", w, next)
-	}
-	if !p.wakeups.addNew("ns/g") || p.wakeups.addNew("ns/g") {
-		t.Error("addNew: a second retry of one gang was not refused")
 	}
 }
 
@@ -661,7 +661,7 @@ func TestWaitingGangDrainsALeaf(t *testing.T) {
 		t.Errorf("plan once l0 stalled (-want,+got):\n%s", diff)
 	}
 	for _, n := range []string{"n1", "n6", "n7"} {
-		if by := p.books.drainedFor(n); by != "" {
+		if by := p.gangs.Books.DrainedFor(n); by != "" {
 			t.Errorf("%s still drained for %s after the gang was planned", n, by)
 		}
 	}
@@ -693,7 +693,7 @@ func TestStalledDrainRestsADrainStall(t *testing.T) {
 		if got := strings.Contains(status.Message(), "draining leaf spine=s0/leaf=l0 for it"); got != wantDrain {
 			t.Errorf("PreFilter %s: draining l0 = %v, want %v: %s", when, got, wantDrain, status.Message())
 		}
-		if _, drained := p.books.core.Drained(key); drained != wantDrain {
+		if _, drained := p.gangs.Books.Core().Drained(key); drained != wantDrain {
 			t.Errorf("%s: the books hold a drain = %v, want %v", when, drained, wantDrain)
 		}
 	}

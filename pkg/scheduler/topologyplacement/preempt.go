@@ -126,9 +126,13 @@ func (p *TopologyPlacement) preemptForGang(ctx context.Context, state fwk.CycleS
 		// evicting would not place it.
 		return nil, fwk.NewStatus(fwk.Unschedulable, "gang preemption: the gang is not waiting for room"), preemptionNotEligible
 	}
-	if plan, ok := p.books.preemption(s.gang); ok {
-		if p.books.pendingVictims(s.gang) > 0 || !p.outrankedOn(plan, s.waiting.priority, s.waiting.nodes) {
-			node := p.nominatedNode(pod, s.req.gpus, plan)
+	p.adoptVictims(ctx, s.waiting.nodes)
+	if plan, ok := p.gangs.Books.Preemption(s.gang); ok {
+		// A hold rebuilt from its victims (plan nil) is never spent here:
+		// without the plan its nodes are unknown, and the hold ends as a
+		// drain does, when it stops freeing GPUs.
+		if p.gangs.Books.PendingVictims(s.gang) > 0 || plan == nil || !p.outrankedOn(plan, s.waiting.priority, s.waiting.nodes) {
+			node := p.holdNomination(pod, s.gang, s.req.gpus, plan)
 			logger.V(5).Info("Gang's earlier preemption still waits for its victims; nominating", "podGroup", s.gang, "node", node)
 			return nominate(node), fwk.NewStatus(fwk.Success), preemptionWaitingForVictims
 		}
@@ -146,7 +150,7 @@ func (p *TopologyPlacement) preemptForGang(ctx context.Context, state fwk.CycleS
 	candidates, podsOf := p.candidates(pod, s.waiting.priority, snap, s.waiting.nodes)
 	pre, err := placement.Preempt(snap, placement.Preemptor{
 		Gang: s.waiting.gang, Priority: s.waiting.priority, Now: now, MinRuntime: p.args.PreemptionMinRuntime.Duration,
-		Held: p.books.heldForOthers(snap.Nodes, s.gang, s.waiting.priority),
+		Held: p.gangs.Books.HeldForOthers(snap.Nodes, s.gang, s.waiting.priority),
 	}, candidates)
 	var none *placement.NoPreemption
 	if errors.As(err, &none) {
@@ -167,18 +171,21 @@ func (p *TopologyPlacement) preemptForGang(ctx context.Context, state fwk.CycleS
 			uids = append(uids, string(vp.UID))
 		}
 	}
-	released, ok := p.books.hold(s.gang, pre.Plan, s.waiting.priority, uids, now)
+	released, ok := p.gangs.Books.Hold(s.gang, pre.Plan, s.waiting.priority, uids, now)
 	if !ok {
 		logger.V(2).Info("The domain the preemption would free is held for a gang of equal or higher priority; evicting nothing", "podGroup", s.gang, "domain", pre.Plan.Domain.ID)
 		return nil, fwk.NewStatus(fwk.Unschedulable, fmt.Sprintf("gang preemption: %s is held for a gang of equal or higher priority", pre.Plan.Domain.DisplayID())), preemptionNoRoom
 	}
-	p.metrics.drainedNodes.Set(float64(p.books.drainedNodes()))
+	p.metrics.drainedNodes.Set(float64(p.gangs.Books.DrainedNodes()))
 	if len(released) > 0 {
 		logger.V(2).Info("Released the drains of lower-priority gangs in the domain", "podGroup", s.gang, "released", released)
-		p.retryTurnedAway(s.gang)
+		p.gangs.RetryTurnedAway(s.gang)
 	}
 	preemptor := gangKey(pod)
-	msg := lockstep.Preemption{Preemptor: preemptor, Priority: s.waiting.priority, Domain: pre.Plan.Domain.DisplayID()}.Message()
+	msg := lockstep.Preemption{
+		Preemptor: preemptor, Priority: s.waiting.priority, Domain: pre.Plan.Domain.DisplayID(),
+		Plan: s.gang, DomainID: pre.Plan.Domain.ID,
+	}.Message()
 	names := make([]string, len(pre.Victims))
 	for i, v := range pre.Victims {
 		names[i] = v.Key
@@ -194,7 +201,56 @@ func (p *TopologyPlacement) preemptForGang(ctx context.Context, state fwk.CycleS
 	p.handle.EventRecorder().Eventf(pod, nil, v1.EventTypeNormal, EventPreempting, "Preempting",
 		"Preempting %s in %s for gang %s (priority %d)", strings.Join(names, ", "), pre.Plan.Domain.DisplayID(), preemptor, s.waiting.priority)
 	p.evict(logger, pod, victims, msg)
-	return nominate(p.nominatedNode(pod, s.req.gpus, pre.Plan)), fwk.NewStatus(fwk.Success), preemptionPreempted
+	return nominate(p.holdNomination(pod, s.gang, s.req.gpus, pre.Plan)), fwk.NewStatus(fwk.Success), preemptionPreempted
+}
+
+// holdNomination returns the node pod, a member of gang key whose
+// preemption holds a domain, is nominated to, and records it with the gang
+// manager. A hold rebuilt from its victims has no plan: its members keep
+// the nominations a scheduler before this one gave them.
+func (p *TopologyPlacement) holdNomination(pod *v1.Pod, key string, gpus int, plan *placement.Plan) string {
+	var node string
+	switch {
+	case plan != nil:
+		node = p.nominatedNode(pod, gpus, plan)
+	case p.gangs.NominatedNode(pod.UID) != "":
+		node = p.gangs.NominatedNode(pod.UID)
+	default:
+		node = pod.Status.NominatedNodeName
+	}
+	p.gangs.Nominate(key, pod.UID, pod.Namespace+"/"+pod.Name, node)
+	return node
+}
+
+// adoptVictims rebuilds the holds of preemptions this scheduler did not
+// make, from the victims the pod informer showed going
+// (gangmanager.Manager.AdoptPending), on the domain tree of nodes, and
+// records the nominations their preemptors' members carry. It runs before
+// a gang is planned or preempts: a scheduler that restarted or took over
+// mid-preemption must see the domain held and its victims going, or it
+// would evict a second set.
+func (p *TopologyPlacement) adoptVictims(ctx context.Context, nodes []fwk.NodeInfo) {
+	if !p.gangs.HasPending() {
+		return
+	}
+	tree, err := p.trees.get(nodes, p.args.Levels, false)
+	if err != nil {
+		return
+	}
+	for _, key := range p.gangs.AdoptPending(tree.Find, p.clock.Now()) {
+		klog.FromContext(ctx).V(2).Info("Rebuilt the hold of a preemption from its victims", "plugin", Name, "podGroup", key)
+		ns, name, _ := splitPlanKey(key)
+		members, err := p.gangPods(ns, name)
+		if err != nil {
+			continue
+		}
+		for _, m := range members {
+			if m.Spec.NodeName == "" && m.Status.NominatedNodeName != "" && planKey(m) == key && p.gangs.NominatedNode(m.UID) == "" {
+				p.gangs.Nominate(key, m.UID, m.Namespace+"/"+m.Name, m.Status.NominatedNodeName)
+			}
+		}
+	}
+	p.metrics.drainedNodes.Set(float64(p.gangs.Books.DrainedNodes()))
 }
 
 // outrankedOn reports whether a pod that outranks priority runs on a node
@@ -274,12 +330,12 @@ func (p *TopologyPlacement) decideUnplanned(ctx context.Context, pod *v1.Pod) *c
 // retried at once: the scheduler's pod deletion event may have retried it
 // before the books knew, and then it was nominated, not planned.
 func (p *TopologyPlacement) victimGone(ctx context.Context, pod *v1.Pod) {
-	gang, last := p.books.victimGone(pod.UID, p.clock.Now())
+	gang, last := p.gangs.VictimGone(pod.UID, p.clock.Now())
 	if !last {
 		return
 	}
 	klog.FromContext(ctx).V(2).Info("The last victim of the gang's preemption is gone; retrying the gang", "plugin", Name, "podGroup", gang, "victim", klog.KObj(pod))
-	p.activateUnbound(gang)
+	p.gangs.Activate(gang)
 }
 
 // nominate is the PostFilter result nominating node.
@@ -342,7 +398,7 @@ func (p *TopologyPlacement) candidates(preemptor *v1.Pod, priority int32, snap *
 		}
 		for _, pi := range ni.GetPods() {
 			pod := pi.GetPod()
-			if corev1helpers.PodPriority(pod) >= priority || pod.DeletionTimestamp != nil || p.books.evictedFor(pod.UID) {
+			if corev1helpers.PodPriority(pod) >= priority || pod.DeletionTimestamp != nil || p.gangs.Books.EvictedFor(pod.UID) {
 				continue
 			}
 			if g := gangKey(pod); g != "" {
@@ -394,7 +450,7 @@ func (p *TopologyPlacement) gangVictim(key string, priority int32, gpus *victimG
 			continue
 		}
 		prio := corev1helpers.PodPriority(pod)
-		if prio >= priority || p.books.evictedFor(pod.UID) {
+		if prio >= priority || p.gangs.Books.EvictedFor(pod.UID) {
 			return placement.Victim{}, nil, false
 		}
 		if len(pods) == 0 || prio > v.Priority {
@@ -403,7 +459,7 @@ func (p *TopologyPlacement) gangVictim(key string, priority int32, gpus *victimG
 		node := pod.Spec.NodeName
 		if node == "" {
 			// Reserved at Permit, or binding: it holds its GPUs there.
-			if r, ok := p.books.assignmentOf(pod.UID); ok {
+			if r, ok := p.gangs.Books.AssignmentOf(pod.UID); ok {
 				node = r.Node
 			}
 		}
@@ -469,7 +525,7 @@ func (g *victimGPUs) victimPod(pod *v1.Pod, node string, inSnap map[string]*plac
 	if node == "" || inSnap[node] == nil || req.gpus == 0 {
 		return vp
 	}
-	if r, ok := g.p.books.assignmentOf(pod.UID); ok && r.Node == node {
+	if r, ok := g.p.gangs.Books.AssignmentOf(pod.UID); ok && r.Node == node {
 		vp.GPUs = r.GPUs
 	} else if set, ok := g.p.gpus.allocatedTo(node, string(pod.UID)); ok {
 		vp.GPUs = set

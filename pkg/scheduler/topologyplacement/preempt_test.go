@@ -259,8 +259,8 @@ func TestPostFilterPreemptsCheapestGangWhole(t *testing.T) {
 			t.Errorf("%s preempted by %+v; want ns/high at priority 100 in leaf l1", name, got)
 		}
 	}
-	if _, held := env.books.preemption(key); !held || env.books.drainedFor("n2") != key || env.books.drainedFor("n3") != key {
-		t.Errorf("no hold of leaf l1 for the gang:\n%s", env.books.core)
+	if _, held := env.gangs.Books.Preemption(key); !held || env.gangs.Books.DrainedFor("n2") != key || env.gangs.Books.DrainedFor("n3") != key {
+		t.Errorf("no hold of leaf l1 for the gang:\n%s", env.gangs.Books)
 	}
 	var got []string
 	for len(recorder.Events) > 0 {
@@ -305,7 +305,7 @@ func TestPostFilterPreemptsCheapestGangWhole(t *testing.T) {
 	env.TopologyPlacement.handle = rec
 	events := env.podEvents(ctx)
 	events.OnDelete(env.pods["young-0"])
-	if _, held := env.books.preemption(key); !held {
+	if _, held := env.gangs.Books.Preemption(key); !held {
 		t.Error("the hold ended with a victim left")
 	}
 	events.OnDelete(env.pods["young-1"])
@@ -317,8 +317,8 @@ func TestPostFilterPreemptsCheapestGangWhole(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the gang was not retried when its last victim went")
 	}
-	if _, held := env.books.preemption(key); !held || env.books.pendingVictims(key) != 0 || env.books.drainedFor("n2") != key {
-		t.Errorf("want leaf l1 still held for the gang, waiting for no victim, once its victims are gone:\n%s", env.books.core)
+	if _, held := env.gangs.Books.Preemption(key); !held || env.gangs.Books.PendingVictims(key) != 0 || env.gangs.Books.DrainedFor("n2") != key {
+		t.Errorf("want leaf l1 still held for the gang, waiting for no victim, once its victims are gone:\n%s", env.gangs.Books)
 	}
 	// The scheduler's cache may not have seen the victims go when the gang
 	// is retried: it finds no room, and is nominated again, evicting
@@ -372,12 +372,12 @@ func TestPostFilterPreemptsCheapestGangWhole(t *testing.T) {
 	if _, status := env.PreFilter(ctx, state, env.pods["high-0"], env.nodes(t, "young-0", "young-1")); !status.IsSuccess() {
 		t.Fatalf("PreFilter after the victims went: %v", status)
 	}
-	g, ok := env.books.get(key)
+	g, ok := env.gangs.Books.Get(key)
 	if !ok || !strings.Contains(g.Plan().Domain.ID, "l1") {
 		t.Errorf("gang planned in %v, want leaf l1", g)
 	}
-	if env.books.drains(key) {
-		t.Errorf("the gang's drain outlived its plan:\n%s", env.books.core)
+	if env.gangs.Books.Drains(key) {
+		t.Errorf("the gang's drain outlived its plan:\n%s", env.gangs.Books)
 	}
 }
 
@@ -494,7 +494,7 @@ func TestPostFilterEvictsNothing(t *testing.T) {
 			if deleted, _ := env.evicted(t, 0); len(deleted) != 0 {
 				t.Errorf("deleted %v", deleted)
 			}
-			if plan, held := env.books.preemption("ns/high#8"); held {
+			if plan, held := env.gangs.Books.Preemption("ns/high#8"); held {
 				t.Errorf("held %v", plan.Domain.ID)
 			}
 			series := "lockstep_scheduler_preemption_attempts_total{result=" + tc.wantResult + "}"
@@ -588,13 +588,13 @@ func TestEvictionFailureIsNotWaitedFor(t *testing.T) {
 		t.Fatalf("PostFilter: %v", status)
 	}
 	err := wait.PollUntilContextTimeout(context.Background(), 10*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
-		return env.books.pendingVictims(key) == 0, nil
+		return env.gangs.Books.PendingVictims(key) == 0, nil
 	})
 	if err != nil {
-		t.Errorf("the hold still waits for victims that are not going:\n%s", env.books.core)
+		t.Errorf("the hold still waits for victims that are not going:\n%s", env.gangs.Books)
 	}
-	if env.books.drainedFor("n2") != key {
-		t.Errorf("want leaf l1 drained for the gang once it waits for no victim:\n%s", env.books.core)
+	if env.gangs.Books.DrainedFor("n2") != key {
+		t.Errorf("want leaf l1 drained for the gang once it waits for no victim:\n%s", env.gangs.Books)
 	}
 	series := "lockstep_scheduler_preemption_eviction_errors_total{}"
 	if got := observed(t, env.reg, "lockstep_scheduler_preemption_eviction_errors_total")[series]; got != 1 {
@@ -635,12 +635,12 @@ func TestHoldEndsWhenThePreemptorGoes(t *testing.T) {
 			if _, status := env.preFilterThenPostFilter(t, env.pods["high-0"], env.nodes(t)); !status.IsSuccess() {
 				t.Fatalf("PostFilter: %v", status)
 			}
-			if _, held := env.books.preemption(key); !held {
-				t.Fatalf("no hold:\n%s", env.books.core)
+			if _, held := env.gangs.Books.Preemption(key); !held {
+				t.Fatalf("no hold:\n%s", env.gangs.Books)
 			}
 			tc.end(env)
-			if _, held := env.books.preemption(key); held || env.books.drains(key) || len(env.books.preempted) != 0 {
-				t.Errorf("the hold outlived its gang:\n%s", env.books.core)
+			if _, held := env.gangs.Books.Preemption(key); held || env.gangs.Books.Drains(key) || env.gangs.Books.PreemptionPlans() != 0 {
+				t.Errorf("the hold outlived its gang:\n%s", env.gangs.Books)
 			}
 		})
 	}

@@ -90,7 +90,7 @@ func (p *TopologyPlacement) PreFilter(ctx context.Context, state fwk.CycleState,
 	if !p.caughtUp(s.gang) {
 		return nil, fwk.NewStatus(fwk.Unschedulable, notCaughtUp)
 	}
-	g, ok := p.books.get(s.gang)
+	g, ok := p.gangs.Books.Get(s.gang)
 	if ok && !p.planFits(g, nodes, s.req.claimed) {
 		logger.V(2).Info("Plan invalidated: a planned node is gone or taken", "podGroup", s.gang)
 		p.invalidate(s.gang, dropNodeUnavailable)
@@ -110,15 +110,15 @@ func (p *TopologyPlacement) PreFilter(ctx context.Context, state fwk.CycleState,
 	}
 	if !ok {
 		if status := p.rememberedVerdict(ctx, pod, s, nodes); status != nil {
-			p.turnedAway.add(s.gang)
+			p.gangs.TurnedAway(s.gang)
 			return nil, status
 		}
 		var status *fwk.Status
 		if g, status = p.planGang(ctx, pod, s, nodes); !status.IsSuccess() {
-			p.turnedAway.add(s.gang)
+			p.gangs.TurnedAway(s.gang)
 			return nil, status
 		}
-		p.turnedAway.remove(s.gang)
+		p.gangs.Placed(s.gang)
 	}
 	s.plan = g
 	if holds {
@@ -129,7 +129,7 @@ func (p *TopologyPlacement) PreFilter(ctx context.Context, state fwk.CycleState,
 	s.slot = p.rankSlot(pod, s.req.gpus, g)
 	if s.slot >= 0 && g.Slot(s.slot) == "" {
 		node := g.Plan().Members[s.slot].Node
-		if p.steered.first(pod.UID, node) {
+		if p.gangs.Steer(pod.UID, node) {
 			return &framework.PreFilterResult{NodeNames: sets.New(node)}, nil
 		}
 		// The pod was sent to this node before and did not reserve there:
@@ -160,7 +160,7 @@ func (p *TopologyPlacement) rankSlot(pod *v1.Pod, gpus int, g *gangPlan) int {
 	if !ok {
 		return -1
 	}
-	slots, ok := p.books.rankSlots(g)
+	slots, ok := p.gangs.Books.RankSlotsOf(g)
 	if !ok {
 		// A plan added without its ranks (not by plan): read them now,
 		// the members reserved through it among them.
@@ -168,9 +168,9 @@ func (p *TopologyPlacement) rankSlot(pod *v1.Pod, gpus int, g *gangPlan) int {
 		if err != nil {
 			return -1
 		}
-		slots = p.books.setRankSlots(g, ranks)
+		slots = p.gangs.Books.SetRankSlots(g, ranks)
 	}
-	return slots.slot(rank)
+	return slots.Slot(rank)
 }
 
 // pendingRanks returns the ranks of pod's gang's members that rankSlot
@@ -204,7 +204,7 @@ func (p *TopologyPlacement) pendingPeers(pod *v1.Pod, gpus int, inPlan func(type
 			member.Status.Phase == v1.PodSucceeded || member.Status.Phase == v1.PodFailed || p.podRequest(member).gpus != gpus {
 			continue
 		}
-		if _, reserved := p.books.assignmentOf(member.UID); reserved && !inPlan(member.UID) {
+		if _, reserved := p.gangs.Books.AssignmentOf(member.UID); reserved && !inPlan(member.UID) {
 			continue
 		}
 		out = append(out, member)
@@ -286,7 +286,7 @@ func (p *TopologyPlacement) nodeLookup(nodes []fwk.NodeInfo) func(name string) (
 // metric and for Preferred constraints.
 func (p *TopologyPlacement) planGang(ctx context.Context, pod *v1.Pod, s *cycleState, nodes []fwk.NodeInfo) (*gangPlan, *fwk.Status) {
 	start := p.clock.Now()
-	p.firstSeen.firstSeen(s.gang, start)
+	p.gangs.FirstSeen(s.gang, start)
 	g, outcome, status := p.plan(ctx, pod, s, nodes)
 	p.metrics.planDuration.WithLabelValues(outcome).Observe(p.clock.Since(start).Seconds())
 	return g, status
@@ -300,6 +300,7 @@ func (p *TopologyPlacement) plan(ctx context.Context, pod *v1.Pod, s *cycleState
 	// Read before any input, so that a change while planning retires the
 	// verdict (verdicts).
 	ticket := p.verdicts.begin(gangOfPlanKey(s.gang))
+	p.adoptVictims(ctx, nodes)
 	p.endDrainIfDue(ctx, s.gang)
 	pg, err := p.gangSpec(ctx, pod)
 	if apierrors.IsNotFound(err) {
@@ -341,7 +342,7 @@ func (p *TopologyPlacement) plan(ctx context.Context, pod *v1.Pod, s *cycleState
 		if d.Retry {
 			// Read once the drain is recorded: a drain that gained room
 			// holds the gang a drainStall from now.
-			p.retryAfter(s.gang, p.nextWiden(s.gang))
+			p.gangs.RetryAfter(s.gang, p.nextWiden(s.gang))
 		}
 		status := fwk.NewStatus(fwk.UnschedulableAndUnresolvable, fmt.Sprintf("PodGroup %s: %s", s.gang, d.Reason))
 		p.rememberVerdict(ticket, pod, s, req.Wait, status)
@@ -353,9 +354,9 @@ func (p *TopologyPlacement) plan(ctx context.Context, pod *v1.Pod, s *cycleState
 	// The members the plan was made for, by rank (rankSlot): none is
 	// reserved through the new plan yet.
 	ranks, rankErr := p.pendingRanks(pod, s.req.gpus, func(types.UID) bool { return false })
-	g = p.books.add(s.gang, d.Plan, p.clock.Now())
+	g = p.gangs.Books.Add(s.gang, d.Plan, p.clock.Now())
 	if rankErr == nil {
-		p.books.setRankSlots(g, ranks)
+		p.gangs.Books.SetRankSlots(g, ranks)
 	}
 	return g, outcomePlanned, nil
 }
@@ -385,30 +386,30 @@ func (p *TopologyPlacement) drainStall() time.Duration {
 // Releasing another domain the gang drained before frees capacity no
 // cluster event reports, so the gangs turned away are retried.
 func (p *TopologyPlacement) setDrain(ctx context.Context, gang string, priority int32, d *topology.Domain, free int) {
-	draining, released := p.books.drain(gang, d, priority, free, p.clock.Now())
+	draining, released := p.gangs.Books.Drain(gang, d, priority, free, p.clock.Now())
 	if draining {
 		klog.FromContext(ctx).V(2).Info("Draining a domain for the gang", "plugin", Name, "podGroup", gang, "domain", d.ID, "freeGPUs", free)
-		p.metrics.drainedNodes.Set(float64(p.books.drainedNodes()))
+		p.metrics.drainedNodes.Set(float64(p.gangs.Books.DrainedNodes()))
 	}
 	if released {
-		p.retryTurnedAway(gang)
+		p.gangs.RetryTurnedAway(gang)
 	}
 }
 
 // releaseDrain releases the gang's drain, if any: it was planned, or is
 // gone. The gangs turned away are retried, as for setDrain.
 func (p *TopologyPlacement) releaseDrain(ctx context.Context, gang string) {
-	if p.books.undrain(gang) {
+	if p.gangs.Books.Undrain(gang) {
 		klog.FromContext(ctx).V(2).Info("Released the gang's drained domain", "plugin", Name, "podGroup", gang)
-		p.metrics.drainedNodes.Set(float64(p.books.drainedNodes()))
-		p.retryTurnedAway(gang)
+		p.metrics.drainedNodes.Set(float64(p.gangs.Books.DrainedNodes()))
+		p.gangs.RetryTurnedAway(gang)
 	}
 }
 
 // releaseDrainsOf releases the drains of every size class of the gang
 // ("namespace/podgroup"), saying why.
 func (p *TopologyPlacement) releaseDrainsOf(ctx context.Context, gang, why string) {
-	for _, key := range p.books.draining() {
+	for _, key := range p.gangs.Books.Draining() {
 		if ns, name, ok := splitPlanKey(key); ok && ns+"/"+name == gang {
 			klog.FromContext(ctx).V(2).Info("Releasing a drain whose gang no longer waits", "plugin", Name, "podGroup", key, "why", why)
 			p.releaseDrain(ctx, key)
@@ -426,7 +427,7 @@ func (p *TopologyPlacement) releaseDrainIfNoPending(ctx context.Context, pod *v1
 	if key == "" {
 		return
 	}
-	if !p.books.drains(key) || p.handle == nil {
+	if !p.gangs.Books.Drains(key) || p.handle == nil {
 		return
 	}
 	pods, err := p.gangPods(pod.Namespace, pod.Labels[schedv1alpha1.PodGroupLabel])
@@ -486,7 +487,7 @@ func (p *TopologyPlacement) classMembers(pod *v1.Pod, gpus int) gangMembers {
 		// good as bound: it has its GPUs and needs no slot.
 		node := member.Spec.NodeName
 		if node == "" && member.UID != pod.UID {
-			if r, ok := p.books.assignmentOf(member.UID); ok {
+			if r, ok := p.gangs.Books.AssignmentOf(member.UID); ok {
 				node = r.Node
 			}
 		}
@@ -566,10 +567,10 @@ func (p *TopologyPlacement) policy() placement.Policy {
 func (p *TopologyPlacement) wait(gang string) placement.Wait {
 	now := p.clock.Now()
 	w := placement.Wait{
-		Waited:  now.Sub(p.firstSeen.firstSeen(gang, now)),
-		Stalled: p.books.stalled(gang, now, p.drainStall()),
+		Waited:  now.Sub(p.gangs.FirstSeen(gang, now)),
+		Stalled: p.gangs.Books.Stalled(gang, now, p.drainStall()),
 	}
-	if hold, ok := p.books.drainHeld(gang, now, p.drainStall()); ok {
+	if hold, ok := p.gangs.Books.DrainHeld(gang, now, p.drainStall()); ok {
 		w.Held, w.HoldLeft = true, hold.Sub(now)
 	}
 	return w
@@ -585,9 +586,9 @@ func (p *TopologyPlacement) nextWiden(gang string) time.Duration {
 // (placement.Books.ExpireDrain), before the gang is planned with the
 // widening that allows.
 func (p *TopologyPlacement) endDrainIfDue(ctx context.Context, gang string) {
-	if p.books.expireDrain(gang, p.clock.Now(), p.drainStall()) {
+	if p.gangs.Books.ExpireDrain(gang, p.clock.Now(), p.drainStall()) {
 		klog.FromContext(ctx).V(2).Info("Released the gang's drained domain: it freed no GPU for a drainStall", "plugin", Name, "podGroup", gang)
-		p.retryTurnedAway(gang)
+		p.gangs.RetryTurnedAway(gang)
 	}
 }
 

@@ -150,7 +150,7 @@ func TestRankFallsBackWhenItsNodeRefuses(t *testing.T) {
 	if status := p.Reserve(ctx, state, pod, "e"); !status.IsSuccess() {
 		t.Fatalf("Reserve on e: %v", status)
 	}
-	if a, _ := p.books.assignmentOf(pod.UID); a.Node != "e" || a.Slot != 3 {
+	if a, _ := p.gangs.Books.AssignmentOf(pod.UID); a.Node != "e" || a.Slot != 3 {
 		t.Errorf("fallback reservation %+v, want e's slot 3", a)
 	}
 	if got := bindRank(pod, mustAssignment(t, p, pod)); got != "0" {
@@ -165,7 +165,7 @@ func TestRankFallsBackWhenItsNodeRefuses(t *testing.T) {
 
 func mustAssignment(t *testing.T, p *metricsPlugin, pod *v1.Pod) assignment {
 	t.Helper()
-	a, ok := p.books.assignmentOf(pod.UID)
+	a, ok := p.gangs.Books.AssignmentOf(pod.UID)
 	if !ok {
 		t.Fatalf("%s has no assignment", pod.Name)
 	}

@@ -24,12 +24,12 @@ func (p *TopologyPlacement) Reserve(ctx context.Context, state fwk.CycleState, p
 		}
 		return nil
 	}
-	a, ok := p.books.reserveSlot(s.gang, pod.UID, nodeName, s.slot)
+	a, ok := p.gangs.Books.ReserveSlot(s.gang, pod.UID, nodeName, s.slot)
 	if !ok {
 		// The plan changed under the pod (expired or invalidated); retry it.
 		return fwk.NewStatus(fwk.Unschedulable, fmt.Sprintf("PodGroup %s's plan has no open slot on %s any more", s.gang, nodeName))
 	}
-	p.steered.forget(pod.UID)
+	p.gangs.ForgetSteer(pod.UID)
 	// A reserved member counts as bound in its gang's other size classes'
 	// plans (classMembers).
 	p.verdicts.gangChanged(gangKey(pod))
@@ -55,11 +55,11 @@ func (p *TopologyPlacement) Unreserve(ctx context.Context, state fwk.CycleState,
 	}
 	key := p.podPlanKey(pod)
 	if key == "" {
-		p.books.forgetPod(pod.UID)
+		p.gangs.Books.ForgetPod(pod.UID)
 		p.verdicts.mayFit()
 		return
 	}
-	if _, ok := p.books.get(key); ok {
+	if _, ok := p.gangs.Books.Get(key); ok {
 		klog.FromContext(ctx).V(2).Info("Gang member unreserved; dropping the plan", "plugin", Name, "pod", klog.KObj(pod), "podGroup", key)
 		p.invalidate(key, dropUnreserved)
 	}
@@ -67,7 +67,7 @@ func (p *TopologyPlacement) Unreserve(ctx context.Context, state fwk.CycleState,
 	// until they are unreserved too or gone (Books.Drop). Not before the
 	// drop: forgetting the last member of a complete plan forgets the plan,
 	// and the gang would not be retried.
-	p.books.forgetPod(pod.UID)
+	p.gangs.Books.ForgetPod(pod.UID)
 	p.verdicts.gangChanged(gangKey(pod))
 	p.verdicts.mayFit()
 }
@@ -83,8 +83,8 @@ func (p *TopologyPlacement) reserveBestSet(pod *v1.Pod, nodeName string, k int) 
 	if !ok {
 		return
 	}
-	set, _, ok := gpus.selector.Best(gpus.free&^p.books.heldOn(nodeName, ""), k)
+	set, _, ok := gpus.selector.Best(gpus.free&^p.gangs.Books.HeldOn(nodeName, ""), k)
 	if ok {
-		p.books.assign(pod.UID, nodeName, set)
+		p.gangs.Books.Assign(pod.UID, nodeName, set)
 	}
 }

@@ -76,7 +76,7 @@ func BenchmarkPreFilterGangMember(b *testing.B) {
 	if _, status := p.PreFilter(ctx, framework.NewCycleState(), p.pods[0], p.nodes); !status.IsSuccess() {
 		b.Fatalf("planning the gang: %v", status)
 	}
-	p.steered.forget(p.pods[0].UID)
+	p.gangs.ForgetSteer(p.pods[0].UID)
 	b.ReportAllocs()
 	i := 0
 	for b.Loop() {
@@ -86,7 +86,7 @@ func BenchmarkPreFilterGangMember(b *testing.B) {
 			b.Fatalf("PreFilter %s: %v, %d nodes; want its rank's node", pod.Name, status, result.NodeNames.Len())
 		}
 		// Each member is steered to its rank's node afresh.
-		p.steered.forget(pod.UID)
+		p.gangs.ForgetSteer(pod.UID)
 		i++
 	}
 }

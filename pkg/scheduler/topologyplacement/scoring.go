@@ -57,7 +57,7 @@ func (p *TopologyPlacement) bestSetQuality(node string, k int) (topology.SetQual
 	if !ok {
 		return topology.SetQuality{}, false
 	}
-	_, q, ok := gpus.selector.Best(gpus.free&^p.books.heldOn(node, ""), k)
+	_, q, ok := gpus.selector.Best(gpus.free&^p.gangs.Books.HeldOn(node, ""), k)
 	return q, ok
 }
 

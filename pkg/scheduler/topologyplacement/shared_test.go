@@ -41,10 +41,10 @@ func TestProfilesOfOneSchedulerShareBooks(t *testing.T) {
 		t.Errorf("built %d plugins for two profiles of one scheduler, want 1", builds)
 	}
 	// A gang of the alias profile holds GPUs 0-3 of node a.
-	alias.books.add("ray/raycluster#4", &placement.Plan{Members: []placement.Assignment{
+	alias.gangs.Books.Add("ray/raycluster#4", &placement.Plan{Members: []placement.Assignment{
 		{Node: "a", GPUs: topology.NewGPUSet(0, 1, 2, 3)},
 	}}, time.Unix(0, 0))
-	if diff := cmp.Diff(topology.NewGPUSet(0, 1, 2, 3), lockstepProfile.books.heldOn("a", "team/job#4")); diff != "" {
+	if diff := cmp.Diff(topology.NewGPUSet(0, 1, 2, 3), lockstepProfile.gangs.Books.HeldOn("a", "team/job#4")); diff != "" {
 		t.Errorf("GPUs of node a that lockstep-scheduler's gangs must avoid (-want,+got):\n%s", diff)
 	}
 

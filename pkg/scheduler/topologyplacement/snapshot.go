@@ -128,17 +128,17 @@ func (p *TopologyPlacement) snapshot(pod *v1.Pod, gang string, nodeInfos []fwk.N
 	// The GPU index and the books are read for every node: locked once for
 	// the snapshot, not twice per node.
 	p.gpus.mu.RLock()
-	p.books.mu.Lock()
+	core := p.gangs.Books.LockCore()
 	p.rows.mu.Lock()
 	rows := p.rows.align(len(nodeInfos), p.gpus.epoch)
-	p.rows.catchUp(p.books.core)
+	p.rows.catchUp(core)
 	// One array holds every planner node, recycled from a finished plan
 	// where there is one: at 25,000 nodes it is 2 MB a plan.
 	bufs := p.rows.take(len(nodeInfos))
 	nodes := bufs.nodes[:0]
 	// The gang's own open slots count as free for it: only a gang with a
 	// plan still open reads the books per node.
-	own, holds := p.books.core.Get(gang)
+	own, holds := core.Get(gang)
 	ownOpen := holds && !own.Complete()
 	moved := false
 	// sameNodes says every position holds the Node object it held in the
@@ -171,7 +171,7 @@ func (p *TopologyPlacement) snapshot(pod *v1.Pod, gang string, nodeInfos []fwk.N
 		if channels != nil {
 			others := row.booked
 			if ownOpen {
-				others = p.books.core.HeldOn(row.name, gang)
+				others = core.HeldOn(row.name, gang)
 			}
 			channelNode(&pn, channels[row.name], others)
 		}
@@ -187,7 +187,7 @@ func (p *TopologyPlacement) snapshot(pod *v1.Pod, gang string, nodeInfos []fwk.N
 	snap.Nodes = bufs.ptrs
 	p.rows.lend(snap, bufs)
 	p.rows.mu.Unlock()
-	p.books.mu.Unlock()
+	p.gangs.Books.UnlockCore()
 	p.gpus.mu.RUnlock()
 	tree, err := p.trees.get(nodeInfos, p.args.Levels, sameNodes)
 	if err != nil {
@@ -580,14 +580,14 @@ func (p *TopologyPlacement) plannerNode(row *snapshotRow, gang string, priority 
 		pn.Topology, pn.Selector, free = gpus.topology, gpus.selector, gpus.free
 	}
 	if !row.booksRead {
-		row.booked, row.drainedFor, row.booksRead = p.books.core.Booked(row.name), p.books.core.DrainedFor(row.name), true
+		row.booked, row.drainedFor, row.booksRead = p.gangs.Books.Core().Booked(row.name), p.gangs.Books.Core().DrainedFor(row.name), true
 	}
 	if ownOpen {
-		free &^= p.books.core.HeldOn(row.name, gang)
+		free &^= p.gangs.Books.Core().HeldOn(row.name, gang)
 	} else {
 		free &^= row.booked
 	}
-	pn.Drained = row.drainedFor != "" && p.books.core.KeptOff(row.name, gang, priority) != ""
+	pn.Drained = row.drainedFor != "" && p.gangs.Books.Core().KeptOff(row.name, gang, priority) != ""
 	// GPUs taken by pods the agent has not reported yet are known only by
 	// count; drop the highest-indexed free GPUs to match it.
 	for free.Len() > max(row.gpuCount-row.usedGPUs, 0) {

@@ -21,7 +21,7 @@ func BenchmarkSnapshotBooked(b *testing.B) {
 		b.Run(fmt.Sprintf("nodes=%d", nodes), func(b *testing.B) {
 			p, infos := planGangCluster(b, nodes, true)
 			for i := 0; i < nodes; i += 2 {
-				p.books.assign(types.UID(fmt.Sprintf("booked-%d", i)), fmt.Sprintf("node-%04d", i), topology.NewGPUSet(7))
+				p.gangs.Books.Assign(types.UID(fmt.Sprintf("booked-%d", i)), fmt.Sprintf("node-%04d", i), topology.NewGPUSet(7))
 			}
 			pod := utiltesting.MakePod("p", "ns").GPUs(8).PodGroup("g").Obj()
 			if _, err := p.snapshot(pod, "ns/g", infos); err != nil {
@@ -30,7 +30,7 @@ func BenchmarkSnapshotBooked(b *testing.B) {
 			b.ReportAllocs()
 			i := 0
 			for b.Loop() {
-				p.books.assign(types.UID(fmt.Sprintf("next-%d", i)), fmt.Sprintf("node-%04d", (2*i+1)%nodes), topology.NewGPUSet(6))
+				p.gangs.Books.Assign(types.UID(fmt.Sprintf("next-%d", i)), fmt.Sprintf("node-%04d", (2*i+1)%nodes), topology.NewGPUSet(6))
 				i++
 				if _, err := p.snapshot(pod, "ns/g", infos); err != nil {
 					b.Fatal(err)

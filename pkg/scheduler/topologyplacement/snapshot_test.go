@@ -239,48 +239,48 @@ func TestSnapshotSeesBooksChanges(t *testing.T) {
 	now := time.Unix(0, 0)
 	c.check("start", map[string]view{"a": {8, true, 110, false}, "b": {8, true, 110, false}, "c": {8, true, 110, false}})
 
-	p.books.add("ns/other#4", &placement.Plan{Members: []placement.Assignment{
+	p.gangs.Books.Add("ns/other#4", &placement.Plan{Members: []placement.Assignment{
 		{Node: "a", GPUs: topology.NewGPUSet(0, 1, 2, 3)}, {Node: "b", GPUs: topology.NewGPUSet(4, 5, 6, 7)},
 	}}, now)
 	c.check("another gang's plan holds 4 GPUs on a and b", map[string]view{"a": {4, true, 110, false}, "b": {4, true, 110, false}, "c": {8, true, 110, false}})
 
-	p.books.reserveSlot("ns/other#4", "o-0", "a", 0)
+	p.gangs.Books.ReserveSlot("ns/other#4", "o-0", "a", 0)
 	c.check("its member reserves a's slot", map[string]view{"a": {4, true, 110, false}, "b": {4, true, 110, false}, "c": {8, true, 110, false}})
 
-	p.books.forgetPod("o-0")
+	p.gangs.Books.ForgetPod("o-0")
 	c.check("the member is forgotten", map[string]view{"a": {8, true, 110, false}, "b": {4, true, 110, false}, "c": {8, true, 110, false}})
 
-	p.books.drop("ns/other#4")
+	p.gangs.Books.Drop("ns/other#4")
 	c.check("the plan is dropped", map[string]view{"a": {8, true, 110, false}, "b": {8, true, 110, false}, "c": {8, true, 110, false}})
 
-	p.books.assign("single", "c", topology.NewGPUSet(0))
+	p.gangs.Books.Assign("single", "c", topology.NewGPUSet(0))
 	c.check("a pod outside gangs gets a GPU of c", map[string]view{"a": {8, true, 110, false}, "b": {8, true, 110, false}, "c": {7, true, 110, false}})
 
-	p.books.add("ns/g#2", &placement.Plan{Members: []placement.Assignment{
+	p.gangs.Books.Add("ns/g#2", &placement.Plan{Members: []placement.Assignment{
 		{Node: "b", GPUs: topology.NewGPUSet(0, 1)}, {Node: "b", GPUs: topology.NewGPUSet(2, 3)},
 	}}, now)
 	c.check("the gang's own open slots stay free for it", map[string]view{"a": {8, true, 110, false}, "b": {8, true, 110, false}, "c": {7, true, 110, false}})
 
-	p.books.reserveSlot("ns/g#2", "g-0", "b", 0)
+	p.gangs.Books.ReserveSlot("ns/g#2", "g-0", "b", 0)
 	c.check("its member's reserved GPUs do not", map[string]view{"a": {8, true, 110, false}, "b": {6, true, 110, false}, "c": {7, true, 110, false}})
 
-	p.books.reserveSlot("ns/g#2", "g-1", "b", 1)
+	p.gangs.Books.ReserveSlot("ns/g#2", "g-1", "b", 1)
 	c.check("nor once the plan is complete", map[string]view{"a": {8, true, 110, false}, "b": {4, true, 110, false}, "c": {7, true, 110, false}})
 
-	p.books.drain("ns/drainer#8", &topology.Domain{ID: "ac", Value: "ac", Nodes: []string{"a", "c"}}, 100, 15, now)
+	p.gangs.Books.Drain("ns/drainer#8", &topology.Domain{ID: "ac", Value: "ac", Nodes: []string{"a", "c"}}, 100, 15, now)
 	c.check("a gang that outranks it drains a and c", map[string]view{"a": {8, true, 110, true}, "b": {4, true, 110, false}, "c": {7, true, 110, true}})
 
 	c.infos = []fwk.NodeInfo{n, b, a}
 	c.check("the scheduler lists the nodes in another order", map[string]view{"a": {8, true, 110, true}, "b": {4, true, 110, false}, "c": {7, true, 110, true}})
 
-	p.books.undrain("ns/drainer#8")
-	p.books.forgetPod("single")
+	p.gangs.Books.Undrain("ns/drainer#8")
+	p.gangs.Books.ForgetPod("single")
 	c.check("the drain ends and the single pod is forgotten", map[string]view{"a": {8, true, 110, false}, "b": {4, true, 110, false}, "c": {8, true, 110, false}})
 
 	c.infos = []fwk.NodeInfo{a, b}
 	c.check("c leaves the list", map[string]view{"a": {8, true, 110, false}, "b": {4, true, 110, false}})
 
-	p.books.assign("late", "c", topology.NewGPUSet(0))
+	p.gangs.Books.Assign("late", "c", topology.NewGPUSet(0))
 	c.infos = []fwk.NodeInfo{a, b, n}
 	c.check("c leaves the list, takes a pod and comes back", map[string]view{"a": {8, true, 110, false}, "b": {4, true, 110, false}, "c": {7, true, 110, false}})
 
@@ -292,7 +292,7 @@ func TestSnapshotSeesBooksChanges(t *testing.T) {
 	c.infos = []fwk.NodeInfo{n, b, a}
 	c.check("a is cordoned as c takes its place in the list", map[string]view{"b": {4, true, 110, false}, "c": {7, true, 110, false}})
 
-	p.books.assign("later", "c", topology.NewGPUSet(1))
+	p.gangs.Books.Assign("later", "c", topology.NewGPUSet(1))
 	c.check("another pod gets a GPU of c", map[string]view{"b": {4, true, 110, false}, "c": {6, true, 110, false}})
 }
 
@@ -315,17 +315,17 @@ func TestSnapshotRecycle(t *testing.T) {
 	free := func(snap *placement.Snapshot) int { return snap.Nodes[0].FreeGPUs.Len() }
 
 	kept := take()
-	p.books.assign("x", "a", topology.NewGPUSet(0))
+	p.gangs.Books.Assign("x", "a", topology.NewGPUSet(0))
 	later := take()
 	p.rows.recycle(kept) // not the last taken: left alone
-	p.books.assign("y", "a", topology.NewGPUSet(1))
+	p.gangs.Books.Assign("y", "a", topology.NewGPUSet(1))
 	last := take()
 	if got := []int{free(kept), free(later), free(last)}; !cmp.Equal(got, []int{8, 7, 6}) {
 		t.Errorf("free GPUs of snapshots kept, taken later and last = %v, want [8 7 6]", got)
 	}
 
 	p.rows.recycle(last)
-	p.books.forgetPod("x")
+	p.gangs.Books.ForgetPod("x")
 	next := take()
 	if next.Nodes[0] != last.Nodes[0] {
 		t.Errorf("the next snapshot did not reuse the recycled one's nodes")

@@ -11,11 +11,14 @@ import (
 	"github.com/google/go-cmp/cmp"
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
+	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/lockstep-dev/lockstep/pkg/apis/lockstep/v1alpha1"
+	"github.com/lockstep-dev/lockstep/pkg/scheduler/gangmanager"
 	"github.com/lockstep-dev/lockstep/pkg/topology/placement"
 	utiltesting "github.com/lockstep-dev/lockstep/pkg/util/testing"
 )
@@ -35,6 +38,42 @@ func (h *activations) Activate(_ klog.Logger, pods map[string]*v1.Pod) {
 	h.ch <- names
 }
 
+// nextActivation steps the plugin's fake clock a retry delay at a time,
+// for at most within of its time, and returns the first activation; nil
+// when none came. The gang manager runs its retries within the clock's
+// Step, so one that is due has run when Step returns.
+func nextActivation(p *TopologyPlacement, ch chan []string, within time.Duration) []string {
+	clock := p.clock.(*clocktesting.FakeClock)
+	for waited := time.Duration(0); ; waited += gangmanager.RetryDelay {
+		select {
+		case names := <-ch:
+			return names
+		default:
+		}
+		if waited >= within {
+			return nil
+		}
+		clock.Step(gangmanager.RetryDelay)
+	}
+}
+
+// awaitActivation is nextActivation for a retry that something running
+// on its own goroutine schedules: it steps the fake clock until the
+// activation comes, for at most 30 s of wall time, and fails the test when
+// none does.
+func awaitActivation(t *testing.T, p *TopologyPlacement, ch chan []string, what string) []string {
+	t.Helper()
+	var got []string
+	err := wait.PollUntilContextTimeout(context.Background(), 10*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+		got = nextActivation(p, ch, gangmanager.RetryDelay)
+		return got != nil, nil
+	})
+	if err != nil {
+		t.Fatalf("%s: no activation: %v", what, err)
+	}
+	return got
+}
+
 // A gang PreFilter turned away while another gang's plan held the room is
 // retried when that plan is dropped: the released capacity is in the books
 // only, and no cluster event would requeue it.
@@ -50,28 +89,25 @@ func TestDroppedPlanRetriesGangsTurnedAway(t *testing.T) {
 	p.handle = rec
 
 	key := planKey(mp.pods[0])
-	p.books.add(key, &placement.Plan{Members: []placement.Assignment{{Node: "a"}, {Node: "b"}}}, p.clock.Now())
-	p.turnedAway.add(planKey(waiting))
-	p.turnedAway.add(key)
+	p.gangs.Books.Add(key, &placement.Plan{Members: []placement.Assignment{{Node: "a"}, {Node: "b"}}}, p.clock.Now())
+	p.gangs.TurnedAway(planKey(waiting))
+	p.gangs.TurnedAway(key)
 	p.invalidate(key, dropExpired)
 
 	var got [][]string
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
 	for len(got) < 2 {
-		select {
-		case names := <-rec.ch:
-			got = append(got, names)
-		case <-ctx.Done():
+		names := nextActivation(p, rec.ch, 30*time.Second)
+		if names == nil {
 			t.Fatalf("activated %v; want the dropped gang and the one turned away", got)
 		}
+		got = append(got, names)
 	}
 	slices.SortFunc(got, func(a, b []string) int { return strings.Compare(a[0], b[0]) })
 	want := [][]string{{"ns/m-0", "ns/m-1"}, {"ns/w-0"}}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("activated (-want,+got):\n%s", diff)
 	}
-	if left := p.turnedAway.take(); len(left) != 0 {
+	if left := p.gangs.TurnedAwayGangs(); len(left) != 0 {
 		t.Errorf("gangs still remembered as turned away: %v", left)
 	}
 }
@@ -94,16 +130,15 @@ func TestUnreserveLastMemberRetriesTheGang(t *testing.T) {
 		t.Fatal(status)
 	}
 	p.Unreserve(ctx, state, mp.pods[0], "a")
-	if _, ok := p.books.assignmentOf(mp.pods[0].UID); ok {
+	if _, ok := p.gangs.Books.AssignmentOf(mp.pods[0].UID); ok {
 		t.Error("the unreserved member kept its GPUs")
 	}
-	select {
-	case names := <-rec.ch:
-		if diff := cmp.Diff([]string{"ns/m-0"}, names); diff != "" {
-			t.Errorf("activated (-want,+got):\n%s", diff)
-		}
-	case <-time.After(30 * time.Second):
+	names := nextActivation(p, rec.ch, 30*time.Second)
+	if names == nil {
 		t.Fatal("the gang was not retried after its only member was unreserved")
+	}
+	if diff := cmp.Diff([]string{"ns/m-0"}, names); diff != "" {
+		t.Errorf("activated (-want,+got):\n%s", diff)
 	}
 }
 
@@ -129,21 +164,18 @@ func TestFreedGPUsRetryGangsTurnedAway(t *testing.T) {
 	freed := busy.DeepCopy()
 	freed.Status.Allocations = nil
 
-	p.turnedAway.add(planKey(waiting))
+	p.gangs.TurnedAway(planKey(waiting))
 	handler.OnUpdate(busy, heartbeat)
-	select {
-	case names := <-rec.ch:
+	if names := nextActivation(p, rec.ch, 2*gangmanager.RetryDelay); names != nil {
 		t.Fatalf("a heartbeat activated %v", names)
-	case <-time.After(2 * retryDelay):
 	}
 	handler.OnUpdate(heartbeat, freed)
-	select {
-	case names := <-rec.ch:
-		if diff := cmp.Diff([]string{"ns/w-0"}, names); diff != "" {
-			t.Errorf("activated (-want,+got):\n%s", diff)
-		}
-	case <-time.After(30 * time.Second):
+	names := nextActivation(p, rec.ch, 30*time.Second)
+	if names == nil {
 		t.Fatal("freed GPUs did not retry the gang turned away")
+	}
+	if diff := cmp.Diff([]string{"ns/w-0"}, names); diff != "" {
+		t.Errorf("activated (-want,+got):\n%s", diff)
 	}
 }
 
@@ -174,28 +206,27 @@ func TestPreFilterWaitsForHandlersToCatchUp(t *testing.T) {
 			t.Errorf("PostFilter %s before the handlers caught up: %v, want no preemption", pod.Name, status)
 		}
 	}
-	if _, planned := p.books.get(planKey(mp.pods[0])); planned {
+	if _, planned := p.gangs.Books.Get(planKey(mp.pods[0])); planned {
 		t.Fatal("the gang was planned before the handlers caught up")
 	}
 	select {
 	case names := <-rec.ch:
 		t.Fatalf("activated %v before the handlers caught up", names)
-	case <-time.After(2 * retryDelay):
+	case <-time.After(2 * gangmanager.RetryDelay):
+	}
+	if names := nextActivation(p, rec.ch, 2*gangmanager.RetryDelay); names != nil {
+		t.Fatalf("activated %v before the handlers caught up", names)
 	}
 
 	synced.Store(true)
-	select {
-	case names := <-rec.ch:
-		if diff := cmp.Diff([]string{"ns/m-0", "ns/m-1"}, names); diff != "" {
-			t.Errorf("activated (-want,+got):\n%s", diff)
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("the gang turned away was not retried once the handlers caught up")
+	names := awaitActivation(t, p, rec.ch, "the gang turned away was not retried once the handlers caught up")
+	if diff := cmp.Diff([]string{"ns/m-0", "ns/m-1"}, names); diff != "" {
+		t.Errorf("activated (-want,+got):\n%s", diff)
 	}
 	if _, status := p.PreFilter(ctx, framework.NewCycleState(), mp.pods[0], mp.nodes); !status.IsSuccess() {
 		t.Fatalf("PreFilter once caught up: %v", status)
 	}
-	if _, planned := p.books.get(planKey(mp.pods[0])); !planned {
+	if _, planned := p.gangs.Books.Get(planKey(mp.pods[0])); !planned {
 		t.Error("the gang was not planned once the handlers caught up")
 	}
 }

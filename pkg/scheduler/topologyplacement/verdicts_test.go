@@ -33,7 +33,7 @@ func verdictPlugin(t *testing.T) *metricsPlugin {
 	p.verdicts = newVerdicts()
 	p.gpus.freed = p.verdicts.mayFit
 	p.health = newTopologyHealth(DefaultTopologyMaxAge, p.TopologyPlacement.clock, nil, p.metrics.nodesExcluded, klog.Background())
-	p.health.rejoined = func() { p.retryTurnedAway("") }
+	p.health.rejoined = func() { p.gangs.RetryTurnedAway("") }
 	for _, name := range []string{"a", "b"} {
 		p.health.set(topologyAt(t, name, p.TopologyPlacement.clock.Now()))
 	}
@@ -160,7 +160,7 @@ func TestVerdictRetiredByEvents(t *testing.T) {
 				pod := boundPod("x", "", 4, "")
 				state := framework.NewCycleState()
 				state.Write(stateKey, &cycleState{req: requestOf(pod), slot: -1})
-				p.books.assign(pod.UID, "a", topology.NewGPUSet(0, 1, 2, 3))
+				p.gangs.Books.Assign(pod.UID, "a", topology.NewGPUSet(0, 1, 2, 3))
 				p.Unreserve(ctx, state, pod, "a")
 			},
 			replan: true,
@@ -204,7 +204,7 @@ func TestVerdictRetiredByEvents(t *testing.T) {
 				pod := utiltesting.MakePod("ps-0", "ns").GPUs(2).PodGroup("g").Obj()
 				pod.UID = "uid-ps-0"
 				key := planKey(pod)
-				p.books.add(key, &placement.Plan{Members: []placement.Assignment{{Node: "a", GPUs: topology.NewGPUSet(0, 1)}}}, p.TopologyPlacement.clock.Now())
+				p.gangs.Books.Add(key, &placement.Plan{Members: []placement.Assignment{{Node: "a", GPUs: topology.NewGPUSet(0, 1)}}}, p.TopologyPlacement.clock.Now())
 				state := framework.NewCycleState()
 				state.Write(stateKey, &cycleState{gang: key, req: requestOf(pod), plan: &placement.Held{}, slot: -1})
 				if status := p.Reserve(ctx, state, pod, "a"); !status.IsSuccess() {
@@ -283,7 +283,7 @@ func TestVerdictRetiredByEvents(t *testing.T) {
 		{
 			name: "another gang's plan dropped",
 			event: func(p *metricsPlugin) {
-				p.books.add("ns/other#8", &placement.Plan{Members: []placement.Assignment{{Node: "a", GPUs: topology.NewGPUSet(0)}}}, p.TopologyPlacement.clock.Now())
+				p.gangs.Books.Add("ns/other#8", &placement.Plan{Members: []placement.Assignment{{Node: "a", GPUs: topology.NewGPUSet(0)}}}, p.TopologyPlacement.clock.Now())
 				p.invalidate("ns/other#8", dropExpired)
 			},
 			replan: true,

@@ -1,0 +1,141 @@
+package gangmanager
+
+import (
+	"maps"
+	"slices"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/lockstep-dev/lockstep/pkg/lockstep"
+	"github.com/lockstep-dev/lockstep/pkg/topology"
+	"github.com/lockstep-dev/lockstep/pkg/topology/placement"
+)
+
+// VictimOf reads pod as a victim of gang preemption that is still going: a
+// pod being deleted, not finished, whose DisruptionTarget condition
+// (reason PreemptionByScheduler) carries the message the scheduler writes
+// (lockstep.Preemption) with the preemptor's plan. A pod marked but not
+// deleted is not one: its eviction failed, or the scheduler that marked it
+// died before the delete, and it is running work like any other.
+func VictimOf(pod *v1.Pod) (lockstep.Preemption, bool) {
+	if pod.DeletionTimestamp == nil || pod.Status.Phase == v1.PodSucceeded || pod.Status.Phase == v1.PodFailed {
+		return lockstep.Preemption{}, false
+	}
+	for _, c := range pod.Status.Conditions {
+		if c.Type != v1.DisruptionTarget || c.Status != v1.ConditionTrue || c.Reason != v1.PodReasonPreemptionByScheduler {
+			continue
+		}
+		p, ok := lockstep.ParsePreemption(c.Message)
+		return p, ok && p.Plan != "" && p.DomainID != ""
+	}
+	return lockstep.Preemption{}, false
+}
+
+// pendingVictim is a victim seen terminating that the books do not hold.
+type pendingVictim struct {
+	preemption lockstep.Preemption
+	pod        string
+}
+
+// ObservePod notes a pod that is a terminating victim of a preemption
+// these books did not make (VictimOf), for AdoptPending. Cheap: it runs in
+// the pod informer's handler, where no domain tree is at hand.
+func (m *Manager) ObservePod(pod *v1.Pod) {
+	p, ok := VictimOf(pod)
+	if !ok {
+		return
+	}
+	if m.Books.EvictedFor(pod.UID) {
+		return
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.seen[pod.UID] {
+		// Its hold ended here: it must not start another.
+		return
+	}
+	if m.pending == nil {
+		m.pending = map[types.UID]pendingVictim{}
+	}
+	m.pending[pod.UID] = pendingVictim{preemption: p, pod: pod.Namespace + "/" + pod.Name}
+}
+
+// HasPending reports whether victims wait for AdoptPending.
+func (m *Manager) HasPending() bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return len(m.pending) > 0
+}
+
+// AdoptPending makes the holds of the victims noted by ObservePod, with
+// domain resolving a domain ID on the current topology. It runs before
+// gangs are planned or preempt, so a scheduler that did not make a
+// preemption sees its domain held and its victims as going, and evicts
+// nothing more for it. A victim whose domain is not on the topology (its
+// nodes are gone) is dropped: there is nothing left to hold. It returns the
+// gangs whose holds it made or grew.
+func (m *Manager) AdoptPending(domain func(id string) (*topology.Domain, bool), now time.Time) []string {
+	m.mu.Lock()
+	pending := m.pending
+	m.pending = nil
+	m.mu.Unlock()
+	var gangs []string
+	for _, uid := range slices.Sorted(maps.Keys(pending)) {
+		v := pending[uid]
+		d, ok := domain(v.preemption.DomainID)
+		if !ok {
+			continue
+		}
+		if m.Books.AdoptVictim(v.preemption.Plan, d, v.preemption.Priority, uid, now) && !slices.Contains(gangs, v.preemption.Plan) {
+			gangs = append(gangs, v.preemption.Plan)
+		}
+	}
+	return gangs
+}
+
+// VictimGone records that pod is gone: it leaves the hold it is a victim
+// of, and is no longer waited for. It returns the gang when pod was its
+// hold's last pending victim.
+func (m *Manager) VictimGone(pod types.UID, now time.Time) (string, bool) {
+	m.mu.Lock()
+	delete(m.pending, pod)
+	m.mu.Unlock()
+	was := m.Books.EvictedFor(pod)
+	gang, last := m.Books.VictimGone(pod, now)
+	if was {
+		m.mu.Lock()
+		// Gone, or no longer waited for (its eviction failed): never a
+		// victim again while this pod object is seen (PodGone).
+		m.seen[pod] = true
+		m.mu.Unlock()
+	}
+	return gang, last
+}
+
+// State is what the manager keeps of preemptions, in a form to compare:
+// the holds with their victims, and the preemptors' nominations.
+type State struct {
+	Holds []placement.HoldState
+	// Nominations are the nominated node of each preemptor member
+	// ("namespace/name") whose gang holds a domain.
+	Nominations map[string]string
+}
+
+// State returns the manager's holds and nominations.
+func (m *Manager) State() State {
+	s := State{Holds: m.Books.Holds(), Nominations: map[string]string{}}
+	held := map[string]bool{}
+	for _, h := range s.Holds {
+		held[h.Gang] = true
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, n := range m.nominated {
+		if held[n.gang] {
+			s.Nominations[n.pod] = n.node
+		}
+	}
+	return s
+}

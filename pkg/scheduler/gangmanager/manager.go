@@ -1,0 +1,247 @@
+// Package gangmanager is the TopologyPlacement plugin's gang manager, what
+// core.Manager is to Coscheduling: the one owner of what the plugin keeps
+// about gangs between scheduling cycles. That is the books of held capacity
+// (plans, rank slots, drains and holds, Books), the gangs turned away for
+// want of room and their retries, the gangs' first attempts, where ranked
+// members were steered, and the nominations made for preemptors. The
+// plugin's extension points decide (placement.Decide, placement.Preempt)
+// and hand the outcome here; the manager never reads the framework's
+// snapshot or the node view.
+//
+// Its memory is a cache of the cluster, never the source of truth (as
+// kube-scheduler's cache and nominator are): what must survive a restart
+// or a leader change is rebuilt from API objects (ObservePod, AdoptPending): the pods evicted
+// for a preemptor carry a DisruptionTarget condition whose message names
+// the preemptor, its plan and the domain held for it, and the preemptor's
+// members carry status.nominatedNodeName.
+package gangmanager
+
+import (
+	"maps"
+	"slices"
+	"sync"
+	"time"
+
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/clock"
+
+	"github.com/lockstep-dev/lockstep/pkg/util/keyset"
+)
+
+// RetryDelay is how long after room appears that no cluster event reports
+// (a plan dropped, a drain ended) the gangs that may use it are put back in
+// the active queue: long enough for the scheduler's cache to catch up with
+// the books.
+const RetryDelay = time.Second
+
+// Config is what a Manager is given of its surroundings.
+type Config struct {
+	// Clock tells the time and runs the retries' timers.
+	Clock clock.WithDelayedExecution
+	// Activate puts the unbound members of gang (a plan key) back in the
+	// scheduler's active queue.
+	Activate func(gang string)
+	// Reject rejects the members of gang waiting at Permit with msg.
+	Reject func(gang, msg string)
+	// MayFit is told that room appeared, so remembered verdicts retire.
+	MayFit func()
+}
+
+// Manager is the gang manager; see the package doc.
+type Manager struct {
+	// Books are the books of held capacity.
+	Books *Books
+
+	clock    clock.WithDelayedExecution
+	activate func(gang string)
+	reject   func(gang, msg string)
+	mayFit   func()
+
+	// turnedAway are the gangs PreFilter last rejected for want of room:
+	// capacity a dropped plan releases is in no cluster event, so they are
+	// retried when a plan is dropped.
+	turnedAway *keyset.Set
+	// wakeups are the gangs with a retry pending (RetryAfter).
+	wakeups *keyset.Set
+
+	mu sync.Mutex
+	// firstSeen is when each gang was first attempted, for Preferred
+	// constraints that widen with time and for the gang wait metric.
+	firstSeen map[string]time.Time
+	// steered is the node PreFilter last sent each ranked member to.
+	steered map[types.UID]string
+	// nominated are the nodes preemptors' members were nominated to, by
+	// pod, while their gang holds a domain.
+	nominated map[types.UID]nomination
+	// seen are the victims these books held at some point: a victim whose
+	// hold ended here is never adopted again (ObservePod).
+	seen map[types.UID]bool
+	// pending are the victims seen going that the books do not hold yet
+	// (ObservePod, AdoptPending).
+	pending map[types.UID]pendingVictim
+}
+
+// nomination is a preemptor member's nominated node.
+type nomination struct {
+	gang, pod, node string
+}
+
+// New returns an empty manager.
+func New(c Config) *Manager {
+	return &Manager{
+		Books: NewBooks(), clock: c.Clock, activate: c.Activate, reject: c.Reject, mayFit: c.MayFit,
+		turnedAway: keyset.New(), wakeups: keyset.New(),
+		firstSeen: map[string]time.Time{}, steered: map[types.UID]string{},
+		nominated: map[types.UID]nomination{}, seen: map[types.UID]bool{},
+	}
+}
+
+// TurnedAway remembers that gang was turned away for want of room.
+func (m *Manager) TurnedAway(gang string) { m.turnedAway.Add(gang) }
+
+// Placed forgets that gang was turned away: it has a plan.
+func (m *Manager) Placed(gang string) { m.turnedAway.Remove(gang) }
+
+// RetryTurnedAway puts the unbound members of the gangs turned away, but
+// except, back in the active queue shortly: room appeared that no cluster
+// event reports (a plan dropped from the books, a node whose NodeTopology
+// is fresh again).
+func (m *Manager) RetryTurnedAway(except string) {
+	// The same room can make a gang fit whose verdict is remembered.
+	m.mayFit()
+	keys := m.turnedAway.Take()
+	if len(keys) == 0 {
+		return
+	}
+	m.after(RetryDelay, func() {
+		for _, k := range keys {
+			if k != except {
+				m.activate(k)
+			}
+		}
+	})
+}
+
+// RetryAfter puts gang's unbound members back in the active queue after
+// delay, once: a later call for a gang with a retry pending does nothing.
+func (m *Manager) RetryAfter(gang string, delay time.Duration) {
+	if delay <= 0 || !m.wakeups.AddNew(gang) {
+		return
+	}
+	m.after(delay, func() {
+		m.wakeups.Remove(gang)
+		m.activate(gang)
+	})
+}
+
+// Activate puts gang's unbound members back in the active queue now.
+func (m *Manager) Activate(gang string) { m.activate(gang) }
+
+// Invalidate drops gang's plan, rejects its members waiting at Permit with
+// msg and has the unbound members retried shortly; it reports whether
+// there was a plan. The retry matters because the rejection is often
+// Coscheduling's (a Permit timeout), and no cluster event of those the
+// plugins register need follow it: without it a gang that failed once
+// would wait for the queue's 5-minute flush. Notably after a scheduler
+// restart Coscheduling counts members bound by the previous instance from
+// informer events that can arrive after the first cycle.
+func (m *Manager) Invalidate(gang, msg string) bool {
+	if !m.Books.Drop(gang) {
+		return false
+	}
+	m.reject(gang, msg)
+	m.after(RetryDelay, func() { m.activate(gang) })
+	// The plan's capacity is free again in the books: gangs turned away
+	// for want of it may fit now.
+	m.RetryTurnedAway(gang)
+	return true
+}
+
+// after runs f once delay passed on the clock: on the real clock on a
+// goroutine of its own, on a fake one (tests) within its Step, so a test
+// sees the retry done when Step returns. A fake clock runs f holding its
+// lock, so f must never read the clock.
+func (m *Manager) after(delay time.Duration, f func()) {
+	m.clock.AfterFunc(delay, f)
+}
+
+// FirstSeen returns when gang was first attempted, now if this is its
+// first attempt.
+func (m *Manager) FirstSeen(gang string, now time.Time) time.Time {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if first, ok := m.firstSeen[gang]; ok {
+		return first
+	}
+	m.firstSeen[gang] = now
+	return now
+}
+
+// Attempted returns the gangs with a first attempt recorded, sorted.
+func (m *Manager) Attempted() []string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return slices.Sorted(maps.Keys(m.firstSeen))
+}
+
+// ForgetFirstSeen forgets gang's first attempt: it was placed or is gone.
+func (m *Manager) ForgetFirstSeen(gang string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	delete(m.firstSeen, gang)
+}
+
+// Steer records that pod is sent to node and reports whether it was not
+// sent there last time: a second time means the node did not take it.
+func (m *Manager) Steer(pod types.UID, node string) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.steered[pod] == node {
+		return false
+	}
+	m.steered[pod] = node
+	return true
+}
+
+// ForgetSteer drops a pod's steering once it reserved a slot or is gone.
+func (m *Manager) ForgetSteer(pod types.UID) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	delete(m.steered, pod)
+}
+
+// Nominate records that pod ("namespace/name") of gang, whose preemption
+// holds a domain, was nominated to node.
+func (m *Manager) Nominate(gang string, uid types.UID, pod, node string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if node == "" {
+		delete(m.nominated, uid)
+		return
+	}
+	m.nominated[uid] = nomination{gang: gang, pod: pod, node: node}
+}
+
+// NominatedNode returns the node pod was nominated to for its gang's hold,
+// "" when none.
+func (m *Manager) NominatedNode(pod types.UID) string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.nominated[pod].node
+}
+
+// PodGone forgets what is kept of a pod that is gone.
+func (m *Manager) PodGone(pod types.UID) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	delete(m.steered, pod)
+	delete(m.nominated, pod)
+	delete(m.seen, pod)
+	delete(m.pending, pod)
+}
+
+// TurnedAwayGangs returns the gangs turned away and not retried since,
+// sorted.
+func (m *Manager) TurnedAwayGangs() []string {
+	return m.turnedAway.Sorted()
+}
