@@ -69,6 +69,13 @@ func TestArrows(t *testing.T) {
 		forbidden: []string{"k8s.io/", "sigs.k8s.io/", module + "/pkg/apis", module + "/pkg/agent", module + "/pkg/controller", module + "/pkg/scheduler"},
 		why:       "the functional core imports only the standard library and the contract",
 	}, {
+		// The gang manager is what core.Manager is to Coscheduling: the
+		// plugin calls it, never the other way, and it keeps gangs, not the
+		// framework's view of nodes.
+		pattern:   "./pkg/scheduler/gangmanager",
+		forbidden: []string{module + "/pkg/scheduler/topologyplacement", module + "/pkg/scheduler/coscheduling", "k8s.io/kubernetes/pkg/scheduler"},
+		why:       "the gang manager imports neither the plugins nor the scheduler framework",
+	}, {
 		pattern:   "./pkg/lockstep",
 		forbidden: []string{"k8s.io/", "sigs.k8s.io/", module + "/pkg/topology", module + "/pkg/apis"},
 		why:       "the contract is standard library only, so the core can import it",
@@ -83,5 +90,20 @@ func TestArrows(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestPluginShape: the TopologyPlacement plugin carries out its decisions
+// through the gang manager (the arrows above keep the manager from
+// importing it back).
+func TestPluginShape(t *testing.T) {
+	for _, want := range []string{module + "/pkg/scheduler/gangmanager", module + "/pkg/topology/placement"} {
+		found := false
+		for _, dep := range deps(t, "./pkg/scheduler/topologyplacement") {
+			found = found || dep == want
+		}
+		if !found {
+			t.Errorf("./pkg/scheduler/topologyplacement does not link %s", want)
+		}
 	}
 }
