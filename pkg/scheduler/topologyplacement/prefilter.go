@@ -18,6 +18,7 @@ import (
 	schedv1alpha1 "sigs.k8s.io/scheduler-plugins/apis/scheduling/v1alpha1"
 
 	"github.com/lockstep-dev/lockstep/pkg/lockstep"
+	"github.com/lockstep-dev/lockstep/pkg/scheduler/gangmanager"
 	"github.com/lockstep-dev/lockstep/pkg/scheduler/podgroupindex"
 	"github.com/lockstep-dev/lockstep/pkg/topology"
 	"github.com/lockstep-dev/lockstep/pkg/topology/placement"
@@ -336,29 +337,40 @@ func (p *TopologyPlacement) plan(ctx context.Context, pod *v1.Pod, s *cycleState
 	case placement.Waiting:
 		logger.V(2).Info("Gang does not fit; holding nothing", "reason", d.Reason)
 		s.waiting = &waitingGang{gang: d.Gang, priority: corev1helpers.PodPriority(pod), nodes: nodes}
-		if d.Drain != nil {
-			p.setDrain(ctx, s.gang, corev1helpers.PodPriority(pod), d.Drain, d.DrainFree)
-		}
+		wait := gangmanager.Decision{Drain: d.Drain, DrainFree: d.DrainFree, Priority: s.waiting.priority}
 		if d.Retry {
-			// Read once the drain is recorded: a drain that gained room
-			// holds the gang a drainStall from now.
-			p.gangs.RetryAfter(s.gang, p.nextWiden(s.gang))
+			wait.RetryIn = func() time.Duration { return p.nextWiden(s.gang) }
 		}
+		p.reportDrain(ctx, s.gang, d.Drain, d.DrainFree, p.gangs.Apply(s.gang, wait, p.clock.Now()))
 		status := fwk.NewStatus(fwk.UnschedulableAndUnresolvable, fmt.Sprintf("PodGroup %s: %s", s.gang, d.Reason))
 		p.rememberVerdict(ticket, pod, s, req.Wait, status)
 		return nil, outcomeUnschedulable, status
 	}
 	p.verdicts.planned(s.gang)
 	logger.V(2).Info("Planned gang", "members", len(d.Plan.Members), "domain", d.Plan.Domain.ID, "level", d.Plan.LevelName, "efficiency", d.Plan.Efficiency)
-	p.releaseDrain(ctx, s.gang)
 	// The members the plan was made for, by rank (rankSlot): none is
 	// reserved through the new plan yet.
-	ranks, rankErr := p.pendingRanks(pod, s.req.gpus, func(types.UID) bool { return false })
-	g = p.gangs.Books.Add(s.gang, d.Plan, p.clock.Now())
-	if rankErr == nil {
-		p.gangs.Books.SetRankSlots(g, ranks)
+	planned := gangmanager.Decision{Plan: d.Plan}
+	if ranks, err := p.pendingRanks(pod, s.req.gpus, func(types.UID) bool { return false }); err == nil {
+		planned.Ranks = ranks
 	}
-	return g, outcomePlanned, nil
+	a := p.gangs.Apply(s.gang, planned, p.clock.Now())
+	p.reportDrain(ctx, s.gang, nil, 0, a)
+	return a.Plan, outcomePlanned, nil
+}
+
+// reportDrain logs and counts what Apply did with the gang's drains:
+// drained d, with free GPUs free, or released its earlier one.
+func (p *TopologyPlacement) reportDrain(ctx context.Context, gang string, d *topology.Domain, free int, a gangmanager.Applied) {
+	logger := klog.FromContext(ctx).WithValues("plugin", Name, "podGroup", gang)
+	if a.Draining {
+		logger.V(2).Info("Draining a domain for the gang", "domain", d.ID, "freeGPUs", free)
+	} else if a.Released {
+		logger.V(2).Info("Released the gang's drained domain")
+	}
+	if a.Draining || a.Released {
+		p.metrics.drainedNodes.Set(float64(p.gangs.Books.DrainedNodes()))
+	}
 }
 
 // drainStallWaits, in PreferredWaits, bounds a drain. A gang that does not
@@ -381,23 +393,9 @@ func (p *TopologyPlacement) drainStall() time.Duration {
 	return drainStallWaits * p.args.PreferredWait.Duration
 }
 
-// setDrain makes d, with free GPUs free now, the domain drained for the
-// gang of the given priority: it keeps off pods that do not outrank it.
-// Releasing another domain the gang drained before frees capacity no
-// cluster event reports, so the gangs turned away are retried.
-func (p *TopologyPlacement) setDrain(ctx context.Context, gang string, priority int32, d *topology.Domain, free int) {
-	draining, released := p.gangs.Books.Drain(gang, d, priority, free, p.clock.Now())
-	if draining {
-		klog.FromContext(ctx).V(2).Info("Draining a domain for the gang", "plugin", Name, "podGroup", gang, "domain", d.ID, "freeGPUs", free)
-		p.metrics.drainedNodes.Set(float64(p.gangs.Books.DrainedNodes()))
-	}
-	if released {
-		p.gangs.RetryTurnedAway(gang)
-	}
-}
-
 // releaseDrain releases the gang's drain, if any: it was planned, or is
-// gone. The gangs turned away are retried, as for setDrain.
+// gone. Releasing it frees capacity no cluster event reports, so the gangs
+// turned away are retried.
 func (p *TopologyPlacement) releaseDrain(ctx context.Context, gang string) {
 	if p.gangs.Books.Undrain(gang) {
 		klog.FromContext(ctx).V(2).Info("Released the gang's drained domain", "plugin", Name, "podGroup", gang)

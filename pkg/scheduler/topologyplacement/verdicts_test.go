@@ -17,6 +17,7 @@ import (
 	schedv1alpha1 "sigs.k8s.io/scheduler-plugins/apis/scheduling/v1alpha1"
 
 	"github.com/lockstep-dev/lockstep/pkg/apis/lockstep/v1alpha1"
+	"github.com/lockstep-dev/lockstep/pkg/scheduler/gangmanager"
 	"github.com/lockstep-dev/lockstep/pkg/scheduler/requeue"
 	"github.com/lockstep-dev/lockstep/pkg/topology"
 	"github.com/lockstep-dev/lockstep/pkg/topology/placement"
@@ -296,7 +297,7 @@ func TestVerdictRetiredByEvents(t *testing.T) {
 					t.Fatal(err)
 				}
 				host, _ := tree.Host("a")
-				p.setDrain(ctx, "ns/other#8", 100, host, 0)
+				p.gangs.Apply("ns/other#8", gangmanager.Decision{Drain: host, Priority: 100}, p.TopologyPlacement.clock.Now())
 				p.releaseDrain(ctx, "ns/other#8")
 			},
 			replan: true,
