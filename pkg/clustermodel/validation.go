@@ -2,7 +2,8 @@ package clustermodel
 
 import (
 	"fmt"
-	"sort"
+	"maps"
+	"slices"
 	"strings"
 
 	"k8s.io/apimachinery/pkg/util/validation"
@@ -93,12 +94,12 @@ func (m *Model) validatePools(path *field.Path) field.ErrorList {
 // level and nest: each wider domain holds whole narrower domains.
 func (m *Model) validateNesting(p *field.Path, pool Pool, levelIndex map[string]int) field.ErrorList {
 	var errs field.ErrorList
-	for _, name := range sortedKeys(pool.NodesPerDomain) {
+	for _, name := range slices.Sorted(maps.Keys(pool.NodesPerDomain)) {
 		if _, ok := levelIndex[name]; !ok {
 			errs = append(errs, field.NotSupported(p.Child("nodesPerDomain").Key(name), name, m.LevelNames()))
 		}
 	}
-	for _, name := range sortedKeys(pool.FirstDomain) {
+	for _, name := range slices.Sorted(maps.Keys(pool.FirstDomain)) {
 		fp := p.Child("firstDomain").Key(name)
 		if _, ok := levelIndex[name]; !ok {
 			errs = append(errs, field.NotSupported(fp, name, m.LevelNames()))
@@ -128,13 +129,4 @@ func (m *Model) validateNesting(p *field.Path, pool Pool, levelIndex map[string]
 		}
 	}
 	return errs
-}
-
-func sortedKeys(m map[string]int) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
 }

@@ -2,13 +2,14 @@ package controller
 
 import (
 	"fmt"
-	"sync"
+	"maps"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/lockstep-dev/lockstep/pkg/apis/lockstep/v1alpha1"
+	"github.com/lockstep-dev/lockstep/pkg/util/syncmap"
 )
 
 // restartDelay is how long the pods of the consecutive-th restart in a row
@@ -63,8 +64,7 @@ func describeBackoff(b *v1alpha1.RestartBackoffStatus) string {
 // which the backoff and backoffLimit bound, never towards a gang running
 // with a member replaced behind its back.
 type failedCreates struct {
-	mu   sync.Mutex
-	jobs map[types.UID]*jobFailedCreates
+	jobs syncmap.Map[types.UID, *jobFailedCreates]
 }
 
 type jobFailedCreates struct {
@@ -72,55 +72,46 @@ type jobFailedCreates struct {
 	names                     map[string]bool
 }
 
-// of is the job's record for its current incarnation, created when create.
-func (f *failedCreates) of(job *v1alpha1.TrainingJob, create bool) *jobFailedCreates {
-	e := f.jobs[job.UID]
-	if e != nil && e.restartCount == job.Status.RestartCount && e.suspensions == job.Status.Suspensions {
-		return e
-	}
-	if !create {
-		return nil
-	}
-	if f.jobs == nil {
-		f.jobs = map[types.UID]*jobFailedCreates{}
-	}
-	e = &jobFailedCreates{restartCount: job.Status.RestartCount, suspensions: job.Status.Suspensions, names: map[string]bool{}}
-	f.jobs[job.UID] = e
-	return e
+// current says whether e is the record of job's current incarnation.
+func (e *jobFailedCreates) current(job *v1alpha1.TrainingJob) bool {
+	return e != nil && e.restartCount == job.Status.RestartCount && e.suspensions == job.Status.Suspensions
 }
 
 // record notes the outcome of creating pod name for job.
 func (f *failedCreates) record(job *v1alpha1.TrainingJob, name string, failed bool) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if e := f.of(job, failed); e != nil {
+	f.jobs.Update(job.UID, func(e *jobFailedCreates, ok bool) (*jobFailedCreates, bool) {
+		if !e.current(job) {
+			if !failed {
+				return e, ok
+			}
+			e = &jobFailedCreates{restartCount: job.Status.RestartCount, suspensions: job.Status.Suspensions, names: map[string]bool{}}
+		}
 		if failed {
 			e.names[name] = true
 		} else {
 			delete(e.names, name)
 		}
-	}
+		return e, true
+	})
 }
 
 // neverCreated says whether pod name of job failed to be created in the
 // job's current incarnation.
 func (f *failedCreates) neverCreated(job *v1alpha1.TrainingJob) func(name string) bool {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	e := f.of(job, false)
-	if e == nil || len(e.names) == 0 {
+	var names map[string]bool
+	f.jobs.Update(job.UID, func(e *jobFailedCreates, ok bool) (*jobFailedCreates, bool) {
+		if e.current(job) && len(e.names) > 0 {
+			names = maps.Clone(e.names)
+		}
+		return e, ok
+	})
+	if names == nil {
 		return func(string) bool { return false }
-	}
-	names := make(map[string]bool, len(e.names))
-	for n := range e.names {
-		names[n] = true
 	}
 	return func(name string) bool { return names[name] }
 }
 
 // forget drops what was remembered of a job.
 func (f *failedCreates) forget(uid types.UID) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	delete(f.jobs, uid)
+	f.jobs.Delete(uid)
 }

@@ -1,13 +1,14 @@
 package controller
 
 import (
-	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/utils/clock"
+
+	"github.com/lockstep-dev/lockstep/pkg/util/syncmap"
 )
 
 // expectationsTTL bounds how long a job waits for its cache to show writes
@@ -30,9 +31,7 @@ const expectationsTTL = time.Minute
 // what the next decision would be made on.
 type expectations struct {
 	clock clock.PassiveClock
-
-	mu    sync.Mutex
-	byJob map[types.UID]*jobExpectations
+	byJob syncmap.Map[types.UID, *jobExpectations]
 }
 
 type jobExpectations struct {
@@ -42,14 +41,13 @@ type jobExpectations struct {
 }
 
 func newExpectations(c clock.PassiveClock) *expectations {
-	return &expectations{clock: c, byJob: map[types.UID]*jobExpectations{}}
+	return &expectations{clock: c}
 }
 
-func (e *expectations) entry(job types.UID) *jobExpectations {
-	x, ok := e.byJob[job]
-	if !ok {
+// entry returns x, a new record when x is nil, marked as written now.
+func (e *expectations) entry(x *jobExpectations) *jobExpectations {
+	if x == nil {
 		x = &jobExpectations{creates: sets.New[string](), deletes: sets.New[types.UID]()}
-		e.byJob[job] = x
 	}
 	x.since = e.clock.Now()
 	return x
@@ -57,34 +55,40 @@ func (e *expectations) entry(job types.UID) *jobExpectations {
 
 // ExpectCreations records pods about to be created, by name.
 func (e *expectations) ExpectCreations(job types.UID, names ...string) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	e.entry(job).creates.Insert(names...)
+	e.byJob.Update(job, func(x *jobExpectations, _ bool) (*jobExpectations, bool) {
+		x = e.entry(x)
+		x.creates.Insert(names...)
+		return x, true
+	})
 }
 
 // CreationFailed forgets a creation that did not happen.
 func (e *expectations) CreationFailed(job types.UID, name string) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if x, ok := e.byJob[job]; ok {
-		x.creates.Delete(name)
-	}
+	e.byJob.Update(job, func(x *jobExpectations, ok bool) (*jobExpectations, bool) {
+		if ok {
+			x.creates.Delete(name)
+		}
+		return x, ok
+	})
 }
 
 // ExpectDeletions records pods about to be deleted, by UID.
 func (e *expectations) ExpectDeletions(job types.UID, uids ...types.UID) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	e.entry(job).deletes.Insert(uids...)
+	e.byJob.Update(job, func(x *jobExpectations, _ bool) (*jobExpectations, bool) {
+		x = e.entry(x)
+		x.deletes.Insert(uids...)
+		return x, true
+	})
 }
 
 // DeletionFailed forgets a deletion that did not happen.
 func (e *expectations) DeletionFailed(job types.UID, uid types.UID) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if x, ok := e.byJob[job]; ok {
-		x.deletes.Delete(uid)
-	}
+	e.byJob.Update(job, func(x *jobExpectations, ok bool) (*jobExpectations, bool) {
+		if ok {
+			x.deletes.Delete(uid)
+		}
+		return x, ok
+	})
 }
 
 // Satisfied reports whether pods, the job's pods as the cache shows them,
@@ -93,32 +97,31 @@ func (e *expectations) DeletionFailed(job types.UID, uid types.UID) {
 // is gone or marked for deletion. Expectations older than expectationsTTL
 // are dropped as satisfied.
 func (e *expectations) Satisfied(job types.UID, pods []*corev1.Pod) bool {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	x, ok := e.byJob[job]
-	if !ok {
-		return true
-	}
-	live := make(map[types.UID]bool, len(pods))
-	for _, p := range pods {
-		x.creates.Delete(p.Name)
-		live[p.UID] = p.DeletionTimestamp == nil
-	}
-	for uid := range x.deletes {
-		if !live[uid] {
-			x.deletes.Delete(uid)
+	satisfied := true
+	e.byJob.Update(job, func(x *jobExpectations, ok bool) (*jobExpectations, bool) {
+		if !ok {
+			return x, false
 		}
-	}
-	if x.creates.Len() == 0 && x.deletes.Len() == 0 || e.clock.Since(x.since) > expectationsTTL {
-		delete(e.byJob, job)
-		return true
-	}
-	return false
+		live := make(map[types.UID]bool, len(pods))
+		for _, p := range pods {
+			x.creates.Delete(p.Name)
+			live[p.UID] = p.DeletionTimestamp == nil
+		}
+		for uid := range x.deletes {
+			if !live[uid] {
+				x.deletes.Delete(uid)
+			}
+		}
+		if x.creates.Len() == 0 && x.deletes.Len() == 0 || e.clock.Since(x.since) > expectationsTTL {
+			return x, false
+		}
+		satisfied = false
+		return x, true
+	})
+	return satisfied
 }
 
 // Forget drops a job's expectations, when the job is gone.
 func (e *expectations) Forget(job types.UID) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	delete(e.byJob, job)
+	e.byJob.Delete(job)
 }

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"maps"
 	"slices"
-	"sync"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -23,6 +22,7 @@ import (
 	"github.com/lockstep-dev/lockstep/pkg/apis/lockstep/v1alpha1"
 	"github.com/lockstep-dev/lockstep/pkg/controller/framework"
 	"github.com/lockstep-dev/lockstep/pkg/lockstep"
+	"github.com/lockstep-dev/lockstep/pkg/util/syncmap"
 )
 
 // minMember is how many pods the gang needs placed together: minAvailable
@@ -228,8 +228,7 @@ const maxRearms = 3
 // incarnation (restartCount), in memory: a controller restart allows
 // maxRearms more.
 type rearms struct {
-	mu   sync.Mutex
-	jobs map[types.UID]rearmCount
+	jobs syncmap.Map[types.UID, rearmCount]
 }
 
 type rearmCount struct {
@@ -240,27 +239,22 @@ type rearmCount struct {
 // take says whether job's PodGroup may be re-armed once more in this
 // incarnation, and counts the re-arm when it may.
 func (r *rearms) take(job *v1alpha1.TrainingJob) bool {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.jobs == nil {
-		r.jobs = map[types.UID]rearmCount{}
-	}
-	c := r.jobs[job.UID]
-	if c.incarnation != job.Status.RestartCount {
-		c = rearmCount{incarnation: job.Status.RestartCount}
-	}
-	if c.n >= maxRearms {
-		return false
-	}
-	c.n++
-	r.jobs[job.UID] = c
-	return true
+	taken := false
+	r.jobs.Update(job.UID, func(c rearmCount, _ bool) (rearmCount, bool) {
+		if c.incarnation != job.Status.RestartCount {
+			c = rearmCount{incarnation: job.Status.RestartCount}
+		}
+		if c.n < maxRearms {
+			c.n++
+			taken = true
+		}
+		return c, true
+	})
+	return taken
 }
 
 func (r *rearms) forget(uid types.UID) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	delete(r.jobs, uid)
+	r.jobs.Delete(uid)
 }
 
 // podGroupEndedPredicate passes a PodGroup's move into Failed or Finished

@@ -3,7 +3,6 @@ package controller
 import (
 	"context"
 	"fmt"
-	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
@@ -17,6 +16,7 @@ import (
 
 	"github.com/lockstep-dev/lockstep/pkg/apis/lockstep/v1alpha1"
 	"github.com/lockstep-dev/lockstep/pkg/lockstep"
+	"github.com/lockstep-dev/lockstep/pkg/util/syncmap"
 )
 
 // The preemption path (docs/controller.md, "Preemption"). To make room for
@@ -98,8 +98,7 @@ type vanishedPod struct {
 // reason (a failure) or, when the whole gang is gone, is simply created
 // again (docs/controller.md).
 type vanishedPods struct {
-	mu   sync.Mutex
-	jobs map[types.UID]map[string]vanishedPod
+	jobs syncmap.Map[types.UID, map[string]vanishedPod]
 }
 
 // note records p when it carries the preemption condition.
@@ -113,43 +112,38 @@ func (v *vanishedPods) note(p *corev1.Pod) {
 		return
 	}
 	jp := podLabels(p, 0)
-	v.mu.Lock()
-	defer v.mu.Unlock()
-	if v.jobs == nil {
-		v.jobs = map[types.UID]map[string]vanishedPod{}
-	}
-	pods := v.jobs[ref.UID]
-	if pods == nil {
-		pods = map[string]vanishedPod{}
-		v.jobs[ref.UID] = pods
-	}
-	for name, old := range pods {
-		// Pods of an earlier incarnation are of no more use.
-		if old.incarnation < jp.incarnation || old.suspensions < jp.suspensions {
-			delete(pods, name)
+	v.jobs.Update(ref.UID, func(pods map[string]vanishedPod, _ bool) (map[string]vanishedPod, bool) {
+		if pods == nil {
+			pods = map[string]vanishedPod{}
 		}
-	}
-	pods[p.Name] = vanishedPod{incarnation: jp.incarnation, suspensions: jp.suspensions, bound: p.Spec.NodeName != "", cause: cause}
+		for name, old := range pods {
+			// Pods of an earlier incarnation are of no more use.
+			if old.incarnation < jp.incarnation || old.suspensions < jp.suspensions {
+				delete(pods, name)
+			}
+		}
+		pods[p.Name] = vanishedPod{incarnation: jp.incarnation, suspensions: jp.suspensions, bound: p.Spec.NodeName != "", cause: cause}
+		return pods, true
+	})
 }
 
 // of returns the noted members of the job's current incarnation.
 func (v *vanishedPods) of(job *v1alpha1.TrainingJob) map[string]vanishedPod {
-	v.mu.Lock()
-	defer v.mu.Unlock()
 	out := map[string]vanishedPod{}
-	for name, p := range v.jobs[job.UID] {
-		if p.incarnation == job.Status.RestartCount && p.suspensions == job.Status.Suspensions {
-			out[name] = p
+	v.jobs.Update(job.UID, func(pods map[string]vanishedPod, ok bool) (map[string]vanishedPod, bool) {
+		for name, p := range pods {
+			if p.incarnation == job.Status.RestartCount && p.suspensions == job.Status.Suspensions {
+				out[name] = p
+			}
 		}
-	}
+		return pods, ok
+	})
 	return out
 }
 
 // forget drops what was noted of a job.
 func (v *vanishedPods) forget(uid types.UID) {
-	v.mu.Lock()
-	defer v.mu.Unlock()
-	delete(v.jobs, uid)
+	v.jobs.Delete(uid)
 }
 
 // podEvents enqueues the job that controls a pod, as Owns does, and first

@@ -253,8 +253,9 @@ func TestVanishedPods(t *testing.T) {
 		t.Errorf("noted for incarnation 1: %v, want nothing", got)
 	}
 	v.note(owned(preemptedBy(testPod(v1alpha1.ReplicaWorker, 0, corev1.PodRunning, 0), upstreamMessage), "1"))
-	if got := v.of(job); len(got) != 1 || got["j-worker-0"].cause.known || len(v.jobs[job.UID]) != 1 {
-		t.Errorf("noted for incarnation 1: %v (all: %v), want j-worker-0 alone, preemptor unknown", got, v.jobs[job.UID])
+	all, _ := v.jobs.Load(job.UID) // every incarnation's, not only the current one's
+	if got := v.of(job); len(got) != 1 || got["j-worker-0"].cause.known || len(all) != 1 {
+		t.Errorf("noted for incarnation 1: %v (all: %v), want j-worker-0 alone, preemptor unknown", got, all)
 	}
 	v.forget(job.UID)
 	if got := v.of(job); len(got) != 0 {

@@ -16,6 +16,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -169,44 +170,128 @@ func listItems(obj map[string]any) []listItem {
 	return out
 }
 
-// kindInfo is what the converter knows of one Kubeflow kind.
+// kindInfo is what the converter knows of one Kubeflow kind at one
+// version, and how it reads it.
 type kindInfo struct {
+	kind       string
 	apiVersion string
 	framework  v1alpha1.Framework
 	// replicasField is the spec field holding the replica specs.
 	replicasField string
 	// operator is the managedBy value that names Kubeflow's own operator.
 	operator string
+	// read decodes the object strictly and maps its spec into out
+	// (readAs).
+	read func(c *converter, data []byte, out *v1alpha1.TrainingJobSpec) (meta metav1.ObjectMeta, status []byte, ok bool)
 }
 
 // mpiJobV1 is the training-operator's MPIJob version; mpi-operator serves
 // kubeflow.org/v2beta1.
 const mpiJobV1 = "kubeflow.org/v1"
 
-// lookupKind returns the versions of a Kubeflow kind the converter reads.
-func lookupKind(kind string) ([]kindInfo, bool) {
-	const trainingOperator = "kubeflow.org/training-operator"
-	switch kind {
-	case "PyTorchJob":
-		return []kindInfo{{"kubeflow.org/v1", v1alpha1.FrameworkPyTorch, "pytorchReplicaSpecs", trainingOperator}}, true
-	case "TFJob":
-		return []kindInfo{{"kubeflow.org/v1", v1alpha1.FrameworkTensorFlow, "tfReplicaSpecs", trainingOperator}}, true
-	case "XGBoostJob":
-		return []kindInfo{{"kubeflow.org/v1", v1alpha1.FrameworkXGBoost, "xgbReplicaSpecs", trainingOperator}}, true
-	case "PaddleJob":
-		return []kindInfo{{"kubeflow.org/v1", v1alpha1.FrameworkPaddle, "paddleReplicaSpecs", trainingOperator}}, true
-	case "JAXJob":
-		return []kindInfo{{"kubeflow.org/v1", v1alpha1.FrameworkJAX, "jaxReplicaSpecs", trainingOperator}}, true
-	case "MPIJob":
-		return []kindInfo{
-			{"kubeflow.org/v2beta1", v1alpha1.FrameworkMPI, "mpiReplicaSpecs", "kubeflow.org/mpi-operator"},
-			{mpiJobV1, v1alpha1.FrameworkMPI, "mpiReplicaSpecs", trainingOperator},
-		}, true
-	}
-	return nil, false
+const trainingOperator = "kubeflow.org/training-operator"
+
+// kinds are the Kubeflow kinds the converter reads, one row per kind and
+// version, a kind's versions together and in the order its refusals name
+// them. A new kind is a row here, a spec type in kubeflow.go, and the
+// mapping of any field of its own.
+var kinds = []kindInfo{
+	{"PyTorchJob", "kubeflow.org/v1", v1alpha1.FrameworkPyTorch, "pytorchReplicaSpecs", trainingOperator, readAs((*converter).pytorch)},
+	{"TFJob", "kubeflow.org/v1", v1alpha1.FrameworkTensorFlow, "tfReplicaSpecs", trainingOperator, readAs((*converter).tensorflow)},
+	{"XGBoostJob", "kubeflow.org/v1", v1alpha1.FrameworkXGBoost, "xgbReplicaSpecs", trainingOperator, readAs[xgboostJobSpec](nil)},
+	{"PaddleJob", "kubeflow.org/v1", v1alpha1.FrameworkPaddle, "paddleReplicaSpecs", trainingOperator, readAs((*converter).paddle)},
+	{"JAXJob", "kubeflow.org/v1", v1alpha1.FrameworkJAX, "jaxReplicaSpecs", trainingOperator, readAs[jaxJobSpec](nil)},
+	{"MPIJob", "kubeflow.org/v2beta1", v1alpha1.FrameworkMPI, "mpiReplicaSpecs", "kubeflow.org/mpi-operator", readAs((*converter).mpi)},
+	{"MPIJob", mpiJobV1, v1alpha1.FrameworkMPI, "mpiReplicaSpecs", trainingOperator, readAs((*converter).mpiV1)},
 }
 
-const supportedKinds = "PyTorchJob, TFJob, XGBoostJob, PaddleJob, JAXJob (kubeflow.org/v1) and MPIJob (kubeflow.org/v2beta1 and kubeflow.org/v1)"
+// kfSpec is what every Kubeflow kind's spec has: replica specs and a run
+// policy.
+type kfSpec interface {
+	replicaSpecs() kfReplicaSpecs
+	runPolicy() *kfRunPolicy
+}
+
+// deprecatedCleanPodPolicy is a spec that still has a cleanPodPolicy of its
+// own beside runPolicy's (MPIJob kubeflow.org/v1).
+type deprecatedCleanPodPolicy interface {
+	cleanPodPolicy() *string
+}
+
+// readAs returns the read of a kind whose spec is S: decode strictly, map
+// the kind's own fields (own, nil when it has none), then the replica specs
+// and run policy every kind has, in that order, so refusals come in the
+// order of the fields' mapping.
+func readAs[S kfSpec](own func(c *converter, src *S, out *v1alpha1.TrainingJobSpec)) func(*converter, []byte, *v1alpha1.TrainingJobSpec) (metav1.ObjectMeta, []byte, bool) {
+	return func(c *converter, data []byte, out *v1alpha1.TrainingJobSpec) (metav1.ObjectMeta, []byte, bool) {
+		var src kfObject[S]
+		if !c.decode(data, &src) {
+			return metav1.ObjectMeta{}, nil, false
+		}
+		spec := src.Spec
+		if own != nil {
+			own(c, &spec, out)
+		}
+		c.replicas(spec.replicaSpecs(), out)
+		out.RunPolicy = c.runPolicy(spec.runPolicy())
+		if d, ok := any(spec).(deprecatedCleanPodPolicy); ok {
+			out.RunPolicy = c.mpiV1CleanPodPolicy(d.cleanPodPolicy(), out.RunPolicy)
+		}
+		return src.Metadata, src.Status, true
+	}
+}
+
+// lookupKind returns the versions of a Kubeflow kind the converter reads.
+func lookupKind(kind string) ([]kindInfo, bool) {
+	var versions []kindInfo
+	for _, k := range kinds {
+		if k.kind == kind {
+			versions = append(versions, k)
+		}
+	}
+	return versions, len(versions) > 0
+}
+
+// supportedKinds names the kinds, those of the same versions together:
+// "PyTorchJob, TFJob (kubeflow.org/v1) and MPIJob (kubeflow.org/v2beta1
+// and kubeflow.org/v1)".
+var supportedKinds = func() string {
+	type group struct {
+		kinds    []string
+		versions string
+	}
+	var groups []group
+	for _, k := range kinds {
+		if n := len(groups); n > 0 && slices.Contains(groups[n-1].kinds, k.kind) {
+			continue
+		}
+		versions, _ := lookupKind(k.kind)
+		v := versionList(versions)
+		if n := len(groups); n > 0 && groups[n-1].versions == v {
+			groups[n-1].kinds = append(groups[n-1].kinds, k.kind)
+			continue
+		}
+		groups = append(groups, group{kinds: []string{k.kind}, versions: v})
+	}
+	named := make([]string, len(groups))
+	for i, g := range groups {
+		named[i] = strings.Join(g.kinds, ", ") + " (" + g.versions + ")"
+	}
+	if len(named) < 2 {
+		return strings.Join(named, "")
+	}
+	return strings.Join(named[:len(named)-1], ", ") + " and " + named[len(named)-1]
+}()
+
+// versionList names the versions of a kind: "kubeflow.org/v2beta1 and
+// kubeflow.org/v1".
+func versionList(versions []kindInfo) string {
+	read := make([]string, len(versions))
+	for i, k := range versions {
+		read[i] = k.apiVersion
+	}
+	return strings.Join(read, " and ")
+}
 
 // converter converts one object, collecting refusals and warnings.
 type converter struct {
@@ -255,11 +340,7 @@ func (c *converter) convert(obj map[string]any) *Converted {
 	}
 	i := slices.IndexFunc(versions, func(k kindInfo) bool { return k.apiVersion == apiVersion })
 	if i < 0 {
-		read := make([]string, len(versions))
-		for j, k := range versions {
-			read[j] = k.apiVersion
-		}
-		c.refuse("apiVersion", "%s %s is not supported; the converter reads %s %s", kindName, apiVersion, kindName, strings.Join(read, " and "))
+		c.refuse("apiVersion", "%s %s is not supported; the converter reads %s %s", kindName, apiVersion, kindName, versionList(versions))
 		return nil
 	}
 	c.kind = versions[i]
@@ -273,75 +354,9 @@ func (c *converter) convert(obj map[string]any) *Converted {
 		TypeMeta: metav1.TypeMeta{APIVersion: v1alpha1.GroupVersion.String(), Kind: "TrainingJob"},
 		Spec:     v1alpha1.TrainingJobSpec{Framework: c.kind.framework},
 	}
-	var meta metav1.ObjectMeta
-	var status []byte
-	switch kindName {
-	case "PyTorchJob":
-		var src kfObject[pytorchJobSpec]
-		if !c.decode(data, &src) {
-			return nil
-		}
-		meta, status = src.Metadata, src.Status
-		c.pytorch(&src.Spec, &job.Spec)
-		c.replicas(src.Spec.PyTorchReplicaSpecs, &job.Spec)
-		job.Spec.RunPolicy = c.runPolicy(src.Spec.RunPolicy)
-	case "TFJob":
-		var src kfObject[tfJobSpec]
-		if !c.decode(data, &src) {
-			return nil
-		}
-		meta, status = src.Metadata, src.Status
-		c.tensorflow(&src.Spec, &job.Spec)
-		c.replicas(src.Spec.TFReplicaSpecs, &job.Spec)
-		job.Spec.RunPolicy = c.runPolicy(src.Spec.RunPolicy)
-	case "XGBoostJob":
-		var src kfObject[xgboostJobSpec]
-		if !c.decode(data, &src) {
-			return nil
-		}
-		meta, status = src.Metadata, src.Status
-		c.replicas(src.Spec.XGBReplicaSpecs, &job.Spec)
-		job.Spec.RunPolicy = c.runPolicy(src.Spec.RunPolicy)
-	case "PaddleJob":
-		var src kfObject[paddleJobSpec]
-		if !c.decode(data, &src) {
-			return nil
-		}
-		meta, status = src.Metadata, src.Status
-		if len(src.Spec.ElasticPolicy) > 0 {
-			c.refuse("spec.elasticPolicy", "no TrainingJob equivalent: Lockstep runs elastic jobs for PyTorch only; remove it to run a fixed-size PaddleJob")
-		}
-		c.replicas(src.Spec.PaddleReplicaSpecs, &job.Spec)
-		job.Spec.RunPolicy = c.runPolicy(src.Spec.RunPolicy)
-	case "JAXJob":
-		var src kfObject[jaxJobSpec]
-		if !c.decode(data, &src) {
-			return nil
-		}
-		meta, status = src.Metadata, src.Status
-		c.replicas(src.Spec.JAXReplicaSpecs, &job.Spec)
-		job.Spec.RunPolicy = c.runPolicy(src.Spec.RunPolicy)
-	case "MPIJob":
-		if c.kind.apiVersion == mpiJobV1 {
-			var src kfObject[mpiJobV1Spec]
-			if !c.decode(data, &src) {
-				return nil
-			}
-			meta, status = src.Metadata, src.Status
-			c.mpiV1(&src.Spec, &job.Spec)
-			c.replicas(src.Spec.MPIReplicaSpecs, &job.Spec)
-			job.Spec.RunPolicy = c.runPolicy(src.Spec.RunPolicy)
-			job.Spec.RunPolicy = c.mpiV1CleanPodPolicy(src.Spec.CleanPodPolicy, job.Spec.RunPolicy)
-			break
-		}
-		var src kfObject[mpiJobSpec]
-		if !c.decode(data, &src) {
-			return nil
-		}
-		meta, status = src.Metadata, src.Status
-		c.mpi(&src.Spec, &job.Spec)
-		c.replicas(src.Spec.MPIReplicaSpecs, &job.Spec)
-		job.Spec.RunPolicy = c.runPolicy(src.Spec.RunPolicy)
+	meta, status, ok := c.kind.read(c, data, &job.Spec)
+	if !ok {
+		return nil
 	}
 	if len(status) > 0 {
 		c.warn("status dropped: it describes the Kubeflow object's run")
@@ -457,12 +472,7 @@ func (c *converter) replicas(specs kfReplicaSpecs, out *v1alpha1.TrainingJobSpec
 	}
 	valid := v1alpha1.FrameworkRoles(c.kind.framework)
 	out.ReplicaSpecs = map[v1alpha1.ReplicaType]v1alpha1.ReplicaSpec{}
-	keys := make([]string, 0, len(specs))
-	for k := range specs {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	for _, key := range keys {
+	for _, key := range slices.Sorted(maps.Keys(specs)) {
 		path := field + "." + key
 		// Kubeflow accepts role keys in any case (worker, WORKER).
 		i := slices.IndexFunc(valid, func(r v1alpha1.ReplicaType) bool { return strings.EqualFold(string(r), key) })
@@ -588,6 +598,12 @@ func (c *converter) tensorflow(src *tfJobSpec, out *v1alpha1.TrainingJobSpec) {
 	}
 	if d := src.EnableDynamicWorker; d != nil && *d {
 		c.refuse("spec.enableDynamicWorker", "no TrainingJob equivalent: Lockstep writes the full TF_CONFIG cluster, not the sparse one; remove it")
+	}
+}
+
+func (c *converter) paddle(src *paddleJobSpec, _ *v1alpha1.TrainingJobSpec) {
+	if len(src.ElasticPolicy) > 0 {
+		c.refuse("spec.elasticPolicy", "no TrainingJob equivalent: Lockstep runs elastic jobs for PyTorch only; remove it to run a fixed-size PaddleJob")
 	}
 }
 

@@ -164,6 +164,19 @@ func TestRefusals(t *testing.T) {
 			want:  []string{`document 1 (MPIJob mpi): apiVersion: MPIJob kubeflow.org/v1alpha2 is not supported; the converter reads MPIJob kubeflow.org/v2beta1 and kubeflow.org/v1`},
 		},
 		{
+			name:  "TFJob of the wrong version",
+			input: "apiVersion: kubeflow.org/v2\nkind: TFJob\nmetadata:\n  name: tf\nspec: {}\n",
+			want:  []string{`document 1 (TFJob tf): apiVersion: TFJob kubeflow.org/v2 is not supported; the converter reads TFJob kubeflow.org/v1`},
+		},
+		{
+			name:  "XGBoostJob without replica specs",
+			input: "apiVersion: kubeflow.org/v1\nkind: XGBoostJob\nmetadata:\n  name: xgb\nspec:\n  runPolicy:\n    managedBy: kueue.x-k8s.io/multikueue\n",
+			want: []string{
+				`document 1 (XGBoostJob xgb): spec.xgbReplicaSpecs: required: give at least one replica spec`,
+				`document 1 (XGBoostJob xgb): spec.runPolicy.managedBy: no TrainingJob equivalent: the job is delegated to "kueue.x-k8s.io/multikueue", and Lockstep cannot hand a TrainingJob to another controller`,
+			},
+		},
+		{
 			name:  "MPIJob v1 with a conflicting cleanPodPolicy",
 			input: "apiVersion: kubeflow.org/v1\nkind: MPIJob\nmetadata:\n  name: mpi\nspec:\n  cleanPodPolicy: All\n  runPolicy:\n    cleanPodPolicy: None\n  mpiReplicaSpecs:\n    Launcher:\n      template:\n        spec:\n          containers: [{name: m, image: i}]\n    Worker:\n      replicas: 1\n      template:\n        spec:\n          containers: [{name: m, image: i}]\n",
 			want:  []string{`document 1 (MPIJob mpi): spec.cleanPodPolicy: All conflicts with spec.runPolicy.cleanPodPolicy None; keep one`},

@@ -123,3 +123,20 @@ type mpiJobV1Spec struct {
 	MainContainer   string         `json:"mainContainer,omitempty"`
 	RunPolicy       *kfRunPolicy   `json:"runPolicy,omitempty"`
 }
+
+// Each kind's spec names its replica specs differently (kfSpec).
+func (s pytorchJobSpec) replicaSpecs() kfReplicaSpecs { return s.PyTorchReplicaSpecs }
+func (s pytorchJobSpec) runPolicy() *kfRunPolicy      { return s.RunPolicy }
+func (s tfJobSpec) replicaSpecs() kfReplicaSpecs      { return s.TFReplicaSpecs }
+func (s tfJobSpec) runPolicy() *kfRunPolicy           { return s.RunPolicy }
+func (s xgboostJobSpec) replicaSpecs() kfReplicaSpecs { return s.XGBReplicaSpecs }
+func (s xgboostJobSpec) runPolicy() *kfRunPolicy      { return s.RunPolicy }
+func (s paddleJobSpec) replicaSpecs() kfReplicaSpecs  { return s.PaddleReplicaSpecs }
+func (s paddleJobSpec) runPolicy() *kfRunPolicy       { return s.RunPolicy }
+func (s jaxJobSpec) replicaSpecs() kfReplicaSpecs     { return s.JAXReplicaSpecs }
+func (s jaxJobSpec) runPolicy() *kfRunPolicy          { return s.RunPolicy }
+func (s mpiJobSpec) replicaSpecs() kfReplicaSpecs     { return s.MPIReplicaSpecs }
+func (s mpiJobSpec) runPolicy() *kfRunPolicy          { return s.RunPolicy }
+func (s mpiJobV1Spec) replicaSpecs() kfReplicaSpecs   { return s.MPIReplicaSpecs }
+func (s mpiJobV1Spec) runPolicy() *kfRunPolicy        { return s.RunPolicy }
+func (s mpiJobV1Spec) cleanPodPolicy() *string        { return s.CleanPodPolicy }

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"fmt"
 	"hash/fnv"
+	"maps"
 	"slices"
 	"strings"
 )
@@ -96,7 +97,7 @@ func (f *Fabric) Topology(opts Options) *Topology {
 			topo.Warnings = append(topo.Warnings, fmt.Sprintf("router %s %q skipped", n.ID(), n.Description))
 		}
 	}
-	for _, desc := range sortedKeys(skipped) {
+	for _, desc := range slices.Sorted(maps.Keys(skipped)) {
 		ids := skipped[desc]
 		if len(ids) == 1 {
 			topo.Warnings = append(topo.Warnings, fmt.Sprintf("adapter %s %q is not a host's; skipped", ids[0], desc))
@@ -116,7 +117,7 @@ func (f *Fabric) Topology(opts Options) *Topology {
 		groups[k] = g.groupNames(tiers, k)
 	}
 
-	for _, host := range sortedKeys(adapters) {
+	for _, host := range slices.Sorted(maps.Keys(adapters)) {
 		a := Assignment{Host: host}
 		if leaf, ok := g.hostLeaf(adapters[host]); ok {
 			a.Domains = append(a.Domains, "leaf-"+leaf)
@@ -198,9 +199,9 @@ func (g *cableGraph) addAdapterPort(adapter string, port int, sw string) {
 func (g *cableGraph) switchTiers(adapters map[string][]*Node) map[string]int {
 	tiers := make(map[string]int)
 	var frontier []string
-	for _, host := range sortedKeys(adapters) {
+	for _, host := range slices.Sorted(maps.Keys(adapters)) {
 		for _, a := range adapters[host] {
-			for _, port := range sortedKeys(g.adapterPorts[a.GUID]) {
+			for _, port := range slices.Sorted(maps.Keys(g.adapterPorts[a.GUID])) {
 				sw := g.adapterPorts[a.GUID][port]
 				if tiers[sw] == 0 {
 					tiers[sw] = 1
@@ -212,7 +213,7 @@ func (g *cableGraph) switchTiers(adapters map[string][]*Node) map[string]int {
 	for len(frontier) > 0 {
 		var next []string
 		for _, sw := range frontier {
-			for _, peer := range sortedKeys(g.switchPeers[sw]) {
+			for _, peer := range slices.Sorted(maps.Keys(g.switchPeers[sw])) {
 				if tiers[peer] == 0 {
 					tiers[peer] = tiers[sw] + 1
 					next = append(next, peer)
@@ -229,7 +230,7 @@ func (g *cableGraph) switchTiers(adapters map[string][]*Node) map[string]int {
 func (g *cableGraph) groupNames(tiers map[string]int, k int) map[string]string {
 	names := make(map[string]string)
 	seen := make(map[string]bool)
-	for _, start := range sortedKeys(tiers) {
+	for _, start := range slices.Sorted(maps.Keys(tiers)) {
 		if tiers[start] != 1 || seen[start] {
 			continue
 		}
@@ -307,7 +308,7 @@ func (g *cableGraph) hostLeaf(adapters []*Node) (string, bool) {
 	}
 	for _, a := range ordered {
 		ports := g.adapterPorts[a.GUID]
-		for _, port := range sortedKeys(ports) {
+		for _, port := range slices.Sorted(maps.Keys(ports)) {
 			if count[ports[port]] == best {
 				return ports[port], true
 			}
@@ -352,15 +353,6 @@ func leadingDigits(s string) (digits, rest string) {
 		i++
 	}
 	return s[:i], s[i:]
-}
-
-func sortedKeys[K cmp.Ordered, V any](m map[K]V) []K {
-	keys := make([]K, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	return keys
 }
 
 // labelValue returns s when it is a valid Kubernetes label value and

@@ -19,6 +19,7 @@ package topologyconfig
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"reflect"
 	"slices"
@@ -201,7 +202,7 @@ func Validate(cfg lockstep.TopologyConfig, path *field.Path) field.ErrorList {
 	}
 	for name, o := range cfg.Oversubscription {
 		if _, ok := names[name]; !ok && name != lockstep.LevelCluster {
-			errs = append(errs, field.NotSupported(over.Key(name), name, append(sortedKeys(names), lockstep.LevelCluster)))
+			errs = append(errs, field.NotSupported(over.Key(name), name, append(slices.Sorted(maps.Keys(names)), lockstep.LevelCluster)))
 		}
 		if o < 1 {
 			errs = append(errs, field.Invalid(over.Key(name), o, "must be at least 1 (1 is non-blocking, 2 is 2:1)"))
@@ -215,15 +216,6 @@ func Validate(cfg lockstep.TopologyConfig, path *field.Path) field.ErrorList {
 		}
 	}
 	return errs
-}
-
-func sortedKeys(m map[string]int) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	slices.Sort(out)
-	return out
 }
 
 func decodeStrict(data []byte, into any) error {

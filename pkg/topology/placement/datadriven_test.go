@@ -3,6 +3,7 @@ package placement
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -224,9 +225,9 @@ func (s *script) run(t *testing.T, d *datadriven.TestData) (string, error) {
 		s.nodes = slices.Delete(s.nodes, i, i+1)
 		// As the plugin: every plan is checked (Held.Fits) when its next
 		// member comes; here at once.
-		return s.validate(sortedKeys(s.books.gangs)), nil
+		return s.validate(slices.Sorted(maps.Keys(s.books.gangs))), nil
 	case "validate":
-		return s.validate(sortedKeys(s.books.gangs)), nil
+		return s.validate(slices.Sorted(maps.Keys(s.books.gangs))), nil
 	case "expire":
 		var ttl time.Duration
 		d.ScanArgs(t, "ttl", &ttl)

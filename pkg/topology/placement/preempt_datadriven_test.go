@@ -3,6 +3,7 @@ package placement
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"testing"
@@ -78,7 +79,7 @@ func (s *script) preempt(t *testing.T, d *datadriven.TestData) (string, error) {
 	}
 	var b strings.Builder
 	candidates := make([]Victim, 0, len(s.victims))
-	for _, k := range sortedKeys(s.victims) {
+	for _, k := range slices.Sorted(maps.Keys(s.victims)) {
 		// As the plugin: work already evicted for a hold is leaving, and is
 		// never evicted twice.
 		if by, ok := s.books.EvictedFor(victimPod(k, 0)); ok {
