@@ -21,6 +21,8 @@ func OutOfTree() []app.Option {
 		// Coscheduling with QueueingHints on the events that free capacity,
 		// as deploy/scheduler/config.yaml uses it.
 		app.WithPlugin(lockstepcoscheduling.Name, lockstepcoscheduling.New),
-		app.WithPlugin(topologyplacement.Name, topologyplacement.New),
+		// Every profile of the scheduler gets the one TopologyPlacement of
+		// this registry: gangs of two profiles never share a GPU.
+		app.WithPlugin(topologyplacement.Name, topologyplacement.NewShared().New),
 	}
 }

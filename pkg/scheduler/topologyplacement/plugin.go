@@ -152,16 +152,16 @@ var (
 	_ framework.EnqueueExtensions = &TopologyPlacement{}
 )
 
-// New returns the scheduler's plugin: built from args for the first
-// profile that enables it, the same instance for every later one (see
-// instances).
-func New(ctx context.Context, obj runtime.Object, handle framework.Handle) (framework.Plugin, error) {
+// New is the plugin factory: it returns the scheduler's plugin, built from
+// args for the first profile that enables it, the same instance for every
+// later one (see instances).
+func (sh *Shared) New(ctx context.Context, obj runtime.Object, handle framework.Handle) (framework.Plugin, error) {
 	args, err := decodeArgs(obj)
 	if err != nil {
 		return nil, err
 	}
 	profile := profileName(handle)
-	p, err := schedulers.getOrBuild(ctx, handle.SharedInformerFactory(), profile, args, func() (*TopologyPlacement, error) {
+	p, err := sh.instances.getOrBuild(ctx, handle.SharedInformerFactory(), profile, args, func() (*TopologyPlacement, error) {
 		return build(ctx, args, handle)
 	})
 	if err != nil {

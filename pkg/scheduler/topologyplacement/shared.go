@@ -23,9 +23,17 @@ import (
 // drops plans by one planTTL, and plans are made on one set of levels.
 // Profiles that configure it differently are refused at startup.
 
-// schedulers is the process's registry of plugin instances, one per
-// scheduler.
-var schedulers = newInstances()
+// Shared is what the profiles of a scheduler share: its one plugin
+// instance. The scheduler's registry (pkg/scheduler.OutOfTree) makes one
+// and registers its New as TopologyPlacement's factory, so the sharing is
+// an object passed through the registry, not a package variable: two
+// registries (two schedulers, or the benchmark's rounds) share nothing.
+type Shared struct {
+	instances *instances
+}
+
+// NewShared returns a Shared with no instance yet.
+func NewShared() *Shared { return &Shared{instances: newInstances()} }
 
 // instances maps a scheduler to its plugin. A scheduler is known by the
 // informer factory it gives every profile's framework: profiles of one

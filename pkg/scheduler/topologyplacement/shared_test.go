@@ -125,3 +125,27 @@ func mustArgs(t *testing.T) *Args {
 	}
 	return args
 }
+
+// TestSharedIsPerRegistry: the instance is shared through the Shared the
+// registry made, not through the process: two registries' schedulers,
+// even over one informer factory, get plugins of their own.
+func TestSharedIsPerRegistry(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	build := func() (*TopologyPlacement, error) {
+		p, _ := newTestPlugin(t)
+		return p, nil
+	}
+	factory := new(int)
+	a, err := NewShared().instances.getOrBuild(ctx, factory, "lockstep-scheduler", mustArgs(t), build)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := NewShared().instances.getOrBuild(ctx, factory, "lockstep-scheduler", mustArgs(t), build)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a == b {
+		t.Error("two registries' schedulers share one plugin")
+	}
+}
