@@ -32,10 +32,8 @@ func (p *TopologyPlacement) PreBind(ctx context.Context, state fwk.CycleState, p
 	if !ok || a.Gang == "" {
 		return nil
 	}
-	if p.binds != nil {
-		// Past Permit: from here the member only waits for the apiserver.
-		p.binds.started(pod.UID)
-	}
+	// Past Permit: from here the member only waits for the apiserver.
+	p.binds.started(pod.UID)
 	if g, first := p.gangs.Books.MarkPublished(a.Gang); first {
 		// The first member past Permit: the whole gang is reserved.
 		p.observePlaced(a.Gang, g)
@@ -53,11 +51,9 @@ func (p *TopologyPlacement) PreBind(ctx context.Context, state fwk.CycleState, p
 // sees the pod bound without its GPUs, and binding costs one write, as it
 // does for DefaultBinder. Other pods are skipped, for DefaultBinder.
 func (p *TopologyPlacement) Bind(ctx context.Context, state fwk.CycleState, pod *v1.Pod, nodeName string) *fwk.Status {
-	if p.binds != nil {
-		// Whatever the way out, including to DefaultBinder, the count
-		// PreBind may have started ends.
-		defer p.binds.done(pod.UID)
-	}
+	// Whatever the way out, including to DefaultBinder, the count PreBind
+	// may have started ends.
+	defer p.binds.done(pod.UID)
 	a, ok := p.gangs.Books.AssignmentOf(pod.UID)
 	if !ok {
 		if s, err := stateOf(state); err == nil && s.plan != nil {
@@ -79,9 +75,7 @@ func (p *TopologyPlacement) Bind(ctx context.Context, state fwk.CycleState, pod 
 		ObjectMeta: metav1.ObjectMeta{Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID, Annotations: annotations},
 		Target:     v1.ObjectReference{Kind: "Node", Name: nodeName},
 	}
-	if p.binds != nil {
-		p.binds.started(pod.UID)
-	}
+	p.binds.started(pod.UID)
 	klog.FromContext(ctx).V(3).Info("Binding pod with its GPUs", "plugin", Name, "pod", klog.KObj(pod), "node", nodeName, "gpus", annotations[lockstep.AnnotationGPUs])
 	if err := p.bind(ctx, binding); err != nil {
 		if p.boundTo(ctx, pod, nodeName) {
@@ -129,9 +123,6 @@ func (p *TopologyPlacement) bind(ctx context.Context, binding *v1.Binding) error
 	}
 	send := func() error {
 		return p.handle.ClientSet().CoreV1().Pods(binding.Namespace).Bind(ctx, binding, metav1.CreateOptions{})
-	}
-	if p.binds == nil {
-		return send()
 	}
 	return p.binds.send(ctx, send)
 }

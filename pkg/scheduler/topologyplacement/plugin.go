@@ -106,8 +106,7 @@ type TopologyPlacement struct {
 	// be replaying them. Gangs are not planned meanwhile (caughtUp). Nil
 	// (tests) is caught up.
 	behind *atomic.Bool
-	// binds bounds how far scheduling runs ahead of the plugin's binds;
-	// nil (tests) never waits.
+	// binds bounds how far scheduling runs ahead of the plugin's binds.
 	binds *bindBacklog
 }
 
@@ -354,7 +353,7 @@ func (p *TopologyPlacement) podEvents(ctx context.Context) cache.ResourceEventHa
 			if old, ok := oldObj.(*v1.Pod); !ok || memberChanged(old, pod) {
 				p.verdicts.gangChanged(gangKey(pod))
 			}
-			if pod.Spec.NodeName != "" && p.binds != nil {
+			if pod.Spec.NodeName != "" {
 				// Bound, by whichever binder: nothing of it is in flight.
 				p.binds.done(pod.UID)
 			}
@@ -376,9 +375,7 @@ func (p *TopologyPlacement) podEvents(ctx context.Context) cache.ResourceEventHa
 			}
 			if pod, ok := obj.(*v1.Pod); ok {
 				p.gangs.Books.ForgetPod(pod.UID)
-				if p.binds != nil {
-					p.binds.done(pod.UID)
-				}
+				p.binds.done(pod.UID)
 				p.victimGone(ctx, pod)
 				p.gangs.PodGone(pod.UID)
 				p.ignored.Remove(string(pod.UID) + "/" + pod.Annotations[lockstep.AnnotationGPUs])
@@ -472,9 +469,7 @@ func (p *TopologyPlacement) sweep(ctx context.Context) {
 	p.metrics.plansHeld.Set(float64(plans))
 	p.metrics.heldGPUs.Set(float64(gpus))
 	p.metrics.drainedNodes.Set(float64(p.gangs.Books.DrainedNodes()))
-	if p.binds != nil {
-		p.metrics.bindsInFlight.Set(float64(p.binds.size()))
-	}
+	p.metrics.bindsInFlight.Set(float64(p.binds.size()))
 }
 
 // forgetDeletedGangs drops the first-attempt times of gangs whose PodGroup

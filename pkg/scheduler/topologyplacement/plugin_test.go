@@ -44,7 +44,7 @@ func newTestPlugin(t testing.TB) (*TopologyPlacement, *clocktesting.FakeClock) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &TopologyPlacement{args: args, clock: clock, gpus: newGPUIndex(nil), trees: &treeCache{}, rows: &snapshotRows{}, metrics: m, profiles: keyset.New(), ignored: keyset.New()}
+	p := &TopologyPlacement{args: args, clock: clock, gpus: newGPUIndex(nil), trees: &treeCache{}, rows: &snapshotRows{}, metrics: m, profiles: keyset.New(), ignored: keyset.New(), binds: newBindBacklog(-1, clock)}
 	p.gangs = p.newGangManager()
 	return p, clock
 }

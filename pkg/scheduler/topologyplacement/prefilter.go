@@ -75,7 +75,7 @@ func (p *TopologyPlacement) PreFilter(ctx context.Context, state fwk.CycleState,
 	s := &cycleState{req: p.podRequest(pod), slot: -1}
 	s.gang = planKeyOf(pod, s.req.gpus)
 	state.Write(stateKey, s)
-	if s.req.gpus > 0 && p.binds != nil {
+	if s.req.gpus > 0 {
 		// Scheduling ahead of the binds only queues them (bindBacklog).
 		if waited := p.binds.wait(ctx); waited > 0 {
 			p.metrics.bindBacklogWait.Add(waited.Seconds())

@@ -48,11 +48,9 @@ func (p *TopologyPlacement) Reserve(ctx context.Context, state fwk.CycleState, p
 // binding failed). Coscheduling rejects the gang's other waiting members
 // then, so the whole plan is dropped and the gang is planned afresh.
 func (p *TopologyPlacement) Unreserve(ctx context.Context, state fwk.CycleState, pod *v1.Pod, nodeName string) {
-	if p.binds != nil {
-		// A binding cycle that failed before Bind (another plugin's
-		// PreBind) ends its count here.
-		p.binds.done(pod.UID)
-	}
+	// A binding cycle that failed before Bind (another plugin's PreBind)
+	// ends its count here.
+	p.binds.done(pod.UID)
 	key := p.podPlanKey(pod)
 	if key == "" {
 		p.gangs.Books.ForgetPod(pod.UID)
