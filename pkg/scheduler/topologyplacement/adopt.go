@@ -100,7 +100,7 @@ func (p *TopologyPlacement) adoptBoundGPUs(pod *v1.Pod) {
 // that enables the plugin. Without a recorded profile (a handle that does
 // not name its profile), the default profile is.
 func (p *TopologyPlacement) ourProfile(schedulerName string) bool {
-	if p.profiles == nil || p.profiles.Empty() {
+	if p.profiles.Empty() {
 		return schedulerName == lockstep.SchedulerName
 	}
 	return p.profiles.Has(schedulerName)

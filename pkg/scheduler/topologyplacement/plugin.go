@@ -103,8 +103,7 @@ type TopologyPlacement struct {
 	// their informers first listed (catchUp): the scheduler starts
 	// scheduling once its informers synced, while the handlers that index
 	// NodeTopology, judge its health and adopt bound pods' GPUs may still
-	// be replaying them. Gangs are not planned meanwhile (caughtUp). Nil
-	// (tests) is caught up.
+	// be replaying them. Gangs are not planned meanwhile (caughtUp).
 	behind *atomic.Bool
 	// binds bounds how far scheduling runs ahead of the plugin's binds.
 	binds *bindBacklog
@@ -130,7 +129,7 @@ func (p *TopologyPlacement) catchUp(ctx context.Context, synced ...cache.Informe
 // caughtUp reports whether gangs may be planned (behind). A gang asked
 // about before is remembered as turned away, and so retried by catchUp.
 func (p *TopologyPlacement) caughtUp(gang string) bool {
-	if p.behind == nil || !p.behind.Load() {
+	if !p.behind.Load() {
 		return true
 	}
 	p.gangs.TurnedAway(gang)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -44,7 +45,7 @@ func newTestPlugin(t testing.TB) (*TopologyPlacement, *clocktesting.FakeClock) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &TopologyPlacement{args: args, clock: clock, gpus: newGPUIndex(nil), trees: &treeCache{}, rows: &snapshotRows{}, metrics: m, profiles: keyset.New(), ignored: keyset.New(), binds: newBindBacklog(-1, clock)}
+	p := &TopologyPlacement{args: args, clock: clock, gpus: newGPUIndex(nil), trees: &treeCache{}, rows: &snapshotRows{}, metrics: m, profiles: keyset.New(), ignored: keyset.New(), binds: newBindBacklog(-1, clock), behind: &atomic.Bool{}}
 	p.gangs = p.newGangManager()
 	return p, clock
 }

@@ -192,7 +192,6 @@ func TestPreFilterWaitsForHandlersToCatchUp(t *testing.T) {
 	rec := &activations{fakeHandle: p.handle.(*fakeHandle), ch: make(chan []string, 4)}
 	p.handle = rec
 	var synced atomic.Bool
-	p.behind = &atomic.Bool{}
 	p.behind.Store(true)
 	go p.catchUp(ctx, synced.Load)
 
