@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 
@@ -35,16 +34,7 @@ func TestSchedulerFailoverMidPreemption(t *testing.T) {
 	ns := cluster.NewNamespace(t)
 	low := priorityClass(t, ns, "low", lowPriority, false)
 	high := priorityClass(t, ns, "high", highPriority, false)
-	before := map[string]map[string]types.UID{}
-	var youngest map[string]corev1.Pod
-	for i := range 4 {
-		name := fmt.Sprintf("low-%d", i)
-		job := slowShutdownJob(ns, name, 7, low)
-		createJob(t, job)
-		youngest = waitPods(t, ns, name, 8, 2*time.Minute)
-		before[name] = podUIDs(youngest)
-		waitPastStart(t, youngest)
-	}
+	before, youngest := fillLeaves(t, ns, func(name string) *v1alpha1.TrainingJob { return slowShutdownJob(ns, name, 7, low) })
 	victimLeaf := oneLeaf(t, youngest)
 
 	leader := rs.leader(t)

@@ -171,19 +171,11 @@ func TestPreemptionDisplacesOneWholeGang(t *testing.T) {
 	ns := cluster.NewNamespace(t)
 	low := priorityClass(t, ns, "low", lowPriority, false)
 	high := priorityClass(t, ns, "high", highPriority, false)
-	before := map[string]map[string]types.UID{}
-	var youngest map[string]corev1.Pod
-	for i := range 4 {
-		name := fmt.Sprintf("low-%d", i)
+	before, youngest := fillLeaves(t, ns, func(name string) *v1alpha1.TrainingJob {
 		job := checkpointingJob(ns, name, 7, 8, low, true)
 		job.Spec.RunPolicy.BackoffLimit = ptr.To[int32](0)
-		createJob(t, job)
-		youngest = waitPods(t, ns, name, 8, 2*time.Minute)
-		before[name] = podUIDs(youngest)
-		// Start times have a resolution of a second: the next job
-		// starts in a later one, so the ages differ.
-		waitPastStart(t, youngest)
-	}
+		return job
+	})
 	victimLeaf := oneLeaf(t, youngest)
 
 	createJob(t, checkpointingJob(ns, "high", 3, 8, high, true))
@@ -228,6 +220,26 @@ func TestPreemptionDisplacesOneWholeGang(t *testing.T) {
 			t.Errorf("restarted victim pod %s bound to %s (%s)", p.Name, p.Spec.NodeName, leafOf[p.Spec.NodeName])
 		}
 	}
+}
+
+// fillLeaves creates the 8-pod jobs low-0 to low-3 of job, one after
+// another, each running before the next starts, so that they fill the four
+// leaves and the last is the youngest. It returns their pods' UIDs by job
+// and the youngest job's pods.
+func fillLeaves(t *testing.T, ns string, job func(name string) *v1alpha1.TrainingJob) (map[string]map[string]types.UID, map[string]corev1.Pod) {
+	t.Helper()
+	before := map[string]map[string]types.UID{}
+	var youngest map[string]corev1.Pod
+	for i := range 4 {
+		name := fmt.Sprintf("low-%d", i)
+		createJob(t, job(name))
+		youngest = waitPods(t, ns, name, 8, 2*time.Minute)
+		before[name] = podUIDs(youngest)
+		// Start times have a resolution of a second: the next job
+		// starts in a later one, so the ages differ.
+		waitPastStart(t, youngest)
+	}
+	return before, youngest
 }
 
 // TestPreemptionPicksTheCheapestVictim: with the rest of the cluster held by
