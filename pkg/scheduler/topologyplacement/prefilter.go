@@ -85,6 +85,11 @@ func (p *TopologyPlacement) PreFilter(ctx context.Context, state fwk.CycleState,
 	if status := claimStatus(gangKey(pod), s.req); status != nil {
 		return nil, status
 	}
+	if s.req.gpus > 0 {
+		// Before any GPU pod is placed, so that a hold a scheduler before
+		// this one made keeps pods outside gangs off its domain too.
+		p.adoptVictims(ctx, nodes)
+	}
 	if s.gang == "" {
 		return nil, nil
 	}
@@ -301,7 +306,6 @@ func (p *TopologyPlacement) plan(ctx context.Context, pod *v1.Pod, s *cycleState
 	// Read before any input, so that a change while planning retires the
 	// verdict (verdicts).
 	ticket := p.verdicts.begin(gangOfPlanKey(s.gang))
-	p.adoptVictims(ctx, nodes)
 	p.endDrainIfDue(ctx, s.gang)
 	pg, err := p.gangSpec(ctx, pod)
 	if apierrors.IsNotFound(err) {
