@@ -2,12 +2,14 @@ package topologyplacement
 
 import (
 	"context"
+	"encoding/json"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	clienttesting "k8s.io/client-go/testing"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
 	"k8s.io/utils/ptr"
 )
@@ -107,5 +109,41 @@ func TestRestartMidPreemptionRebuildsTheHold(t *testing.T) {
 		if m.Node != "n2" && m.Node != "n3" {
 			t.Errorf("planned on %s, outside the leaf the first scheduler freed", m.Node)
 		}
+	}
+}
+
+// TestEvictionNamesTheVictimsUID: a victim's condition patch and its
+// delete carry its UID, so that neither reaches a pod of the same name
+// created since (TrainingJob pods keep their names across incarnations).
+func TestEvictionNamesTheVictimsUID(t *testing.T) {
+	pods, groups := gangsOf(time.Unix(1000, 0))
+	env := newPreemptionEnv(t, pods, groups...)
+	if _, status := env.preFilterThenPostFilter(t, env.pods["high-0"], env.nodes(t)); !status.IsSuccess() {
+		t.Fatalf("PostFilter: %v", status)
+	}
+	env.evicted(t, 2)
+	got := map[string][]string{}
+	for _, a := range env.clientset.Actions() {
+		switch a := a.(type) {
+		case clienttesting.DeleteActionImpl:
+			var uid string
+			if pre := a.DeleteOptions.Preconditions; pre != nil && pre.UID != nil {
+				uid = string(*pre.UID)
+			}
+			got[a.GetName()] = append(got[a.GetName()], "delete "+uid)
+		case clienttesting.PatchActionImpl:
+			var pod v1.Pod
+			if err := json.Unmarshal(a.GetPatch(), &pod); err != nil {
+				t.Fatal(err)
+			}
+			got[a.GetName()] = append(got[a.GetName()], "patch "+string(pod.UID))
+		}
+	}
+	want := map[string][]string{
+		"young-0": {"patch uid-young-0", "delete uid-young-0"},
+		"young-1": {"patch uid-young-1", "delete uid-young-1"},
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("writes to victims with the UID they name (-want,+got):\n%s", diff)
 	}
 }

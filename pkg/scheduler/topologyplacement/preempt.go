@@ -2,6 +2,7 @@ package topologyplacement
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math/bits"
@@ -11,8 +12,11 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/strategicpatch"
 	"k8s.io/apiserver/pkg/util/feature"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/util/workqueue"
 	corev1helpers "k8s.io/component-helpers/scheduling/corev1"
 	"k8s.io/klog/v2"
@@ -24,7 +28,6 @@ import (
 	"k8s.io/kubernetes/pkg/scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/defaultpreemption"
 	plfeature "k8s.io/kubernetes/pkg/scheduler/framework/plugins/feature"
-	"k8s.io/kubernetes/pkg/scheduler/util"
 	schedv1alpha1 "sigs.k8s.io/scheduler-plugins/apis/scheduling/v1alpha1"
 
 	"github.com/lockstep-dev/lockstep/pkg/lockstep"
@@ -585,7 +588,9 @@ func (p *TopologyPlacement) evict(logger klog.Logger, preemptor *v1.Pod, victims
 	cs, recorder := p.handle.ClientSet(), p.handle.EventRecorder()
 	ctx := klog.NewContext(context.Background(), logger)
 	failed := func(victim *v1.Pod, err error, what string) {
-		if !apierrors.IsNotFound(err) {
+		// Gone, or replaced by a pod of the same name (a new incarnation
+		// of its job): the victim is not there to evict.
+		if !apierrors.IsNotFound(err) && !replaced(err) {
 			logger.Error(err, what, "victim", klog.KObj(victim))
 			p.metrics.evictionErrors.Inc()
 		}
@@ -602,18 +607,48 @@ func (p *TopologyPlacement) evict(logger klog.Logger, preemptor *v1.Pod, victims
 		}
 		status := victim.Status.DeepCopy()
 		if apipod.UpdatePodCondition(status, condition) {
-			if err := util.PatchPodStatus(ctx, cs, victim.Name, victim.Namespace, &victim.Status, status); err != nil {
+			if err := patchVictimStatus(ctx, cs, victim, status); err != nil {
 				// Deleted without the condition, the controller would
 				// count the restart as a failure: the pod is left running.
 				failed(victim, err, "Could not mark a victim of gang preemption; not deleting it")
 				return
 			}
 		}
-		if err := util.DeletePod(ctx, cs, victim); err != nil {
+		err := cs.CoreV1().Pods(victim.Namespace).Delete(ctx, victim.Name, metav1.DeleteOptions{Preconditions: metav1.NewUIDPreconditions(string(victim.UID))})
+		if err != nil {
 			failed(victim, err, "Could not delete a victim of gang preemption")
 			return
 		}
 		logger.V(2).Info("Evicted a victim of gang preemption", "victim", klog.KObj(victim), "node", victim.Spec.NodeName)
 		recorder.Eventf(victim, preemptor, v1.EventTypeNormal, EventPreempted, "Preempting", "%s", msg)
 	})
+}
+
+// patchVictimStatus patches victim's status to status, only if the pod of
+// that name is still the victim: the patch carries its UID, which the
+// apiserver refuses to change. TrainingJob pods keep their names across
+// incarnations, so a patch by name alone could mark the job's next
+// incarnation.
+func patchVictimStatus(ctx context.Context, cs kubernetes.Interface, victim *v1.Pod, status *v1.PodStatus) error {
+	oldData, err := json.Marshal(v1.Pod{Status: victim.Status})
+	if err != nil {
+		return err
+	}
+	newData, err := json.Marshal(v1.Pod{ObjectMeta: metav1.ObjectMeta{UID: victim.UID}, Status: *status})
+	if err != nil {
+		return err
+	}
+	patch, err := strategicpatch.CreateTwoWayMergePatch(oldData, newData, &v1.Pod{})
+	if err != nil {
+		return fmt.Errorf("patching the status of pod %s/%s: %w", victim.Namespace, victim.Name, err)
+	}
+	_, err = cs.CoreV1().Pods(victim.Namespace).Patch(ctx, victim.Name, types.StrategicMergePatchType, patch, metav1.PatchOptions{}, "status")
+	return err
+}
+
+// replaced reports whether err says the pod of a name is not the one a UID
+// named: a delete's UID precondition failed (Conflict), or a patch would
+// have changed the immutable UID (Invalid).
+func replaced(err error) bool {
+	return apierrors.IsConflict(err) || apierrors.IsInvalid(err)
 }
