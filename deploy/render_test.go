@@ -98,6 +98,7 @@ func TestOverlays(t *testing.T) {
 				{"restricted pods", checkRestricted},
 				{"admission policies bound", checkPolicies},
 				{"agent label allow-list is the contract's", checkAgentLabels},
+				{"agents are system-critical", checkAgentPriority},
 				{"template policy names the template rules", checkTemplatePolicy},
 				{"metrics authenticated and fenced", checkMetrics},
 			} {
@@ -171,6 +172,31 @@ func (r *rendered) podTemplates() map[string]*corev1.PodTemplateSpec {
 		}
 	}
 	return out
+}
+
+// checkAgentPriority: every topology agent runs at a system-critical
+// priority, so preemption never evicts what the scheduler plans on: the
+// per-node DaemonSet at system-node-critical, like the device plugin.
+func checkAgentPriority(r *rendered) []error {
+	var errs []error
+	found := false
+	for name, tmpl := range r.podTemplates() {
+		if !strings.Contains(name, "topology-agent") {
+			continue
+		}
+		found = true
+		want := "system-cluster-critical"
+		if strings.HasPrefix(name, "DaemonSet ") {
+			want = "system-node-critical"
+		}
+		if got := tmpl.Spec.PriorityClassName; got != want {
+			errs = append(errs, fmt.Errorf("%s has priorityClassName %q, want %s", name, got, want))
+		}
+	}
+	if !found {
+		errs = append(errs, errors.New("no topology agent workload rendered"))
+	}
+	return errs
 }
 
 // checkServiceAccounts: every workload names a ServiceAccount that the
