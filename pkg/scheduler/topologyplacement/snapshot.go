@@ -132,6 +132,9 @@ func (p *TopologyPlacement) snapshot(pod *v1.Pod, gang string, nodeInfos []fwk.N
 	p.rows.mu.Lock()
 	rows := p.rows.align(len(nodeInfos), p.gpus.epoch)
 	p.rows.catchUp(p.books.core)
+	if dra != nil {
+		defer dra.devices.read()()
+	}
 	// One array holds every planner node, recycled from a finished plan
 	// where there is one: at 25,000 nodes it is 2 MB a plan.
 	bufs := p.rows.take(len(nodeInfos))
@@ -163,10 +166,10 @@ func (p *TopologyPlacement) snapshot(pod *v1.Pod, gang string, nodeInfos []fwk.N
 		}
 		pn := p.plannerNode(row, gang, priority, ownOpen)
 		if dra != nil {
-			if !dra.plans(row, ni) {
+			if !dra.plans(row) {
 				continue
 			}
-			p.draNode(&pn, row, gang, dra)
+			p.draNode(&pn, row, gang, ownOpen, dra)
 		}
 		if channels != nil {
 			others := row.booked
@@ -487,6 +490,12 @@ type snapshotRow struct {
 	booksRead  bool
 	booked     topology.GPUSet
 	drainedFor string
+
+	// dra is the node's pool in the deviceView draOf at its epoch draEpoch
+	// (draView.plans), nil for a node that publishes none.
+	dra      *devicePool
+	draOf    *deviceView
+	draEpoch uint64
 }
 
 // align returns n rows, all of them stale if the GPU index's epoch moved
