@@ -11,6 +11,7 @@ import (
 	resourcev1 "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/dynamic-resource-allocation/structured"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
 
@@ -343,4 +344,51 @@ func TestDeviceViewConcurrent(t *testing.T) {
 	}
 	close(stop)
 	wg.Wait()
+}
+
+// TestDRASnapshotFollowsAllocations plans on a deviceView fed by events:
+// an allocation in flight counts from the pod's Reserve (the tracker's),
+// then as the claim informer shows it, until the claim is deallocated.
+func TestDRASnapshotFollowsAllocations(t *testing.T) {
+	p, dra := draPlugin(t, 2)
+	devices := followedDevices(p, dra)
+	pod := p.pods[0]
+	other := claimPod("other", "four")
+	other.Status.ResourceClaimStatuses = []v1.PodResourceClaimStatus{{Name: "gpus", ResourceClaimName: ptr.To("other-gpus")}}
+	devices.OnClaim(viewClaim("other-gpus"))
+	steps := []struct {
+		name   string
+		change func()
+		want   map[string]string
+	}{
+		{name: "start", change: func() {}, want: map[string]string{"d1": "0,1,2,3,4,5,6,7", "d2": "0,1,2,3,4,5,6,7"}},
+		{
+			name: "allocated in flight: the tracker's",
+			change: func() {
+				devices.reserved(other)
+				dra.devices.Insert(structured.MakeDeviceID(lockstep.DRAGPUDriver, "d1", "gpu-0"))
+			},
+			want: map[string]string{"d1": "1,2,3,4,5,6,7", "d2": "0,1,2,3,4,5,6,7"},
+		},
+		{
+			name: "the allocation watched: the view's",
+			change: func() {
+				devices.OnClaim(viewClaim("other-gpus", "d1/gpu-0", "d1/gpu-1"))
+				// The tracker is no longer read.
+				dra.devices.Insert(structured.MakeDeviceID(lockstep.DRAGPUDriver, "d2", "gpu-7"))
+			},
+			want: map[string]string{"d1": "2,3,4,5,6,7", "d2": "0,1,2,3,4,5,6,7"},
+		},
+		{
+			name:   "deallocated",
+			change: func() { devices.OnClaim(viewClaim("other-gpus")) },
+			want:   map[string]string{"d1": "0,1,2,3,4,5,6,7", "d2": "0,1,2,3,4,5,6,7"},
+		},
+	}
+	for _, step := range steps {
+		step.change()
+		if diff := cmp.Diff(step.want, freeBy(t, p, pod)); diff != "" {
+			t.Errorf("%s: free GPUs by node (-want,+got):\n%s", step.name, diff)
+		}
+	}
 }

@@ -132,8 +132,9 @@ func (p *TopologyPlacement) snapshot(pod *v1.Pod, gang string, nodeInfos []fwk.N
 	p.rows.mu.Lock()
 	rows := p.rows.align(len(nodeInfos), p.gpus.epoch)
 	p.rows.catchUp(p.books.core)
+	doneDRA := func() {}
 	if dra != nil {
-		defer dra.devices.read()()
+		doneDRA = dra.devices.read()
 	}
 	// One array holds every planner node, recycled from a finished plan
 	// where there is one: at 25,000 nodes it is 2 MB a plan.
@@ -189,6 +190,7 @@ func (p *TopologyPlacement) snapshot(pod *v1.Pod, gang string, nodeInfos []fwk.N
 	}
 	snap.Nodes = bufs.ptrs
 	p.rows.lend(snap, bufs)
+	doneDRA()
 	p.rows.mu.Unlock()
 	p.books.mu.Unlock()
 	p.gpus.mu.RUnlock()
