@@ -3,8 +3,6 @@ package topologyplacement
 import (
 	"context"
 	"fmt"
-	"slices"
-	"sync"
 
 	v1 "k8s.io/api/core/v1"
 	resourcev1 "k8s.io/api/resource/v1"
@@ -13,7 +11,6 @@ import (
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/dynamic-resource-allocation/structured"
-	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
 
@@ -245,39 +242,18 @@ func servedByDRA(ni fwk.NodeInfo) bool {
 // NodeTopology indexes of the GPUs whose devices are published and not
 // allocated to any claim, and the order the allocator meets them in.
 type draView struct {
-	nodes map[string]draNodeView
+	devices *deviceView
+	// taken, when not nil, are the devices the claim tracker has allocated,
+	// by pool, read for this plan in place of the claims the view follows
+	// (deviceView.needsTracker).
+	taken map[string][]string
 	// oneRoot says the planned pod's claim asks for one PCIe root first.
 	oneRoot bool
 }
 
-// draNodeView is a node's part of a draView.
-type draNodeView struct {
-	free  topology.GPUSet
-	order *topology.DRAOrder
-}
-
-// draJoins keeps each node's join of its GPU devices to its GPUs between
-// plans: joining 5,000 nodes' devices on every plan cost tens of
-// milliseconds. A join is valid while the node's pool has the same slices
-// (informer objects, replaced on change, never changed in place) and the
-// node the same UUIDs (specTable.keepUUIDs replaces them on change).
-type draJoins struct {
-	mu    sync.Mutex
-	nodes map[string]*nodeJoin
-	// pools holds each node-local pool's newest slices, refilled by every
-	// plan in place.
-	pools map[string]*poolSlices
-}
-
-type poolSlices struct {
-	generation int64
-	slices     []*resourcev1.ResourceSlice
-}
-
 // nodeJoin is a node's devices joined to its GPUs.
 type nodeJoin struct {
-	slices []*resourcev1.ResourceSlice
-	uuids  []string
+	uuids []string
 	// gpus maps joined device names to GPU indexes; all are those GPUs.
 	gpus     map[string]int
 	all      topology.GPUSet
@@ -287,54 +263,32 @@ type nodeJoin struct {
 	order *topology.DRAOrder
 }
 
-func newDRAJoins() *draJoins {
-	return &draJoins{nodes: map[string]*nodeJoin{}, pools: map[string]*poolSlices{}}
-}
-
-// draSnapshot reads the GPU driver's ResourceSlices and the allocated
-// devices once for a plan, and joins each node's devices to its
-// NodeTopology GPUs by UUID. Devices that join no GPU are not planned on;
-// they are logged when their node is joined, and counted.
-func (p *TopologyPlacement) draSnapshot(logger klog.Logger) (*draView, error) {
-	all, allocated, err := p.draState()
-	if err != nil {
-		return nil, err
-	}
-	// Claims hold few devices next to the cluster's: index them by pool.
-	taken := map[string][]string{}
-	for id := range allocated {
-		if id.Driver.String() == lockstep.DRAGPUDriver {
-			taken[id.Pool.String()] = append(taken[id.Pool.String()], id.Device.String())
+// draSnapshot returns the DRA view of a plan: the plugin's deviceView,
+// with the claim tracker's allocated devices while DynamicResources has
+// allocations in flight that the view has not seen. Without a deviceView
+// (tests) it is built from the draSource's objects for the plan. Devices
+// that join no GPU are not planned on; they are logged when their node is
+// joined, and counted.
+func (p *TopologyPlacement) draSnapshot() (*draView, error) {
+	view := &draView{devices: p.devices}
+	switch {
+	case view.devices == nil:
+		all, allocated, err := p.draState()
+		if err != nil {
+			return nil, err
 		}
-	}
-	joins := p.joins
-	if joins == nil {
-		joins = newDRAJoins()
-	}
-	joins.mu.Lock()
-	defer joins.mu.Unlock()
-	joins.group(all)
-	view := &draView{nodes: make(map[string]draNodeView, len(joins.pools))}
-	unjoined := 0
-	for node, pool := range joins.pools {
-		uuids := p.gpus.specs.uuidsOf(node)
-		join := joins.nodes[node]
-		if join == nil || !slices.Equal(join.slices, pool.slices) || !sameSlice(join.uuids, uuids) {
-			join = joinNode(pool.slices, uuids)
-			joins.nodes[node] = join
-			if len(join.unjoined) > 0 && logger.V(2).Enabled() {
-				logger.V(2).Info("GPU devices that join no GPU of the node's NodeTopology are not planned on", "node", node, "devices", join.unjoined)
-			}
+		view.devices = rebuiltDeviceView(p.logger, all, nil, p.gpus.specs.uuidsOf)
+		view.taken = takenByPool(allocated)
+	case view.devices.needsTracker():
+		allocated, err := p.dra.allocated()
+		if err != nil {
+			return nil, fmt.Errorf("listing allocated devices: %w", err)
 		}
-		free := join.all
-		for _, name := range taken[node] {
-			if gpu, ok := join.gpus[name]; ok {
-				free &^= topology.NewGPUSet(gpu)
-			}
-		}
-		view.nodes[node] = draNodeView{free: free, order: join.order}
-		unjoined += len(join.unjoined)
+		view.taken = takenByPool(allocated)
 	}
+	done := view.devices.read()
+	unjoined := view.devices.unjoined
+	done()
 	p.metrics.draUnjoinedDevices.Set(float64(unjoined))
 	return view, nil
 }
@@ -351,38 +305,6 @@ func (p *TopologyPlacement) draState() ([]*resourcev1.ResourceSlice, sets.Set[st
 		return nil, nil, fmt.Errorf("listing allocated devices: %w", err)
 	}
 	return all, allocated, nil
-}
-
-// group refills j.pools with the GPU driver's node-local pools (NVIDIA's
-// kubelet plugin names the pool after the node) and the slices of each
-// one's newest generation only: older ones are being replaced. Joins of
-// pools that are gone are forgotten. The caller holds j.mu.
-func (j *draJoins) group(all []*resourcev1.ResourceSlice) {
-	for _, ps := range j.pools {
-		ps.generation, ps.slices = -1, ps.slices[:0]
-	}
-	for _, s := range all {
-		if s.Spec.Driver != lockstep.DRAGPUDriver || s.Spec.NodeName == nil || s.Spec.Pool.Name != *s.Spec.NodeName {
-			continue
-		}
-		ps := j.pools[s.Spec.Pool.Name]
-		if ps == nil {
-			ps = &poolSlices{generation: -1}
-			j.pools[s.Spec.Pool.Name] = ps
-		}
-		switch gen := s.Spec.Pool.Generation; {
-		case gen > ps.generation:
-			ps.generation, ps.slices = gen, append(ps.slices[:0], s)
-		case gen == ps.generation:
-			ps.slices = append(ps.slices, s)
-		}
-	}
-	for name, ps := range j.pools {
-		if len(ps.slices) == 0 {
-			delete(j.pools, name)
-			delete(j.nodes, name)
-		}
-	}
 }
 
 // joinNode joins the devices of a node's slices to its GPUs (uuids by
@@ -412,7 +334,7 @@ func joinNode(from []*resourcev1.ResourceSlice, uuids []string) *nodeJoin {
 		node.GPUs[i].UUID = u
 	}
 	join := topology.JoinDRADevices(node, lockstep.DRAGPUDriver, devices)
-	out := &nodeJoin{slices: slices.Clone(from), uuids: uuids, gpus: join.GPUs, unjoined: join.Unjoined}
+	out := &nodeJoin{uuids: uuids, gpus: join.GPUs, unjoined: join.Unjoined}
 	for name, gpu := range join.GPUs {
 		if gpu >= topology.MaxGPUs {
 			delete(out.gpus, name)
@@ -442,27 +364,43 @@ func sameSlice(a, b []string) bool {
 // draNode gives a planner node of a pod that claims GPUs its free GPUs:
 // on a node whose GPUs a DRA driver serves, the published devices no claim
 // holds, that the agent reports healthy and free, and that no plan or
-// reserved pod holds; none elsewhere. The caller holds p.gpus for reading
-// and p.gangs.Books.
+// reserved pod holds; none elsewhere. ownOpen is plannerNode's: only a
+// gang with open slots reads the books per node, the others what the row
+// keeps of them. The caller holds p.gpus for reading, p.gangs.Books and p.rows,
+// after plannerNode and plans.
 //
 // Its members get the devices the allocator will give their claims
 // (placement.Node.DRA), not the NVLink-best set: the allocator does not
 // read the plan, so books, the lockstep.dev/gpus annotation and the rating
 // hold what the pods get only when the plan predicts it.
-func (p *TopologyPlacement) draNode(pn *placement.Node, row *snapshotRow, gang string, view *draView) {
-	n := view.nodes[pn.Name]
-	pn.FreeGPUs = n.free & row.gpus.free &^ p.gangs.Books.Core().HeldOn(pn.Name, gang)
-	pn.DRA, pn.DRAOneRoot = n.order, view.oneRoot
+func (p *TopologyPlacement) draNode(pn *placement.Node, row *snapshotRow, gang string, ownOpen bool, view *draView) {
+	pool := row.dra
+	free := pool.free
+	if view.taken != nil {
+		free = freeExcept(pool.join, view.taken[row.name])
+	}
+	held := row.booked
+	if ownOpen {
+		held = p.gangs.Books.Core().HeldOn(pn.Name, gang)
+	}
+	pn.FreeGPUs = free & row.gpus.free &^ held
+	pn.DRA, pn.DRAOneRoot = pool.join.order, view.oneRoot
 }
 
 // plans reports whether a plan for a pod that claims GPUs considers the
-// node at all: one whose GPUs a DRA driver serves, with a NodeTopology.
+// node at all: one whose GPUs a DRA driver serves (servedByDRA: the row's
+// nvidia.com/gpu count is its allocatable one), with a NodeTopology.
 // Other nodes are left out of the snapshot, not given no free GPUs: the
 // planner would count their GPUs in a domain's size, and a gang that does
 // not fit could drain a leaf of device-plugin nodes it can never use.
-func (v *draView) plans(row *snapshotRow, ni fwk.NodeInfo) bool {
-	_, published := v.nodes[ni.Node().Name]
-	return published && row.gpus != nil && servedByDRA(ni)
+//
+// It keeps the node's pool in row (row.dra) while the view's pools stay
+// the same, for draNode. The caller holds v.devices for reading.
+func (v *draView) plans(row *snapshotRow) bool {
+	if row.draOf != v.devices || row.draEpoch != v.devices.epoch {
+		row.dra, row.draOf, row.draEpoch = v.devices.pools[row.name], v.devices, v.devices.epoch
+	}
+	return row.dra != nil && row.gpus != nil && row.gpuCount == 0
 }
 
 // claimedFree is a DRA node's free GPU count for a plan's validity: what
@@ -497,7 +435,7 @@ func (p *TopologyPlacement) draViewFor(req memberRequest) (*draView, error) {
 	if p.dra == nil || !req.claimed {
 		return nil, nil
 	}
-	view, err := p.draSnapshot(p.logger)
+	view, err := p.draSnapshot()
 	if err != nil {
 		return nil, err
 	}
@@ -524,6 +462,21 @@ func (t *specTable) keepUUIDs(node string, gpus []v1alpha1.GPU) {
 		t.uuids = map[string][]string{}
 	}
 	t.uuids[node] = uuids
+	if t.onUUIDs != nil {
+		t.onUUIDs(node, uuids)
+	}
+}
+
+// watchUUIDs has fn called with every node's UUIDs kept now and whenever
+// they change, nil once they are forgotten. fn is called with t locked,
+// so in the order the changes happen; it must not call t.
+func (t *specTable) watchUUIDs(fn func(node string, uuids []string)) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.onUUIDs = fn
+	for node, uuids := range t.uuids {
+		fn(node, uuids)
+	}
 }
 
 // uuidsOf returns a node's GPU UUIDs by index; nil for a nil table.
@@ -544,6 +497,9 @@ func (t *specTable) forgetUUIDs(node string) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	delete(t.uuids, node)
+	if t.onUUIDs != nil {
+		t.onUUIDs(node, nil)
+	}
 }
 
 // claimedFilter keeps a pod outside gangs that claims gpus GPUs off a node

@@ -13,7 +13,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/dynamic-resource-allocation/structured"
+	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
 	"k8s.io/utils/ptr"
@@ -186,7 +188,8 @@ func draPlugin(t testing.TB, members int) (*metricsPlugin, *fakeDRA) {
 		gpuSlices: []*resourcev1.ResourceSlice{gpuSlice("d1", 0, 1, 2, 3, 4, 5, 6, 7), gpuSlice("d2", 0, 1, 2, 3, 4, 5, 6, 7)},
 		devices:   sets.New[structured.DeviceID](),
 	}
-	p.dra, p.joins = dra, newDRAJoins()
+	// No deviceView: each plan reads the fake's objects as they are then.
+	p.dra = dra
 	p.nodes = nil
 	for _, name := range []string{"d1", "d2", "p"} {
 		nt := draNodeTopology(t, name)
@@ -318,11 +321,23 @@ func TestDRASnapshot(t *testing.T) {
 	}
 }
 
+// followedDevices gives p a deviceView fed the fake's slices and the
+// spec table's UUIDs, as the informers feed the plugin's.
+func followedDevices(p *metricsPlugin, dra *fakeDRA) *deviceView {
+	p.devices = newDeviceView(klog.Background())
+	p.gpus.specs.watchUUIDs(p.devices.OnUUIDs)
+	for _, s := range dra.gpuSlices {
+		p.devices.OnSlice(nil, s)
+	}
+	return p.devices
+}
+
 // TestDRAJoinsFollowChanges plans repeatedly with the joins kept between
-// plans: a new slice, new UUIDs and a deleted slice each show in the next
-// snapshot.
+// plans by the deviceView: a new slice, new UUIDs and a deleted slice each
+// show in the next snapshot.
 func TestDRAJoinsFollowChanges(t *testing.T) {
 	p, dra := draPlugin(t, 2)
+	devices := followedDevices(p, dra)
 	pod := p.pods[0]
 	steps := []struct {
 		name   string
@@ -331,9 +346,13 @@ func TestDRAJoinsFollowChanges(t *testing.T) {
 	}{
 		{name: "start", change: func(*testing.T) {}, want: map[string]string{"d1": "0,1,2,3,4,5,6,7", "d2": "0,1,2,3,4,5,6,7"}},
 		{
-			name:   "d2's slice republished with two devices",
-			change: func(*testing.T) { dra.gpuSlices[1] = gpuSlice("d2", 0, 1) },
-			want:   map[string]string{"d1": "0,1,2,3,4,5,6,7", "d2": "0,1"},
+			name: "d2's slice republished with two devices",
+			change: func(*testing.T) {
+				old := dra.gpuSlices[1]
+				dra.gpuSlices[1] = gpuSlice("d2", 0, 1)
+				devices.OnSlice(old, dra.gpuSlices[1])
+			},
+			want: map[string]string{"d1": "0,1,2,3,4,5,6,7", "d2": "0,1"},
 		},
 		{
 			name: "d1's GPUs reported under other UUIDs",
@@ -351,9 +370,12 @@ func TestDRAJoinsFollowChanges(t *testing.T) {
 			want: map[string]string{"d1": "", "d2": "0,1"},
 		},
 		{
-			name:   "d2's slice deleted",
-			change: func(*testing.T) { dra.gpuSlices = dra.gpuSlices[:1] },
-			want:   map[string]string{"d1": ""},
+			name: "d2's slice deleted",
+			change: func(*testing.T) {
+				devices.OnSliceDelete(cache.DeletedFinalStateUnknown{Key: dra.gpuSlices[1].Name, Obj: dra.gpuSlices[1]})
+				dra.gpuSlices = dra.gpuSlices[:1]
+			},
+			want: map[string]string{"d1": ""},
 		},
 	}
 	for _, step := range steps {
@@ -362,7 +384,7 @@ func TestDRAJoinsFollowChanges(t *testing.T) {
 			t.Errorf("%s: free GPUs by node (-want,+got):\n%s", step.name, diff)
 		}
 	}
-	if _, kept := p.joins.nodes["d2"]; kept {
+	if _, kept := devices.pools["d2"]; kept {
 		t.Error("the join of d2, whose slice is gone, is still kept")
 	}
 }
@@ -487,8 +509,7 @@ func BenchmarkPlanGangDRA(b *testing.B) {
 	const nodes = 5000
 	for _, gpus := range []int{64, 512} {
 		b.Run(fmt.Sprintf("nodes=%d/gpus=%d/idle", nodes, gpus), func(b *testing.B) {
-			p, _ := draPlugin(b, 2)
-			dra := p.dra.(*fakeDRA)
+			p, dra := draPlugin(b, 2)
 			dra.gpuSlices = nil
 			p.nodes = make([]fwk.NodeInfo, nodes)
 			for i := range p.nodes {
@@ -506,6 +527,9 @@ func BenchmarkPlanGangDRA(b *testing.B) {
 				dra.gpuSlices = append(dra.gpuSlices, gpuSlice(node.Name, 0, 1, 2, 3, 4, 5, 6, 7))
 				p.nodes[i] = nodeInfo(node)
 			}
+			// As the plugin follows the informers: the view is kept
+			// between plans.
+			followedDevices(p, dra)
 			pod := p.pods[0]
 			gang := placement.Gang{Members: gpus / 8, GPUsPerMember: 8, MilliCPUPerMember: 1000, MemoryPerMember: 1 << 30}
 			plan := func() *placement.Plan {
@@ -517,6 +541,10 @@ func BenchmarkPlanGangDRA(b *testing.B) {
 				if err != nil {
 					b.Fatal(err)
 				}
+				// As BenchmarkPlanGang, which this one is measured
+				// against, and the plugin once a plan is decided.
+				placement.RankOrder(snap.Tree, plan, snap.NodeTopology)
+				p.rows.recycle(snap)
 				return plan
 			}
 			if first := plan(); len(first.Members) != gang.Members {

@@ -96,9 +96,9 @@ type TopologyPlacement struct {
 	// nil (tests, a scheduler without DRA) leaves claims to whoever serves
 	// them.
 	dra draSource
-	// joins are the DRA nodes' devices joined to their GPUs, kept between
-	// plans; nil joins afresh for every plan.
-	joins *draJoins
+	// devices are the DRA nodes' devices joined to their GPUs, kept by
+	// informer events; nil builds them from dra for every plan.
+	devices *deviceView
 	// behind is set until the plugin's informer handlers have handled what
 	// their informers first listed (catchUp): the scheduler starts
 	// scheduling once its informers synced, while the handlers that index
@@ -275,7 +275,11 @@ func build(ctx context.Context, args *Args, handle framework.Handle) (*TopologyP
 	if err := register(ntInformer, p.takeReportedAllocations()); err != nil {
 		return nil, err
 	}
-	p.dra, p.joins = newFrameworkDRA(ctx, handle), newDRAJoins()
+	if p.dra = newFrameworkDRA(ctx, handle); p.dra != nil {
+		if p.devices, err = watchDevices(logger, handle.SharedInformerFactory(), specs, register); err != nil {
+			return nil, err
+		}
+	}
 	if err := register(ntInformer, p.forgetUUIDs()); err != nil {
 		return nil, err
 	}

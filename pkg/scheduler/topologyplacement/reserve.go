@@ -11,6 +11,7 @@ import (
 
 // Reserve gives a gang member an open slot of its plan on the chosen node.
 func (p *TopologyPlacement) Reserve(ctx context.Context, state fwk.CycleState, pod *v1.Pod, nodeName string) *fwk.Status {
+	p.devices.reserved(pod)
 	s, err := stateOf(state)
 	if err != nil {
 		return fwk.AsStatus(err)
@@ -48,6 +49,7 @@ func (p *TopologyPlacement) Reserve(ctx context.Context, state fwk.CycleState, p
 // binding failed). Coscheduling rejects the gang's other waiting members
 // then, so the whole plan is dropped and the gang is planned afresh.
 func (p *TopologyPlacement) Unreserve(ctx context.Context, state fwk.CycleState, pod *v1.Pod, nodeName string) {
+	p.devices.unreserved(pod)
 	// A binding cycle that failed before Bind (another plugin's PreBind)
 	// ends its count here.
 	p.binds.done(pod.UID)

@@ -132,6 +132,10 @@ func (p *TopologyPlacement) snapshot(pod *v1.Pod, gang string, nodeInfos []fwk.N
 	p.rows.mu.Lock()
 	rows := p.rows.align(len(nodeInfos), p.gpus.epoch)
 	p.rows.catchUp(core)
+	doneDRA := func() {}
+	if dra != nil {
+		doneDRA = dra.devices.read()
+	}
 	// One array holds every planner node, recycled from a finished plan
 	// where there is one: at 25,000 nodes it is 2 MB a plan.
 	bufs := p.rows.take(len(nodeInfos))
@@ -163,10 +167,10 @@ func (p *TopologyPlacement) snapshot(pod *v1.Pod, gang string, nodeInfos []fwk.N
 		}
 		pn := p.plannerNode(row, gang, priority, ownOpen)
 		if dra != nil {
-			if !dra.plans(row, ni) {
+			if !dra.plans(row) {
 				continue
 			}
-			p.draNode(&pn, row, gang, dra)
+			p.draNode(&pn, row, gang, ownOpen, dra)
 		}
 		if channels != nil {
 			others := row.booked
@@ -186,6 +190,7 @@ func (p *TopologyPlacement) snapshot(pod *v1.Pod, gang string, nodeInfos []fwk.N
 	}
 	snap.Nodes = bufs.ptrs
 	p.rows.lend(snap, bufs)
+	doneDRA()
 	p.rows.mu.Unlock()
 	p.gangs.Books.UnlockCore()
 	p.gpus.mu.RUnlock()
@@ -487,6 +492,12 @@ type snapshotRow struct {
 	booksRead  bool
 	booked     topology.GPUSet
 	drainedFor string
+
+	// dra is the node's pool in the deviceView draOf at its epoch draEpoch
+	// (draView.plans), nil for a node that publishes none.
+	dra      *devicePool
+	draOf    *deviceView
+	draEpoch uint64
 }
 
 // align returns n rows, all of them stale if the GPU index's epoch moved
@@ -567,7 +578,7 @@ func (p *TopologyPlacement) refreshRow(row *snapshotRow, ni fwk.NodeInfo, node *
 // plannerNode describes one node for the planner from its row (refreshRow),
 // reading the books again where they changed the node. ownOpen says gang
 // has open slots in the books, which it may plan onto again. The caller
-// holds p.gpus for reading, p.books and p.rows.
+// holds p.gpus for reading, p.gangs.Books and p.rows.
 func (p *TopologyPlacement) plannerNode(row *snapshotRow, gang string, priority int32, ownOpen bool) placement.Node {
 	pn := placement.Node{
 		Name:         row.name,

@@ -48,6 +48,8 @@ type specTable struct {
 	// spec: the key that joins a node's GPUs to a DRA driver's devices
 	// (keepUUIDs, draSnapshot).
 	uuids map[string][]string
+	// onUUIDs is told of every change of uuids (watchUUIDs).
+	onUUIDs func(node string, uuids []string)
 	// stored returns the object the informer holds under a key, so that an
 	// update of the status only reuses the stored spec; nil always
 	// recomputes.

@@ -110,10 +110,14 @@ type planner struct {
 	// skip hashing the cluster UUID (6% of a 25,000-node plan's time).
 	lastClique   topology.NVLinkDomain
 	lastCliqueID int32
-	// lastPick is the last answer of quality; selector is nil before the
-	// first (quality is asked only of nodes with a selector).
+	// lastPick is the last answer of quality; selector and dra are nil
+	// before the first (quality is asked only of nodes with a selector or
+	// a DRA order). Nodes of one layout share both, so on a cluster of
+	// few layouts most nodes reuse it.
 	lastPick struct {
 		selector *topology.Selector
+		dra      *topology.DRAOrder
+		oneRoot  bool
 		free     topology.GPUSet
 		quality  topology.SetQuality
 	}
@@ -423,17 +427,15 @@ func (p *planner) initHost(i, n int32) {
 }
 
 // quality is the quality of the GPUs pickGPUs would give a member on node
-// from free. Without DRA it depends only on the node's selector and free,
-// and in tree order most hosts repeat the last host's pair (a rack of one
-// hardware, all free or all full): that answer is kept.
+// from free. It depends only on the node's selector, DRA order (never
+// changed once made) and free, and in tree order most hosts repeat the
+// last host's (a rack of one hardware, all free or all full): that answer
+// is kept.
 func (p *planner) quality(node *Node, free topology.GPUSet) topology.SetQuality {
-	if node.DRA != nil {
+	if p.lastPick.selector != node.Selector || p.lastPick.free != free || p.lastPick.dra != node.DRA || p.lastPick.oneRoot != node.DRAOneRoot {
 		_, q, _ := pickGPUs(node, free, p.req.gpus)
-		return q
-	}
-	if p.lastPick.selector != node.Selector || p.lastPick.free != free {
-		_, q, _ := pickGPUs(node, free, p.req.gpus)
-		p.lastPick.selector, p.lastPick.free, p.lastPick.quality = node.Selector, free, q
+		p.lastPick.selector, p.lastPick.dra, p.lastPick.oneRoot = node.Selector, node.DRA, node.DRAOneRoot
+		p.lastPick.free, p.lastPick.quality = free, q
 	}
 	return p.lastPick.quality
 }
