@@ -2,6 +2,7 @@ package coscheduling
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -46,7 +47,7 @@ func onNode(pod *v1.Pod, node string) *v1.Pod {
 }
 
 // newPodGroupClient is the PodGroup reader the manager gets.
-func newPodGroupClient(t *testing.T, pgs ...*schedv1alpha1.PodGroup) client.Client {
+func newPodGroupClient(t testing.TB, pgs ...*schedv1alpha1.PodGroup) client.Client {
 	t.Helper()
 	scheme := runtime.NewScheme()
 	if err := schedv1alpha1.AddToScheme(scheme); err != nil {
@@ -62,7 +63,7 @@ func newPodGroupClient(t *testing.T, pgs ...*schedv1alpha1.PodGroup) client.Clie
 // newTestPlugin builds the plugin as New does, with the deployed args
 // (permitWaitingTimeSeconds 30, no backoff), over pods in the informer,
 // bound ones also on the snapshot's nodes, and PodGroups pgs.
-func newTestPlugin(t *testing.T, h *fakeHandle, pods []*v1.Pod, nodes []*v1.Node, pgs ...*schedv1alpha1.PodGroup) *Coscheduling {
+func newTestPlugin(t testing.TB, h *fakeHandle, pods []*v1.Pod, nodes []*v1.Node, pgs ...*schedv1alpha1.PodGroup) *Coscheduling {
 	t.Helper()
 	factory := informers.NewSharedInformerFactory(clientsetfake.NewClientset(), 0)
 	podInformer := factory.Core().V1().Pods()
@@ -243,5 +244,44 @@ func TestPreFilterBackoff(t *testing.T) {
 		if diff := cmp.Diff(want, got); diff != "" {
 			t.Errorf("profile %v: PreFilter codes over time (-want,+got):\n%s", profile, diff)
 		}
+	}
+}
+
+// BenchmarkPreFilter is PreFilter of a member of a 2 x 2-GPU gang whose
+// PodGroup asks minResources of 4 GPUs, on 5,000 4-GPU nodes each full with
+// a 4-GPU pod of its own gang but the last: in a profile with
+// TopologyPlacement (planned: no sum), and without (upstream's sum, which
+// reads every node, its PodGroup admission dropped before each call).
+func BenchmarkPreFilter(b *testing.B) {
+	const n = 5000
+	var nodes []*v1.Node
+	var pods []*v1.Pod
+	for i := range n {
+		name := fmt.Sprintf("node-%04d", i)
+		nodes = append(nodes, gpuNode(name))
+		if i < n-1 {
+			pods = append(pods, onNode(utiltesting.MakePod(fmt.Sprintf("p-%d", i), "ns").GPUs(4).PodGroup(fmt.Sprintf("g-%d", i)).Obj(), name))
+		}
+	}
+	gang := []*v1.Pod{
+		utiltesting.MakePod("new-0", "ns").GPUs(2).PodGroup("new").Obj(),
+		utiltesting.MakePod("new-1", "ns").GPUs(2).PodGroup("new").Obj(),
+	}
+	pg := withMinResources(utiltesting.MakePodGroup("new", "ns", 2).Obj(), gpus(4))
+	for _, profile := range []struct {
+		name      string
+		preFilter []string
+	}{{"planned", []string{Name, topologyplacement.Name}}, {"unplanned", []string{Name}}} {
+		b.Run(profile.name, func(b *testing.B) {
+			p := newTestPlugin(b, &fakeHandle{preFilter: profile.preFilter}, append(pods, gang...), nodes, pg)
+			ctx := context.Background()
+			b.ReportAllocs()
+			for b.Loop() {
+				p.mgr.DeletePermittedPodGroup(ctx, "ns/new")
+				if _, status := p.PreFilter(ctx, nil, gang[0], nil); !status.IsSuccess() {
+					b.Fatal(status)
+				}
+			}
+		})
 	}
 }
