@@ -7,8 +7,8 @@
 //     capacity (package requeue);
 //   - the manager counts the gang members another leader bound
 //     (countLateBindings);
-//   - PreFilter lets a PodGroup of one member through, and skips the
-//     cluster-wide minResources sum for pods TopologyPlacement plans
+//   - PreFilter lets a PodGroup of one member through, and sums the
+//     cluster's free capacity for minResources without copying every node
 //     (prefilter.go);
 //   - the manager lists a gang's pods from the PodGroup index
 //     (podgroupindex.Informer).
@@ -59,8 +59,9 @@ const Name = "LockstepCoscheduling"
 
 // Coscheduling orders the queue by PodGroup, turns away gangs that cannot
 // be scheduled yet at PreFilter, and holds reserved members at Permit until
-// minMember of the gang are reserved. The gang's books (assigned members,
-// admitted PodGroups, failures) are the manager's.
+// minMember of the gang are reserved. The gang's assigned members and
+// failures are the manager's; its backoff and minResources admissions,
+// which the manager keeps unexported, are the plugin's (prefilter.go).
 type Coscheduling struct {
 	handle framework.Handle
 	mgr    core.Manager
@@ -74,9 +75,10 @@ type Coscheduling struct {
 	rejectThreshold float64
 	// backoff turns a gang away at PreFilter for a while after it failed
 	// (podGroupBackoffSeconds); nil when that is 0.
-	backoff *backoff
-	// planner says whether TopologyPlacement plans a pod in this profile.
-	planner *planner
+	backoff *expiring
+	// admitted are the PodGroups whose minResources PreFilter found to fit,
+	// not checked again for scheduleTimeout.
+	admitted *expiring
 }
 
 var (
@@ -136,10 +138,10 @@ func newPlugin(h framework.Handle, args *config.CoschedulingArgs, pods corev1inf
 		pods:            pods,
 		scheduleTimeout: time.Duration(args.PermitWaitingTimeSeconds) * time.Second,
 		rejectThreshold: float64(args.PodGroupRejectPercentage) / 100,
-		planner:         &planner{handle: h},
 	}
+	p.admitted = newExpiring(p.scheduleTimeout, time.Now)
 	if args.PodGroupBackoffSeconds > 0 {
-		p.backoff = newBackoff(time.Duration(args.PodGroupBackoffSeconds)*time.Second, time.Now)
+		p.backoff = newExpiring(time.Duration(args.PodGroupBackoffSeconds)*time.Second, time.Now)
 	}
 	return p
 }
@@ -214,7 +216,7 @@ func (c *Coscheduling) PostFilter(ctx context.Context, _ fwk.CycleState, pod *v1
 			c.backoff.add(pgName)
 		}
 	}
-	c.mgr.DeletePermittedPodGroup(ctx, pgName)
+	c.admitted.delete(pgName)
 	c.mgr.MarkPodGroupScheduleFailure(pgName)
 	return &framework.PostFilterResult{}, fwk.NewStatus(fwk.Unschedulable,
 		fmt.Sprintf("PodGroup %v gets rejected due to Pod %v is unschedulable even after PostFilter", pgName, pod.Name))
@@ -272,7 +274,7 @@ func (c *Coscheduling) Unreserve(ctx context.Context, _ fwk.CycleState, pod *v1.
 	}
 	c.mgr.Unreserve(ctx, pod)
 	c.rejectWaiting(ctx, pod.Namespace, pg.Name, "rejection in Unreserve")
-	c.mgr.DeletePermittedPodGroup(ctx, pgName)
+	c.admitted.delete(pgName)
 	c.mgr.MarkPodGroupScheduleFailure(pgName)
 }
 

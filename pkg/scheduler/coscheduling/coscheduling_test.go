@@ -15,7 +15,6 @@ import (
 	clientsetfake "k8s.io/client-go/kubernetes/fake"
 	corev1listers "k8s.io/client-go/listers/core/v1"
 	fwk "k8s.io/kube-scheduler/framework"
-	schedconfig "k8s.io/kubernetes/pkg/scheduler/apis/config"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
 	"sigs.k8s.io/scheduler-plugins/apis/config"
 	schedv1alpha1 "sigs.k8s.io/scheduler-plugins/apis/scheduling/v1alpha1"
@@ -101,26 +100,17 @@ func (w *fakeWaitingPod) GetPendingPlugins() []string { return []string{Name} }
 func (w *fakeWaitingPod) Allow(name string)           { w.allowed = append(w.allowed, name) }
 func (w *fakeWaitingPod) Reject(name, _ string)       { w.rejects = append(w.rejects, name) }
 
-// fakeHandle is the framework's handle as the plugin uses it: waiting pods,
-// and the profile's PreFilter plugins.
+// fakeHandle is the framework's handle as the plugin uses it: its waiting
+// pods.
 type fakeHandle struct {
 	framework.Handle
-	pods      []*fakeWaitingPod
-	preFilter []string
+	pods []*fakeWaitingPod
 }
 
 func (h *fakeHandle) IterateOverWaitingPods(cb func(framework.WaitingPod)) {
 	for _, p := range h.pods {
 		cb(p)
 	}
-}
-
-func (h *fakeHandle) ListPlugins() *schedconfig.Plugins {
-	ps := &schedconfig.Plugins{}
-	for _, name := range h.preFilter {
-		ps.PreFilter.Enabled = append(ps.PreFilter.Enabled, schedconfig.Plugin{Name: name})
-	}
-	return ps
 }
 
 // TestWaitingPodsAnswerToName: the framework makes a pod wait for the
@@ -168,7 +158,7 @@ func TestWaitingPodsAnswerToName(t *testing.T) {
 	}} {
 		t.Run(tc.name, func(t *testing.T) {
 			h := &fakeHandle{pods: []*fakeWaitingPod{{pod: gang[0]}, {pod: other}}}
-			p := newTestPlugin(t, h, []*v1.Pod{gang[0], gang[1], other}, nil,
+			p, _ := newTestPlugin(t, h, []*v1.Pod{gang[0], gang[1], other}, nil,
 				utiltesting.MakePodGroup("g", "ns", 2).Obj(), utiltesting.MakePodGroup("h", "ns", 2).Obj())
 			status, wait := p.Permit(context.Background(), framework.NewCycleState(), gang[0], "n")
 			if status.Code() != fwk.Wait || wait != 30*time.Second {
@@ -258,7 +248,7 @@ func TestLess(t *testing.T) {
 		g.CreationTimestamp = metav1.NewTime(created)
 		return g
 	}
-	p := newTestPlugin(t, &fakeHandle{}, nil, nil, pg("old", t0), pg("new", t0.Add(time.Minute)))
+	p, _ := newTestPlugin(t, &fakeHandle{}, nil, nil, pg("old", t0), pg("new", t0.Add(time.Minute)))
 	queued := func(pod *v1.Pod, attempt time.Time) fwk.QueuedPodInfo {
 		pi, err := framework.NewPodInfo(pod)
 		if err != nil {

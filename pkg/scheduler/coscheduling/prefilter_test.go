@@ -3,6 +3,8 @@ package coscheduling
 import (
 	"context"
 	"fmt"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -14,8 +16,10 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/informers"
 	clientsetfake "k8s.io/client-go/kubernetes/fake"
+	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
 	internalcache "k8s.io/kubernetes/pkg/scheduler/backend/cache"
+	"k8s.io/kubernetes/pkg/scheduler/framework"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/scheduler-plugins/apis/config"
@@ -24,7 +28,6 @@ import (
 
 	"github.com/lockstep-dev/lockstep/pkg/lockstep"
 	"github.com/lockstep-dev/lockstep/pkg/scheduler/podgroupindex"
-	"github.com/lockstep-dev/lockstep/pkg/scheduler/topologyplacement"
 	utiltesting "github.com/lockstep-dev/lockstep/pkg/util/testing"
 )
 
@@ -62,8 +65,9 @@ func newPodGroupClient(t testing.TB, pgs ...*schedv1alpha1.PodGroup) client.Clie
 
 // newTestPlugin builds the plugin as New does, with the deployed args
 // (permitWaitingTimeSeconds 30, no backoff), over pods in the informer,
-// bound ones also on the snapshot's nodes, and PodGroups pgs.
-func newTestPlugin(t testing.TB, h *fakeHandle, pods []*v1.Pod, nodes []*v1.Node, pgs ...*schedv1alpha1.PodGroup) *Coscheduling {
+// bound ones also on the snapshot's nodes, and PodGroups pgs. It returns
+// the snapshot's nodes, as the framework gives them to PreFilter.
+func newTestPlugin(t testing.TB, h *fakeHandle, pods []*v1.Pod, nodes []*v1.Node, pgs ...*schedv1alpha1.PodGroup) (*Coscheduling, []fwk.NodeInfo) {
 	t.Helper()
 	factory := informers.NewSharedInformerFactory(clientsetfake.NewClientset(), 0)
 	podInformer := factory.Core().V1().Pods()
@@ -79,9 +83,14 @@ func newTestPlugin(t testing.TB, h *fakeHandle, pods []*v1.Pod, nodes []*v1.Node
 			bound = append(bound, pod)
 		}
 	}
+	snapshot := internalcache.NewSnapshot(bound, nodes)
 	p := newPlugin(h, &config.CoschedulingArgs{PermitWaitingTimeSeconds: 30, PodGroupRejectPercentage: 10}, podInformer)
-	p.mgr = core.NewPodGroupManager(newPodGroupClient(t, pgs...), internalcache.NewSnapshot(bound, nodes), &p.scheduleTimeout, podgroupindex.Informer(podInformer))
-	return p
+	p.mgr = core.NewPodGroupManager(newPodGroupClient(t, pgs...), snapshot, &p.scheduleTimeout, podgroupindex.Informer(podInformer))
+	list, err := snapshot.NodeInfos().List()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p, list
 }
 
 func gpus(n int64) v1.ResourceList {
@@ -93,10 +102,9 @@ func withMinResources(g *schedv1alpha1.PodGroup, r v1.ResourceList) *schedv1alph
 	return g
 }
 
-// TestPreFilter: upstream's answer for every pod TopologyPlacement does not
-// plan, and for every pod of a profile without TopologyPlacement; for a pod
-// it plans, upstream's answer without the minResources sum; and a PodGroup
-// of one member let through.
+// TestPreFilter: the manager's answer (core.PodGroupManager.PreFilter),
+// message and all, for every pod but a PodGroup of one member, which is let
+// through: quorum, gates and the minResources sum, for GPU and CPU gangs.
 func TestPreFilter(t *testing.T) {
 	// Three 4-GPU, 64-CPU nodes: a is free, b holds two 2-GPU members of
 	// gang "own", c one 3-GPU member of gang "other".
@@ -112,7 +120,6 @@ func TestPreFilter(t *testing.T) {
 		gpu("gang-0", "gang", 2), gpu("gang-1", "gang", 2),
 		gpu("fits-0", "fits", 2), gpu("fits-1", "fits", 2),
 		gpu("short-0", "short", 2),
-		gpu("shortbig-0", "shortbig", 2),
 		cpu("cpu-0", "cpu"), cpu("cpu-1", "cpu"),
 		cpu("cpufits-0", "cpufits"), cpu("cpufits-1", "cpufits"),
 		cpu("mixed-ps", "mixed"), gpu("mixed-worker", "mixed", 2),
@@ -123,12 +130,11 @@ func TestPreFilter(t *testing.T) {
 		utiltesting.MakePod("loose", "ns").GPUs(2).Obj(),
 	}
 	pgs := []*schedv1alpha1.PodGroup{
-		// More GPUs than the cluster's 12: upstream's sum says no.
+		// More GPUs than the cluster's 12: the sum says no.
 		withMinResources(utiltesting.MakePodGroup("single", "ns", 1).Obj(), gpus(64)),
 		withMinResources(utiltesting.MakePodGroup("gang", "ns", 2).Obj(), gpus(64)),
 		withMinResources(utiltesting.MakePodGroup("fits", "ns", 2).Obj(), gpus(4)),
 		utiltesting.MakePodGroup("short", "ns", 3).Obj(),
-		withMinResources(utiltesting.MakePodGroup("shortbig", "ns", 3).Obj(), gpus(64)),
 		// More CPUs than the cluster's 192.
 		withMinResources(utiltesting.MakePodGroup("cpu", "ns", 2).Obj(), v1.ResourceList{v1.ResourceCPU: resource.MustParse("1000")}),
 		withMinResources(utiltesting.MakePodGroup("cpufits", "ns", 2).Obj(), v1.ResourceList{v1.ResourceCPU: resource.MustParse("100")}),
@@ -143,143 +149,263 @@ func TestPreFilter(t *testing.T) {
 		ok     = fwk.Success
 		reject = fwk.UnschedulableAndUnresolvable
 	)
-	// want is the code in a profile with TopologyPlacement and without.
-	type want struct{ With, Without fwk.Code }
-	wants := map[string]want{
-		"single-0":     {ok, ok},
-		"gang-0":       {ok, reject}, // resource gap, left to TopologyPlacement
-		"gang-1":       {ok, reject},
-		"fits-0":       {ok, ok},
-		"fits-1":       {ok, ok},
-		"short-0":      {reject, reject}, // 1 of 3 members
-		"shortbig-0":   {reject, reject}, // the sum skipped, not the quorum
-		"cpu-0":        {reject, reject}, // resource gap: CPU pods are not planned
-		"cpu-1":        {reject, reject},
-		"cpufits-0":    {ok, ok},
-		"cpufits-1":    {ok, ok},
-		"mixed-ps":     {reject, reject}, // the parameter server still checks the sum
-		"mixed-worker": {ok, reject},
-		"gated-0":      {reject, reject},
-		"gated-1":      {reject, reject},
-		"own-2":        {ok, ok},     // counting its own GPUs as free
-		"other-1":      {ok, reject}, // even counting its own
-		"ghost-0":      {ok, ok},     // no PodGroup: Permit turns it away
-		"loose":        {ok, ok},
+	want := map[string]fwk.Code{
+		"single-0":     ok, // upstream: a resource gap
+		"gang-0":       reject,
+		"gang-1":       reject,
+		"fits-0":       ok,
+		"fits-1":       ok,
+		"short-0":      reject, // 1 of 3 members
+		"cpu-0":        reject, // resource gap
+		"cpu-1":        reject,
+		"cpufits-0":    ok,
+		"cpufits-1":    ok,
+		"mixed-ps":     reject,
+		"mixed-worker": reject,
+		"gated-0":      reject,
+		"gated-1":      reject,
+		"own-2":        ok,     // counting its own GPUs as free
+		"other-1":      reject, // even counting its own
+		"ghost-0":      ok,     // no PodGroup: Permit turns it away
+		"loose":        ok,
 	}
-	got := map[string]want{}
-	for _, profile := range []struct {
-		name      string
-		preFilter []string
-	}{
-		{"with TopologyPlacement", []string{Name, topologyplacement.Name}},
-		{"without", []string{Name}},
-	} {
-		p := newTestPlugin(t, &fakeHandle{preFilter: profile.preFilter}, pods, nodes, pgs...)
-		for _, pod := range pods {
-			if pod.Spec.NodeName != "" {
-				continue
-			}
-			_, status := p.PreFilter(context.Background(), nil, pod, nil)
-			w := got[pod.Name]
-			withPlanner := profile.preFilter[len(profile.preFilter)-1] == topologyplacement.Name
-			if withPlanner {
-				w.With = status.Code()
-			} else {
-				w.Without = status.Code()
-			}
-			got[pod.Name] = w
-			planned := withPlanner && topologyplacement.Plans(pod)
-			var pg *schedv1alpha1.PodGroup
-			for _, g := range pgs {
-				if g.Name == pod.Labels[schedv1alpha1.PodGroupLabel] {
-					pg = g
-				}
-			}
-			if planned || pg != nil && pg.Spec.MinMember <= 1 {
-				continue
-			}
-			// Everything else is upstream's answer, message and all.
-			upstream := fwk.NewStatus(fwk.Success)
-			if err := p.mgr.PreFilter(context.Background(), pod); err != nil {
-				upstream = fwk.NewStatus(fwk.UnschedulableAndUnresolvable, err.Error())
-			}
-			if diff := cmp.Diff(upstream.Message(), status.Message()); diff != "" || upstream.Code() != status.Code() {
-				t.Errorf("%s, %s: %v, upstream says %v (-upstream,+got):\n%s", profile.name, pod.Name, status, upstream, diff)
-			}
+	p, list := newTestPlugin(t, &fakeHandle{}, pods, nodes, pgs...)
+	ctx := context.Background()
+	got := map[string]fwk.Code{}
+	for _, pod := range pods {
+		if pod.Spec.NodeName != "" {
+			continue
+		}
+		_, status := p.PreFilter(ctx, nil, pod, list)
+		got[pod.Name] = status.Code()
+		if _, pg := p.mgr.GetPodGroup(ctx, pod); pg != nil && pg.Spec.MinMember <= 1 {
+			continue
+		}
+		// Everything else is upstream's answer, message and all.
+		upstream := fwk.NewStatus(fwk.Success)
+		if err := p.mgr.PreFilter(ctx, pod); err != nil {
+			upstream = fwk.NewStatus(fwk.UnschedulableAndUnresolvable, err.Error())
+		}
+		if diff := cmp.Diff(upstream.Message(), status.Message()); diff != "" || upstream.Code() != status.Code() {
+			t.Errorf("%s: %v, upstream says %v (-upstream,+got):\n%s", pod.Name, status, upstream, diff)
 		}
 	}
-	if diff := cmp.Diff(wants, got); diff != "" {
-		t.Errorf("PreFilter codes (-want,+got):\n%s", diff)
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("PreFilter codes (-want +got):\n%s", diff)
+	}
+}
+
+// TestPreFilterAdmits: a PodGroup whose minResources fit is not summed
+// again for permitWaitingTimeSeconds, as upstream's manager keeps it,
+// unless PostFilter or Unreserve fail it.
+func TestPreFilterAdmits(t *testing.T) {
+	pods := []*v1.Pod{
+		utiltesting.MakePod("g-0", "ns").GPUs(2).PodGroup("g").Obj(),
+		utiltesting.MakePod("g-1", "ns").GPUs(2).PodGroup("g").Obj(),
+	}
+	p, list := newTestPlugin(t, &fakeHandle{}, pods, []*v1.Node{gpuNode("a")},
+		withMinResources(utiltesting.MakePodGroup("g", "ns", 2).Obj(), gpus(4)))
+	now := time.Unix(1000, 0)
+	p.admitted = newExpiring(p.scheduleTimeout, func() time.Time { return now })
+	ctx := context.Background()
+	// full is the node taken by another pod: the sum no longer fits.
+	full := nodeWith(gpuNode("a"), onNode(utiltesting.MakePod("other", "ns").GPUs(4).Obj(), "a"))
+	var got []fwk.Code
+	for _, step := range []struct {
+		after time.Duration
+		nodes []fwk.NodeInfo
+		fail  func()
+	}{
+		{nodes: list},
+		{after: 10 * time.Second, nodes: []fwk.NodeInfo{full}},
+		{after: 10 * time.Second, nodes: []fwk.NodeInfo{full}, fail: func() {
+			p.Unreserve(ctx, framework.NewCycleState(), pods[1], "a")
+		}},
+		{nodes: list},
+		{after: 10 * time.Second, nodes: []fwk.NodeInfo{full}, fail: func() {
+			p.PostFilter(ctx, framework.NewCycleState(), pods[1], nil)
+		}},
+		{nodes: list},
+		{after: 31 * time.Second, nodes: []fwk.NodeInfo{full}},
+	} {
+		now = now.Add(step.after)
+		if step.fail != nil {
+			step.fail()
+		}
+		_, status := p.PreFilter(ctx, nil, pods[0], step.nodes)
+		got = append(got, status.Code())
+	}
+	ok, reject := fwk.Success, fwk.UnschedulableAndUnresolvable
+	want := []fwk.Code{ok, ok, reject, ok, reject, ok, reject}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("PreFilter codes over time (-want,+got):\n%s", diff)
 	}
 }
 
 // TestPreFilterBackoff: with podGroupBackoffSeconds, a gang that failed at
-// PostFilter is turned away until its backoff ends, also when PreFilter
-// skips the manager's check (a planned gang); a failure during the backoff
-// does not extend it.
+// PostFilter is turned away until its backoff ends; a failure during the
+// backoff does not extend it.
 func TestPreFilterBackoff(t *testing.T) {
 	pods := []*v1.Pod{
 		utiltesting.MakePod("g-0", "ns").GPUs(2).PodGroup("g").Obj(),
 		utiltesting.MakePod("g-1", "ns").GPUs(2).PodGroup("g").Obj(),
 	}
-	for _, profile := range [][]string{{Name, topologyplacement.Name}, {Name}} {
-		p := newTestPlugin(t, &fakeHandle{preFilter: profile}, pods, []*v1.Node{gpuNode("a")},
-			withMinResources(utiltesting.MakePodGroup("g", "ns", 2).Obj(), gpus(4)))
-		now := time.Unix(1000, 0)
-		p.backoff = newBackoff(10*time.Second, func() time.Time { return now })
-		var got []fwk.Code
-		step := func(d time.Duration, fail bool) {
-			now = now.Add(d)
-			if fail {
-				p.PostFilter(context.Background(), nil, pods[1], nil)
-			}
-			_, status := p.PreFilter(context.Background(), nil, pods[0], nil)
-			got = append(got, status.Code())
+	p, list := newTestPlugin(t, &fakeHandle{}, pods, []*v1.Node{gpuNode("a")},
+		withMinResources(utiltesting.MakePodGroup("g", "ns", 2).Obj(), gpus(4)))
+	now := time.Unix(1000, 0)
+	p.backoff = newExpiring(10*time.Second, func() time.Time { return now })
+	var got []fwk.Code
+	step := func(d time.Duration, fail bool) {
+		now = now.Add(d)
+		if fail {
+			p.PostFilter(context.Background(), nil, pods[1], nil)
 		}
-		step(0, false)
-		step(0, true)
-		step(5*time.Second, true)
-		step(5*time.Second, false)
-		want := []fwk.Code{fwk.Success, fwk.UnschedulableAndUnresolvable, fwk.UnschedulableAndUnresolvable, fwk.Success}
-		if diff := cmp.Diff(want, got); diff != "" {
-			t.Errorf("profile %v: PreFilter codes over time (-want,+got):\n%s", profile, diff)
-		}
+		_, status := p.PreFilter(context.Background(), nil, pods[0], list)
+		got = append(got, status.Code())
+	}
+	step(0, false)
+	step(0, true)
+	step(5*time.Second, true)
+	step(5*time.Second, false)
+	want := []fwk.Code{fwk.Success, fwk.UnschedulableAndUnresolvable, fwk.UnschedulableAndUnresolvable, fwk.Success}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("PreFilter codes over time (-want,+got):\n%s", diff)
 	}
 }
 
-// BenchmarkPreFilter is PreFilter of a member of a 2 x 2-GPU gang whose
-// PodGroup asks minResources of 4 GPUs, on 5,000 4-GPU nodes each full with
-// a 4-GPU pod of its own gang but the last: in a profile with
-// TopologyPlacement (planned: no sum), and without (upstream's sum, which
-// reads every node, its PodGroup admission dropped before each call).
-func BenchmarkPreFilter(b *testing.B) {
-	const n = 5000
-	var nodes []*v1.Node
+func nodeWith(node *v1.Node, pods ...*v1.Pod) *framework.NodeInfo {
+	ni := framework.NewNodeInfo(pods...)
+	ni.SetNode(node)
+	return ni
+}
+
+// nodeView is what the minResources check reads of a NodeInfo.
+type nodeView struct {
+	Pods                   []string
+	MilliCPU, GPUs, Memory int64
+}
+
+func viewOf(ni fwk.NodeInfo) nodeView {
+	v := nodeView{
+		MilliCPU: ni.GetRequested().GetMilliCPU(),
+		Memory:   ni.GetRequested().GetMemory(),
+		GPUs:     ni.GetRequested().GetScalarResources()[lockstep.GPUResource],
+	}
+	for _, pi := range ni.GetPods() {
+		v.Pods = append(v.Pods, pi.GetPod().Name)
+	}
+	slices.Sort(v.Pods)
+	return v
+}
+
+// TestCheckClusterResource: checkClusterResource gives upstream's
+// core.CheckClusterResource's answer, message and all, and leaves the
+// scheduler's snapshot as it was.
+func TestCheckClusterResource(t *testing.T) {
+	// Three 4-GPU nodes: a holds two of gang g's 2-GPU members, b one pod
+	// of another gang, c is empty; d has no GPUs.
+	pods := []*v1.Pod{
+		onNode(utiltesting.MakePod("g-0", "ns").GPUs(2).PodGroup("g").Obj(), "a"),
+		onNode(utiltesting.MakePod("g-1", "ns").GPUs(2).PodGroup("g").Obj(), "a"),
+		onNode(utiltesting.MakePod("h-0", "ns").GPUs(3).PodGroup("h").Obj(), "b"),
+		onNode(utiltesting.MakePod("g-0", "other").GPUs(1).PodGroup("g").Obj(), "c"),
+	}
+	cpuNode := gpuNode("d")
+	delete(cpuNode.Status.Allocatable, lockstep.GPUResource)
+	snapshot := internalcache.NewSnapshot(pods, []*v1.Node{gpuNode("a"), gpuNode("b"), gpuNode("c"), cpuNode})
+	request := func(gpus int64, more v1.ResourceList) v1.ResourceList {
+		r := v1.ResourceList{lockstep.GPUResource: *resource.NewQuantity(gpus, resource.DecimalSI), v1.ResourcePods: resource.MustParse("4")}
+		for k, v := range more {
+			r[k] = v
+		}
+		return r
+	}
+	for _, tc := range []struct {
+		name    string
+		request v1.ResourceList
+		gang    string
+		wantErr bool
+	}{
+		{"fits the empty node", request(3, nil), "ns/x", false},
+		{"fits the free GPUs of b and c", request(4, nil), "ns/x", false},
+		{"needs more than is free", request(5, nil), "ns/x", true},
+		{"g counts its own GPUs as free", request(8, nil), "ns/g", false},
+		{"g needs more than that", request(9, nil), "ns/g", true},
+		{"h counts its own", request(7, nil), "ns/h", false},
+		{"only g of its namespace", request(9, nil), "other/g", true},
+		{"CPU and memory", request(0, v1.ResourceList{v1.ResourceCPU: resource.MustParse("250"), v1.ResourceMemory: resource.MustParse("2000Gi")}), "ns/x", false},
+		{"too much CPU", request(0, v1.ResourceList{v1.ResourceCPU: resource.MustParse("257")}), "ns/x", true},
+		{"too many pods", request(0, v1.ResourceList{v1.ResourcePods: resource.MustParse("437")}), "ns/x", true},
+		{"a resource no node has", request(0, v1.ResourceList{"example.com/fpga": resource.MustParse("1")}), "ns/x", true},
+		{"ephemeral storage no node states", request(0, v1.ResourceList{v1.ResourceEphemeralStorage: resource.MustParse("1Gi")}), "ns/x", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			list, err := snapshot.NodeInfos().List()
+			if err != nil {
+				t.Fatal(err)
+			}
+			before := map[string]nodeView{}
+			for _, ni := range list {
+				before[ni.Node().Name] = viewOf(ni)
+			}
+			errString := func(err error) string {
+				if err == nil {
+					return ""
+				}
+				return err.Error()
+			}
+			ns, name, _ := strings.Cut(tc.gang, "/")
+			want := errString(core.CheckClusterResource(context.Background(), list, tc.request.DeepCopy(), tc.gang))
+			got := errString(checkClusterResource(klog.Background(), list, tc.request.DeepCopy(), ns, name))
+			if (want != "") != tc.wantErr {
+				t.Fatalf("upstream: %q, want an error %v", want, tc.wantErr)
+			}
+			if diff := cmp.Diff(want, got); diff != "" {
+				t.Errorf("check (-upstream,+ours):\n%s", diff)
+			}
+			for _, ni := range list {
+				if diff := cmp.Diff(before[ni.Node().Name], viewOf(ni)); diff != "" {
+					t.Errorf("node %s changed (-before,+after):\n%s", ni.Node().Name, diff)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkCheckClusterResource is the minResources check for a 4-GPU
+// single-pod gang on 5,000 4-GPU nodes, each full with one 4-GPU pod of
+// its own gang, but the last: the scan reads every node, upstream's
+// (core.CheckClusterResource) with a copy of each, ours without.
+func BenchmarkCheckClusterResource(b *testing.B) {
+	const nodes = 5000
+	var nodeObjs []*v1.Node
 	var pods []*v1.Pod
-	for i := range n {
+	for i := range nodes {
 		name := fmt.Sprintf("node-%04d", i)
-		nodes = append(nodes, gpuNode(name))
-		if i < n-1 {
+		nodeObjs = append(nodeObjs, gpuNode(name))
+		if i < nodes-1 {
 			pods = append(pods, onNode(utiltesting.MakePod(fmt.Sprintf("p-%d", i), "ns").GPUs(4).PodGroup(fmt.Sprintf("g-%d", i)).Obj(), name))
 		}
 	}
-	gang := []*v1.Pod{
-		utiltesting.MakePod("new-0", "ns").GPUs(2).PodGroup("new").Obj(),
-		utiltesting.MakePod("new-1", "ns").GPUs(2).PodGroup("new").Obj(),
+	list, err := internalcache.NewSnapshot(pods, nodeObjs).NodeInfos().List()
+	if err != nil {
+		b.Fatal(err)
 	}
-	pg := withMinResources(utiltesting.MakePodGroup("new", "ns", 2).Obj(), gpus(4))
-	for _, profile := range []struct {
-		name      string
-		preFilter []string
-	}{{"planned", []string{Name, topologyplacement.Name}}, {"unplanned", []string{Name}}} {
-		b.Run(profile.name, func(b *testing.B) {
-			p := newTestPlugin(b, &fakeHandle{preFilter: profile.preFilter}, append(pods, gang...), nodes, pg)
-			ctx := context.Background()
+	request := v1.ResourceList{lockstep.GPUResource: resource.MustParse("4"), v1.ResourcePods: resource.MustParse("1")}
+	for _, check := range []struct {
+		name  string
+		check func() error
+	}{
+		{"upstream", func() error {
+			return core.CheckClusterResource(context.Background(), list, request.DeepCopy(), "ns/new")
+		}},
+		{"ours", func() error { return checkClusterResource(klog.Background(), list, request.DeepCopy(), "ns", "new") }},
+	} {
+		b.Run(check.name, func(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
-				p.mgr.DeletePermittedPodGroup(ctx, "ns/new")
-				if _, status := p.PreFilter(ctx, nil, gang[0], nil); !status.IsSuccess() {
-					b.Fatal(status)
+				if err := check.check(); err != nil {
+					b.Fatal(err)
 				}
 			}
 		})
