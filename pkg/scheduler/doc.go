@@ -8,6 +8,7 @@
 //     NodeTopology into their inputs, keeps the books under a lock, and
 //     turns decisions into statuses, events, metrics and retries.
 //   - coscheduling, LockstepCoscheduling: scheduler-plugins' Coscheduling
-//     unchanged, with QueueingHints on the events that free capacity.
+//     semantics over its exported PodGroup manager, with QueueingHints on
+//     the events that free capacity.
 //   - requeue: those QueueingHints, shared by both plugins.
 package scheduler

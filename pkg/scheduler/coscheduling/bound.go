@@ -2,34 +2,31 @@ package coscheduling
 
 import (
 	"fmt"
-	"reflect"
-	"unsafe"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/tools/cache"
-	"k8s.io/kubernetes/pkg/scheduler/framework"
 	"sigs.k8s.io/scheduler-plugins/pkg/coscheduling/core"
 )
 
-// countLateBindings has Coscheduling's PodGroupManager count members that
-// become bound after its informer first saw them, as it counts those it
-// first sees bound, so a standby scheduler that takes over leadership counts
-// the members its predecessor bound.
+// countLateBindings has the PodGroupManager count members that become bound
+// after the pod informer first saw them, as it counts those it first sees
+// bound, so a standby scheduler that takes over leadership counts the
+// members its predecessor bound.
 //
 // Coscheduling's Permit lets a gang through once minMember of its pods are
 // assigned, counting the pods it let through itself plus those its pod
 // informer first saw already bound (an Add with a nodeName). A pod bound by
 // another scheduler after the informer first saw it arrives as an Update,
-// which Coscheduling ignores. A freshly started scheduler lists every bound
+// which the manager ignores. A freshly started scheduler lists every bound
 // pod as an Add; a warm standby does not: kube-scheduler starts its
 // informers before leader election, so the standby saw the members pending
 // and their bindings as Updates. When the leader dies part way through
 // binding a gang, the new leader then counts only the members it places
 // itself, never reaches minMember, and the gang stays part bound for good
 // (each try times out at Permit).
-func countLateBindings(mgr *core.PodGroupManager, h framework.Handle) error {
+func countLateBindings(mgr *core.PodGroupManager, pods cache.SharedIndexInformer) error {
 	countBound := core.AddPodFactory(mgr)
-	_, err := h.SharedInformerFactory().Core().V1().Pods().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+	_, err := pods.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		UpdateFunc: func(oldObj, newObj any) {
 			old, ok := oldObj.(*corev1.Pod)
 			pod, ok2 := newObj.(*corev1.Pod)
@@ -47,25 +44,4 @@ func countLateBindings(mgr *core.PodGroupManager, h framework.Handle) error {
 // BecameBound reports whether an update bound the pod to a node.
 func BecameBound(old, pod *corev1.Pod) bool {
 	return old.Spec.NodeName == "" && pod.Spec.NodeName != ""
-}
-
-// podGroupManager returns the PodGroupManager inside the plugin, which
-// scheduler-plugins keeps unexported; TestPodGroupManagerField fails when an
-// upgrade moves it.
-func podGroupManager(p framework.Plugin) (*core.PodGroupManager, error) {
-	v := reflect.ValueOf(p)
-	if v.Kind() != reflect.Pointer || v.Elem().Kind() != reflect.Struct {
-		return nil, fmt.Errorf("coscheduling plugin is a %T, want a pointer to its struct", p)
-	}
-	field := v.Elem().FieldByName("pgMgr")
-	if !field.IsValid() || field.Type() != reflect.TypeFor[core.Manager]() {
-		return nil, fmt.Errorf("coscheduling plugin %T has no pgMgr core.Manager field", p)
-	}
-	//nolint:gosec // reading an unexported field of a plugin we just built
-	m := reflect.NewAt(field.Type(), unsafe.Pointer(field.UnsafeAddr())).Elem().Interface()
-	mgr, ok := m.(*core.PodGroupManager)
-	if !ok || mgr == nil {
-		return nil, fmt.Errorf("coscheduling plugin's manager is a %T, want *core.PodGroupManager", m)
-	}
-	return mgr, nil
 }

@@ -1,25 +1,20 @@
 package coscheduling
 
 import (
-	"reflect"
+	"context"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	upstream "sigs.k8s.io/scheduler-plugins/pkg/coscheduling"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/informers"
+	clientsetfake "k8s.io/client-go/kubernetes/fake"
+	"k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/scheduler-plugins/pkg/coscheduling/core"
-)
 
-// TestPodGroupManagerField guards the reflection in podGroupManager against
-// a scheduler-plugins upgrade that renames or retypes the field.
-func TestPodGroupManagerField(t *testing.T) {
-	f, ok := reflect.TypeFor[upstream.Coscheduling]().FieldByName("pgMgr")
-	if !ok || f.Type != reflect.TypeFor[core.Manager]() {
-		t.Fatalf("Coscheduling.pgMgr missing or not a core.Manager (%v): update podGroupManager", f.Type)
-	}
-	if _, err := podGroupManager(&upstream.Coscheduling{}); err == nil {
-		t.Error("podGroupManager of a plugin without a manager: no error")
-	}
-}
+	utiltesting "github.com/lockstep-dev/lockstep/pkg/util/testing"
+)
 
 func TestBecameBound(t *testing.T) {
 	pending, bound := &corev1.Pod{}, &corev1.Pod{Spec: corev1.PodSpec{NodeName: "n1"}}
@@ -30,5 +25,47 @@ func TestBecameBound(t *testing.T) {
 		if got := BecameBound(tc.old, tc.pod); got != tc.want {
 			t.Errorf("BecameBound(%q → %q) = %v, want %v", tc.old.Spec.NodeName, tc.pod.Spec.NodeName, got, tc.want)
 		}
+	}
+}
+
+// TestCountLateBindings: a member the informer first saw pending and then
+// saw bound by another scheduler counts as assigned, as one it first saw
+// bound does; without countLateBindings the manager counts only the latter.
+func TestCountLateBindings(t *testing.T) {
+	for _, count := range []bool{true, false} {
+		clientset := clientsetfake.NewClientset(
+			utiltesting.MakePod("early-0", "ns").PodGroup("g").Obj(),
+			onNode(utiltesting.MakePod("bound-0", "ns").PodGroup("g").Obj(), "n0"),
+		)
+		factory := informers.NewSharedInformerFactory(clientset, 0)
+		pods := factory.Core().V1().Pods()
+		mgr := core.NewPodGroupManager(newPodGroupClient(t, utiltesting.MakePodGroup("g", "ns", 2).Obj()), nil, new(time.Duration), pods)
+		if count {
+			if err := countLateBindings(mgr, pods.Informer()); err != nil {
+				t.Fatal(err)
+			}
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		factory.Start(ctx.Done())
+		if !cache.WaitForCacheSync(ctx.Done(), pods.Informer().HasSynced) {
+			t.Fatal("pod informer did not sync")
+		}
+		late := utiltesting.MakePod("early-0", "ns").PodGroup("g").Obj()
+		late.Spec.NodeName = "n1"
+		if _, err := clientset.CoreV1().Pods("ns").Update(ctx, late, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		want := 1
+		if count {
+			want = 2
+		}
+		err := wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+			seen, err := pods.Lister().Pods("ns").Get("early-0")
+			return err == nil && seen.Spec.NodeName != "" && mgr.GetAssignedPodCount("ns/g") == want, nil
+		})
+		if err != nil {
+			t.Errorf("countLateBindings %v: %v; assigned %d, want %d", count, err, mgr.GetAssignedPodCount("ns/g"), want)
+		}
+		cancel()
 	}
 }

@@ -8,17 +8,16 @@
 // pods a gang member's PreFilter cost O(namespace) and a gang's
 // O(members × namespace). The index answers in O(gang).
 //
-// Upstream Coscheduling is not ours to edit; it reads pods through the
-// handle's SharedInformerFactory, so WrapFactory gives it a factory whose pod
-// lister answers the one selector it uses from the index.
+// Coscheduling's PodGroup manager (scheduler-plugins' core.PodGroupManager,
+// which LockstepCoscheduling builds) lists a gang's pods through the pod
+// informer it is given, so Informer gives it one whose lister answers the
+// one selector it uses from the index.
 package podgroupindex
 
 import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/selection"
-	"k8s.io/client-go/informers"
-	coreinformers "k8s.io/client-go/informers/core"
 	corev1informers "k8s.io/client-go/informers/core/v1"
 	corev1listers "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
@@ -100,26 +99,12 @@ func podGroupOf(selector labels.Selector) (string, bool) {
 	return values[0], true
 }
 
-// WrapFactory returns f whose Core().V1().Pods() informer's lister answers
-// List(pod-group=name) in a namespace from the index (Members) and every
-// other call as f's own lister. Everything else is f's.
-func WrapFactory(f informers.SharedInformerFactory) informers.SharedInformerFactory {
-	return factory{f}
+// Informer returns pi whose lister answers List(pod-group=name) in a
+// namespace from the index (Members) and every other call as pi's own
+// lister. Everything else is pi's.
+func Informer(pi corev1informers.PodInformer) corev1informers.PodInformer {
+	return podInformer{pi}
 }
-
-type factory struct {
-	informers.SharedInformerFactory
-}
-
-func (f factory) Core() coreinformers.Interface { return coreGroup{f.SharedInformerFactory.Core()} }
-
-type coreGroup struct{ coreinformers.Interface }
-
-func (g coreGroup) V1() corev1informers.Interface { return coreV1{g.Interface.V1()} }
-
-type coreV1 struct{ corev1informers.Interface }
-
-func (v coreV1) Pods() corev1informers.PodInformer { return podInformer{v.Interface.Pods()} }
 
 type podInformer struct{ corev1informers.PodInformer }
 

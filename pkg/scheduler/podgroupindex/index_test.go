@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/informers"
+	corev1informers "k8s.io/client-go/informers/core/v1"
 	clientsetfake "k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/tools/cache"
 	schedv1alpha1 "sigs.k8s.io/scheduler-plugins/apis/scheduling/v1alpha1"
@@ -104,7 +105,7 @@ func names(pods []*v1.Pod) []string {
 	return out
 }
 
-// TestLister: the wrapped lister answers every selector as the plain lister
+// TestLister: Informer's lister answers every selector as the plain lister
 // does, from the index or not.
 func TestLister(t *testing.T) {
 	l := schedv1alpha1.PodGroupLabel
@@ -135,7 +136,7 @@ func TestLister(t *testing.T) {
 				if diff := cmp.Diff(tc.want, names(plain)); diff != "" {
 					t.Fatalf("plain lister (-want,+got):\n%s", diff)
 				}
-				got, err := WrapFactory(factory).Core().V1().Pods().Lister().Pods(tc.ns).List(tc.selector)
+				got, err := Informer(factory.Core().V1().Pods()).Lister().Pods(tc.ns).List(tc.selector)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -214,12 +215,12 @@ func BenchmarkMembers(b *testing.B) {
 		selector := labels.SelectorFromSet(labels.Set{schedv1alpha1.PodGroupLabel: "g"})
 		for _, lister := range []struct {
 			name string
-			f    informers.SharedInformerFactory
-		}{{"plain", factory}, {"index", WrapFactory(factory)}} {
+			pi   corev1informers.PodInformer
+		}{{"plain", factory.Core().V1().Pods()}, {"index", Informer(factory.Core().V1().Pods())}} {
 			b.Run(fmt.Sprintf("gang=%d/lister=%s", gang, lister.name), func(b *testing.B) {
 				b.ReportAllocs()
 				for b.Loop() {
-					got, err := lister.f.Core().V1().Pods().Lister().Pods("ns").List(selector)
+					got, err := lister.pi.Lister().Pods("ns").List(selector)
 					if err != nil || len(got) != gang {
 						b.Fatalf("listed %d pods (%v), want %d", len(got), err, gang)
 					}

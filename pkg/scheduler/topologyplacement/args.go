@@ -1,7 +1,6 @@
 package topologyplacement
 
 import (
-	"errors"
 	"fmt"
 	"time"
 
@@ -9,11 +8,10 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	frameworkruntime "k8s.io/kubernetes/pkg/scheduler/framework/runtime"
-	kjson "sigs.k8s.io/json"
-	"sigs.k8s.io/yaml"
 
 	"github.com/lockstep-dev/lockstep/pkg/lockstep"
 	"github.com/lockstep-dev/lockstep/pkg/lockstep/topologyconfig"
+	"github.com/lockstep-dev/lockstep/pkg/scheduler/pluginargs"
 )
 
 // Args configure the TopologyPlacement plugin (pluginConfig args in the
@@ -96,16 +94,7 @@ func decodeArgs(obj runtime.Object) (*Args, error) {
 	switch raw := obj.(type) {
 	case nil:
 	case *runtime.Unknown:
-		// Strict, so a misspelt field is an error rather than a default.
-		data, err := yaml.YAMLToJSON(raw.Raw)
-		if err != nil {
-			return nil, fmt.Errorf("decoding %s args: %w", Name, err)
-		}
-		strictErrs, err := kjson.UnmarshalStrict(data, args, kjson.DisallowUnknownFields, kjson.DisallowDuplicateFields)
-		if err == nil && len(strictErrs) > 0 {
-			err = errors.Join(strictErrs...)
-		}
-		if err != nil {
+		if err := pluginargs.DecodeStrict(raw.Raw, args); err != nil {
 			return nil, fmt.Errorf("decoding %s args: %w", Name, err)
 		}
 	default:
