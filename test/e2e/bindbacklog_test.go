@@ -240,8 +240,18 @@ func TestBindRequestsAreBounded(t *testing.T) {
 		// Run before the namespace's cleanup: gracefully, KWOK ends 300
 		// pods slower than that cleanup waits for on a loaded machine.
 		zero := int64(0)
-		if err := cluster.Clientset.CoreV1().Pods(ns).DeleteCollection(ctx, metav1.DeleteOptions{GracePeriodSeconds: &zero}, metav1.ListOptions{}); err != nil {
-			t.Errorf("deleting the gang's pods: %v", err)
+		var last error
+		err := localcluster.Poll(ctx, time.Second, 2*time.Minute, "the gang's pods deleted", func(ctx context.Context) (bool, error) {
+			// Deleting 300 pods in one call can outlast the apiserver's
+			// request timeout on a loaded machine, which then resets
+			// the stream ("INTERNAL_ERROR; received from peer"); what
+			// it deleted stays deleted, so the call is sent again until
+			// it completes.
+			last = cluster.Clientset.CoreV1().Pods(ns).DeleteCollection(ctx, metav1.DeleteOptions{GracePeriodSeconds: &zero}, metav1.ListOptions{})
+			return last == nil, nil
+		})
+		if err != nil {
+			t.Errorf("deleting the gang's pods: %v: %v", err, last)
 		}
 	})
 	if err := cluster.Client.Create(ctx, utiltesting.MakePodGroup("big", ns, int32(members)).Obj()); err != nil {
