@@ -451,11 +451,7 @@ func TestCompetingPreemptorsEvictEachVictimOnce(t *testing.T) {
 				evicted++
 				for m := range 4 {
 					pod := fmt.Sprintf("%s-%d", name, m)
-					events, err := cluster.Events(context.Background(), ns, "Pod", pod)
-					if err != nil {
-						t.Fatal(err)
-					}
-					if by := preemptorsNamed(events); len(by) != 1 {
+					if by := victimEventPreemptors(t, ns, pod); len(by) != 1 {
 						t.Errorf("round %d: victim pod %s preempted for %v, want one preemptor", round, pod, by)
 					}
 				}
@@ -474,6 +470,28 @@ func TestCompetingPreemptorsEvictEachVictimOnce(t *testing.T) {
 		}
 		deletePods(t, ns)
 	}
+}
+
+// victimEventPreemptors waits until a Preempted event of victim pod in ns
+// names a preemptor, for at most 30 s, and returns every preemptor its
+// events name. The scheduler sends events asynchronously, off the
+// scheduling thread and after the eviction: on a loaded machine they reach
+// the apiserver after the preemptor is bound.
+func victimEventPreemptors(t *testing.T, ns, pod string) []string {
+	t.Helper()
+	var by []string
+	err := localcluster.Poll(context.Background(), 200*time.Millisecond, 30*time.Second, "a Preempted event on "+pod, func(ctx context.Context) (bool, error) {
+		events, err := cluster.Events(ctx, ns, "Pod", pod)
+		if err != nil {
+			return false, err
+		}
+		by = preemptorsNamed(events)
+		return len(by) > 0, nil
+	})
+	if err != nil {
+		t.Logf("%v", err)
+	}
+	return by
 }
 
 // preemptorsNamed returns the preemptors the Preempted events name, sorted
