@@ -13,6 +13,23 @@ import (
 	utiltesting "github.com/lockstep-dev/lockstep/pkg/util/testing"
 )
 
+// rankedGangOnLeaves is a plugin with one ranked gang of members 8-GPU
+// pods, pending, and as many 8-GPU HGX nodes in leaves of 32.
+func rankedGangOnLeaves(b *testing.B, members int) *metricsPlugin {
+	p := newMetricsPlugin(b, members, true, nil)
+	for i, pod := range p.pods {
+		pod.Annotations = map[string]string{lockstep.AnnotationRank: strconv.Itoa(i)}
+	}
+	p.nodes = make([]fwk.NodeInfo, members)
+	for i := range p.nodes {
+		node := gpuNode(fmt.Sprintf("node-%04d", i), 8)
+		node.Labels = map[string]string{lockstep.LabelFabricTier0: fmt.Sprintf("leaf-%d", i/32)}
+		p.gpus.set(hgxNodeTopology(b, node.Name))
+		p.nodes[i] = nodeInfo(node)
+	}
+	return p
+}
+
 // BenchmarkFilter measures Filter on 1,024 8-GPU nodes in leaves of 32,
 // with a 1,024-member gang planned onto them: a member on its rank's node
 // (member), and a 1-GPU pod outside gangs on each node in turn, which the
@@ -20,18 +37,10 @@ import (
 func BenchmarkFilter(b *testing.B) {
 	const members = 1024
 	ctx := context.Background()
-	p := newMetricsPlugin(b, members, true, nil)
-	for i, pod := range p.pods {
-		pod.Annotations = map[string]string{lockstep.AnnotationRank: strconv.Itoa(i)}
-	}
-	p.nodes = make([]fwk.NodeInfo, members)
+	p := rankedGangOnLeaves(b, members)
 	byName := map[string]fwk.NodeInfo{}
-	for i := range p.nodes {
-		node := gpuNode(fmt.Sprintf("node-%04d", i), 8)
-		node.Labels = map[string]string{lockstep.LabelFabricTier0: fmt.Sprintf("leaf-%d", i/32)}
-		p.gpus.set(hgxNodeTopology(b, node.Name))
-		p.nodes[i] = nodeInfo(node)
-		byName[node.Name] = p.nodes[i]
+	for _, ni := range p.nodes {
+		byName[ni.Node().Name] = ni
 	}
 	states := make([]fwk.CycleState, members)
 	targets := make([]fwk.NodeInfo, members)

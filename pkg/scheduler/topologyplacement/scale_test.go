@@ -3,19 +3,16 @@ package topologyplacement
 import (
 	"context"
 	"fmt"
-	"strconv"
 	"testing"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
-	fwk "k8s.io/kube-scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/lockstep-dev/lockstep/pkg/apis/lockstep/v1alpha1"
-	"github.com/lockstep-dev/lockstep/pkg/lockstep"
 	utiltesting "github.com/lockstep-dev/lockstep/pkg/util/testing"
 )
 
@@ -62,17 +59,7 @@ func BenchmarkTopologyHealthHeartbeat(b *testing.B) {
 func BenchmarkPreFilterGangMember(b *testing.B) {
 	const members = 1024
 	ctx := context.Background()
-	p := newMetricsPlugin(b, members, true, nil)
-	for i, pod := range p.pods {
-		pod.Annotations = map[string]string{lockstep.AnnotationRank: strconv.Itoa(i)}
-	}
-	p.nodes = make([]fwk.NodeInfo, members)
-	for i := range p.nodes {
-		node := gpuNode(fmt.Sprintf("node-%04d", i), 8)
-		node.Labels = map[string]string{lockstep.LabelFabricTier0: fmt.Sprintf("leaf-%d", i/32)}
-		p.gpus.set(hgxNodeTopology(b, node.Name))
-		p.nodes[i] = nodeInfo(node)
-	}
+	p := rankedGangOnLeaves(b, members)
 	if _, status := p.PreFilter(ctx, framework.NewCycleState(), p.pods[0], p.nodes); !status.IsSuccess() {
 		b.Fatalf("planning the gang: %v", status)
 	}
