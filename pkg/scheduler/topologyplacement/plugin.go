@@ -344,7 +344,7 @@ func (p *TopologyPlacement) podEvents(ctx context.Context) cache.ResourceEventHa
 		AddFunc: func(obj any) {
 			if pod, ok := obj.(*v1.Pod); ok {
 				p.adoptBoundGPUs(pod)
-				p.observeHolds(pod)
+				p.gangs.ObservePod(pod)
 				p.verdicts.gangChanged(gangKey(pod))
 			}
 		},
@@ -370,7 +370,7 @@ func (p *TopologyPlacement) podEvents(ctx context.Context) cache.ResourceEventHa
 				p.releaseDrainIfNoPending(ctx, pod)
 			}
 			p.adoptBoundGPUs(pod)
-			p.observeHolds(pod)
+			p.gangs.ObservePod(pod)
 		},
 		DeleteFunc: func(obj any) {
 			if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
@@ -518,12 +518,6 @@ type gangPlan = gangmanager.Plan
 
 // assignment is the GPUs a reserved pod was given.
 type assignment = gangmanager.Assignment
-
-// observeHolds hands the gang manager a pod that may be the victim of a
-// preemption this scheduler did not make (gangmanager.Manager.ObservePod).
-func (p *TopologyPlacement) observeHolds(pod *v1.Pod) {
-	p.gangs.ObservePod(pod)
-}
 
 // rejectWaiting rejects the members of gang key waiting at Permit.
 func (p *TopologyPlacement) rejectWaiting(key, msg string) {
