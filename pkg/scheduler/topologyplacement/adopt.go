@@ -5,7 +5,6 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 
 	"github.com/lockstep-dev/lockstep/pkg/apis/lockstep/v1alpha1"
@@ -34,7 +33,7 @@ const unknownGPUCount = -1
 //
 // It returns the GPUs to adopt, or why the annotation is ignored; both
 // empty when there is nothing to judge (no annotation, not bound, ending).
-func adoption(pod *v1.Pod, ours func(schedulerName string) bool, nodeGPUs int) (topology.GPUSet, string) {
+func adoption(pod *v1.Pod, want int, ours func(schedulerName string) bool, nodeGPUs int) (topology.GPUSet, string) {
 	list, ok := pod.Annotations[lockstep.AnnotationGPUs]
 	if !ok || pod.Spec.NodeName == "" || pod.DeletionTimestamp != nil || pod.Status.Phase == v1.PodSucceeded || pod.Status.Phase == v1.PodFailed {
 		return 0, ""
@@ -43,7 +42,6 @@ func adoption(pod *v1.Pod, ours func(schedulerName string) bool, nodeGPUs int) (
 	if !ours(pod.Spec.SchedulerName) {
 		return 0, prefix + fmt.Sprintf("the pod's schedulerName is %q, not a profile of this scheduler, so only the node's agent says which GPUs it holds", pod.Spec.SchedulerName)
 	}
-	want := requestOf(pod).gpus
 	if want == 0 {
 		return 0, prefix + fmt.Sprintf("the pod requests no %s", lockstep.GPUResource)
 	}
@@ -71,7 +69,7 @@ func (p *TopologyPlacement) adoptBoundGPUs(pod *v1.Pod) {
 	if _, known := p.gangs.Books.AssignmentOf(pod.UID); known {
 		return
 	}
-	gpus, ignored := adoption(pod, p.ourProfile, p.nodeGPUCount(pod.Spec.NodeName))
+	gpus, ignored := adoption(pod, p.view.Request(pod).ResourceGPUs(), p.ourProfile, p.nodeGPUCount(pod.Spec.NodeName))
 	if ignored != "" {
 		// Once per pod and annotation: the handler sees every status write.
 		if p.ignored.AddNew(string(pod.UID) + "/" + pod.Annotations[lockstep.AnnotationGPUs]) {
@@ -85,7 +83,7 @@ func (p *TopologyPlacement) adoptBoundGPUs(pod *v1.Pod) {
 	if gpus == 0 {
 		return
 	}
-	if p.gpus.reports(pod.Spec.NodeName, string(pod.UID)) {
+	if _, ok := p.view.AllocatedTo(pod.Spec.NodeName, string(pod.UID)); ok {
 		// Its allocation is known and already kept from planners: no guess
 		// to hold (after a restart the NodeTopology informer may have run
 		// before the pod informer).
@@ -109,8 +107,8 @@ func (p *TopologyPlacement) ourProfile(schedulerName string) bool {
 // nodeGPUCount returns how many GPUs node has: its NodeTopology's count,
 // else its allocatable, else unknownGPUCount.
 func (p *TopologyPlacement) nodeGPUCount(node string) int {
-	if n, ok := p.gpus.get(node); ok && n.topology != nil {
-		return n.topology.NumGPUs()
+	if n, ok := p.view.GPUCount(node); ok {
+		return n
 	}
 	if p.handle == nil {
 		return unknownGPUCount
@@ -129,31 +127,21 @@ func (p *TopologyPlacement) nodeGPUCount(node string) int {
 // books as the truth about its pods' GPUs: the stock device plugin does not
 // read lockstep.dev/gpus, and a pod annotated 0-3 that got 4-7 made its node
 // look full while 4 GPUs were free.
-func (p *TopologyPlacement) takeReportedAllocations() cache.ResourceEventHandler {
-	report := func(obj any) {
-		nt, ok := obj.(*v1alpha1.NodeTopology)
-		if !ok {
-			return
+func (p *TopologyPlacement) takeReportedAllocations(nt *v1alpha1.NodeTopology) {
+	for _, a := range nt.Status.Allocations {
+		var gpus topology.GPUSet
+		for _, g := range a.GPUs {
+			gpus |= topology.NewGPUSet(int(g))
 		}
-		for _, a := range nt.Status.Allocations {
-			var gpus topology.GPUSet
-			for _, g := range a.GPUs {
-				gpus |= topology.NewGPUSet(int(g))
-			}
-			before, known := p.gangs.Books.AssignmentOf(types.UID(a.PodUID))
-			if !known || !p.gangs.Books.Report(types.UID(a.PodUID), nt.Name, gpus) {
-				continue
-			}
-			p.logger.V(2).Info("The node's agent reported a pod's GPUs; they replace the scheduler's choice", "pod", klog.KRef(a.Namespace, a.Pod), "node", nt.Name, "gpus", gpus.String(), "chosen", before.GPUs.String())
-			if before.GPUs&^gpus != 0 {
-				// GPUs the choice held are free in the books now, which no
-				// cluster event reports.
-				p.gangs.RetryTurnedAway("")
-			}
+		before, known := p.gangs.Books.AssignmentOf(types.UID(a.PodUID))
+		if !known || !p.gangs.Books.Report(types.UID(a.PodUID), nt.Name, gpus) {
+			continue
 		}
-	}
-	return cache.ResourceEventHandlerFuncs{
-		AddFunc:    report,
-		UpdateFunc: func(_, obj any) { report(obj) },
+		p.logger.V(2).Info("The node's agent reported a pod's GPUs; they replace the scheduler's choice", "pod", klog.KRef(a.Namespace, a.Pod), "node", nt.Name, "gpus", gpus.String(), "chosen", before.GPUs.String())
+		if before.GPUs&^gpus != 0 {
+			// GPUs the choice held are free in the books now, which no
+			// cluster event reports.
+			p.gangs.RetryTurnedAway("")
+		}
 	}
 }

@@ -63,9 +63,10 @@ func TestAdoption(t *testing.T) {
 		{name: "GPUs the node does not have", pod: boundPod("p", "a", 2, "8,9"), nodeGPUs: 8, wantIgnored: "GPUs {8,9} do not exist: the node has 8"},
 		{name: "more than it requests", pod: boundPod("p", "a", 2, "0,1,2,3"), nodeGPUs: 8, wantIgnored: "names 4 GPUs, more than the 2 the pod requests"},
 	}
+	p, _ := newTestPlugin(t)
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			got, ignored := adoption(tc.pod, ours, tc.nodeGPUs)
+			got, ignored := adoption(tc.pod, p.view.Request(tc.pod).ResourceGPUs(), ours, tc.nodeGPUs)
 			if diff := cmp.Diff(tc.want, got); diff != "" {
 				t.Errorf("adopted GPUs (-want,+got):\n%s", diff)
 			}
@@ -102,7 +103,7 @@ func TestAdoptBoundGPUs(t *testing.T) {
 	// A pod whose allocation its node reports has nothing to guess.
 	nt := hgxNodeTopology(t, "c")
 	nt.Status.Allocations = []v1alpha1.GPUAllocation{{Namespace: "ns", Pod: "reported", PodUID: "uid-reported", GPUs: []int32{4, 5}}}
-	p.gpus.set(nt)
+	p.view.Set(nil, nt)
 	p.adoptBoundGPUs(boundPod("reported", "c", 2, "0,1"))
 	if diff := cmp.Diff(topology.GPUSet(0), p.gangs.Books.HeldOn("c", "")); diff != "" {
 		t.Errorf("GPUs held on c, none (-want,+got):\n%s", diff)
@@ -121,7 +122,7 @@ func TestReportedAllocationReplacesChoice(t *testing.T) {
 	p, _ := newTestPlugin(t)
 	p.gangs.Books.Assign("uid-p", "a", topology.NewGPUSet(0, 1, 2, 3))
 	nt := &v1alpha1.NodeTopology{ObjectMeta: metav1.ObjectMeta{Name: "a"}}
-	h := p.takeReportedAllocations()
+	h := p.view.Handler()
 	h.OnAdd(nt, false)
 	if diff := cmp.Diff(topology.NewGPUSet(0, 1, 2, 3), p.gangs.Books.HeldOn("a", "")); diff != "" {
 		t.Errorf("held before the report: the choice (-want,+got):\n%s", diff)

@@ -50,14 +50,14 @@ func TestChannelsSpreadMembers(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			p, dra := draPlugin(t, 2)
-			dra.templates["ns/chan"] = tmpl
+			dra.Templates["ns/chan"] = tmpl
 			for _, node := range []string{"d1", "d2"} {
 				if !slices.Contains(tc.bare, node) {
-					dra.gpuSlices = append(dra.gpuSlices, computedomain.NodeSlice(node, 1))
+					dra.GPUSlices = append(dra.GPUSlices, computedomain.NodeSlice(node, 1))
 				}
 			}
 			for _, node := range tc.taken {
-				dra.devices.Insert(structured.MakeDeviceID(computedomain.DriverName, node, "channel-0"))
+				dra.Devices.Insert(structured.MakeDeviceID(computedomain.DriverName, node, "channel-0"))
 			}
 			if !tc.noChannel {
 				for _, pod := range p.pods {
@@ -75,7 +75,7 @@ func TestChannelsSpreadMembers(t *testing.T) {
 				}
 				return
 			}
-			g, ok := p.gangs.Books.Get(p.podPlanKey(p.pods[0]))
+			g, ok := p.gangs.Books.Get(p.planKey(p.pods[0]))
 			if !ok {
 				t.Fatal("no plan in the books")
 			}
@@ -100,7 +100,7 @@ func TestChannelsHeld(t *testing.T) {
 		return &resourcev1.ResourceClaim{Status: resourcev1.ResourceClaimStatus{Allocation: &resourcev1.AllocationResult{
 			Devices: resourcev1.DeviceAllocationResult{Results: results}}}}
 	}
-	dra.claims = map[string]*resourcev1.ResourceClaim{
+	dra.Claims = map[string]*resourcev1.ResourceClaim{
 		"ns/m-0-channel": alloc(resourcev1.DeviceRequestAllocationResult{Driver: computedomain.DriverName, Pool: "d1", Device: "channel-0"}),
 		"ns/m-0-gpus":    alloc(resourcev1.DeviceRequestAllocationResult{Driver: "gpu.nvidia.com", Pool: "d1", Device: "gpu-0"}),
 	}
@@ -109,10 +109,10 @@ func TestChannelsHeld(t *testing.T) {
 		{Name: "gpus", ResourceClaimName: ptr.To("m-0-gpus")},
 		{Name: "channel", ResourceClaimName: ptr.To("m-0-channel")},
 	}
-	if got := p.channelsHeld(pod, "d1"); got != 1 {
+	if got := p.view.ChannelsHeld(pod, "d1"); got != 1 {
 		t.Errorf("channelsHeld on d1 = %d, want 1", got)
 	}
-	if got := p.channelsHeld(pod, "d2"); got != 0 {
+	if got := p.view.ChannelsHeld(pod, "d2"); got != 0 {
 		t.Errorf("channelsHeld on d2 = %d, want 0", got)
 	}
 }

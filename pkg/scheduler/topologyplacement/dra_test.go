@@ -8,52 +8,20 @@ import (
 	"github.com/google/go-cmp/cmp"
 	v1 "k8s.io/api/core/v1"
 	resourcev1 "k8s.io/api/resource/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/sets"
-	"k8s.io/client-go/tools/cache"
 	"k8s.io/dynamic-resource-allocation/structured"
-	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
 	"k8s.io/utils/ptr"
 
-	"github.com/lockstep-dev/lockstep/pkg/apis/lockstep/v1alpha1"
 	"github.com/lockstep-dev/lockstep/pkg/lockstep"
-	"github.com/lockstep-dev/lockstep/pkg/topology"
+	"github.com/lockstep-dev/lockstep/pkg/scheduler/nodeview"
+	"github.com/lockstep-dev/lockstep/pkg/scheduler/schedtesting"
 	"github.com/lockstep-dev/lockstep/pkg/topology/placement"
 	utiltesting "github.com/lockstep-dev/lockstep/pkg/util/testing"
 )
 
-// fakeDRA is a draSource over fixed objects.
-type fakeDRA struct {
-	claims    map[string]*resourcev1.ResourceClaim
-	templates map[string]*resourcev1.ResourceClaimTemplate
-	gpuSlices []*resourcev1.ResourceSlice
-	devices   sets.Set[structured.DeviceID]
-}
-
-func (f *fakeDRA) claim(ns, name string) (*resourcev1.ResourceClaim, error) {
-	if c, ok := f.claims[ns+"/"+name]; ok {
-		return c, nil
-	}
-	return nil, apierrors.NewNotFound(resourcev1.Resource("resourceclaims"), name)
-}
-
-func (f *fakeDRA) template(ns, name string) (*resourcev1.ResourceClaimTemplate, error) {
-	if t, ok := f.templates[ns+"/"+name]; ok {
-		return t, nil
-	}
-	return nil, apierrors.NewNotFound(resourcev1.Resource("resourceclaimtemplates"), name)
-}
-
-func (f *fakeDRA) slices() ([]*resourcev1.ResourceSlice, error) { return f.gpuSlices, nil }
-
-func (f *fakeDRA) allocated() (sets.Set[structured.DeviceID], error) { return f.devices, nil }
-
-// gpuRequest is a claim request of n GPUs.
 func gpuRequest(name string, n int64) resourcev1.DeviceRequest {
 	return resourcev1.DeviceRequest{Name: name, Exactly: &resourcev1.ExactDeviceRequest{
 		DeviceClassName: lockstep.DRAGPUDeviceClass, AllocationMode: resourcev1.DeviceAllocationModeExactCount, Count: n}}
@@ -64,24 +32,14 @@ func claimSpec(requests ...resourcev1.DeviceRequest) resourcev1.ResourceClaimSpe
 	return resourcev1.ResourceClaimSpec{Devices: resourcev1.DeviceClaim{Requests: requests}}
 }
 
-// claimPod is a gang member of PodGroup g whose pod claim "gpus" comes from
-// template tmpl.
-func claimPod(name, tmpl string) *v1.Pod {
-	pod := utiltesting.MakePod(name, "ns").PodGroup("g").Obj()
-	pod.UID = types.UID("uid-" + name)
-	pod.Spec.ResourceClaims = []v1.PodResourceClaim{{Name: "gpus", ResourceClaimTemplateName: ptr.To(tmpl)}}
-	pod.Spec.Containers[0].Resources.Claims = []v1.ResourceClaim{{Name: "gpus"}}
-	return pod
-}
-
 func TestPodRequestFromClaims(t *testing.T) {
-	dra := &fakeDRA{
-		templates: map[string]*resourcev1.ResourceClaimTemplate{
+	dra := &schedtesting.FakeDRA{
+		Templates: map[string]*resourcev1.ResourceClaimTemplate{
 			"ns/four": {Spec: resourcev1.ResourceClaimTemplateSpec{Spec: claimSpec(gpuRequest("gpus", 4))}},
 			"ns/all": {Spec: resourcev1.ResourceClaimTemplateSpec{Spec: claimSpec(resourcev1.DeviceRequest{Name: "gpus",
 				Exactly: &resourcev1.ExactDeviceRequest{DeviceClassName: lockstep.DRAGPUDeviceClass, AllocationMode: resourcev1.DeviceAllocationModeAll}})}},
 		},
-		claims: map[string]*resourcev1.ResourceClaim{
+		Claims: map[string]*resourcev1.ResourceClaim{
 			// Generated from "four" and edited since: the claim is what
 			// will be allocated.
 			"ns/m-gpus-x": {Spec: claimSpec(gpuRequest("gpus", 2))},
@@ -100,7 +58,7 @@ func TestPodRequestFromClaims(t *testing.T) {
 	}
 	tests := []struct {
 		name string
-		dra  draSource
+		dra  nodeview.Source
 		pod  *v1.Pod
 		want result
 	}{
@@ -137,66 +95,33 @@ func TestPodRequestFromClaims(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			p, _ := newTestPlugin(t)
-			p.dra = tc.dra
-			req := p.podRequest(tc.pod)
-			got := result{GPUs: req.gpus, Claimed: req.claimed, Problem: req.claimProblem != "", Unresolvable: req.claimUnresolvable}
+			p.view = p.newNodeView(tc.dra, nil)
+			req := p.view.Request(tc.pod)
+			got := result{GPUs: req.GPUs, Claimed: req.Claimed, Problem: req.ClaimProblem != "", Unresolvable: req.ClaimUnresolvable}
 			if diff := cmp.Diff(tc.want, got); diff != "" {
-				t.Errorf("podRequest (-want,+got):\n%s\nproblem: %s", diff, req.claimProblem)
+				t.Errorf("Request (-want,+got):\n%s\nproblem: %s", diff, req.ClaimProblem)
 			}
 		})
 	}
 }
 
-// draNodeTopology is an HGX node's NodeTopology whose GPUs have the UUIDs
-// the fake agent gives them.
-func draNodeTopology(t testing.TB, name string) *v1alpha1.NodeTopology {
-	t.Helper()
-	nt := hgxNodeTopology(t, name)
-	for i := range nt.Spec.GPUs {
-		nt.Spec.GPUs[i].UUID = fmt.Sprintf("GPU-fake-%s-%d", name, i)
-	}
-	return nt
-}
-
-// gpuSlice is node's gpu.nvidia.com ResourceSlice: device gpu-<i> with the
-// UUID of GPU i, for each i in gpus.
-func gpuSlice(node string, gpus ...int) *resourcev1.ResourceSlice {
-	s := &resourcev1.ResourceSlice{
-		ObjectMeta: metav1.ObjectMeta{Name: node + "-gpu"},
-		Spec: resourcev1.ResourceSliceSpec{Driver: lockstep.DRAGPUDriver, NodeName: ptr.To(node),
-			Pool: resourcev1.ResourcePool{Name: node, Generation: 1, ResourceSliceCount: 1}},
-	}
-	for _, i := range gpus {
-		s.Spec.Devices = append(s.Spec.Devices, resourcev1.Device{Name: fmt.Sprintf("gpu-%d", i),
-			Attributes: map[resourcev1.QualifiedName]resourcev1.DeviceAttribute{
-				lockstep.DRAUUIDAttribute: {StringValue: ptr.To(fmt.Sprintf("GPU-fake-%s-%d", node, i))},
-			}})
-	}
-	return s
-}
-
 // draPlugin is a test plugin on DRA HGX nodes "d1" and "d2" (no
 // nvidia.com/gpu) and device-plugin HGX node "p", with PodGroup g of
 // members members claiming 4 GPUs each, whose pods it returns.
-func draPlugin(t testing.TB, members int) (*metricsPlugin, *fakeDRA) {
+func draPlugin(t testing.TB, members int) (*metricsPlugin, *schedtesting.FakeDRA) {
 	t.Helper()
 	p := newMetricsPlugin(t, 0, false, nil)
-	specs := newSpecTable()
-	p.gpus = newGPUIndex(specs)
-	dra := &fakeDRA{
-		templates: map[string]*resourcev1.ResourceClaimTemplate{"ns/four": {Spec: resourcev1.ResourceClaimTemplateSpec{Spec: claimSpec(gpuRequest("gpus", 4))}}},
-		gpuSlices: []*resourcev1.ResourceSlice{gpuSlice("d1", 0, 1, 2, 3, 4, 5, 6, 7), gpuSlice("d2", 0, 1, 2, 3, 4, 5, 6, 7)},
-		devices:   sets.New[structured.DeviceID](),
+	dra := &schedtesting.FakeDRA{
+		Templates: map[string]*resourcev1.ResourceClaimTemplate{"ns/four": {Spec: resourcev1.ResourceClaimTemplateSpec{Spec: claimSpec(gpuRequest("gpus", 4))}}},
+		GPUSlices: []*resourcev1.ResourceSlice{gpuSlice("d1", 0, 1, 2, 3, 4, 5, 6, 7), gpuSlice("d2", 0, 1, 2, 3, 4, 5, 6, 7)},
+		Devices:   sets.New[structured.DeviceID](),
 	}
-	// No deviceView: each plan reads the fake's objects as they are then.
-	p.dra = dra
+	// No followed devices: each plan reads the fake's objects as they are
+	// then.
+	p.view = p.newNodeView(dra, nil)
 	p.nodes = nil
 	for _, name := range []string{"d1", "d2", "p"} {
-		nt := draNodeTopology(t, name)
-		if _, err := specs.slim(nt); err != nil {
-			t.Fatal(err)
-		}
-		p.gpus.set(nt)
+		p.view.Set(nil, p.view.Slim(draNodeTopology(t, name)))
 		gpus := int64(0)
 		if name == "p" {
 			gpus = 8
@@ -216,6 +141,15 @@ func draPlugin(t testing.TB, members int) (*metricsPlugin, *fakeDRA) {
 	return p, dra
 }
 
+// followDevices has p's view follow dra's slices by informer events
+// (nodeview.View.FollowDevices), as the plugin's informers feed it.
+func followDevices(p *metricsPlugin, dra *schedtesting.FakeDRA) {
+	slices, _ := p.view.FollowDevices()
+	for _, s := range dra.GPUSlices {
+		slices.OnAdd(s, true)
+	}
+}
+
 // addPod makes pod known to the plugin's pod informer.
 func (p *metricsPlugin) addPod(t testing.TB, pod *v1.Pod) {
 	t.Helper()
@@ -224,175 +158,12 @@ func (p *metricsPlugin) addPod(t testing.TB, pod *v1.Pod) {
 	}
 }
 
-// freeBy returns each snapshot node's free GPUs for pod.
-func freeBy(t *testing.T, p *metricsPlugin, pod *v1.Pod) map[string]string {
-	t.Helper()
-	snap, err := p.snapshot(pod, p.podPlanKey(pod), p.nodes)
-	if err != nil {
-		t.Fatal(err)
-	}
-	out := map[string]string{}
-	for _, n := range snap.Nodes {
-		out[n.Name] = n.FreeGPUs.List()
-	}
-	return out
-}
-
-func TestDRASnapshot(t *testing.T) {
-	gpuPod := utiltesting.MakePod("x", "ns").GPUs(8).PodGroup("other").Obj()
-	tests := []struct {
-		name string
-		// change changes the world of draPlugin before the snapshot.
-		change func(t *testing.T, p *metricsPlugin, dra *fakeDRA)
-		pod    func(p *metricsPlugin) *v1.Pod
-		want   map[string]string
-	}{
-		{
-			name: "a DRA pod sees the published devices of DRA nodes only",
-			want: map[string]string{"d1": "0,1,2,3,4,5,6,7", "d2": "0,1,2,3,4,5,6,7"},
-		},
-		{
-			name: "an nvidia.com/gpu pod sees no free GPU on DRA nodes",
-			pod:  func(*metricsPlugin) *v1.Pod { return gpuPod },
-			want: map[string]string{"d1": "", "d2": "", "p": "0,1,2,3,4,5,6,7"},
-		},
-		{
-			name: "devices allocated to claims, in flight or written",
-			change: func(_ *testing.T, _ *metricsPlugin, dra *fakeDRA) {
-				dra.devices.Insert(structured.MakeDeviceID(lockstep.DRAGPUDriver, "d1", "gpu-0"), structured.MakeDeviceID(lockstep.DRAGPUDriver, "d1", "gpu-5"))
-				// Another driver's device of the same name frees nothing.
-				dra.devices.Insert(structured.MakeDeviceID("other.example.com", "d2", "gpu-1"))
-			},
-			want: map[string]string{"d1": "1,2,3,4,6,7", "d2": "0,1,2,3,4,5,6,7"},
-		},
-		{
-			name: "GPUs the books hold for another gang",
-			change: func(_ *testing.T, p *metricsPlugin, _ *fakeDRA) {
-				p.gangs.Books.Assign("other", "d2", topology.NewGPUSet(4, 5, 6, 7))
-			},
-			want: map[string]string{"d1": "0,1,2,3,4,5,6,7", "d2": "0,1,2,3"},
-		},
-		{
-			name: "GPUs the agent reports allocated or unhealthy",
-			change: func(t *testing.T, p *metricsPlugin, _ *fakeDRA) {
-				nt := draNodeTopology(t, "d1")
-				nt.Status.Allocations = []v1alpha1.GPUAllocation{{Namespace: "ns", Pod: "y", PodUID: "y", GPUs: []int32{2}}}
-				nt.Status.GPUHealth = []v1alpha1.GPUHealth{{Index: 3, State: v1alpha1.GPULost}}
-				p.gpus.set(nt)
-			},
-			want: map[string]string{"d1": "0,1,4,5,6,7", "d2": "0,1,2,3,4,5,6,7"},
-		},
-		{
-			name: "devices that join no GPU, and GPUs with no device",
-			change: func(_ *testing.T, _ *metricsPlugin, dra *fakeDRA) {
-				s := gpuSlice("d2", 0, 1)
-				// A device whose UUID is another node's GPU's.
-				bad := gpuSlice("d1", 2).Spec.Devices[0]
-				bad.Name = "gpu-2"
-				s.Spec.Devices = append(s.Spec.Devices, bad)
-				dra.gpuSlices[1] = s
-			},
-			want: map[string]string{"d1": "0,1,2,3,4,5,6,7", "d2": "0,1"},
-		},
-		{
-			name: "only a pool's newest generation counts",
-			change: func(_ *testing.T, _ *metricsPlugin, dra *fakeDRA) {
-				newer := gpuSlice("d2", 6, 7)
-				newer.Spec.Pool.Generation = 2
-				dra.gpuSlices = append(dra.gpuSlices, newer)
-			},
-			want: map[string]string{"d1": "0,1,2,3,4,5,6,7", "d2": "6,7"},
-		},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			p, dra := draPlugin(t, 2)
-			if tc.change != nil {
-				tc.change(t, p, dra)
-			}
-			pod := p.pods[0]
-			if tc.pod != nil {
-				pod = tc.pod(p)
-			}
-			if diff := cmp.Diff(tc.want, freeBy(t, p, pod)); diff != "" {
-				t.Errorf("free GPUs by node (-want,+got):\n%s", diff)
-			}
-		})
-	}
-}
-
-// followedDevices gives p a deviceView fed the fake's slices and the
-// spec table's UUIDs, as the informers feed the plugin's.
-func followedDevices(p *metricsPlugin, dra *fakeDRA) *deviceView {
-	p.devices = newDeviceView(klog.Background())
-	p.gpus.specs.watchUUIDs(p.devices.OnUUIDs)
-	for _, s := range dra.gpuSlices {
-		p.devices.OnSlice(nil, s)
-	}
-	return p.devices
-}
-
-// TestDRAJoinsFollowChanges plans repeatedly with the joins kept between
-// plans by the deviceView: a new slice, new UUIDs and a deleted slice each
-// show in the next snapshot.
-func TestDRAJoinsFollowChanges(t *testing.T) {
-	p, dra := draPlugin(t, 2)
-	devices := followedDevices(p, dra)
-	pod := p.pods[0]
-	steps := []struct {
-		name   string
-		change func(t *testing.T)
-		want   map[string]string
-	}{
-		{name: "start", change: func(*testing.T) {}, want: map[string]string{"d1": "0,1,2,3,4,5,6,7", "d2": "0,1,2,3,4,5,6,7"}},
-		{
-			name: "d2's slice republished with two devices",
-			change: func(*testing.T) {
-				old := dra.gpuSlices[1]
-				dra.gpuSlices[1] = gpuSlice("d2", 0, 1)
-				devices.OnSlice(old, dra.gpuSlices[1])
-			},
-			want: map[string]string{"d1": "0,1,2,3,4,5,6,7", "d2": "0,1"},
-		},
-		{
-			name: "d1's GPUs reported under other UUIDs",
-			change: func(t *testing.T) {
-				nt := draNodeTopology(t, "d1")
-				for i := range nt.Spec.GPUs {
-					nt.Spec.GPUs[i].UUID += "-new"
-				}
-				nt.Generation = 2
-				if _, err := p.gpus.specs.slim(nt); err != nil {
-					t.Fatal(err)
-				}
-				p.gpus.set(nt)
-			},
-			want: map[string]string{"d1": "", "d2": "0,1"},
-		},
-		{
-			name: "d2's slice deleted",
-			change: func(*testing.T) {
-				devices.OnSliceDelete(cache.DeletedFinalStateUnknown{Key: dra.gpuSlices[1].Name, Obj: dra.gpuSlices[1]})
-				dra.gpuSlices = dra.gpuSlices[:1]
-			},
-			want: map[string]string{"d1": ""},
-		},
-	}
-	for _, step := range steps {
-		step.change(t)
-		if diff := cmp.Diff(step.want, freeBy(t, p, pod)); diff != "" {
-			t.Errorf("%s: free GPUs by node (-want,+got):\n%s", step.name, diff)
-		}
-	}
-	if _, kept := devices.pools["d2"]; kept {
-		t.Error("the join of d2, whose slice is gone, is still kept")
-	}
-}
-
 func TestDRAUnjoinedDevicesMetric(t *testing.T) {
 	p, dra := draPlugin(t, 2)
-	dra.gpuSlices[1].Spec.Devices[3].Attributes = nil
-	freeBy(t, p, p.pods[0])
+	dra.GPUSlices[1].Spec.Devices[3].Attributes = nil
+	if _, err := p.view.Snapshot(p.pods[0], p.planKey(p.pods[0]), p.view.Request(p.pods[0]), p.nodes); err != nil {
+		t.Fatal(err)
+	}
 	if got := observed(t, p.reg, "lockstep_scheduler_dra_unjoined_devices"); got["lockstep_scheduler_dra_unjoined_devices{}"] != 1 {
 		t.Errorf("dra_unjoined_devices = %v, want 1", got)
 	}
@@ -459,19 +230,19 @@ func TestDRAGangRefusals(t *testing.T) {
 		name string
 		// change changes draPlugin's world before its first member's
 		// PreFilter.
-		change func(t *testing.T, p *metricsPlugin)
+		change func(t *testing.T, p *metricsPlugin, dra *schedtesting.FakeDRA)
 		want   fwk.Code
 	}{
 		{
 			name: "a member asking for all of a node's GPUs",
-			change: func(t *testing.T, p *metricsPlugin) {
-				p.dra.(*fakeDRA).templates["ns/four"].Spec.Spec.Devices.Requests[0].Exactly.AllocationMode = resourcev1.DeviceAllocationModeAll
+			change: func(t *testing.T, p *metricsPlugin, dra *schedtesting.FakeDRA) {
+				dra.Templates["ns/four"].Spec.Spec.Devices.Requests[0].Exactly.AllocationMode = resourcev1.DeviceAllocationModeAll
 			},
 			want: fwk.UnschedulableAndUnresolvable,
 		},
 		{
 			name: "members asking for GPUs both ways",
-			change: func(t *testing.T, p *metricsPlugin) {
+			change: func(t *testing.T, p *metricsPlugin, dra *schedtesting.FakeDRA) {
 				other := utiltesting.MakePod("plugin", "ns").GPUs(4).PodGroup("g").Obj()
 				other.UID = "uid-plugin"
 				p.addPod(t, other)
@@ -480,17 +251,17 @@ func TestDRAGangRefusals(t *testing.T) {
 		},
 		{
 			name: "more GPUs than any DRA node has",
-			change: func(t *testing.T, p *metricsPlugin) {
-				p.dra.(*fakeDRA).gpuSlices[0] = gpuSlice("d1", 0, 1, 2)
-				p.dra.(*fakeDRA).gpuSlices[1] = gpuSlice("d2", 0, 1, 2)
+			change: func(t *testing.T, p *metricsPlugin, dra *schedtesting.FakeDRA) {
+				dra.GPUSlices[0] = gpuSlice("d1", 0, 1, 2)
+				dra.GPUSlices[1] = gpuSlice("d2", 0, 1, 2)
 			},
 			want: fwk.UnschedulableAndUnresolvable,
 		},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			p, _ := draPlugin(t, 2)
-			tc.change(t, p)
+			p, dra := draPlugin(t, 2)
+			tc.change(t, p, dra)
 			_, status := p.PreFilter(ctx, framework.NewCycleState(), p.pods[0], p.nodes)
 			if status.Code() != tc.want {
 				t.Errorf("PreFilter = %v, want code %v", status, tc.want)
@@ -510,7 +281,7 @@ func BenchmarkPlanGangDRA(b *testing.B) {
 	for _, gpus := range []int{64, 512} {
 		b.Run(fmt.Sprintf("nodes=%d/gpus=%d/idle", nodes, gpus), func(b *testing.B) {
 			p, dra := draPlugin(b, 2)
-			dra.gpuSlices = nil
+			dra.GPUSlices = nil
 			p.nodes = make([]fwk.NodeInfo, nodes)
 			for i := range p.nodes {
 				node := gpuNode(fmt.Sprintf("node-%04d", i), 0)
@@ -519,21 +290,17 @@ func BenchmarkPlanGangDRA(b *testing.B) {
 					lockstep.LabelFabricTier1:      fmt.Sprintf("spine-%d", i/512),
 					lockstep.LabelNVIDIAGPUProduct: "NVIDIA-H100-80GB-HBM3",
 				}
-				nt := draNodeTopology(b, node.Name)
-				if _, err := p.gpus.specs.slim(nt); err != nil {
-					b.Fatal(err)
-				}
-				p.gpus.set(nt)
-				dra.gpuSlices = append(dra.gpuSlices, gpuSlice(node.Name, 0, 1, 2, 3, 4, 5, 6, 7))
+				p.view.Set(nil, p.view.Slim(draNodeTopology(b, node.Name)))
+				dra.GPUSlices = append(dra.GPUSlices, gpuSlice(node.Name, 0, 1, 2, 3, 4, 5, 6, 7))
 				p.nodes[i] = nodeInfo(node)
 			}
 			// As the plugin follows the informers: the view is kept
 			// between plans.
-			followedDevices(p, dra)
+			followDevices(p, dra)
 			pod := p.pods[0]
 			gang := placement.Gang{Members: gpus / 8, GPUsPerMember: 8, MilliCPUPerMember: 1000, MemoryPerMember: 1 << 30}
 			plan := func() *placement.Plan {
-				snap, err := p.snapshot(pod, p.podPlanKey(pod), p.nodes)
+				snap, err := p.view.Snapshot(pod, p.planKey(pod), p.view.Request(pod), p.nodes)
 				if err != nil {
 					b.Fatal(err)
 				}
@@ -544,7 +311,7 @@ func BenchmarkPlanGangDRA(b *testing.B) {
 				// As BenchmarkPlanGang, which this one is measured
 				// against, and the plugin once a plan is decided.
 				placement.RankOrder(snap.Tree, plan, snap.NodeTopology)
-				p.rows.recycle(snap)
+				p.view.Recycle(snap)
 				return plan
 			}
 			if first := plan(); len(first.Members) != gang.Members {

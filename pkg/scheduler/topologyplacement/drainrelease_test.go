@@ -34,9 +34,10 @@ func TestPendingMember(t *testing.T) {
 		{name: "only bound members", pods: []*v1.Pod{member("w-0", 8, "n1", false)}},
 		{name: "only another size class waits", pods: []*v1.Pod{member("chief", 4, "", false)}},
 	}
+	p, _ := newTestPlugin(t)
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			if diff := cmp.Diff(tc.want, pendingMember(tc.pods, key)); diff != "" {
+			if diff := cmp.Diff(tc.want, pendingMember(tc.pods, key, p.planKey)); diff != "" {
 				t.Errorf("pendingMember (-want,+got):\n%s", diff)
 			}
 		})

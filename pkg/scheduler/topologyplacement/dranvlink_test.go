@@ -34,8 +34,8 @@ func TestDRAPlanPredictsAllocator(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			p, dra := draPlugin(t, 1)
-			dra.templates["ns/four"].Spec.Spec = tc.spec
-			for _, s := range dra.gpuSlices {
+			dra.Templates["ns/four"].Spec.Spec = tc.spec
+			for _, s := range dra.GPUSlices {
 				for i := range s.Spec.Devices {
 					root := "pci0000:00"
 					if i >= 4 {
@@ -44,12 +44,12 @@ func TestDRAPlanPredictsAllocator(t *testing.T) {
 					s.Spec.Devices[i].Attributes[lockstep.DRAPCIeRootAttribute] = resourcev1.DeviceAttribute{StringValue: ptr.To(root)}
 				}
 			}
-			dra.devices.Insert(structured.MakeDeviceID(lockstep.DRAGPUDriver, "d1", "gpu-0"))
+			dra.Devices.Insert(structured.MakeDeviceID(lockstep.DRAGPUDriver, "d1", "gpu-0"))
 			for i := range 8 {
-				dra.devices.Insert(structured.MakeDeviceID(lockstep.DRAGPUDriver, "d2", fmt.Sprintf("gpu-%d", i)))
+				dra.Devices.Insert(structured.MakeDeviceID(lockstep.DRAGPUDriver, "d2", fmt.Sprintf("gpu-%d", i)))
 			}
 			pod := p.pods[0]
-			snap, err := p.snapshot(pod, p.podPlanKey(pod), p.nodes)
+			snap, err := p.view.Snapshot(pod, p.planKey(pod), p.view.Request(pod), p.nodes)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -24,7 +24,7 @@ func rankedGangOnLeaves(b *testing.B, members int) *metricsPlugin {
 	for i := range p.nodes {
 		node := gpuNode(fmt.Sprintf("node-%04d", i), 8)
 		node.Labels = map[string]string{lockstep.LabelFabricTier0: fmt.Sprintf("leaf-%d", i/32)}
-		p.gpus.set(hgxNodeTopology(b, node.Name))
+		p.view.Set(nil, hgxNodeTopology(b, node.Name))
 		p.nodes[i] = nodeInfo(node)
 	}
 	return p

@@ -27,7 +27,7 @@ func (p *TopologyPlacement) Filter(ctx context.Context, state fwk.CycleState, po
 		}
 		return nil
 	}
-	if s.req.gpus == 0 {
+	if s.req.GPUs == 0 {
 		return nil
 	}
 	gang, held := p.gangs.Books.OffLimits(node.Name, corev1helpers.PodPriority(pod))
@@ -37,12 +37,22 @@ func (p *TopologyPlacement) Filter(ctx context.Context, state fwk.CycleState, po
 	if held == 0 {
 		return nil
 	}
-	if s.req.claimed {
-		return claimedFilter(p.claimedFree(node.Name, ""), s.req.gpus, held)
+	if s.req.Claimed {
+		return claimedFilter(p.view.ClaimedFree(node.Name, ""), s.req.GPUs, held)
 	}
 	free := int(nodeInfo.GetAllocatable().GetScalarResources()[lockstep.GPUResource]-nodeInfo.GetRequested().GetScalarResources()[lockstep.GPUResource]) - held
-	if free < s.req.gpus {
+	if free < s.req.GPUs {
 		return fwk.NewStatus(fwk.Unschedulable, fmt.Sprintf("%d of the node's free GPUs are held for gangs", held))
 	}
 	return nil
+}
+
+// claimedFilter keeps a pod outside gangs that claims gpus GPUs off a node
+// whose free GPUs, less the held ones plans hold, are too few: the
+// allocator does not know Lockstep's books.
+func claimedFilter(free, gpus, held int) *fwk.Status {
+	if free >= gpus {
+		return nil
+	}
+	return fwk.NewStatus(fwk.Unschedulable, fmt.Sprintf("%d of the node's free GPUs are held for gangs", held))
 }

@@ -8,6 +8,8 @@ import (
 	fwk "k8s.io/kube-scheduler/framework"
 
 	"github.com/lockstep-dev/lockstep/pkg/lockstep"
+	"github.com/lockstep-dev/lockstep/pkg/scheduler/gangmanager"
+	"github.com/lockstep-dev/lockstep/pkg/scheduler/nodeview"
 	"github.com/lockstep-dev/lockstep/pkg/scheduler/requeue"
 )
 
@@ -27,26 +29,27 @@ func (p *TopologyPlacement) podDeleted(logger klog.Logger, pod *v1.Pod, oldObj, 
 		oldObj = tomb.Obj
 	}
 	deleted, ok := oldObj.(*v1.Pod)
-	if !ok || deleted.Spec.NodeName == "" || (gangKey(pod) != "" && gangKey(deleted) == gangKey(pod)) {
+	if !ok || deleted.Spec.NodeName == "" || (gangmanager.GangKey(pod) != "" && gangmanager.GangKey(deleted) == gangmanager.GangKey(pod)) {
 		return fwk.Queue, nil
 	}
 	node, ok := p.nodeNamed(deleted.Spec.NodeName)
 	if !ok {
 		return fwk.Queue, nil
 	}
-	if why := cannotUse(node, pod); why != "" {
+	if why := cannotUse(node, pod, p.view.Request(pod).ResourceGPUs()); why != "" {
 		logger.V(5).Info("Deleted pod freed room on a node the pod cannot use", "pod", klog.KObj(pod), "deleted", klog.KObj(deleted), "node", klog.KObj(node), "why", why)
 		return fwk.QueueSkip, nil
 	}
 	return fwk.Queue, nil
 }
 
-// cannotUse says why pod can use nothing node frees, "" when it may.
-func cannotUse(node *v1.Node, pod *v1.Pod) string {
-	if !canHost(node, pod, nodeaffinity.GetRequiredNodeAffinity(pod)) {
+// cannotUse says why pod, asking for gpus nvidia.com/gpu, can use nothing
+// node frees, "" when it may.
+func cannotUse(node *v1.Node, pod *v1.Pod, gpus int) string {
+	if !nodeview.CanHost(node, pod, nodeaffinity.GetRequiredNodeAffinity(pod)) {
 		return "the pod may not run there"
 	}
-	if requestOf(pod).gpus > 0 {
+	if gpus > 0 {
 		if gpus, ok := node.Status.Allocatable[lockstep.GPUResource]; !ok || gpus.IsZero() {
 			return "the node has no GPUs"
 		}

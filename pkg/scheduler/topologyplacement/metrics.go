@@ -6,6 +6,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/component-base/metrics"
+
+	"github.com/lockstep-dev/lockstep/pkg/scheduler/nodeview"
 )
 
 // Metric names; they sit beside kube-scheduler's own scheduler_* series on
@@ -252,7 +254,7 @@ func registerMetrics(register func(metrics.Registerable) error) (*pluginMetrics,
 	for _, r := range []dropReason{dropExpired, dropNodeUnavailable, dropUnreserved} {
 		m.plansInvalidated.WithLabelValues(string(r))
 	}
-	for _, r := range []string{excludedStale, excludedInvalid} {
+	for _, r := range nodeview.ExclusionReasons {
 		m.nodesExcluded.WithLabelValues(r)
 	}
 	for _, r := range []string{preemptionPreempted, preemptionNoRoom, preemptionNotEligible, preemptionWaitingForVictims} {

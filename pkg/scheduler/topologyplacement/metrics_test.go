@@ -83,7 +83,8 @@ type metricsPlugin struct {
 	pods  []*v1.Pod
 }
 
-// ownMetrics gives p metrics in a registry of their own, which it returns.
+// ownMetrics gives p metrics in a registry of their own, which it returns,
+// and a new node view that reports to them.
 func ownMetrics(t testing.TB, p *TopologyPlacement) metrics.KubeRegistry {
 	t.Helper()
 	reg := metrics.NewKubeRegistry()
@@ -92,6 +93,7 @@ func ownMetrics(t testing.TB, p *TopologyPlacement) metrics.KubeRegistry {
 		t.Fatal(err)
 	}
 	p.metrics = m
+	p.view = p.newNodeView(nil, nil)
 	return reg
 }
 
@@ -147,7 +149,7 @@ func newMetricsPlugin(t testing.TB, members int, podGroup bool, getErr error) *m
 
 	var nodes []fwk.NodeInfo
 	for _, name := range []string{"a", "b"} {
-		p.gpus.set(hgxNodeTopology(t, name))
+		p.view.Set(nil, hgxNodeTopology(t, name))
 		nodes = append(nodes, nodeInfo(gpuNode(name, 8)))
 	}
 	return &metricsPlugin{TopologyPlacement: p, clock: clock, reg: reg, nodes: nodes, pods: pods}

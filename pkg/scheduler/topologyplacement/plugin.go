@@ -36,6 +36,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/events"
 	"k8s.io/component-base/metrics/legacyregistry"
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
@@ -49,6 +50,7 @@ import (
 	"github.com/lockstep-dev/lockstep/pkg/apis/lockstep/v1alpha1"
 	"github.com/lockstep-dev/lockstep/pkg/lockstep"
 	"github.com/lockstep-dev/lockstep/pkg/scheduler/gangmanager"
+	"github.com/lockstep-dev/lockstep/pkg/scheduler/nodeview"
 	"github.com/lockstep-dev/lockstep/pkg/scheduler/podgroupindex"
 	"github.com/lockstep-dev/lockstep/pkg/scheduler/requeue"
 	"github.com/lockstep-dev/lockstep/pkg/util/keyset"
@@ -73,16 +75,13 @@ type TopologyPlacement struct {
 	// gangs is the gang manager: the books of held capacity, the gangs
 	// turned away and their retries, holds and nominations.
 	gangs *gangmanager.Manager
-	gpus  *gpuIndex
-	trees *treeCache
-	rows  *snapshotRows
+	// view is the node view: NodeTopology, the DRA driver's devices, node
+	// health, and the planner's snapshot.
+	view *nodeview.View
 	// verdicts remember which gangs do not fit until something that can
 	// change that happens; nil (tests) remembers none.
 	verdicts *verdicts
 	metrics  *pluginMetrics
-	// health says which nodes' NodeTopology is stale or invalid; nil
-	// (tests) judges none.
-	health *topologyHealth
 	// profiles are the scheduler's profiles that enable the plugin: only
 	// their pods' lockstep.dev/gpus annotations are adopted (adoption).
 	profiles *keyset.Set
@@ -92,13 +91,6 @@ type TopologyPlacement struct {
 	// defaultPreemption is upstream's, for pods outside gangs (PostFilter);
 	// nil (tests) preempts nothing for them.
 	defaultPreemption *defaultpreemption.DefaultPreemption
-	// dra reads claims, templates, ResourceSlices and allocated devices;
-	// nil (tests, a scheduler without DRA) leaves claims to whoever serves
-	// them.
-	dra draSource
-	// devices are the DRA nodes' devices joined to their GPUs, kept by
-	// informer events; nil builds them from dra for every plan.
-	devices *deviceView
 	// behind is set until the plugin's informer handlers have handled what
 	// their informers first listed (catchUp): the scheduler starts
 	// scheduling once its informers synced, while the handlers that index
@@ -107,11 +99,6 @@ type TopologyPlacement struct {
 	behind *atomic.Bool
 	// binds bounds how far scheduling runs ahead of the plugin's binds.
 	binds *bindBacklog
-}
-
-// handlerAdder is an informer, client-go's or controller-runtime's.
-type handlerAdder interface {
-	AddEventHandler(cache.ResourceEventHandler) (cache.ResourceEventHandlerRegistration, error)
 }
 
 // catchUp waits until every registration in synced has handled its
@@ -196,18 +183,13 @@ func build(ctx context.Context, args *Args, handle framework.Handle) (*TopologyP
 	if err != nil {
 		return nil, fmt.Errorf("watching PodGroups: %w", err)
 	}
-	if err := slimNodeInformer(handle.SharedInformerFactory()); err != nil {
+	if err := nodeview.SlimNodeInformer(handle.SharedInformerFactory()); err != nil {
 		logger.Info("Node informer keeps managedFields", "reason", err)
-	}
-	specs := newSpecTable()
-	ntInformer, err := newNodeTopologyInformer(handle.KubeConfig(), scheme, specs)
-	if err != nil {
-		return nil, fmt.Errorf("watching NodeTopology: %w", err)
 	}
 	// The registrations of the plugin's own handlers: their HasSynced says
 	// when PreFilter may plan (catchUp).
 	var handlers []cache.InformerSynced
-	register := func(inf handlerAdder, h cache.ResourceEventHandler) error {
+	register := func(inf nodeview.HandlerAdder, h cache.ResourceEventHandler) error {
 		reg, err := inf.AddEventHandler(h)
 		if err != nil {
 			return err
@@ -215,12 +197,36 @@ func build(ctx context.Context, args *Args, handle framework.Handle) (*TopologyP
 		handlers = append(handlers, reg.HasSynced)
 		return nil
 	}
-	gpus := newGPUIndex(specs)
-	verdicts := newVerdicts()
-	// Called once the index has the change: a plan after it sees the GPUs.
-	gpus.freed = verdicts.mayFit
-	if err := register(ntInformer, gpus.handler()); err != nil {
+	m, err := registerMetrics(legacyregistry.Register)
+	if err != nil {
 		return nil, err
+	}
+	p := &TopologyPlacement{
+		logger:   logger,
+		args:     args,
+		handle:   handle,
+		clock:    clock.RealClock{},
+		reader:   objCache,
+		verdicts: newVerdicts(),
+		metrics:  m,
+		profiles: keyset.New(),
+		ignored:  keyset.New(),
+		binds:    newBindBacklog(handle.KubeConfig().QPS, clock.RealClock{}),
+	}
+	p.gangs = p.newGangManager()
+	p.view = p.newNodeView(nodeview.FrameworkDRA(ctx, handle), handle.EventRecorder())
+	ntInformer, err := p.view.NewInformer(handle.KubeConfig(), scheme, register)
+	if err != nil {
+		return nil, fmt.Errorf("watching NodeTopology: %w", err)
+	}
+	if p.view.HasDRA() {
+		onSlices, onClaims := p.view.FollowDevices()
+		if err := register(handle.SharedInformerFactory().Resource().V1().ResourceSlices().Informer(), onSlices); err != nil {
+			return nil, err
+		}
+		if err := register(handle.SharedInformerFactory().Resource().V1().ResourceClaims().Informer(), onClaims); err != nil {
+			return nil, err
+		}
 	}
 	go func() {
 		if err := objCache.Start(ctx); err != nil {
@@ -231,57 +237,11 @@ func build(ctx context.Context, args *Args, handle framework.Handle) (*TopologyP
 	if !objCache.WaitForCacheSync(ctx) || !cache.WaitForCacheSync(ctx.Done(), ntInformer.HasSynced) {
 		return nil, fmt.Errorf("%s: NodeTopology and PodGroup caches did not sync", Name)
 	}
-	c, err := client.New(handle.KubeConfig(), client.Options{Scheme: scheme})
-	if err != nil {
+	if p.client, err = client.New(handle.KubeConfig(), client.Options{Scheme: scheme}); err != nil {
 		return nil, err
 	}
-	dp, err := newDefaultPreemption(ctx, handle)
-	if err != nil {
+	if p.defaultPreemption, err = newDefaultPreemption(ctx, handle); err != nil {
 		return nil, fmt.Errorf("%s: building %s for pods outside gangs: %w", Name, defaultpreemption.Name, err)
-	}
-	m, err := registerMetrics(legacyregistry.Register)
-	if err != nil {
-		return nil, err
-	}
-	health := newTopologyHealth(args.maxAge(), clock.RealClock{}, handle.EventRecorder(), m.nodesExcluded, logger)
-	health.specs = specs
-	if err := register(ntInformer, health.handler()); err != nil {
-		return nil, err
-	}
-	p := &TopologyPlacement{
-		health:   health,
-		logger:   logger,
-		args:     args,
-		handle:   handle,
-		clock:    clock.RealClock{},
-		reader:   objCache,
-		client:   c,
-		gpus:     gpus,
-		verdicts: verdicts,
-		trees:    &treeCache{},
-		rows:     &snapshotRows{},
-		metrics:  m,
-		profiles: keyset.New(),
-		ignored:  keyset.New(),
-		binds:    newBindBacklog(handle.KubeConfig().QPS, clock.RealClock{}),
-
-		defaultPreemption: dp,
-	}
-	p.gangs = p.newGangManager()
-	health.rejoined = func() { p.gangs.RetryTurnedAway("") }
-	if err := register(ntInformer, p.retryOnFreedGPUs()); err != nil {
-		return nil, err
-	}
-	if err := register(ntInformer, p.takeReportedAllocations()); err != nil {
-		return nil, err
-	}
-	if p.dra = newFrameworkDRA(ctx, handle); p.dra != nil {
-		if p.devices, err = watchDevices(logger, handle.SharedInformerFactory(), specs, register); err != nil {
-			return nil, err
-		}
-	}
-	if err := register(ntInformer, p.forgetUUIDs()); err != nil {
-		return nil, err
 	}
 	if err := register(pgInformer, p.podGroupEvents(ctx)); err != nil {
 		return nil, err
@@ -345,7 +305,7 @@ func (p *TopologyPlacement) podEvents(ctx context.Context) cache.ResourceEventHa
 			if pod, ok := obj.(*v1.Pod); ok {
 				p.adoptBoundGPUs(pod)
 				p.gangs.ObservePod(pod)
-				p.verdicts.gangChanged(gangKey(pod))
+				p.verdicts.gangChanged(gangmanager.GangKey(pod))
 			}
 		},
 		UpdateFunc: func(oldObj, obj any) {
@@ -354,7 +314,7 @@ func (p *TopologyPlacement) podEvents(ctx context.Context) cache.ResourceEventHa
 				return
 			}
 			if old, ok := oldObj.(*v1.Pod); !ok || memberChanged(old, pod) {
-				p.verdicts.gangChanged(gangKey(pod))
+				p.verdicts.gangChanged(gangmanager.GangKey(pod))
 			}
 			if pod.Spec.NodeName != "" {
 				// Bound, by whichever binder: nothing of it is in flight.
@@ -383,7 +343,7 @@ func (p *TopologyPlacement) podEvents(ctx context.Context) cache.ResourceEventHa
 				p.gangs.PodGone(pod.UID)
 				p.ignored.Remove(string(pod.UID) + "/" + pod.Annotations[lockstep.AnnotationGPUs])
 				p.releaseDrainIfNoPending(ctx, pod)
-				p.verdicts.gangChanged(gangKey(pod))
+				p.verdicts.gangChanged(gangmanager.GangKey(pod))
 				p.verdicts.mayFit()
 			}
 		},
@@ -423,17 +383,41 @@ func (p *TopologyPlacement) EventsToRegister(context.Context) ([]fwk.ClusterEven
 	return events, nil
 }
 
-// retryOnFreedGPUs retries the gangs PreFilter turned away when a
-// NodeTopology reports GPUs free that were not (requeue.NodeTopologyFreesGPUs).
-func (p *TopologyPlacement) retryOnFreedGPUs() cache.ResourceEventHandler {
-	retry := func(oldObj, newObj any) {
-		if frees, err := requeue.NodeTopologyFreesGPUs(oldObj, newObj); frees || err != nil {
-			p.gangs.RetryTurnedAway("")
-		}
+// newNodeView returns the plugin's node view, reading held capacity from
+// the gang manager's books: a NodeTopology change that can make room
+// retires the verdicts, a node usable again retries the gangs turned away,
+// and every NodeTopology's reported allocations go to the books
+// (topologyChanged).
+func (p *TopologyPlacement) newNodeView(dra nodeview.Source, recorder events.EventRecorder) *nodeview.View {
+	return nodeview.New(nodeview.Config{
+		Topology: p.args.TopologyConfig,
+		MaxAge:   p.args.maxAge(),
+		Held:     p.gangs.Books,
+		Clock:    p.clock,
+		Recorder: recorder,
+		Logger:   p.logger,
+		Excluded: p.metrics.nodesExcluded,
+		Unjoined: p.metrics.draUnjoinedDevices,
+		// Read at each call: tests set verdicts after building.
+		Freed:    func() { p.verdicts.mayFit() },
+		Rejoined: func() { p.gangs.RetryTurnedAway("") },
+		Changed:  p.topologyChanged,
+		DRA:      dra,
+	})
+}
+
+// topologyChanged is told of every NodeTopology the node view took: the
+// books take the allocations its agent reports (takeReportedAllocations),
+// and the gangs PreFilter turned away are retried when it reports GPUs
+// free that were not (requeue.NodeTopologyFreesGPUs).
+func (p *TopologyPlacement) topologyChanged(old, nt *v1alpha1.NodeTopology) {
+	p.takeReportedAllocations(nt)
+	var oldObj any
+	if old != nil {
+		oldObj = old
 	}
-	return cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(obj any) { retry(nil, obj) },
-		UpdateFunc: retry,
+	if frees, err := requeue.NodeTopologyFreesGPUs(oldObj, nt); frees || err != nil {
+		p.gangs.RetryTurnedAway("")
 	}
 }
 
@@ -467,7 +451,7 @@ func (p *TopologyPlacement) sweep(ctx context.Context) {
 		p.gangs.RetryTurnedAway(key)
 	}
 	p.forgetDeletedGangs(ctx)
-	p.health.refresh()
+	p.view.Excluded()
 	plans, gpus := p.gangs.Books.Holding()
 	p.metrics.plansHeld.Set(float64(plans))
 	p.metrics.heldGPUs.Set(float64(gpus))
@@ -480,7 +464,7 @@ func (p *TopologyPlacement) sweep(ctx context.Context) {
 // other moment its time is forgotten.
 func (p *TopologyPlacement) forgetDeletedGangs(ctx context.Context) {
 	for _, key := range p.gangs.Attempted() {
-		ns, name, ok := splitPlanKey(key)
+		ns, name, ok := gangmanager.SplitPlanKey(key)
 		if !ok {
 			continue
 		}
@@ -522,7 +506,7 @@ type assignment = gangmanager.Assignment
 // rejectWaiting rejects the members of gang key waiting at Permit.
 func (p *TopologyPlacement) rejectWaiting(key, msg string) {
 	p.handle.IterateOverWaitingPods(func(wp framework.WaitingPod) {
-		if p.podPlanKey(wp.GetPod()) == key {
+		if p.planKey(wp.GetPod()) == key {
 			wp.Reject(Name, msg)
 		}
 	})
@@ -531,7 +515,7 @@ func (p *TopologyPlacement) rejectWaiting(key, msg string) {
 // activateUnbound moves the gang's pods that are still unbound to the active
 // queue.
 func (p *TopologyPlacement) activateUnbound(key string) {
-	ns, name, ok := splitPlanKey(key)
+	ns, name, ok := gangmanager.SplitPlanKey(key)
 	if !ok {
 		return
 	}
@@ -548,4 +532,20 @@ func (p *TopologyPlacement) activateUnbound(key string) {
 	if len(unbound) > 0 {
 		p.handle.Activate(p.logger, unbound)
 	}
+}
+
+// planKey is the plan key of pod, whose GPUs the node view counts
+// (gangmanager.PlanKey).
+func (p *TopologyPlacement) planKey(pod *v1.Pod) string {
+	return gangmanager.PlanKey(pod, p.view.Request(pod).GPUs)
+}
+
+// gangSpec reads the gang's PodGroup: its size and topology constraint.
+func (p *TopologyPlacement) gangSpec(ctx context.Context, pod *v1.Pod) (*schedv1alpha1.PodGroup, error) {
+	pg := &schedv1alpha1.PodGroup{}
+	err := p.reader.Get(ctx, client.ObjectKey{Namespace: pod.Namespace, Name: pod.Labels[schedv1alpha1.PodGroupLabel]}, pg)
+	if err != nil {
+		return nil, err
+	}
+	return pg, nil
 }

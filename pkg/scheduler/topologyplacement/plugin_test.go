@@ -3,7 +3,6 @@ package topologyplacement
 import (
 	"context"
 	"fmt"
-	"math/rand/v2"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -11,10 +10,8 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	v1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/component-base/metrics"
 	fwk "k8s.io/kube-scheduler/framework"
@@ -26,6 +23,9 @@ import (
 
 	"github.com/lockstep-dev/lockstep/pkg/apis/lockstep/v1alpha1"
 	"github.com/lockstep-dev/lockstep/pkg/lockstep"
+	"github.com/lockstep-dev/lockstep/pkg/scheduler/gangmanager"
+	"github.com/lockstep-dev/lockstep/pkg/scheduler/nodeview"
+	"github.com/lockstep-dev/lockstep/pkg/scheduler/schedtesting"
 	"github.com/lockstep-dev/lockstep/pkg/topology"
 	"github.com/lockstep-dev/lockstep/pkg/topology/placement"
 	"github.com/lockstep-dev/lockstep/pkg/util/keyset"
@@ -45,25 +45,10 @@ func newTestPlugin(t testing.TB) (*TopologyPlacement, *clocktesting.FakeClock) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &TopologyPlacement{args: args, clock: clock, gpus: newGPUIndex(nil), trees: &treeCache{}, rows: &snapshotRows{}, metrics: m, profiles: keyset.New(), ignored: keyset.New(), binds: newBindBacklog(-1, clock), behind: &atomic.Bool{}}
+	p := &TopologyPlacement{args: args, clock: clock, metrics: m, profiles: keyset.New(), ignored: keyset.New(), binds: newBindBacklog(-1, clock), behind: &atomic.Bool{}}
 	p.gangs = p.newGangManager()
+	p.view = p.newNodeView(nil, nil)
 	return p, clock
-}
-
-func gpuNode(name string, gpus int64) *v1.Node {
-	capacity := v1.ResourceList{
-		v1.ResourceCPU:       resource.MustParse("100"),
-		v1.ResourceMemory:    resource.MustParse("1Ti"),
-		v1.ResourcePods:      resource.MustParse("110"),
-		lockstep.GPUResource: *resource.NewQuantity(gpus, resource.DecimalSI),
-	}
-	return &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}, Status: v1.NodeStatus{Allocatable: capacity, Capacity: capacity}}
-}
-
-func nodeInfo(node *v1.Node, pods ...*v1.Pod) fwk.NodeInfo {
-	ni := framework.NewNodeInfo(pods...)
-	ni.SetNode(node)
-	return ni
 }
 
 func TestPlanStillValid(t *testing.T) {
@@ -114,7 +99,7 @@ func TestGangRequestWidensPreferredOverTime(t *testing.T) {
 	p, clock := newTestPlugin(t)
 	pg := utiltesting.MakePodGroup("g", "ns", 4).Obj()
 	pg.Annotations = map[string]string{lockstep.AnnotationTopologyLevel: "clique", lockstep.AnnotationTopologyMode: "Preferred"}
-	s := &cycleState{gang: "ns/g", req: memberRequest{gpus: 8}}
+	s := &cycleState{gang: "ns/g", req: nodeview.Request{GPUs: 8}}
 	for _, step := range []struct {
 		after time.Duration
 		want  int
@@ -162,7 +147,7 @@ func leafNode(t *testing.T, p *metricsPlugin, name, leaf string, busy bool) fwk.
 	t.Helper()
 	v1node := gpuNode(name, 8)
 	v1node.Labels = map[string]string{lockstep.LabelFabricTier0: leaf, lockstep.LabelFabricTier1: "s0"}
-	p.gpus.set(hgxNodeTopology(t, name))
+	p.view.Set(nil, hgxNodeTopology(t, name))
 	var pods []*v1.Pod
 	if busy {
 		pods = append(pods, utiltesting.MakePod("busy-"+name, "other").GPUs(8).Obj())
@@ -313,28 +298,18 @@ func TestGangRequestKueueAnnotations(t *testing.T) {
 	}
 }
 
-func hgxNodeTopology(t testing.TB, name string) *v1alpha1.NodeTopology {
-	t.Helper()
-	prof, _ := topology.LookupProfile("hgx-h100")
-	hw, err := prof.Node()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &v1alpha1.NodeTopology{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: v1alpha1.SpecFromTopology(hw, prof.Name)}
-}
-
 func TestScorePrefersNodesWithNVLinkSets(t *testing.T) {
 	p, _ := newTestPlugin(t)
 	nvlink := hgxNodeTopology(t, "nvlink")
-	p.gpus.set(nvlink)
+	p.view.Set(nil, nvlink)
 	pcie := &v1alpha1.NodeTopology{ObjectMeta: metav1.ObjectMeta{Name: "pcie"}}
 	prof, _ := topology.LookupProfile("l40s-pcie")
 	hw, _ := prof.Node()
 	pcie.Spec = v1alpha1.SpecFromTopology(hw, prof.Name)
-	p.gpus.set(pcie)
+	p.view.Set(nil, pcie)
 
 	state := framework.NewCycleState()
-	state.Write(stateKey, &cycleState{req: memberRequest{gpus: 2}})
+	state.Write(stateKey, &cycleState{req: nodeview.Request{GPUs: 2}})
 	pod := utiltesting.MakePod("p", "ns").GPUs(2).Obj()
 	score := func(node string) int64 {
 		s, status := p.Score(context.Background(), state, pod, nodeInfo(gpuNode(node, 8)))
@@ -355,9 +330,9 @@ func TestScorePrefersNodesWithNVLinkSets(t *testing.T) {
 // table lookup with no allocation, since it runs per node per pod.
 func BenchmarkScore(b *testing.B) {
 	p, _ := newTestPlugin(b)
-	p.gpus.set(hgxNodeTopology(b, "n"))
+	p.view.Set(nil, hgxNodeTopology(b, "n"))
 	state := framework.NewCycleState()
-	state.Write(stateKey, &cycleState{req: memberRequest{gpus: 4}})
+	state.Write(stateKey, &cycleState{req: nodeview.Request{GPUs: 4}})
 	pod := utiltesting.MakePod("p", "ns").GPUs(4).Obj()
 	ni := nodeInfo(gpuNode("n", 8))
 	ctx := context.Background()
@@ -366,80 +341,6 @@ func BenchmarkScore(b *testing.B) {
 		if _, status := p.Score(ctx, state, pod, ni); !status.IsSuccess() {
 			b.Fatal(status)
 		}
-	}
-}
-
-func TestTreeCacheRebuildsOnlyWhenLabelsChange(t *testing.T) {
-	p, _ := newTestPlugin(t)
-	levels := p.args.Levels
-	node := func(name, leaf string) fwk.NodeInfo {
-		n := gpuNode(name, 8)
-		n.Labels = map[string]string{lockstep.LabelFabricTier0: leaf}
-		return nodeInfo(n)
-	}
-	first, err := p.trees.get([]fwk.NodeInfo{node("a", "leaf-0"), node("b", "leaf-1")}, levels, false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	same := []fwk.NodeInfo{node("a", "leaf-0"), node("b", "leaf-1")}
-	again, _ := p.trees.get(same, levels, false)
-	if again != first {
-		t.Error("tree rebuilt for unchanged nodes")
-	}
-	if again, _ := p.trees.get(same, levels, false); again != first {
-		t.Error("tree rebuilt for the same node objects")
-	}
-	moved, _ := p.trees.get([]fwk.NodeInfo{node("a", "leaf-0"), node("b", "leaf-0")}, levels, false)
-	if moved == first {
-		t.Error("tree reused after a node changed leaf")
-	}
-	if d, err := moved.LowestCommonDomain([]string{"a", "b"}); err != nil || d.Value != "leaf-0" {
-		t.Errorf("nodes a and b meet at %v (%v), want leaf-0", d, err)
-	}
-}
-
-// TestSnapshotTreeFollowsLabels plans through snapshot, whose rows tell the
-// tree cache when no Node object moved: a node that changes leaf (a new Node
-// object in its NodeInfo) must show in the next snapshot's tree, and an
-// unchanged cluster keeps its tree.
-func TestSnapshotTreeFollowsLabels(t *testing.T) {
-	p, _ := newTestPlugin(t)
-	pod := utiltesting.MakePod("p", "ns").GPUs(8).PodGroup("g").Obj()
-	labelled := func(name, leaf string) *v1.Node {
-		n := gpuNode(name, 8)
-		n.Labels = map[string]string{lockstep.LabelFabricTier0: leaf}
-		return n
-	}
-	a, b := nodeInfo(labelled("a", "leaf-0")), nodeInfo(labelled("b", "leaf-1"))
-	infos := []fwk.NodeInfo{a, b}
-	meet := func(step string) (*topology.Tree, string) {
-		t.Helper()
-		snap, err := p.snapshot(pod, "ns/g", infos)
-		if err != nil {
-			t.Fatalf("%s: %v", step, err)
-		}
-		p.rows.recycle(snap)
-		d, err := snap.Tree.LowestCommonDomain([]string{"a", "b"})
-		if err != nil {
-			t.Fatalf("%s: %v", step, err)
-		}
-		return snap.Tree, d.Value
-	}
-	first, at := meet("start")
-	if at != "" {
-		t.Errorf("start: a and b meet at %q, want the root", at)
-	}
-	if again, _ := meet("nothing changed"); again != first {
-		t.Error("nothing changed: the tree was rebuilt")
-	}
-	b.(*framework.NodeInfo).SetNode(labelled("b", "leaf-0"))
-	if _, at := meet("b moves to leaf-0"); at != "leaf-0" {
-		t.Errorf("b moves to leaf-0: a and b meet at %q, want leaf-0", at)
-	}
-	b.(*framework.NodeInfo).SetNode(labelled("b", "leaf-1"))
-	infos = []fwk.NodeInfo{b, a}
-	if _, at := meet("b moves back, listed first"); at != "" {
-		t.Errorf("b moves back, listed first: a and b meet at %q, want the root", at)
 	}
 }
 
@@ -462,7 +363,7 @@ func BenchmarkPlanGang(b *testing.B) {
 				pod := utiltesting.MakePod("p", "ns").GPUs(8).PodGroup("g").Obj()
 				gang := placement.Gang{Members: gpus / 8, GPUsPerMember: 8, MilliCPUPerMember: 1000, MemoryPerMember: 1 << 30}
 				plan := func() *placement.Plan {
-					snap, err := p.snapshot(pod, "ns/g", infos)
+					snap, err := p.view.Snapshot(pod, "ns/g", p.view.Request(pod), infos)
 					if err != nil {
 						b.Fatal(err)
 					}
@@ -472,7 +373,7 @@ func BenchmarkPlanGang(b *testing.B) {
 					}
 					placement.RankOrder(snap.Tree, plan, snap.NodeTopology)
 					// As the plugin does once a plan is decided.
-					p.rows.recycle(snap)
+					p.view.Recycle(snap)
 					return plan
 				}
 				first := plan() // builds the cached tree and Rater
@@ -489,34 +390,14 @@ func BenchmarkPlanGang(b *testing.B) {
 	}
 }
 
-// planGangCluster is the plugin and the NodeInfos of BenchmarkPlanGang.
+// planGangCluster is the plugin and the NodeInfos of BenchmarkPlanGang
+// (schedtesting.HGXCluster).
 func planGangCluster(b *testing.B, n int, loaded bool) (*TopologyPlacement, []fwk.NodeInfo) {
 	b.Helper()
 	p, _ := newTestPlugin(b)
-	rng := rand.New(rand.NewPCG(42, 0))
-	infos := make([]fwk.NodeInfo, n)
-	for i := range infos {
-		node := gpuNode(fmt.Sprintf("node-%04d", i), 8)
-		node.Labels = map[string]string{
-			lockstep.LabelFabricTier0:      fmt.Sprintf("leaf-%d", i/32),
-			lockstep.LabelFabricTier1:      fmt.Sprintf("spine-%d", i/512),
-			lockstep.LabelNVIDIAGPUProduct: "NVIDIA-H100-80GB-HBM3",
-		}
-		nt := hgxNodeTopology(b, node.Name)
-		var pods []*v1.Pod
-		if used := rng.IntN(9); loaded && used > 0 {
-			busy := utiltesting.MakePod(fmt.Sprintf("busy-%d", i), "ns").GPUs(int64(used)).Obj()
-			busy.UID = types.UID(busy.Name)
-			busy.Spec.NodeName = node.Name
-			a := v1alpha1.GPUAllocation{Namespace: "ns", Pod: busy.Name, PodUID: string(busy.UID)}
-			for _, g := range rng.Perm(8)[:used] {
-				a.GPUs = append(a.GPUs, int32(g))
-			}
-			nt.Status.Allocations = []v1alpha1.GPUAllocation{a}
-			pods = append(pods, busy)
-		}
-		p.gpus.set(nt)
-		infos[i] = nodeInfo(node, pods...)
+	nts, infos := schedtesting.HGXCluster(b, n, loaded)
+	for _, nt := range nts {
+		p.view.Set(nil, nt)
 	}
 	return p, infos
 }
@@ -533,12 +414,13 @@ func TestPlanKeySeparatesSizeClasses(t *testing.T) {
 		{"GPU pod outside gangs", utiltesting.MakePod("solo", "ns").GPUs(8).Obj(), ""},
 	}
 	for _, tc := range tests {
-		if got := planKey(tc.pod); got != tc.want {
+		p, _ := newTestPlugin(t)
+		if got := p.planKey(tc.pod); got != tc.want {
 			t.Errorf("%s: planKey = %q, want %q", tc.name, got, tc.want)
 		}
 	}
-	if ns, pg, ok := splitPlanKey("ns/job#8"); !ok || ns != "ns" || pg != "job" {
-		t.Errorf("splitPlanKey = %q, %q, %v", ns, pg, ok)
+	if ns, pg, ok := gangmanager.SplitPlanKey("ns/job#8"); !ok || ns != "ns" || pg != "job" {
+		t.Errorf("SplitPlanKey = %q, %q, %v", ns, pg, ok)
 	}
 }
 
@@ -599,7 +481,7 @@ func TestWaitingGangDrainsALeaf(t *testing.T) {
 		setNode(i, i == 0 || i == 1 || i == 4 || i == 5)
 	}
 	ctx := context.Background()
-	key := planKey(p.pods[0])
+	key := p.planKey(p.pods[0])
 	stillDraining := func(when string) {
 		t.Helper()
 		_, status := p.PreFilter(ctx, framework.NewCycleState(), p.pods[0], nodes)
@@ -684,7 +566,7 @@ func TestStalledDrainRestsADrainStall(t *testing.T) {
 		nodes = append(nodes, leafNode(t, p, fmt.Sprintf("n%d", i), fmt.Sprintf("l%d", i/4), i%4 != 3))
 	}
 	ctx := context.Background()
-	key := planKey(p.pods[0])
+	key := p.planKey(p.pods[0])
 	attempt := func(when string, wantDrain bool) {
 		t.Helper()
 		_, status := p.PreFilter(ctx, framework.NewCycleState(), p.pods[0], nodes)

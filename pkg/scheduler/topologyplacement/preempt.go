@@ -31,6 +31,7 @@ import (
 	schedv1alpha1 "sigs.k8s.io/scheduler-plugins/apis/scheduling/v1alpha1"
 
 	"github.com/lockstep-dev/lockstep/pkg/lockstep"
+	"github.com/lockstep-dev/lockstep/pkg/scheduler/gangmanager"
 	"github.com/lockstep-dev/lockstep/pkg/topology"
 	"github.com/lockstep-dev/lockstep/pkg/topology/placement"
 )
@@ -90,12 +91,14 @@ func (p *TopologyPlacement) PreEnqueue(ctx context.Context, pod *v1.Pod) *fwk.St
 // nominated to its node of the plan, as every later member is while the
 // victims go.
 func (p *TopologyPlacement) PostFilter(ctx context.Context, state fwk.CycleState, pod *v1.Pod, m framework.NodeToStatusReader) (*framework.PostFilterResult, *fwk.Status) {
-	if req := p.podRequest(pod); req.claimed && planKeyOf(pod, req.gpus) != "" {
+	req := p.view.Request(pod)
+	key := gangmanager.PlanKey(pod, req.GPUs)
+	if req.Claimed && key != "" {
 		// placement.Preempt frees GPUs by NodeTopology index; which
 		// claims' devices an eviction frees is not read yet.
 		return nil, fwk.NewStatus(fwk.Unschedulable, "gang preemption does not preempt for GPUs asked through ResourceClaims")
 	}
-	if planKey(pod) == "" {
+	if key == "" {
 		if p.defaultPreemption == nil {
 			return nil, fwk.NewStatus(fwk.Unschedulable, "preemption for pods outside gangs is not set up")
 		}
@@ -118,7 +121,7 @@ func (p *TopologyPlacement) preemptForGang(ctx context.Context, state fwk.CycleS
 	s, err := stateOf(state)
 	if err != nil {
 		// Coscheduling turned the gang away before our PreFilter ran.
-		if !p.caughtUp(planKey(pod)) {
+		if !p.caughtUp(p.planKey(pod)) {
 			return nil, fwk.NewStatus(fwk.Unschedulable, "gang preemption: "+notCaughtUp), preemptionNotEligible
 		}
 		s = p.decideUnplanned(ctx, pod)
@@ -135,7 +138,7 @@ func (p *TopologyPlacement) preemptForGang(ctx context.Context, state fwk.CycleS
 		// without the plan its nodes are unknown, and the hold ends as a
 		// drain does, when it stops freeing GPUs.
 		if p.gangs.Books.PendingVictims(s.gang) > 0 || plan == nil || !p.outrankedOn(plan, s.waiting.priority, s.waiting.nodes) {
-			node := p.holdNomination(pod, s.gang, s.req.gpus, plan)
+			node := p.holdNomination(pod, s.gang, s.req.GPUs, plan)
 			logger.V(5).Info("Gang's earlier preemption still waits for its victims; nominating", "podGroup", s.gang, "node", node)
 			return nominate(node), fwk.NewStatus(fwk.Success), preemptionWaitingForVictims
 		}
@@ -145,7 +148,7 @@ func (p *TopologyPlacement) preemptForGang(ctx context.Context, state fwk.CycleS
 		logger.V(2).Info("The domain the gang preempted for was taken by work that outranks it; preempting again", "podGroup", s.gang, "domain", plan.Domain.ID)
 		p.releaseDrain(ctx, s.gang)
 	}
-	snap, err := p.snapshot(pod, s.gang, s.waiting.nodes)
+	snap, err := p.view.Snapshot(pod, s.gang, s.req, s.waiting.nodes)
 	if err != nil {
 		return nil, fwk.AsStatus(err), ""
 	}
@@ -184,7 +187,7 @@ func (p *TopologyPlacement) preemptForGang(ctx context.Context, state fwk.CycleS
 		logger.V(2).Info("Released the drains of lower-priority gangs in the domain", "podGroup", s.gang, "released", released)
 		p.gangs.RetryTurnedAway(s.gang)
 	}
-	preemptor := gangKey(pod)
+	preemptor := gangmanager.GangKey(pod)
 	msg := lockstep.Preemption{
 		Preemptor: preemptor, Priority: s.waiting.priority, Domain: pre.Plan.Domain.DisplayID(),
 		Plan: s.gang, DomainID: pre.Plan.Domain.ID,
@@ -193,7 +196,7 @@ func (p *TopologyPlacement) preemptForGang(ctx context.Context, state fwk.CycleS
 	for i, v := range pre.Victims {
 		names[i] = v.Key
 		kind := victimPod
-		if gangKey(podsOf[v.Key][0]) != "" {
+		if gangmanager.GangKey(podsOf[v.Key][0]) != "" {
 			kind = victimGang
 		}
 		p.metrics.preemptionVictims.WithLabelValues(kind).Inc()
@@ -204,7 +207,7 @@ func (p *TopologyPlacement) preemptForGang(ctx context.Context, state fwk.CycleS
 	p.handle.EventRecorder().Eventf(pod, nil, v1.EventTypeNormal, EventPreempting, "Preempting",
 		"Preempting %s in %s for gang %s (priority %d)", strings.Join(names, ", "), pre.Plan.Domain.DisplayID(), preemptor, s.waiting.priority)
 	p.evict(logger, pod, victims, msg)
-	return nominate(p.holdNomination(pod, s.gang, s.req.gpus, pre.Plan)), fwk.NewStatus(fwk.Success), preemptionPreempted
+	return nominate(p.holdNomination(pod, s.gang, s.req.GPUs, pre.Plan)), fwk.NewStatus(fwk.Success), preemptionPreempted
 }
 
 // holdNomination returns the node pod, a member of gang key whose
@@ -236,19 +239,19 @@ func (p *TopologyPlacement) adoptVictims(ctx context.Context, nodes []fwk.NodeIn
 	if !p.gangs.HasPending() {
 		return
 	}
-	tree, err := p.trees.get(nodes, p.args.Levels, false)
+	tree, err := p.view.Tree(nodes)
 	if err != nil {
 		return
 	}
 	for _, key := range p.gangs.AdoptPending(tree.Find, p.clock.Now()) {
 		klog.FromContext(ctx).V(2).Info("Rebuilt the hold of a preemption from its victims", "plugin", Name, "podGroup", key)
-		ns, name, _ := splitPlanKey(key)
+		ns, name, _ := gangmanager.SplitPlanKey(key)
 		members, err := p.gangPods(ns, name)
 		if err != nil {
 			continue
 		}
 		for _, m := range members {
-			if m.Spec.NodeName == "" && m.Status.NominatedNodeName != "" && planKey(m) == key && p.gangs.NominatedNode(m.UID) == "" {
+			if m.Spec.NodeName == "" && m.Status.NominatedNodeName != "" && p.planKey(m) == key && p.gangs.NominatedNode(m.UID) == "" {
 				p.gangs.Nominate(key, m.UID, m.Namespace+"/"+m.Name, m.Status.NominatedNodeName)
 			}
 		}
@@ -288,7 +291,8 @@ func (p *TopologyPlacement) outrankedOn(plan *placement.Plan, priority int32, no
 // live pods than minMember; that one must not preempt, as its missing
 // members may never come.
 func (p *TopologyPlacement) decideUnplanned(ctx context.Context, pod *v1.Pod) *cycleState {
-	s := &cycleState{gang: planKey(pod), req: requestOf(pod), slot: -1}
+	member := p.view.Request(pod)
+	s := &cycleState{gang: gangmanager.PlanKey(pod, member.GPUs), req: member, slot: -1}
 	pg, err := p.gangSpec(ctx, pod)
 	if err != nil {
 		return nil
@@ -314,11 +318,11 @@ func (p *TopologyPlacement) decideUnplanned(ctx context.Context, pod *v1.Pod) *c
 	if err != nil {
 		return nil
 	}
-	req, err := p.request(pg, pod, s, p.classMembers(pod, s.req.gpus))
+	req, err := p.request(pg, pod, s, p.classMembers(pod, s.req.GPUs))
 	if err != nil {
 		return nil
 	}
-	snap, err := p.snapshot(pod, s.gang, nodes)
+	snap, err := p.view.Snapshot(pod, s.gang, s.req, nodes)
 	if err != nil {
 		return nil
 	}
@@ -390,8 +394,8 @@ func (p *TopologyPlacement) candidates(preemptor *v1.Pod, priority int32, snap *
 	for _, n := range snap.Nodes {
 		inSnap[n.Name] = n
 	}
-	own := gangKey(preemptor)
-	gpus := &victimGPUs{p: p, known: map[string]topology.GPUSet{}, channels: p.podRequest(preemptor).channels}
+	own := gangmanager.GangKey(preemptor)
+	gpus := &victimGPUs{p: p, known: map[string]topology.GPUSet{}, channels: p.view.Request(preemptor).Channels}
 	var out []placement.Victim
 	podsOf := map[string][]*v1.Pod{}
 	gangs := map[string]bool{}
@@ -404,7 +408,7 @@ func (p *TopologyPlacement) candidates(preemptor *v1.Pod, priority int32, snap *
 			if corev1helpers.PodPriority(pod) >= priority || pod.DeletionTimestamp != nil || p.gangs.Books.EvictedFor(pod.UID) {
 				continue
 			}
-			if g := gangKey(pod); g != "" {
+			if g := gangmanager.GangKey(pod); g != "" {
 				if g != own {
 					gangs[g] = true
 				}
@@ -520,20 +524,22 @@ type unknownGPUs struct {
 // snapshot's nodes free nothing the preemptor could use: their GPUs are
 // not looked up.
 func (g *victimGPUs) victimPod(pod *v1.Pod, node string, inSnap map[string]*placement.Node) placement.VictimPod {
-	req := requestOf(pod)
-	vp := placement.VictimPod{Node: node, MilliCPU: req.milliCPU, Memory: req.memory}
+	req := g.p.view.Request(pod)
+	vp := placement.VictimPod{Node: node, MilliCPU: req.MilliCPU, Memory: req.Memory}
 	if g.channels && node != "" && inSnap[node] != nil && len(pod.Spec.ResourceClaims) > 0 {
-		vp.Channels = g.p.channelsHeld(pod, node)
+		vp.Channels = g.p.view.ChannelsHeld(pod, node)
 	}
-	if node == "" || inSnap[node] == nil || req.gpus == 0 {
+	// Only GPUs of nvidia.com/gpu are freed by count: which of a node's
+	// GPUs a claim's devices are is not read for victims.
+	if node == "" || inSnap[node] == nil || req.ResourceGPUs() == 0 {
 		return vp
 	}
 	if r, ok := g.p.gangs.Books.AssignmentOf(pod.UID); ok && r.Node == node {
 		vp.GPUs = r.GPUs
-	} else if set, ok := g.p.gpus.allocatedTo(node, string(pod.UID)); ok {
+	} else if set, ok := g.p.view.AllocatedTo(node, string(pod.UID)); ok {
 		vp.GPUs = set
 	} else {
-		g.unknown = append(g.unknown, unknownGPUs{node: node, pod: pod.UID, gpus: req.gpus})
+		g.unknown = append(g.unknown, unknownGPUs{node: node, pod: pod.UID, gpus: req.GPUs})
 		return vp
 	}
 	g.known[node] |= vp.GPUs

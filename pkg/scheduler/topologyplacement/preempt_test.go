@@ -5,11 +5,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"k8s.io/kubernetes/pkg/scheduler/backend/cache"
 	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"k8s.io/kubernetes/pkg/scheduler/backend/cache"
 
 	"github.com/google/go-cmp/cmp"
 	v1 "k8s.io/api/core/v1"
@@ -135,7 +136,7 @@ func (env *preemptionEnv) report(t *testing.T, node string, pods ...string) {
 		}
 		nt.Status.Allocations = append(nt.Status.Allocations, v1alpha1.GPUAllocation{Namespace: "ns", Pod: name, PodUID: string(env.pods[name].UID), GPUs: gpus})
 	}
-	env.gpus.set(nt)
+	env.view.Set(nil, nt)
 }
 
 // evicted waits until the eviction goroutine is done with want pods, then

@@ -19,6 +19,7 @@ import (
 
 	"github.com/lockstep-dev/lockstep/pkg/lockstep"
 	"github.com/lockstep-dev/lockstep/pkg/scheduler/gangmanager"
+	"github.com/lockstep-dev/lockstep/pkg/scheduler/nodeview"
 	"github.com/lockstep-dev/lockstep/pkg/scheduler/podgroupindex"
 	"github.com/lockstep-dev/lockstep/pkg/topology"
 	"github.com/lockstep-dev/lockstep/pkg/topology/placement"
@@ -31,7 +32,7 @@ const stateKey fwk.StateKey = Name
 type cycleState struct {
 	// gang is namespace/podgroup, or "" for a pod outside gangs.
 	gang string
-	req  memberRequest
+	req  nodeview.Request
 	// plan is the gang's plan; nil outside gangs.
 	plan *gangPlan
 	// slot is the plan slot of the pod's rank (rankSlot), -1 for a pod
@@ -72,20 +73,20 @@ func stateOf(state fwk.CycleState) (*cycleState, error) {
 // of EventsToRegister.
 func (p *TopologyPlacement) PreFilter(ctx context.Context, state fwk.CycleState, pod *v1.Pod, nodes []fwk.NodeInfo) (*framework.PreFilterResult, *fwk.Status) {
 	logger := klog.FromContext(ctx).WithValues("plugin", Name, "pod", klog.KObj(pod))
-	s := &cycleState{req: p.podRequest(pod), slot: -1}
-	s.gang = planKeyOf(pod, s.req.gpus)
+	s := &cycleState{req: p.view.Request(pod), slot: -1}
+	s.gang = gangmanager.PlanKey(pod, s.req.GPUs)
 	state.Write(stateKey, s)
-	if s.req.gpus > 0 {
+	if s.req.GPUs > 0 {
 		// Scheduling ahead of the binds only queues them (bindBacklog).
 		if waited := p.binds.wait(ctx); waited > 0 {
 			p.metrics.bindBacklogWait.Add(waited.Seconds())
 			logger.V(4).Info("Waited for binds in flight", "waited", waited, "inFlight", p.binds.size())
 		}
 	}
-	if status := claimStatus(gangKey(pod), s.req); status != nil {
+	if status := claimStatus(gangmanager.GangKey(pod), s.req); status != nil {
 		return nil, status
 	}
-	if s.req.gpus > 0 {
+	if s.req.GPUs > 0 {
 		// Before any GPU pod is placed, so that a hold a scheduler before
 		// this one made keeps pods outside gangs off its domain too.
 		p.adoptVictims(ctx, nodes)
@@ -97,7 +98,7 @@ func (p *TopologyPlacement) PreFilter(ctx context.Context, state fwk.CycleState,
 		return nil, fwk.NewStatus(fwk.Unschedulable, notCaughtUp)
 	}
 	g, ok := p.gangs.Books.Get(s.gang)
-	if ok && !p.planFits(g, nodes, s.req.claimed) {
+	if ok && !p.planFits(g, nodes, s.req.Claimed) {
 		logger.V(2).Info("Plan invalidated: a planned node is gone or taken", "podGroup", s.gang)
 		p.invalidate(s.gang, dropNodeUnavailable)
 		ok = false
@@ -132,7 +133,7 @@ func (p *TopologyPlacement) PreFilter(ctx context.Context, state fwk.CycleState,
 		// Reserve gives it back on that node only.
 		return &framework.PreFilterResult{NodeNames: sets.New(g.Plan().Members[slot].Node)}, nil
 	}
-	s.slot = p.rankSlot(pod, s.req.gpus, g)
+	s.slot = p.rankSlot(pod, s.req.GPUs, g)
 	if s.slot >= 0 && g.Slot(s.slot) == "" {
 		node := g.Plan().Members[s.slot].Node
 		if p.gangs.Steer(pod.UID, node) {
@@ -207,7 +208,7 @@ func (p *TopologyPlacement) pendingPeers(pod *v1.Pod, gpus int, inPlan func(type
 	var out []*v1.Pod
 	for _, member := range pods {
 		if member.UID == pod.UID || member.Spec.NodeName != "" || member.DeletionTimestamp != nil ||
-			member.Status.Phase == v1.PodSucceeded || member.Status.Phase == v1.PodFailed || p.podRequest(member).gpus != gpus {
+			member.Status.Phase == v1.PodSucceeded || member.Status.Phase == v1.PodFailed || p.view.Request(member).GPUs != gpus {
 			continue
 		}
 		if _, reserved := p.gangs.Books.AssignmentOf(member.UID); reserved && !inPlan(member.UID) {
@@ -245,7 +246,7 @@ func (p *TopologyPlacement) planStillValid(g *gangPlan, nodes []fwk.NodeInfo) bo
 // planFits is planStillValid for a gang whose members claim GPUs (claimed)
 // or request nvidia.com/gpu.
 func (p *TopologyPlacement) planFits(g *gangPlan, nodes []fwk.NodeInfo, claimed bool) bool {
-	excluded := p.health.refresh()
+	excluded := p.view.Excluded()
 	lookup := p.nodeLookup(nodes)
 	return g.Fits(func(name string) (int, bool) {
 		ni, ok := lookup(name)
@@ -253,7 +254,7 @@ func (p *TopologyPlacement) planFits(g *gangPlan, nodes []fwk.NodeInfo, claimed 
 			return 0, false
 		}
 		if claimed {
-			return p.claimedFree(name, g.Key()), servedByDRA(ni)
+			return p.view.ClaimedFree(name, g.Key()), nodeview.ServedByDRA(ni)
 		}
 		free := ni.GetAllocatable().GetScalarResources()[lockstep.GPUResource] - ni.GetRequested().GetScalarResources()[lockstep.GPUResource]
 		return int(free), true
@@ -314,7 +315,7 @@ func (p *TopologyPlacement) plan(ctx context.Context, pod *v1.Pod, s *cycleState
 	if err != nil {
 		return nil, outcomeError, fwk.AsStatus(err)
 	}
-	members := p.classMembers(pod, s.req.gpus)
+	members := p.classMembers(pod, s.req.GPUs)
 	if status := mixedStatus(s.gang, members); status != nil {
 		return nil, outcomeUnschedulable, status
 	}
@@ -323,12 +324,12 @@ func (p *TopologyPlacement) plan(ctx context.Context, pod *v1.Pod, s *cycleState
 		// A bad annotation is the user's to fix; say which and how.
 		return nil, outcomeUnschedulable, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, err.Error())
 	}
-	snap, err := p.snapshot(pod, s.gang, nodes)
+	snap, err := p.view.Snapshot(pod, s.gang, s.req, nodes)
 	if err != nil {
 		return nil, outcomeError, fwk.AsStatus(err)
 	}
 	d := placement.Decide(snap, req, p.policy())
-	p.rows.recycle(snap)
+	p.view.Recycle(snap)
 	if d.Fallback {
 		logger.V(2).Info("Not every pending member fits; planned what minMember needs", "pending", req.Pending, "needed", req.Needed)
 	}
@@ -355,7 +356,7 @@ func (p *TopologyPlacement) plan(ctx context.Context, pod *v1.Pod, s *cycleState
 	// The members the plan was made for, by rank (rankSlot): none is
 	// reserved through the new plan yet.
 	planned := gangmanager.Decision{Plan: d.Plan}
-	if ranks, err := p.pendingRanks(pod, s.req.gpus, func(types.UID) bool { return false }); err == nil {
+	if ranks, err := p.pendingRanks(pod, s.req.GPUs, func(types.UID) bool { return false }); err == nil {
 		planned.Ranks = ranks
 	}
 	a := p.gangs.Apply(s.gang, planned, p.clock.Now())
@@ -412,7 +413,7 @@ func (p *TopologyPlacement) releaseDrain(ctx context.Context, gang string) {
 // ("namespace/podgroup"), saying why.
 func (p *TopologyPlacement) releaseDrainsOf(ctx context.Context, gang, why string) {
 	for _, key := range p.gangs.Books.Draining() {
-		if ns, name, ok := splitPlanKey(key); ok && ns+"/"+name == gang {
+		if ns, name, ok := gangmanager.SplitPlanKey(key); ok && ns+"/"+name == gang {
 			klog.FromContext(ctx).V(2).Info("Releasing a drain whose gang no longer waits", "plugin", Name, "podGroup", key, "why", why)
 			p.releaseDrain(ctx, key)
 		}
@@ -425,7 +426,7 @@ func (p *TopologyPlacement) releaseDrainsOf(ctx context.Context, gang, why strin
 // and a drain held for nobody would keep a whole domain empty until it
 // stalls.
 func (p *TopologyPlacement) releaseDrainIfNoPending(ctx context.Context, pod *v1.Pod) {
-	key := p.podPlanKey(pod)
+	key := p.planKey(pod)
 	if key == "" {
 		return
 	}
@@ -436,21 +437,16 @@ func (p *TopologyPlacement) releaseDrainIfNoPending(ctx context.Context, pod *v1
 	if err != nil {
 		return
 	}
-	if !pendingMemberBy(pods, key, p.podPlanKey) {
+	if !pendingMember(pods, key, p.planKey) {
 		klog.FromContext(ctx).V(2).Info("Releasing a drain whose gang has no pending pod left (suspended or evicted)", "plugin", Name, "podGroup", key, "pod", klog.KObj(pod))
 		p.releaseDrain(ctx, key)
 	}
 }
 
-// pendingMember reports whether some pod of gang size class key still
-// waits to be scheduled: unbound and not being deleted.
-func pendingMember(pods []*v1.Pod, key string) bool {
-	return pendingMemberBy(pods, key, planKey)
-}
-
-// pendingMemberBy is pendingMember with the pods' plan keys from keyOf
-// (podPlanKey, for members that claim GPUs).
-func pendingMemberBy(pods []*v1.Pod, key string, keyOf func(*v1.Pod) string) bool {
+// pendingMember reports whether some pod of gang size class key, by the
+// pods' plan keys from keyOf, still waits to be scheduled: unbound and not
+// being deleted.
+func pendingMember(pods []*v1.Pod, key string, keyOf func(*v1.Pod) string) bool {
 	for _, pod := range pods {
 		if pod.Spec.NodeName == "" && pod.DeletionTimestamp == nil && keyOf(pod) == key {
 			return true
@@ -496,14 +492,14 @@ func (p *TopologyPlacement) classMembers(pod *v1.Pod, gpus int) gangMembers {
 		if node != "" {
 			m.boundNodes = append(m.boundNodes, node)
 		}
-		req := p.podRequest(member)
+		req := p.view.Request(member)
 		switch {
-		case req.claimed:
+		case req.Claimed:
 			m.byClaims++
-		case req.gpus > 0:
+		case req.GPUs > 0:
 			m.byResource++
 		}
-		if req.gpus != gpus {
+		if req.GPUs != gpus {
 			continue
 		}
 		m.total++
@@ -531,10 +527,10 @@ func (p *TopologyPlacement) request(pg *schedv1alpha1.PodGroup, pod *v1.Pod, s *
 		// later.
 		Pending:           max(m.total-m.bound, 1),
 		Needed:            max(min(m.total, int(pg.Spec.MinMember))-m.bound, 1),
-		GPUsPerMember:     s.req.gpus,
-		MilliCPUPerMember: s.req.milliCPU,
-		MemoryPerMember:   s.req.memory,
-		Channels:          s.req.channels,
+		GPUsPerMember:     s.req.GPUs,
+		MilliCPUPerMember: s.req.MilliCPU,
+		MemoryPerMember:   s.req.Memory,
+		Channels:          s.req.Channels,
 		Near:              m.boundNodes,
 		Level:             pg.Annotations[lockstep.AnnotationTopologyLevel],
 		Mode:              lockstep.ConstraintMode(pg.Annotations[lockstep.AnnotationTopologyMode]),
@@ -597,3 +593,28 @@ func (p *TopologyPlacement) endDrainIfDue(ctx context.Context, gang string) {
 // PreFilterExtensions is nil: the plan does not depend on other pods being
 // added or removed during preemption simulation.
 func (p *TopologyPlacement) PreFilterExtensions() framework.PreFilterExtensions { return nil }
+
+// claimStatus is PreFilter's answer to a gang member whose claims cannot
+// be planned, nil when they can.
+func claimStatus(gang string, req nodeview.Request) *fwk.Status {
+	if req.ClaimProblem == "" || gang == "" {
+		return nil
+	}
+	code := fwk.Unschedulable
+	if req.ClaimUnresolvable {
+		code = fwk.UnschedulableAndUnresolvable
+	}
+	return fwk.NewStatus(code, fmt.Sprintf("PodGroup %s: %s", gang, req.ClaimProblem))
+}
+
+// mixedStatus refuses a gang whose GPU members ask for GPUs both through
+// nvidia.com/gpu and through claims: the two kinds run on different nodes
+// and the gang would be planned as two.
+func mixedStatus(gang string, m gangMembers) *fwk.Status {
+	if m.byClaims == 0 || m.byResource == 0 {
+		return nil
+	}
+	return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, fmt.Sprintf(
+		"PodGroup %s: %d members ask for %s and %d for GPUs through ResourceClaims of DeviceClass %s; a gang asks for GPUs one way",
+		gang, m.byResource, lockstep.GPUResource, m.byClaims, lockstep.DRAGPUDeviceClass))
+}

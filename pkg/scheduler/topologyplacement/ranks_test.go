@@ -32,7 +32,7 @@ func rankedPlugin(t *testing.T, ranks ...int) *metricsPlugin {
 	}
 	p.nodes = nil
 	for _, n := range []struct{ name, leaf string }{{"d", "l1"}, {"a", "l1"}, {"c", "l2"}, {"b", "l2"}, {"e", "l2"}} {
-		p.gpus.set(hgxNodeTopology(t, n.name))
+		p.view.Set(nil, hgxNodeTopology(t, n.name))
 		node := gpuNode(n.name, 8)
 		node.Labels = map[string]string{lockstep.LabelFabricTier0: n.leaf}
 		p.nodes = append(p.nodes, nodeInfo(node))

@@ -17,7 +17,7 @@ func TestRankSlotsKeptWithThePlan(t *testing.T) {
 	if _, status := p.PreFilter(ctx, framework.NewCycleState(), p.pods[0], p.nodes); !status.IsSuccess() {
 		t.Fatal(status)
 	}
-	key := planKey(p.pods[0])
+	key := p.planKey(p.pods[0])
 	g, _ := p.gangs.Books.Get(key)
 	r, ok := p.gangs.Books.RankSlotsOf(g)
 	if !ok {

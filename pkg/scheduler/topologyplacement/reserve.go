@@ -7,11 +7,13 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
+
+	"github.com/lockstep-dev/lockstep/pkg/scheduler/gangmanager"
 )
 
 // Reserve gives a gang member an open slot of its plan on the chosen node.
 func (p *TopologyPlacement) Reserve(ctx context.Context, state fwk.CycleState, pod *v1.Pod, nodeName string) *fwk.Status {
-	p.devices.reserved(pod)
+	p.view.Reserved(pod)
 	s, err := stateOf(state)
 	if err != nil {
 		return fwk.AsStatus(err)
@@ -20,8 +22,8 @@ func (p *TopologyPlacement) Reserve(ctx context.Context, state fwk.CycleState, p
 		// A pod that claims GPUs gets the devices DynamicResources
 		// allocates, which the DRA view reads: a guess in the books would
 		// only hide others.
-		if !s.req.claimed {
-			p.reserveBestSet(pod, nodeName, s.req.gpus)
+		if !s.req.Claimed {
+			p.reserveBestSet(pod, nodeName, s.req.GPUs)
 		}
 		return nil
 	}
@@ -33,7 +35,7 @@ func (p *TopologyPlacement) Reserve(ctx context.Context, state fwk.CycleState, p
 	p.gangs.ForgetSteer(pod.UID)
 	// A reserved member counts as bound in its gang's other size classes'
 	// plans (classMembers).
-	p.verdicts.gangChanged(gangKey(pod))
+	p.verdicts.gangChanged(gangmanager.GangKey(pod))
 	logger := klog.FromContext(ctx)
 	if s.slot >= 0 && a.Slot != s.slot {
 		// Its rank's slot went to another pod, or its node did not take this
@@ -49,11 +51,11 @@ func (p *TopologyPlacement) Reserve(ctx context.Context, state fwk.CycleState, p
 // binding failed). Coscheduling rejects the gang's other waiting members
 // then, so the whole plan is dropped and the gang is planned afresh.
 func (p *TopologyPlacement) Unreserve(ctx context.Context, state fwk.CycleState, pod *v1.Pod, nodeName string) {
-	p.devices.unreserved(pod)
+	p.view.Unreserved(pod)
 	// A binding cycle that failed before Bind (another plugin's PreBind)
 	// ends its count here.
 	p.binds.done(pod.UID)
-	key := p.podPlanKey(pod)
+	key := p.planKey(pod)
 	if key == "" {
 		p.gangs.Books.ForgetPod(pod.UID)
 		p.verdicts.mayFit()
@@ -68,7 +70,7 @@ func (p *TopologyPlacement) Unreserve(ctx context.Context, state fwk.CycleState,
 	// drop: forgetting the last member of a complete plan forgets the plan,
 	// and the gang would not be retried.
 	p.gangs.Books.ForgetPod(pod.UID)
-	p.verdicts.gangChanged(gangKey(pod))
+	p.verdicts.gangChanged(gangmanager.GangKey(pod))
 	p.verdicts.mayFit()
 }
 
@@ -79,12 +81,7 @@ func (p *TopologyPlacement) reserveBestSet(pod *v1.Pod, nodeName string, k int) 
 	if k == 0 {
 		return
 	}
-	gpus, ok := p.gpus.get(nodeName)
-	if !ok {
-		return
-	}
-	set, _, ok := gpus.selector.Best(gpus.free&^p.gangs.Books.HeldOn(nodeName, ""), k)
-	if ok {
+	if set, _, ok := p.view.BestFree(nodeName, k); ok {
 		p.gangs.Books.Assign(pod.UID, nodeName, set)
 	}
 }

@@ -4,53 +4,12 @@ import (
 	"context"
 	"fmt"
 	"testing"
-	"time"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/klog/v2"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
-	clocktesting "k8s.io/utils/clock/testing"
 
-	"github.com/lockstep-dev/lockstep/pkg/apis/lockstep/v1alpha1"
 	utiltesting "github.com/lockstep-dev/lockstep/pkg/util/testing"
 )
-
-// BenchmarkTopologyHealthHeartbeat measures one NodeTopology heartbeat of a
-// healthy node followed by the refresh the next gang member's PreFilter
-// does, on a 25,000-node cluster (100,000 GPUs of 4-GPU nodes are as many
-// nodes; HGX objects stand in for them). Every node heartbeats in turn, so
-// none goes stale.
-func BenchmarkTopologyHealthHeartbeat(b *testing.B) {
-	const nodes = 25_000
-	clock := clocktesting.NewFakeClock(time.Unix(10_000, 0))
-	h := newTopologyHealth(DefaultTopologyMaxAge, clock, nil, newPluginMetrics().nodesExcluded, klog.Background())
-	h.specs = newSpecTable()
-	nts := make([]*v1alpha1.NodeTopology, nodes)
-	for i := range nts {
-		obj, err := h.specs.slim(topologyAt(b, fmt.Sprintf("node-%05d", i), clock.Now()))
-		if err != nil {
-			b.Fatal(err)
-		}
-		nts[i] = obj.(*v1alpha1.NodeTopology)
-		h.set(nts[i])
-	}
-	if out := h.refresh(); len(out) != 0 {
-		b.Fatalf("%d nodes excluded at the start", len(out))
-	}
-	b.ReportAllocs()
-	i := 0
-	for b.Loop() {
-		clock.Step(time.Millisecond)
-		nt := nts[i%nodes]
-		nt.Status.HeartbeatTime = metav1.NewTime(clock.Now())
-		h.set(nt)
-		if out := h.refresh(); len(out) != 0 {
-			b.Fatalf("%d nodes excluded", len(out))
-		}
-		i++
-	}
-}
 
 // BenchmarkPreFilterGangMember measures PreFilter of one member of a
 // planned gang of 1,024 ranked 8-GPU members on 1,024 HGX nodes (32 per

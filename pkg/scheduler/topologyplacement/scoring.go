@@ -21,7 +21,7 @@ func (p *TopologyPlacement) PreScore(ctx context.Context, state fwk.CycleState, 
 	if err != nil {
 		return fwk.AsStatus(err)
 	}
-	if s.req.gpus == 0 {
+	if s.req.GPUs == 0 {
 		return fwk.NewStatus(fwk.Skip)
 	}
 	return nil
@@ -42,7 +42,7 @@ func (p *TopologyPlacement) Score(ctx context.Context, state fwk.CycleState, pod
 		}
 		return 0, nil
 	}
-	quality, ok := p.bestSetQuality(node.Name, s.req.gpus)
+	quality, ok := p.bestSetQuality(node.Name, s.req.GPUs)
 	if !ok {
 		return 0, nil
 	}
@@ -53,11 +53,7 @@ func (p *TopologyPlacement) Score(ctx context.Context, state fwk.CycleState, pod
 // bestSetQuality is the quality of the best free set of k GPUs on node: two
 // map lookups and a table lookup, no allocation.
 func (p *TopologyPlacement) bestSetQuality(node string, k int) (topology.SetQuality, bool) {
-	gpus, ok := p.gpus.get(node)
-	if !ok {
-		return topology.SetQuality{}, false
-	}
-	_, q, ok := gpus.selector.Best(gpus.free&^p.gangs.Books.HeldOn(node, ""), k)
+	_, q, ok := p.view.BestFree(node, k)
 	return q, ok
 }
 

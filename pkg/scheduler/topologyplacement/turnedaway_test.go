@@ -88,9 +88,9 @@ func TestDroppedPlanRetriesGangsTurnedAway(t *testing.T) {
 	rec := &activations{fakeHandle: fh, ch: make(chan []string, 4)}
 	p.handle = rec
 
-	key := planKey(mp.pods[0])
+	key := p.planKey(mp.pods[0])
 	p.gangs.Books.Add(key, &placement.Plan{Members: []placement.Assignment{{Node: "a"}, {Node: "b"}}}, p.clock.Now())
-	p.gangs.TurnedAway(planKey(waiting))
+	p.gangs.TurnedAway(p.planKey(waiting))
 	p.gangs.TurnedAway(key)
 	p.invalidate(key, dropExpired)
 
@@ -155,7 +155,7 @@ func TestFreedGPUsRetryGangsTurnedAway(t *testing.T) {
 	}
 	rec := &activations{fakeHandle: fh, ch: make(chan []string, 4)}
 	p.handle = rec
-	handler := p.retryOnFreedGPUs()
+	handler := p.view.Handler()
 
 	busy := hgxNodeTopology(t, "a")
 	busy.Status.Allocations = []v1alpha1.GPUAllocation{{Namespace: "other", Pod: "x", GPUs: []int32{0, 1}}}
@@ -164,7 +164,7 @@ func TestFreedGPUsRetryGangsTurnedAway(t *testing.T) {
 	freed := busy.DeepCopy()
 	freed.Status.Allocations = nil
 
-	p.gangs.TurnedAway(planKey(waiting))
+	p.gangs.TurnedAway(p.planKey(waiting))
 	handler.OnUpdate(busy, heartbeat)
 	if names := nextActivation(p, rec.ch, 2*gangmanager.RetryDelay); names != nil {
 		t.Fatalf("a heartbeat activated %v", names)
@@ -205,7 +205,7 @@ func TestPreFilterWaitsForHandlersToCatchUp(t *testing.T) {
 			t.Errorf("PostFilter %s before the handlers caught up: %v, want no preemption", pod.Name, status)
 		}
 	}
-	if _, planned := p.gangs.Books.Get(planKey(mp.pods[0])); planned {
+	if _, planned := p.gangs.Books.Get(p.planKey(mp.pods[0])); planned {
 		t.Fatal("the gang was planned before the handlers caught up")
 	}
 	select {
@@ -225,7 +225,7 @@ func TestPreFilterWaitsForHandlersToCatchUp(t *testing.T) {
 	if _, status := p.PreFilter(ctx, framework.NewCycleState(), mp.pods[0], mp.nodes); !status.IsSuccess() {
 		t.Fatalf("PreFilter once caught up: %v", status)
 	}
-	if _, planned := p.gangs.Books.Get(planKey(mp.pods[0])); !planned {
+	if _, planned := p.gangs.Books.Get(p.planKey(mp.pods[0])); !planned {
 		t.Error("the gang was not planned once the handlers caught up")
 	}
 }

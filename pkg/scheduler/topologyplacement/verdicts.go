@@ -16,6 +16,7 @@ import (
 	schedv1alpha1 "sigs.k8s.io/scheduler-plugins/apis/scheduling/v1alpha1"
 
 	"github.com/lockstep-dev/lockstep/pkg/lockstep"
+	"github.com/lockstep-dev/lockstep/pkg/scheduler/nodeview"
 	"github.com/lockstep-dev/lockstep/pkg/topology/placement"
 )
 
@@ -99,7 +100,7 @@ type verdict struct {
 	// pod is the member it was made for; other members reuse it when they
 	// ask the same (samePlacementInputs).
 	pod      *v1.Pod
-	req      memberRequest
+	req      nodeview.Request
 	priority int32
 	// code and reason are the status PreFilter returned.
 	code   fwk.Code
@@ -181,7 +182,7 @@ func (c *verdicts) planned(key string) {
 // lookup returns plan key's verdict when it still holds for pod, asking
 // req, with the gang's wait w at now. A verdict that no longer holds is
 // dropped.
-func (c *verdicts) lookup(key string, pod *v1.Pod, req memberRequest, w waitState, now time.Time) (*verdict, bool) {
+func (c *verdicts) lookup(key string, pod *v1.Pod, req nodeview.Request, w waitState, now time.Time) (*verdict, bool) {
 	if c == nil {
 		return nil, false
 	}
@@ -247,7 +248,7 @@ func (p *TopologyPlacement) rememberedVerdict(ctx context.Context, pod *v1.Pod, 
 	// What plan does first, where it may retire verdicts: a stalled drain
 	// ends, a node turns usable again.
 	p.endDrainIfDue(ctx, s.gang)
-	p.health.refresh()
+	p.view.Excluded()
 	v, ok := p.verdicts.lookup(s.gang, pod, s.req, p.waitStateOf(p.wait(s.gang)), p.clock.Now())
 	if !ok {
 		p.metrics.verdictLookups.WithLabelValues(verdictMiss).Inc()

@@ -41,7 +41,6 @@ func gb200Plugin(b *testing.B, n, members int) *metricsPlugin {
 	}
 	p, clock := newTestPlugin(b)
 	ownMetrics(b, p)
-	p.gpus = newGPUIndex(newSpecTable())
 	rng := rand.New(rand.NewPCG(27, 0))
 	nodes := make([]fwk.NodeInfo, n)
 	var rack v1alpha1.NodeTopologySpec
@@ -76,7 +75,7 @@ func gb200Plugin(b *testing.B, n, members int) *metricsPlugin {
 			}
 			nt.Status.Allocations = []v1alpha1.GPUAllocation{{Namespace: "other", Pod: pod.Name, PodUID: string(pod.UID), GPUs: gpus}}
 		}
-		p.gpus.set(nt)
+		p.view.Set(nil, nt)
 		leaf := clique / perLeaf
 		spine := leaf / perSpine
 		node := gpuNode(name, int64(prof.GPUCount))

@@ -7,17 +7,15 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	v1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/component-base/metrics/testutil"
-	"k8s.io/klog/v2"
 	"k8s.io/klog/v2/ktesting"
 	fwk "k8s.io/kube-scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
 	schedv1alpha1 "sigs.k8s.io/scheduler-plugins/apis/scheduling/v1alpha1"
 
-	"github.com/lockstep-dev/lockstep/pkg/apis/lockstep/v1alpha1"
 	"github.com/lockstep-dev/lockstep/pkg/scheduler/gangmanager"
+	"github.com/lockstep-dev/lockstep/pkg/scheduler/nodeview"
 	"github.com/lockstep-dev/lockstep/pkg/scheduler/requeue"
 	"github.com/lockstep-dev/lockstep/pkg/topology"
 	"github.com/lockstep-dev/lockstep/pkg/topology/placement"
@@ -32,11 +30,8 @@ func verdictPlugin(t *testing.T) *metricsPlugin {
 	t.Helper()
 	p := newMetricsPlugin(t, 3, true, nil)
 	p.verdicts = newVerdicts()
-	p.gpus.freed = p.verdicts.mayFit
-	p.health = newTopologyHealth(DefaultTopologyMaxAge, p.TopologyPlacement.clock, nil, p.metrics.nodesExcluded, klog.Background())
-	p.health.rejoined = func() { p.gangs.RetryTurnedAway("") }
 	for _, name := range []string{"a", "b"} {
-		p.health.set(topologyAt(t, name, p.TopologyPlacement.clock.Now()))
+		p.view.Set(nil, topologyAt(t, name, p.TopologyPlacement.clock.Now()))
 	}
 	return p
 }
@@ -67,13 +62,6 @@ func (p *metricsPlugin) preFilterTurnedAway(t *testing.T, pod *v1.Pod) *cycleSta
 		t.Fatal(err)
 	}
 	return s
-}
-
-// withAllocation is node's NodeTopology with GPUs 0-3 held by a pod.
-func withAllocation(t testing.TB, node string) *v1alpha1.NodeTopology {
-	nt := hgxNodeTopology(t, node)
-	nt.Status.Allocations = []v1alpha1.GPUAllocation{{Pod: "busy", Namespace: "other", PodUID: "uid-busy", GPUs: []int32{0, 1, 2, 3}}}
-	return nt
 }
 
 func hintOf(t *testing.T, p *TopologyPlacement, event fwk.ClusterEvent) fwk.QueueingHintFn {
@@ -160,7 +148,7 @@ func TestVerdictRetiredByEvents(t *testing.T) {
 			event: func(p *metricsPlugin) {
 				pod := boundPod("x", "", 4, "")
 				state := framework.NewCycleState()
-				state.Write(stateKey, &cycleState{req: requestOf(pod), slot: -1})
+				state.Write(stateKey, &cycleState{req: p.view.Request(pod), slot: -1})
 				p.gangs.Books.Assign(pod.UID, "a", topology.NewGPUSet(0, 1, 2, 3))
 				p.Unreserve(ctx, state, pod, "a")
 			},
@@ -204,10 +192,10 @@ func TestVerdictRetiredByEvents(t *testing.T) {
 			event: func(p *metricsPlugin) {
 				pod := utiltesting.MakePod("ps-0", "ns").GPUs(2).PodGroup("g").Obj()
 				pod.UID = "uid-ps-0"
-				key := planKey(pod)
+				key := p.planKey(pod)
 				p.gangs.Books.Add(key, &placement.Plan{Members: []placement.Assignment{{Node: "a", GPUs: topology.NewGPUSet(0, 1)}}}, p.TopologyPlacement.clock.Now())
 				state := framework.NewCycleState()
-				state.Write(stateKey, &cycleState{gang: key, req: requestOf(pod), plan: &placement.Held{}, slot: -1})
+				state.Write(stateKey, &cycleState{gang: key, req: p.view.Request(pod), plan: &placement.Held{}, slot: -1})
 				if status := p.Reserve(ctx, state, pod, "a"); !status.IsSuccess() {
 					t.Fatalf("Reserve: %v", status)
 				}
@@ -245,39 +233,41 @@ func TestVerdictRetiredByEvents(t *testing.T) {
 		},
 		{
 			name:   "NodeTopology reports GPUs released",
-			before: func(p *metricsPlugin) { p.gpus.set(withAllocation(t, "a")) },
-			event:  func(p *metricsPlugin) { p.gpus.set(hgxNodeTopology(t, "a")) },
+			before: func(p *metricsPlugin) { p.view.Set(nil, withAllocation(t, "a")) },
+			event:  func(p *metricsPlugin) { p.view.Set(nil, hgxNodeTopology(t, "a")) },
 			replan: true,
 		},
 		{
 			name:   "NodeTopology of a new node",
-			event:  func(p *metricsPlugin) { p.gpus.set(hgxNodeTopology(t, "c")) },
+			event:  func(p *metricsPlugin) { p.view.Set(nil, hgxNodeTopology(t, "c")) },
 			replan: true,
 		},
 		{
 			name: "NodeTopology heartbeat",
 			event: func(p *metricsPlugin) {
+				old := topologyAt(t, "a", p.TopologyPlacement.clock.Now())
 				p.clock.Step(time.Second)
 				nt := topologyAt(t, "a", p.TopologyPlacement.clock.Now())
-				p.gpus.set(nt)
-				p.health.set(nt)
-				p.health.refresh()
+				p.view.Set(old, nt)
+				p.view.Excluded()
 			},
 		},
 		{
-			name:   "NodeTopology reports a new allocation: it only takes room",
-			event:  func(p *metricsPlugin) { p.gpus.set(withAllocation(t, "a")) },
+			name: "NodeTopology reports a new allocation: it only takes room",
+			event: func(p *metricsPlugin) {
+				p.view.Set(topologyAt(t, "a", p.TopologyPlacement.clock.Now()), withAllocation(t, "a"))
+			},
 			replan: false,
 		},
 		{
 			name: "node usable again: its NodeTopology is fresh",
 			before: func(p *metricsPlugin) {
-				p.health.set(topologyAt(t, "a", p.TopologyPlacement.clock.Now().Add(-2*DefaultTopologyMaxAge)))
-				p.health.refresh()
+				p.view.Set(nil, topologyAt(t, "a", p.TopologyPlacement.clock.Now().Add(-2*DefaultTopologyMaxAge)))
+				p.view.Excluded()
 			},
 			event: func(p *metricsPlugin) {
 				p.clock.Step(time.Second)
-				p.health.set(topologyAt(t, "a", p.TopologyPlacement.clock.Now()))
+				p.view.Set(nil, topologyAt(t, "a", p.TopologyPlacement.clock.Now()))
 			},
 			replan: true,
 		},
@@ -292,7 +282,7 @@ func TestVerdictRetiredByEvents(t *testing.T) {
 		{
 			name: "another gang's drain released",
 			event: func(p *metricsPlugin) {
-				tree, err := p.trees.get(p.nodes, p.args.Levels, false)
+				tree, err := p.view.Tree(p.nodes)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -415,8 +405,9 @@ func TestVerdictMadeWhileInputsChanged(t *testing.T) {
 			pod := utiltesting.MakePod("m-0", "ns").GPUs(8).PodGroup("g").Obj()
 			ticket := c.begin("ns/g")
 			tc.change(c)
-			c.remember("ns/g#8", &verdict{ticket: ticket, pod: pod, req: requestOf(pod)})
-			if _, ok := c.lookup("ns/g#8", pod, requestOf(pod), waitState{}, time.Time{}); ok {
+			req := nodeview.Request{GPUs: 8}
+			c.remember("ns/g#8", &verdict{ticket: ticket, pod: pod, req: req})
+			if _, ok := c.lookup("ns/g#8", pod, req, waitState{}, time.Time{}); ok {
 				t.Error("verdict made across a change was kept")
 			}
 		})
@@ -432,48 +423,5 @@ func TestVerdictForgottenWithPodGroup(t *testing.T) {
 	defer p.verdicts.mu.Unlock()
 	if diff := cmp.Diff(0, len(p.verdicts.byKey)+len(p.verdicts.changed)); diff != "" {
 		t.Errorf("entries left (-want,+got):\n%s", diff)
-	}
-}
-
-// TestGPUIndexFreed: the GPU index says when an update can make room, and
-// a heartbeat cannot.
-func TestGPUIndexFreed(t *testing.T) {
-	beat := func(nt *v1alpha1.NodeTopology) *v1alpha1.NodeTopology {
-		nt.Status.HeartbeatTime = metav1.NewTime(time.Unix(2000, 0))
-		return nt
-	}
-	tests := []struct {
-		name        string
-		first, then *v1alpha1.NodeTopology
-		want        bool
-	}{
-		{name: "new node", then: hgxNodeTopology(t, "a"), want: true},
-		{name: "heartbeat", first: hgxNodeTopology(t, "a"), then: beat(hgxNodeTopology(t, "a"))},
-		{name: "allocation added", first: hgxNodeTopology(t, "a"), then: withAllocation(t, "a")},
-		{name: "allocation released", first: withAllocation(t, "a"), then: hgxNodeTopology(t, "a"), want: true},
-		{
-			name: "GPU healthy again",
-			first: func() *v1alpha1.NodeTopology {
-				nt := hgxNodeTopology(t, "a")
-				nt.Status.GPUHealth = []v1alpha1.GPUHealth{{Index: 3}}
-				return nt
-			}(),
-			then: hgxNodeTopology(t, "a"),
-			want: true,
-		},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			x := newGPUIndex(newSpecTable())
-			if tc.first != nil {
-				x.set(tc.first)
-			}
-			got := false
-			x.freed = func() { got = true }
-			x.set(tc.then)
-			if diff := cmp.Diff(tc.want, got); diff != "" {
-				t.Errorf("freed (-want,+got):\n%s", diff)
-			}
-		})
 	}
 }

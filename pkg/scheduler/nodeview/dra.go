@@ -1,4 +1,4 @@
-package topologyplacement
+package nodeview
 
 import (
 	"context"
@@ -22,18 +22,18 @@ import (
 	"github.com/lockstep-dev/lockstep/pkg/topology/placement"
 )
 
-// draSource is what the plugin reads of DRA objects. Every read is served
-// from the scheduler's informers, never the API: it runs on the scheduling
+// Source is what the view reads of DRA objects. Every read is served from
+// the scheduler's informers, never the API: it runs on the scheduling
 // thread.
-type draSource interface {
-	// claim returns a ResourceClaim as the scheduler's DynamicResources
+type Source interface {
+	// Claim returns a ResourceClaim as the scheduler's DynamicResources
 	// plugin sees it, with the allocations it made and has not written yet.
-	claim(namespace, name string) (*resourcev1.ResourceClaim, error)
-	template(namespace, name string) (*resourcev1.ResourceClaimTemplate, error)
-	slices() ([]*resourcev1.ResourceSlice, error)
-	// allocated are the devices of every allocated claim, in-flight
+	Claim(namespace, name string) (*resourcev1.ResourceClaim, error)
+	Template(namespace, name string) (*resourcev1.ResourceClaimTemplate, error)
+	Slices() ([]*resourcev1.ResourceSlice, error)
+	// Allocated are the devices of every allocated claim, in-flight
 	// allocations of this scheduler included.
-	allocated() (sets.Set[structured.DeviceID], error)
+	Allocated() (sets.Set[structured.DeviceID], error)
 }
 
 // frameworkDRA reads the framework's shared DRA manager, the one the
@@ -43,7 +43,7 @@ type frameworkDRA struct {
 	templates func(namespace, name string) (*resourcev1.ResourceClaimTemplate, error)
 }
 
-// newFrameworkDRA returns the handle's DRA objects, or nil when the
+// FrameworkDRA returns the handle's DRA objects, or nil when the
 // scheduler runs without DRA: claims are then left to whoever serves them.
 //
 // Templates come from an informer of the plugin's own, started here and
@@ -53,7 +53,7 @@ type frameworkDRA struct {
 // not generated yet are sized from templates (DynamicResources keeps a pod
 // out of the queue until its own claims exist); until the informer synced
 // they count as asking for no GPU.
-func newFrameworkDRA(ctx context.Context, handle framework.Handle) draSource {
+func FrameworkDRA(ctx context.Context, handle framework.Handle) Source {
 	m := handle.SharedDRAManager()
 	if m == nil {
 		return nil
@@ -72,19 +72,19 @@ func newFrameworkDRA(ctx context.Context, handle framework.Handle) draSource {
 	}}
 }
 
-func (f *frameworkDRA) claim(ns, name string) (*resourcev1.ResourceClaim, error) {
+func (f *frameworkDRA) Claim(ns, name string) (*resourcev1.ResourceClaim, error) {
 	return f.manager.ResourceClaims().Get(ns, name)
 }
 
-func (f *frameworkDRA) template(ns, name string) (*resourcev1.ResourceClaimTemplate, error) {
+func (f *frameworkDRA) Template(ns, name string) (*resourcev1.ResourceClaimTemplate, error) {
 	return f.templates(ns, name)
 }
 
-func (f *frameworkDRA) slices() ([]*resourcev1.ResourceSlice, error) {
+func (f *frameworkDRA) Slices() ([]*resourcev1.ResourceSlice, error) {
 	return f.manager.ResourceSlices().ListWithDeviceTaintRules()
 }
 
-func (f *frameworkDRA) allocated() (sets.Set[structured.DeviceID], error) {
+func (f *frameworkDRA) Allocated() (sets.Set[structured.DeviceID], error) {
 	return f.manager.ResourceClaims().ListAllAllocatedDevices()
 }
 
@@ -111,7 +111,7 @@ type claimedGPUs struct {
 // as pod.status.resourceClaimStatuses names it), or the template itself
 // before the claim exists. Requests of other device classes (a
 // ComputeDomain's channel) are not GPUs and are left to DynamicResources.
-func claimedGPUsOf(dra draSource, pod *v1.Pod) claimedGPUs {
+func claimedGPUsOf(dra Source, pod *v1.Pod) claimedGPUs {
 	var out claimedGPUs
 	gpuClaims := 0
 	for _, pc := range pod.Spec.ResourceClaims {
@@ -143,7 +143,7 @@ func claimedGPUsOf(dra draSource, pod *v1.Pod) claimedGPUs {
 // (its template generated no claim). A template's claim that does not
 // exist yet, or any more (a deleted pod's, which the claim controller
 // deletes), is read as its template.
-func podClaimSpec(dra draSource, pod *v1.Pod, pc v1.PodResourceClaim) (*resourcev1.ResourceClaimSpec, error) {
+func podClaimSpec(dra Source, pod *v1.Pod, pc v1.PodResourceClaim) (*resourcev1.ResourceClaimSpec, error) {
 	name := pc.ResourceClaimName
 	if pc.ResourceClaimTemplateName != nil {
 		name = nil
@@ -157,13 +157,13 @@ func podClaimSpec(dra draSource, pod *v1.Pod, pc v1.PodResourceClaim) (*resource
 			name = st.ResourceClaimName
 		}
 		if name != nil {
-			if c, err := dra.claim(pod.Namespace, *name); err == nil {
+			if c, err := dra.Claim(pod.Namespace, *name); err == nil {
 				return &c.Spec, nil
 			} else if !apierrors.IsNotFound(err) {
 				return nil, err
 			}
 		}
-		t, err := dra.template(pod.Namespace, *pc.ResourceClaimTemplateName)
+		t, err := dra.Template(pod.Namespace, *pc.ResourceClaimTemplateName)
 		if err != nil {
 			return nil, err
 		}
@@ -172,69 +172,17 @@ func podClaimSpec(dra draSource, pod *v1.Pod, pc v1.PodResourceClaim) (*resource
 	if name == nil {
 		return nil, fmt.Errorf("names neither a claim nor a template")
 	}
-	c, err := dra.claim(pod.Namespace, *name)
+	c, err := dra.Claim(pod.Namespace, *name)
 	if err != nil {
 		return nil, err
 	}
 	return &c.Spec, nil
 }
 
-// podRequest is requestOf, with the GPUs the pod asks for through claims
-// of the GPU DeviceClass when the scheduler serves DRA. A pod asks for GPUs
-// one way: asking both ways is a problem, as is a claim the planner cannot
-// predict.
-func (p *TopologyPlacement) podRequest(pod *v1.Pod) memberRequest {
-	req := requestOf(pod)
-	if p.dra == nil || len(pod.Spec.ResourceClaims) == 0 {
-		return req
-	}
-	c := claimedGPUsOf(p.dra, pod)
-	switch {
-	case c.problem != "":
-		req.claimProblem, req.claimUnresolvable = c.problem, c.unresolvable
-	case c.gpus > 0 && req.gpus > 0:
-		req.claimProblem, req.claimUnresolvable = fmt.Sprintf("the pod asks for %d %s and for %d GPUs through ResourceClaims of DeviceClass %s; ask one way", req.gpus, lockstep.GPUResource, c.gpus, lockstep.DRAGPUDeviceClass), true
-	case c.gpus > 0:
-		req.gpus, req.claimed, req.oneRoot = c.gpus, true, c.oneRoot
-	}
-	req.channels = c.problem == "" && c.channels > 0
-	return req
-}
-
-// podPlanKey is planKey with the pod's GPUs as podRequest counts them.
-func (p *TopologyPlacement) podPlanKey(pod *v1.Pod) string {
-	return planKeyOf(pod, p.podRequest(pod).gpus)
-}
-
-// claimStatus is PreFilter's answer to a gang member whose claims cannot
-// be planned, nil when they can.
-func claimStatus(gang string, req memberRequest) *fwk.Status {
-	if req.claimProblem == "" || gang == "" {
-		return nil
-	}
-	code := fwk.Unschedulable
-	if req.claimUnresolvable {
-		code = fwk.UnschedulableAndUnresolvable
-	}
-	return fwk.NewStatus(code, fmt.Sprintf("PodGroup %s: %s", gang, req.claimProblem))
-}
-
-// mixedStatus refuses a gang whose GPU members ask for GPUs both through
-// nvidia.com/gpu and through claims: the two kinds run on different nodes
-// and the gang would be planned as two.
-func mixedStatus(gang string, m gangMembers) *fwk.Status {
-	if m.byClaims == 0 || m.byResource == 0 {
-		return nil
-	}
-	return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, fmt.Sprintf(
-		"PodGroup %s: %d members ask for %s and %d for GPUs through ResourceClaims of DeviceClass %s; a gang asks for GPUs one way",
-		gang, m.byResource, lockstep.GPUResource, m.byClaims, lockstep.DRAGPUDeviceClass))
-}
-
-// servedByDRA reports whether a node's GPUs are a DRA driver's: it
+// ServedByDRA reports whether a node's GPUs are a DRA driver's: it
 // advertises no nvidia.com/gpu. Only such nodes are planned for pods that
 // claim GPUs, and only the others for pods that request nvidia.com/gpu.
-func servedByDRA(ni fwk.NodeInfo) bool {
+func ServedByDRA(ni fwk.NodeInfo) bool {
 	return ni.GetAllocatable().GetScalarResources()[lockstep.GPUResource] == 0
 }
 
@@ -269,18 +217,18 @@ type nodeJoin struct {
 // (tests) it is built from the draSource's objects for the plan. Devices
 // that join no GPU are not planned on; they are logged when their node is
 // joined, and counted.
-func (p *TopologyPlacement) draSnapshot() (*draView, error) {
-	view := &draView{devices: p.devices}
+func (v *View) draSnapshot() (*draView, error) {
+	view := &draView{devices: v.devices}
 	switch {
 	case view.devices == nil:
-		all, allocated, err := p.draState()
+		all, allocated, err := v.draState()
 		if err != nil {
 			return nil, err
 		}
-		view.devices = rebuiltDeviceView(p.logger, all, nil, p.gpus.specs.uuidsOf)
+		view.devices = rebuiltDeviceView(v.logger, all, nil, v.specs.uuidsOf)
 		view.taken = takenByPool(allocated)
 	case view.devices.needsTracker():
-		allocated, err := p.dra.allocated()
+		allocated, err := v.dra.Allocated()
 		if err != nil {
 			return nil, fmt.Errorf("listing allocated devices: %w", err)
 		}
@@ -289,18 +237,18 @@ func (p *TopologyPlacement) draSnapshot() (*draView, error) {
 	done := view.devices.read()
 	unjoined := view.devices.unjoined
 	done()
-	p.metrics.draUnjoinedDevices.Set(float64(unjoined))
+	v.unjoined.Set(float64(unjoined))
 	return view, nil
 }
 
 // draState reads every ResourceSlice and the devices allocated to claims,
 // in-flight allocations included, once for a plan.
-func (p *TopologyPlacement) draState() ([]*resourcev1.ResourceSlice, sets.Set[structured.DeviceID], error) {
-	all, err := p.dra.slices()
+func (v *View) draState() ([]*resourcev1.ResourceSlice, sets.Set[structured.DeviceID], error) {
+	all, err := v.dra.Slices()
 	if err != nil {
 		return nil, nil, fmt.Errorf("listing ResourceSlices: %w", err)
 	}
-	allocated, err := p.dra.allocated()
+	allocated, err := v.dra.Allocated()
 	if err != nil {
 		return nil, nil, fmt.Errorf("listing allocated devices: %w", err)
 	}
@@ -366,14 +314,14 @@ func sameSlice(a, b []string) bool {
 // holds, that the agent reports healthy and free, and that no plan or
 // reserved pod holds; none elsewhere. ownOpen is plannerNode's: only a
 // gang with open slots reads the books per node, the others what the row
-// keeps of them. The caller holds p.gpus for reading, p.gangs.Books and p.rows,
-// after plannerNode and plans.
+// keeps of them. The caller holds the GPU index for reading, the books
+// (core) and the rows, after plannerNode and plans.
 //
 // Its members get the devices the allocator will give their claims
 // (placement.Node.DRA), not the NVLink-best set: the allocator does not
 // read the plan, so books, the lockstep.dev/gpus annotation and the rating
 // hold what the pods get only when the plan predicts it.
-func (p *TopologyPlacement) draNode(pn *placement.Node, row *snapshotRow, gang string, ownOpen bool, view *draView) {
+func draNode(core *placement.Books, pn *placement.Node, row *snapshotRow, gang string, ownOpen bool, view *draView) {
 	pool := row.dra
 	free := pool.free
 	if view.taken != nil {
@@ -381,14 +329,14 @@ func (p *TopologyPlacement) draNode(pn *placement.Node, row *snapshotRow, gang s
 	}
 	held := row.booked
 	if ownOpen {
-		held = p.gangs.Books.Core().HeldOn(pn.Name, gang)
+		held = core.HeldOn(pn.Name, gang)
 	}
 	pn.FreeGPUs = free & row.gpus.free &^ held
 	pn.DRA, pn.DRAOneRoot = pool.join.order, view.oneRoot
 }
 
 // plans reports whether a plan for a pod that claims GPUs considers the
-// node at all: one whose GPUs a DRA driver serves (servedByDRA: the row's
+// node at all: one whose GPUs a DRA driver serves (ServedByDRA: the row's
 // nvidia.com/gpu count is its allocatable one), with a NodeTopology.
 // Other nodes are left out of the snapshot, not given no free GPUs: the
 // planner would count their GPUs in a domain's size, and a gang that does
@@ -403,43 +351,29 @@ func (v *draView) plans(row *snapshotRow) bool {
 	return row.dra != nil && row.gpus != nil && row.gpuCount == 0
 }
 
-// claimedFree is a DRA node's free GPU count for a plan's validity: what
+// ClaimedFree is a DRA node's free GPU count for a plan's validity: what
 // the agent reports free less what other plans and reserved pods hold
 // (the plan's own open slots excepted). Allocations DynamicResources made
 // since the agent's last report are its Filter's to catch.
-func (p *TopologyPlacement) claimedFree(node, gang string) int {
-	gpus, ok := p.gpus.get(node)
+func (v *View) ClaimedFree(node, gang string) int {
+	gpus, ok := v.gpus.get(node)
 	if !ok {
 		return 0
 	}
-	return (gpus.free &^ p.gangs.Books.HeldOn(node, gang)).Len()
-}
-
-// forgetUUIDs drops a deleted NodeTopology's GPU UUIDs (specTable.uuids).
-func (p *TopologyPlacement) forgetUUIDs() cache.ResourceEventHandler {
-	return cache.ResourceEventHandlerFuncs{
-		DeleteFunc: func(obj any) {
-			if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-				obj = tomb.Obj
-			}
-			if nt, ok := obj.(*v1alpha1.NodeTopology); ok {
-				p.gpus.specs.forgetUUIDs(nt.Name)
-			}
-		},
-	}
+	return (gpus.free &^ v.heldOn(node, gang)).Len()
 }
 
 // draViewFor returns the DRA view a plan for a pod asking req reads, nil
 // for a pod that claims no GPUs.
-func (p *TopologyPlacement) draViewFor(req memberRequest) (*draView, error) {
-	if p.dra == nil || !req.claimed {
+func (v *View) draViewFor(req Request) (*draView, error) {
+	if v.dra == nil || !req.Claimed {
 		return nil, nil
 	}
-	view, err := p.draSnapshot()
+	view, err := v.draSnapshot()
 	if err != nil {
 		return nil, err
 	}
-	view.oneRoot = req.oneRoot
+	view.oneRoot = req.OneRoot
 	return view, nil
 }
 
@@ -502,16 +436,6 @@ func (t *specTable) forgetUUIDs(node string) {
 	}
 }
 
-// claimedFilter keeps a pod outside gangs that claims gpus GPUs off a node
-// whose free GPUs, less the held ones plans hold, are too few: the
-// allocator does not know Lockstep's books.
-func claimedFilter(free, gpus, held int) *fwk.Status {
-	if free >= gpus {
-		return nil
-	}
-	return fwk.NewStatus(fwk.Unschedulable, fmt.Sprintf("%d of the node's free GPUs are held for gangs", held))
-}
-
 // nodeChannels are a node's ComputeDomain channels for a plan
 // (placement.Node.Channels and FreeChannels).
 type nodeChannels struct{ all, free int }
@@ -527,11 +451,11 @@ type nodeChannels struct{ all, free int }
 // pod of the domain claims for itself: without counting them the planner
 // put two members on one tray, or a member beside another domain's pod,
 // and DynamicResources turned the gang away there on every retry.
-func (p *TopologyPlacement) channelsFor(req memberRequest) (map[string]nodeChannels, error) {
-	if p.dra == nil || !req.channels {
+func (v *View) channelsFor(req Request) (map[string]nodeChannels, error) {
+	if v.dra == nil || !req.Channels {
 		return nil, nil
 	}
-	all, allocated, err := p.draState()
+	all, allocated, err := v.draState()
 	if err != nil {
 		return nil, err
 	}
@@ -575,10 +499,10 @@ func channelNode(pn *placement.Node, c nodeChannels, others topology.GPUSet) {
 	}
 }
 
-// channelsHeld counts the ComputeDomain channels pod's claims hold on
+// ChannelsHeld counts the ComputeDomain channels pod's claims hold on
 // node, for preemption: evicting it frees them.
-func (p *TopologyPlacement) channelsHeld(pod *v1.Pod, node string) int {
-	if p.dra == nil {
+func (v *View) ChannelsHeld(pod *v1.Pod, node string) int {
+	if v.dra == nil {
 		return 0
 	}
 	n := 0
@@ -586,7 +510,7 @@ func (p *TopologyPlacement) channelsHeld(pod *v1.Pod, node string) int {
 		if st.ResourceClaimName == nil {
 			continue
 		}
-		claim, err := p.dra.claim(pod.Namespace, *st.ResourceClaimName)
+		claim, err := v.dra.Claim(pod.Namespace, *st.ResourceClaimName)
 		if err != nil || claim.Status.Allocation == nil {
 			continue
 		}

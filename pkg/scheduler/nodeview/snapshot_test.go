@@ -1,4 +1,4 @@
-package topologyplacement
+package nodeview
 
 import (
 	"testing"
@@ -21,11 +21,11 @@ import (
 // between snapshots: each change must show in the next one, as a snapshot
 // built from nothing would show it.
 func TestSnapshotSeesEveryChange(t *testing.T) {
-	p, _ := newTestPlugin(t)
+	v, _, _ := newTestView(t, nil)
 	pod := utiltesting.MakePod("p", "ns").GPUs(8).PodGroup("g").Obj()
 	a, b := nodeInfo(gpuNode("a", 8)), nodeInfo(gpuNode("b", 8))
-	p.gpus.set(hgxNodeTopology(t, "a"))
-	p.gpus.set(hgxNodeTopology(t, "b"))
+	v.Set(nil, hgxNodeTopology(t, "a"))
+	v.Set(nil, hgxNodeTopology(t, "b"))
 	infos := []fwk.NodeInfo{a, b}
 
 	// view is what the planner is told about each node.
@@ -34,9 +34,9 @@ func TestSnapshotSeesEveryChange(t *testing.T) {
 		HasTopology bool
 		FreePods    int
 	}
-	views := func(step string, p *TopologyPlacement) map[string]view {
+	views := func(step string, v *View) map[string]view {
 		t.Helper()
-		snap, err := p.snapshot(pod, "ns/g", infos)
+		snap, err := v.snapshot(pod, "ns/g", infos)
 		if err != nil {
 			t.Fatalf("%s: snapshot: %v", step, err)
 		}
@@ -48,9 +48,9 @@ func TestSnapshotSeesEveryChange(t *testing.T) {
 	}
 	check := func(step string, want map[string]view) {
 		t.Helper()
-		got := views(step, p)
+		got := views(step, v)
 		// The same change seen by a plugin that never planned before.
-		fresh := *p
+		fresh := *v
 		fresh.rows = &snapshotRows{}
 		if diff := cmp.Diff(want, got); diff != "" {
 			t.Errorf("%s: snapshot (-want,+got):\n%s", step, diff)
@@ -63,16 +63,16 @@ func TestSnapshotSeesEveryChange(t *testing.T) {
 
 	held := hgxNodeTopology(t, "a")
 	held.Status.Allocations = []v1alpha1.GPUAllocation{{Namespace: "ns", Pod: "x", GPUs: []int32{0, 1, 2}}}
-	p.gpus.set(held)
+	v.Set(nil, held)
 	check("the agent reports 3 GPUs of a held", map[string]view{"a": {5, true, 110}, "b": {8, true, 110}})
 
 	b.(*framework.NodeInfo).AddPod(utiltesting.MakePod("y", "ns").GPUs(2).Obj())
 	check("a pod of 2 GPUs lands on b before the agent reports it", map[string]view{"a": {5, true, 110}, "b": {6, true, 109}})
 
-	p.gpus.remove("a")
+	v.gpus.remove("a")
 	check("a's NodeTopology is deleted", map[string]view{"a": {8, false, 110}, "b": {6, true, 109}})
 
-	p.gpus.set(hgxNodeTopology(t, "a"))
+	v.Set(nil, hgxNodeTopology(t, "a"))
 	check("a's NodeTopology is back", map[string]view{"a": {8, true, 110}, "b": {6, true, 109}})
 
 	smaller := gpuNode("b", 4)
@@ -86,7 +86,7 @@ func TestSnapshotSeesEveryChange(t *testing.T) {
 	infos = []fwk.NodeInfo{b, a, c}
 	check("node c without a NodeTopology joins", map[string]view{"a": {8, true, 110}, "b": {2, true, 109}, "c": {8, false, 110}})
 
-	p.gpus.set(hgxNodeTopology(t, "c"))
+	v.Set(nil, hgxNodeTopology(t, "c"))
 	check("c's NodeTopology arrives", map[string]view{"a": {8, true, 110}, "b": {2, true, 109}, "c": {8, true, 110}})
 
 	unschedulable := gpuNode("c", 8)
@@ -153,15 +153,15 @@ func TestHostCheckIsCanHost(t *testing.T) {
 		"node selector":          selecting,
 		"required node affinity": affine,
 	}
-	p, _ := newTestPlugin(t)
+	v, _, _ := newTestView(t, nil)
 	for podName, pod := range pods {
 		affinity := nodeaffinity.GetRequiredNodeAffinity(pod)
 		check := newHostCheck(pod, affinity)
 		admitted := 0
 		for _, node := range nodes {
 			var row snapshotRow
-			p.refreshRow(&row, nodeInfo(node), node)
-			want := canHost(node, pod, affinity)
+			v.refreshRow(&row, nodeInfo(node), node)
+			want := CanHost(node, pod, affinity)
 			if got := check.admits(&row); got != want {
 				t.Errorf("pod with %s on node %s: hostCheck says %v, canHost %v", podName, node.Name, got, want)
 			}
@@ -189,15 +189,15 @@ type snapshotView struct {
 // as TestSnapshotSeesEveryChange does for the node's own inputs.
 type snapshotChecker struct {
 	t     *testing.T
-	p     *TopologyPlacement
+	p     *View
 	pod   *v1.Pod
 	gang  string
 	infos []fwk.NodeInfo
 }
 
-func (c *snapshotChecker) views(step string, p *TopologyPlacement) map[string]snapshotView {
+func (c *snapshotChecker) views(step string, v *View) map[string]snapshotView {
 	c.t.Helper()
-	snap, err := p.snapshot(c.pod, c.gang, c.infos)
+	snap, err := v.snapshot(c.pod, c.gang, c.infos)
 	if err != nil {
 		c.t.Fatalf("%s: snapshot: %v", step, err)
 	}
@@ -228,59 +228,59 @@ func (c *snapshotChecker) check(step string, want map[string]snapshotView) {
 // it or releases it, must show in the next snapshot, also after the nodes
 // moved between rows.
 func TestSnapshotSeesBooksChanges(t *testing.T) {
-	p, _ := newTestPlugin(t)
+	v, books, _ := newTestView(t, nil)
 	pod := utiltesting.MakePod("p", "ns").GPUs(2).PodGroup("g").Obj()
 	a, b, n := nodeInfo(gpuNode("a", 8)), nodeInfo(gpuNode("b", 8)), nodeInfo(gpuNode("c", 8))
 	for _, name := range []string{"a", "b", "c"} {
-		p.gpus.set(hgxNodeTopology(t, name))
+		v.Set(nil, hgxNodeTopology(t, name))
 	}
-	c := &snapshotChecker{t: t, p: p, pod: pod, gang: "ns/g#2", infos: []fwk.NodeInfo{a, b, n}}
+	c := &snapshotChecker{t: t, p: v, pod: pod, gang: "ns/g#2", infos: []fwk.NodeInfo{a, b, n}}
 	type view = snapshotView
 	now := time.Unix(0, 0)
 	c.check("start", map[string]view{"a": {8, true, 110, false}, "b": {8, true, 110, false}, "c": {8, true, 110, false}})
 
-	p.gangs.Books.Add("ns/other#4", &placement.Plan{Members: []placement.Assignment{
+	books.Add("ns/other#4", &placement.Plan{Members: []placement.Assignment{
 		{Node: "a", GPUs: topology.NewGPUSet(0, 1, 2, 3)}, {Node: "b", GPUs: topology.NewGPUSet(4, 5, 6, 7)},
 	}}, now)
 	c.check("another gang's plan holds 4 GPUs on a and b", map[string]view{"a": {4, true, 110, false}, "b": {4, true, 110, false}, "c": {8, true, 110, false}})
 
-	p.gangs.Books.ReserveSlot("ns/other#4", "o-0", "a", 0)
+	books.ReserveSlot("ns/other#4", "o-0", "a", 0)
 	c.check("its member reserves a's slot", map[string]view{"a": {4, true, 110, false}, "b": {4, true, 110, false}, "c": {8, true, 110, false}})
 
-	p.gangs.Books.ForgetPod("o-0")
+	books.ForgetPod("o-0")
 	c.check("the member is forgotten", map[string]view{"a": {8, true, 110, false}, "b": {4, true, 110, false}, "c": {8, true, 110, false}})
 
-	p.gangs.Books.Drop("ns/other#4")
+	books.Drop("ns/other#4")
 	c.check("the plan is dropped", map[string]view{"a": {8, true, 110, false}, "b": {8, true, 110, false}, "c": {8, true, 110, false}})
 
-	p.gangs.Books.Assign("single", "c", topology.NewGPUSet(0))
+	books.Assign("single", "c", topology.NewGPUSet(0))
 	c.check("a pod outside gangs gets a GPU of c", map[string]view{"a": {8, true, 110, false}, "b": {8, true, 110, false}, "c": {7, true, 110, false}})
 
-	p.gangs.Books.Add("ns/g#2", &placement.Plan{Members: []placement.Assignment{
+	books.Add("ns/g#2", &placement.Plan{Members: []placement.Assignment{
 		{Node: "b", GPUs: topology.NewGPUSet(0, 1)}, {Node: "b", GPUs: topology.NewGPUSet(2, 3)},
 	}}, now)
 	c.check("the gang's own open slots stay free for it", map[string]view{"a": {8, true, 110, false}, "b": {8, true, 110, false}, "c": {7, true, 110, false}})
 
-	p.gangs.Books.ReserveSlot("ns/g#2", "g-0", "b", 0)
+	books.ReserveSlot("ns/g#2", "g-0", "b", 0)
 	c.check("its member's reserved GPUs do not", map[string]view{"a": {8, true, 110, false}, "b": {6, true, 110, false}, "c": {7, true, 110, false}})
 
-	p.gangs.Books.ReserveSlot("ns/g#2", "g-1", "b", 1)
+	books.ReserveSlot("ns/g#2", "g-1", "b", 1)
 	c.check("nor once the plan is complete", map[string]view{"a": {8, true, 110, false}, "b": {4, true, 110, false}, "c": {7, true, 110, false}})
 
-	p.gangs.Books.Drain("ns/drainer#8", &topology.Domain{ID: "ac", Value: "ac", Nodes: []string{"a", "c"}}, 100, 15, now)
+	books.Drain("ns/drainer#8", &topology.Domain{ID: "ac", Value: "ac", Nodes: []string{"a", "c"}}, 100, 15, now)
 	c.check("a gang that outranks it drains a and c", map[string]view{"a": {8, true, 110, true}, "b": {4, true, 110, false}, "c": {7, true, 110, true}})
 
 	c.infos = []fwk.NodeInfo{n, b, a}
 	c.check("the scheduler lists the nodes in another order", map[string]view{"a": {8, true, 110, true}, "b": {4, true, 110, false}, "c": {7, true, 110, true}})
 
-	p.gangs.Books.Undrain("ns/drainer#8")
-	p.gangs.Books.ForgetPod("single")
+	books.Undrain("ns/drainer#8")
+	books.ForgetPod("single")
 	c.check("the drain ends and the single pod is forgotten", map[string]view{"a": {8, true, 110, false}, "b": {4, true, 110, false}, "c": {8, true, 110, false}})
 
 	c.infos = []fwk.NodeInfo{a, b}
 	c.check("c leaves the list", map[string]view{"a": {8, true, 110, false}, "b": {4, true, 110, false}})
 
-	p.gangs.Books.Assign("late", "c", topology.NewGPUSet(0))
+	books.Assign("late", "c", topology.NewGPUSet(0))
 	c.infos = []fwk.NodeInfo{a, b, n}
 	c.check("c leaves the list, takes a pod and comes back", map[string]view{"a": {8, true, 110, false}, "b": {4, true, 110, false}, "c": {7, true, 110, false}})
 
@@ -292,7 +292,7 @@ func TestSnapshotSeesBooksChanges(t *testing.T) {
 	c.infos = []fwk.NodeInfo{n, b, a}
 	c.check("a is cordoned as c takes its place in the list", map[string]view{"b": {4, true, 110, false}, "c": {7, true, 110, false}})
 
-	p.gangs.Books.Assign("later", "c", topology.NewGPUSet(1))
+	books.Assign("later", "c", topology.NewGPUSet(1))
 	c.check("another pod gets a GPU of c", map[string]view{"b": {4, true, 110, false}, "c": {6, true, 110, false}})
 }
 
@@ -300,13 +300,13 @@ func TestSnapshotSeesBooksChanges(t *testing.T) {
 // snapshot, and a snapshot that was not recycled, or not the last taken,
 // keeps what it was told whatever snapshots come after.
 func TestSnapshotRecycle(t *testing.T) {
-	p, _ := newTestPlugin(t)
+	v, books, _ := newTestView(t, nil)
 	pod := utiltesting.MakePod("p", "ns").GPUs(2).PodGroup("g").Obj()
-	p.gpus.set(hgxNodeTopology(t, "a"))
+	v.Set(nil, hgxNodeTopology(t, "a"))
 	infos := []fwk.NodeInfo{nodeInfo(gpuNode("a", 8))}
 	take := func() *placement.Snapshot {
 		t.Helper()
-		snap, err := p.snapshot(pod, "ns/g#2", infos)
+		snap, err := v.snapshot(pod, "ns/g#2", infos)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -315,17 +315,17 @@ func TestSnapshotRecycle(t *testing.T) {
 	free := func(snap *placement.Snapshot) int { return snap.Nodes[0].FreeGPUs.Len() }
 
 	kept := take()
-	p.gangs.Books.Assign("x", "a", topology.NewGPUSet(0))
+	books.Assign("x", "a", topology.NewGPUSet(0))
 	later := take()
-	p.rows.recycle(kept) // not the last taken: left alone
-	p.gangs.Books.Assign("y", "a", topology.NewGPUSet(1))
+	v.rows.recycle(kept) // not the last taken: left alone
+	books.Assign("y", "a", topology.NewGPUSet(1))
 	last := take()
 	if got := []int{free(kept), free(later), free(last)}; !cmp.Equal(got, []int{8, 7, 6}) {
 		t.Errorf("free GPUs of snapshots kept, taken later and last = %v, want [8 7 6]", got)
 	}
 
-	p.rows.recycle(last)
-	p.gangs.Books.ForgetPod("x")
+	v.rows.recycle(last)
+	books.ForgetPod("x")
 	next := take()
 	if next.Nodes[0] != last.Nodes[0] {
 		t.Errorf("the next snapshot did not reuse the recycled one's nodes")

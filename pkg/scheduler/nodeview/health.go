@@ -1,4 +1,4 @@
-package topologyplacement
+package nodeview
 
 import (
 	"container/heap"
@@ -9,7 +9,6 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/component-base/metrics"
 	"k8s.io/klog/v2"
@@ -177,9 +176,6 @@ func (h *topologyHealth) verdict(rec topologyRecord, now time.Time) (exclusion, 
 // the nodes planning must leave out (nil when none are). The map returned
 // is shared: callers only read it.
 func (h *topologyHealth) refresh() map[string]exclusion {
-	if h == nil {
-		return nil
-	}
 	now := h.clock.Now()
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -311,26 +307,6 @@ func (h *topologyHealth) say(name string, uid types.UID, ex exclusion, bad bool)
 	h.recorder.Eventf(ref, nil, eventType, reason, "Scheduling", "%s", note)
 }
 
-// handler keeps the records in step with the informer.
-func (h *topologyHealth) handler() cache.ResourceEventHandler {
-	return cache.ResourceEventHandlerFuncs{
-		AddFunc: func(obj any) {
-			if nt, ok := obj.(*v1alpha1.NodeTopology); ok {
-				h.set(nt)
-			}
-		},
-		UpdateFunc: func(_, obj any) {
-			if nt, ok := obj.(*v1alpha1.NodeTopology); ok {
-				h.set(nt)
-			}
-		},
-		DeleteFunc: func(obj any) {
-			if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-				obj = tomb.Obj
-			}
-			if nt, ok := obj.(*v1alpha1.NodeTopology); ok {
-				h.remove(nt.Name)
-			}
-		},
-	}
-}
+// ExclusionReasons are the reasons a node is left out of planning, the
+// values of the nodes_excluded gauge's reason label.
+var ExclusionReasons = []string{excludedStale, excludedInvalid}

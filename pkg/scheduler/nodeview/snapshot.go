@@ -1,144 +1,62 @@
-package topologyplacement
+package nodeview
 
 import (
-	"context"
 	"fmt"
 	"math/bits"
 	"slices"
-	"strconv"
-	"strings"
 	"sync"
 
 	v1 "k8s.io/api/core/v1"
-	resourcehelper "k8s.io/component-helpers/resource"
 	corev1helpers "k8s.io/component-helpers/scheduling/corev1"
 	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
 	fwk "k8s.io/kube-scheduler/framework"
-	"sigs.k8s.io/controller-runtime/pkg/client"
-	schedv1alpha1 "sigs.k8s.io/scheduler-plugins/apis/scheduling/v1alpha1"
 
 	"github.com/lockstep-dev/lockstep/pkg/lockstep"
 	"github.com/lockstep-dev/lockstep/pkg/topology"
 	"github.com/lockstep-dev/lockstep/pkg/topology/placement"
 )
 
-// gangKey returns namespace/podgroup for a pod in a PodGroup, or "".
-func gangKey(pod *v1.Pod) string {
-	name := pod.Labels[schedv1alpha1.PodGroupLabel]
-	if name == "" {
-		return ""
-	}
-	return pod.Namespace + "/" + name
-}
-
-// planKey names the plan a pod takes a slot of: its gang's members that ask
-// for the same number of GPUs ("namespace/podgroup#8"). Gangs mix sizes (a
-// TensorFlow parameter server asks for none, a chief for fewer than the
-// workers), while a plan places identical members. "" for pods outside
-// gangs and pods that ask for no GPUs: those are scheduled as usual.
-func planKey(pod *v1.Pod) string {
-	return planKeyOf(pod, requestOf(pod).gpus)
-}
-
-// planKeyOf is planKey of a pod asking for gpus GPUs, for callers that
-// computed its requests already (PodRequests allocates several maps).
-func planKeyOf(pod *v1.Pod, gpus int) string {
-	gang := gangKey(pod)
-	if gang == "" || gpus == 0 {
-		return ""
-	}
-	return gang + "#" + strconv.Itoa(gpus)
-}
-
-// splitPlanKey returns the namespace and PodGroup name of a plan key.
-func splitPlanKey(key string) (namespace, podGroup string, ok bool) {
-	gang, _, _ := strings.Cut(key, "#")
-	return strings.Cut(gang, "/")
-}
-
-// memberRequest is what one pod asks for.
-type memberRequest struct {
-	gpus     int
-	milliCPU int64
-	memory   int64
-	// claimed says the GPUs are asked for through ResourceClaims of the
-	// GPU DeviceClass, not nvidia.com/gpu (podRequest); claimProblem why
-	// those claims cannot be planned, and claimUnresolvable whether only
-	// the user can fix that (claimStatus).
-	claimed           bool
-	claimProblem      string
-	claimUnresolvable bool
-	// oneRoot says the claim asks for one PCIe root first (claimedGPUs).
-	oneRoot bool
-	// channels says the pod's own claims take a ComputeDomain channel of
-	// its node (claimedGPUs.channels).
-	channels bool
-}
-
-func requestOf(pod *v1.Pod) memberRequest {
-	reqs := resourcehelper.PodRequests(pod, resourcehelper.PodResourcesOptions{})
-	gpus := reqs[lockstep.GPUResource]
-	return memberRequest{
-		gpus:     int(gpus.Value()),
-		milliCPU: reqs.Cpu().MilliValue(),
-		memory:   reqs.Memory().Value(),
-	}
-}
-
-// gangSpec reads the gang's PodGroup: its size and topology constraint.
-func (p *TopologyPlacement) gangSpec(ctx context.Context, pod *v1.Pod) (*schedv1alpha1.PodGroup, error) {
-	pg := &schedv1alpha1.PodGroup{}
-	err := p.reader.Get(ctx, client.ObjectKey{Namespace: pod.Namespace, Name: pod.Labels[schedv1alpha1.PodGroupLabel]}, pg)
-	if err != nil {
-		return nil, err
-	}
-	return pg, nil
-}
-
-// snapshot builds the planner's view of the nodes a member of gang could
-// use: schedulable for the pod (unschedulable flag, taints, required node
-// affinity), with free GPUs net of allocations the agents report, of pods
-// reserved through plans, and of capacity other plans hold.
-func (p *TopologyPlacement) snapshot(pod *v1.Pod, gang string, nodeInfos []fwk.NodeInfo) (*placement.Snapshot, error) {
+// Snapshot builds the planner's view of the nodes a member of gang (a plan
+// key) asking req could use: schedulable for the pod (unschedulable flag,
+// taints, required node affinity), with free GPUs net of allocations the
+// agents report, of pods reserved through plans, and of capacity other
+// plans hold. Give it back with Recycle once the plan is made.
+func (v *View) Snapshot(pod *v1.Pod, gang string, req Request, nodeInfos []fwk.NodeInfo) (*placement.Snapshot, error) {
 	affinity := nodeaffinity.GetRequiredNodeAffinity(pod)
 	hostCheck := newHostCheck(pod, affinity)
 	// Drains keep the gang off only if it does not outrank them.
 	priority := corev1helpers.PodPriority(pod)
 	// Nodes whose NodeTopology is stale or invalid are not planned onto:
 	// judged once per plan, not per node per pod.
-	excluded := p.health.refresh()
+	excluded := v.health.refresh()
 	snap := &placement.Snapshot{
-		Fabric: topology.Fabric{Oversubscription: p.args.Oversubscription},
-		Levels: p.args.Levels,
+		Fabric: topology.Fabric{Oversubscription: v.config.Oversubscription},
+		Levels: v.config.Levels,
 	}
 	// A pod that claims GPUs is planned on the DRA driver's devices, and
 	// one that claims a ComputeDomain channel on nodes with one free.
-	var req memberRequest
-	if p.dra != nil && len(pod.Spec.ResourceClaims) > 0 {
-		req = p.podRequest(pod)
-	}
-	dra, err := p.draViewFor(req)
+	dra, err := v.draViewFor(req)
 	if err != nil {
 		return nil, err
 	}
-	channels, err := p.channelsFor(req)
+	channels, err := v.channelsFor(req)
 	if err != nil {
 		return nil, err
 	}
 	// The GPU index and the books are read for every node: locked once for
 	// the snapshot, not twice per node.
-	p.gpus.mu.RLock()
-	core := p.gangs.Books.LockCore()
-	p.rows.mu.Lock()
-	rows := p.rows.align(len(nodeInfos), p.gpus.epoch)
-	p.rows.catchUp(core)
+	v.gpus.mu.RLock()
+	core := v.held.LockCore()
+	v.rows.mu.Lock()
+	rows := v.rows.align(len(nodeInfos), v.gpus.epoch)
+	v.rows.catchUp(core)
 	doneDRA := func() {}
 	if dra != nil {
 		doneDRA = dra.devices.read()
 	}
 	// One array holds every planner node, recycled from a finished plan
 	// where there is one: at 25,000 nodes it is 2 MB a plan.
-	bufs := p.rows.take(len(nodeInfos))
+	bufs := v.rows.take(len(nodeInfos))
 	nodes := bufs.nodes[:0]
 	// The gang's own open slots count as free for it: only a gang with a
 	// plan still open reads the books per node.
@@ -158,19 +76,19 @@ func (p *TopologyPlacement) snapshot(pod *v1.Pod, gang string, nodeInfos []fwk.N
 		}
 		sameNodes = sameNodes && row.node == node && row.info == ni
 		moved = moved || row.misplaced(ni, node)
-		p.refreshRow(row, ni, node)
+		v.refreshRow(row, ni, node)
 		if !hostCheck.admits(row) {
 			continue
 		}
 		if _, out := excluded[row.name]; out {
 			continue
 		}
-		pn := p.plannerNode(row, gang, priority, ownOpen)
+		pn := plannerNode(core, row, gang, priority, ownOpen)
 		if dra != nil {
 			if !dra.plans(row) {
 				continue
 			}
-			p.draNode(&pn, row, gang, ownOpen, dra)
+			draNode(core, &pn, row, gang, ownOpen, dra)
 		}
 		if channels != nil {
 			others := row.booked
@@ -182,35 +100,34 @@ func (p *TopologyPlacement) snapshot(pod *v1.Pod, gang string, nodeInfos []fwk.N
 		nodes = append(nodes, pn)
 	}
 	if moved {
-		p.rows.reindex(nodeInfos)
+		v.rows.reindex(nodeInfos)
 	}
 	bufs.nodes, bufs.ptrs = nodes, bufs.ptrs[:len(nodes)]
 	for i := range nodes {
 		bufs.ptrs[i] = &nodes[i]
 	}
 	snap.Nodes = bufs.ptrs
-	p.rows.lend(snap, bufs)
+	v.rows.lend(snap, bufs)
 	doneDRA()
-	p.rows.mu.Unlock()
-	p.gangs.Books.UnlockCore()
-	p.gpus.mu.RUnlock()
-	tree, err := p.trees.get(nodeInfos, p.args.Levels, sameNodes)
+	v.rows.mu.Unlock()
+	v.held.UnlockCore()
+	v.gpus.mu.RUnlock()
+	tree, err := v.trees.get(nodeInfos, v.config.Levels, sameNodes)
 	if err != nil {
 		return nil, err
 	}
 	snap.Tree = tree
-	cfg := lockstep.TopologyConfig{Levels: p.args.Levels, Oversubscription: p.args.Oversubscription}
-	if snap.Rater, err = p.trees.rater(tree, nodeInfos, cfg); err != nil {
+	if snap.Rater, err = v.trees.rater(tree, nodeInfos, v.config); err != nil {
 		return nil, err
 	}
 	return snap, nil
 }
 
-// canHost reports whether pod may run on node at all: the node is
+// CanHost reports whether pod may run on node at all: the node is
 // schedulable, and the pod tolerates its NoSchedule and NoExecute taints
 // and matches its required node affinity (the pod's, computed once by the
 // caller).
-func canHost(node *v1.Node, pod *v1.Pod, affinity nodeaffinity.RequiredNodeAffinity) bool {
+func CanHost(node *v1.Node, pod *v1.Pod, affinity nodeaffinity.RequiredNodeAffinity) bool {
 	if node.Spec.Unschedulable {
 		return false
 	}
@@ -241,7 +158,7 @@ func toleratesHostTaints(node *v1.Node, pod *v1.Pod) bool {
 	return !untolerated
 }
 
-// hostCheck is canHost for one pod over snapshot rows, which keep each
+// hostCheck is CanHost for one pod over snapshot rows, which keep each
 // node's unschedulable flag and whether it has host taints. Reading those
 // from the v1.Node itself was the costliest line of a 25,000-node plan:
 // the first touch of each Node object is a cache miss. Only a tainted node,
@@ -260,7 +177,7 @@ func newHostCheck(pod *v1.Pod, affinity nodeaffinity.RequiredNodeAffinity) hostC
 	return hostCheck{pod: pod, affinity: affinity, anyNode: len(pod.Spec.NodeSelector) == 0 && !required}
 }
 
-// admits is canHost(row.node, pod, affinity), for a row refreshRow has
+// admits is CanHost(row.node, pod, affinity), for a row refreshRow has
 // brought up to date.
 func (c hostCheck) admits(row *snapshotRow) bool {
 	if row.unschedulable {
@@ -556,15 +473,15 @@ func (r *snapshotRows) reindex(nodeInfos []fwk.NodeInfo) {
 }
 
 // refreshRow brings row up to date with node and its NodeInfo where either
-// changed. The caller holds p.gpus for reading and p.rows, after misplaced.
-func (p *TopologyPlacement) refreshRow(row *snapshotRow, ni fwk.NodeInfo, node *v1.Node) {
+// changed. The caller holds v.gpus for reading and v.rows, after misplaced.
+func (v *View) refreshRow(row *snapshotRow, ni fwk.NodeInfo, node *v1.Node) {
 	if row.info == ni && row.node == node && row.generation == ni.GetGeneration() {
 		return
 	}
 	alloc, used := ni.GetAllocatable(), ni.GetRequested()
 	*row = snapshotRow{
 		info: ni, generation: ni.GetGeneration(), node: node, name: node.Name,
-		gpus:          p.gpus.nodes[node.Name],
+		gpus:          v.gpus.nodes[node.Name],
 		gpuCount:      int(alloc.GetScalarResources()[lockstep.GPUResource]),
 		usedGPUs:      int(used.GetScalarResources()[lockstep.GPUResource]),
 		freeMilliCPU:  alloc.GetMilliCPU() - used.GetMilliCPU(),
@@ -578,8 +495,8 @@ func (p *TopologyPlacement) refreshRow(row *snapshotRow, ni fwk.NodeInfo, node *
 // plannerNode describes one node for the planner from its row (refreshRow),
 // reading the books again where they changed the node. ownOpen says gang
 // has open slots in the books, which it may plan onto again. The caller
-// holds p.gpus for reading, p.gangs.Books and p.rows.
-func (p *TopologyPlacement) plannerNode(row *snapshotRow, gang string, priority int32, ownOpen bool) placement.Node {
+// holds the view's GPU index for reading, the books (core) and the rows.
+func plannerNode(core *placement.Books, row *snapshotRow, gang string, priority int32, ownOpen bool) placement.Node {
 	pn := placement.Node{
 		Name:         row.name,
 		FreeMilliCPU: row.freeMilliCPU,
@@ -591,14 +508,14 @@ func (p *TopologyPlacement) plannerNode(row *snapshotRow, gang string, priority 
 		pn.Topology, pn.Selector, free = gpus.topology, gpus.selector, gpus.free
 	}
 	if !row.booksRead {
-		row.booked, row.drainedFor, row.booksRead = p.gangs.Books.Core().Booked(row.name), p.gangs.Books.Core().DrainedFor(row.name), true
+		row.booked, row.drainedFor, row.booksRead = core.Booked(row.name), core.DrainedFor(row.name), true
 	}
 	if ownOpen {
-		free &^= p.gangs.Books.Core().HeldOn(row.name, gang)
+		free &^= core.HeldOn(row.name, gang)
 	} else {
 		free &^= row.booked
 	}
-	pn.Drained = row.drainedFor != "" && p.gangs.Books.Core().KeptOff(row.name, gang, priority) != ""
+	pn.Drained = row.drainedFor != "" && core.KeptOff(row.name, gang, priority) != ""
 	// GPUs taken by pods the agent has not reported yet are known only by
 	// count; drop the highest-indexed free GPUs to match it.
 	for free.Len() > max(row.gpuCount-row.usedGPUs, 0) {

@@ -1,12 +1,10 @@
-package topologyplacement
+package nodeview
 
 import (
 	"reflect"
 	"slices"
 	"sync"
 	"unique"
-
-	"k8s.io/client-go/tools/cache"
 
 	"github.com/lockstep-dev/lockstep/pkg/apis/lockstep/v1alpha1"
 	"github.com/lockstep-dev/lockstep/pkg/topology"
@@ -215,28 +213,4 @@ func (x *gpuIndex) remove(name string) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	x.drop(name)
-}
-
-// handler keeps the index in step with the informer.
-func (x *gpuIndex) handler() cache.ResourceEventHandler {
-	return cache.ResourceEventHandlerFuncs{
-		AddFunc: func(obj any) {
-			if nt, ok := obj.(*v1alpha1.NodeTopology); ok {
-				x.set(nt)
-			}
-		},
-		UpdateFunc: func(_, obj any) {
-			if nt, ok := obj.(*v1alpha1.NodeTopology); ok {
-				x.set(nt)
-			}
-		},
-		DeleteFunc: func(obj any) {
-			if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-				obj = tomb.Obj
-			}
-			if nt, ok := obj.(*v1alpha1.NodeTopology); ok {
-				x.remove(nt.Name)
-			}
-		},
-	}
 }

@@ -1,4 +1,4 @@
-package topologyplacement
+package nodeview
 
 import (
 	"slices"
@@ -9,7 +9,6 @@ import (
 	v1 "k8s.io/api/core/v1"
 	resourcev1 "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/util/sets"
-	"k8s.io/client-go/informers"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/dynamic-resource-allocation/structured"
 	"k8s.io/klog/v2"
@@ -462,35 +461,41 @@ func podClaimNames(pod *v1.Pod) []string {
 	return names
 }
 
-// reserved records a pod reserved: DynamicResources allocates its claims
-// in this scheduler (reservingClaims). Nil v (a scheduler without DRA)
-// records nothing.
-func (v *deviceView) reserved(pod *v1.Pod) {
-	if v != nil && len(pod.Spec.ResourceClaims) > 0 {
-		v.reservingClaims(pod.Namespace, podClaimNames(pod))
+// Reserved records a pod reserved: DynamicResources allocates its claims
+// in this scheduler (reservingClaims). A view that follows no devices
+// (WatchDevices) records nothing.
+func (v *View) Reserved(pod *v1.Pod) {
+	if v.devices != nil && len(pod.Spec.ResourceClaims) > 0 {
+		v.devices.reservingClaims(pod.Namespace, podClaimNames(pod))
 	}
 }
 
-// unreserved records a reserved pod unreserved: DynamicResources dropped
+// Unreserved records a reserved pod unreserved: DynamicResources dropped
 // the allocations it had not written.
-func (v *deviceView) unreserved(pod *v1.Pod) {
-	if v != nil && len(pod.Spec.ResourceClaims) > 0 {
-		v.unreservedClaims(pod.Namespace, podClaimNames(pod))
+func (v *View) Unreserved(pod *v1.Pod) {
+	if v.devices != nil && len(pod.Spec.ResourceClaims) > 0 {
+		v.devices.unreservedClaims(pod.Namespace, podClaimNames(pod))
 	}
 }
 
-// watchDevices returns a deviceView kept by the scheduler's ResourceSlice
-// and ResourceClaim informers (the ones the DRA manager reads) and the
-// NodeTopology UUIDs specs keeps, its handlers registered through register.
-func watchDevices(logger klog.Logger, factory informers.SharedInformerFactory, specs *specTable, register func(handlerAdder, cache.ResourceEventHandler) error) (*deviceView, error) {
-	v := newDeviceView(logger)
-	specs.watchUUIDs(v.OnUUIDs)
-	onSlices, onClaims := v.handlers()
-	if err := register(factory.Resource().V1().ResourceSlices().Informer(), onSlices); err != nil {
-		return nil, err
-	}
-	if err := register(factory.Resource().V1().ResourceClaims().Informer(), onClaims); err != nil {
-		return nil, err
-	}
-	return v, nil
+// Registrar adds an informer handler and remembers its registration (the
+// plugin waits for every one to sync before it plans).
+type Registrar func(informer HandlerAdder, h cache.ResourceEventHandler) error
+
+// HandlerAdder is an informer, client-go's or controller-runtime's.
+type HandlerAdder interface {
+	AddEventHandler(cache.ResourceEventHandler) (cache.ResourceEventHandlerRegistration, error)
+}
+
+// FollowDevices has the view follow the GPU driver's devices by informer
+// events, and the NodeTopology UUIDs it keeps, instead of reading every
+// slice for each plan: it returns the one handler for the scheduler's
+// ResourceSlice informer and the one for its ResourceClaim informer (the
+// ones the DRA manager reads). Only for a view with a DRA source, before
+// its informers start.
+func (v *View) FollowDevices() (slices, claims cache.ResourceEventHandler) {
+	d := newDeviceView(v.logger)
+	v.specs.watchUUIDs(d.OnUUIDs)
+	v.devices = d
+	return d.handlers()
 }

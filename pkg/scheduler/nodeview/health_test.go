@@ -1,52 +1,38 @@
-package topologyplacement
+package nodeview
 
 import (
-	"context"
 	"sort"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/component-base/metrics"
 	"k8s.io/component-base/metrics/testutil"
 	"k8s.io/klog/v2"
-	fwk "k8s.io/kube-scheduler/framework"
-	"k8s.io/kubernetes/pkg/scheduler/framework"
 	clocktesting "k8s.io/utils/clock/testing"
 
-	"github.com/lockstep-dev/lockstep/pkg/apis/lockstep/v1alpha1"
+	"github.com/lockstep-dev/lockstep/pkg/scheduler/schedtesting"
 )
 
-// topologyAt is an HGX NodeTopology whose agent last heartbeated at beat.
-func topologyAt(t testing.TB, name string, beat time.Time) *v1alpha1.NodeTopology {
-	nt := hgxNodeTopology(t, name)
-	nt.Status.HeartbeatTime = metav1.NewTime(beat)
-	return nt
-}
+var (
+	topologyAt = schedtesting.HGXNodeTopologyAt
+	malformed  = schedtesting.Malformed
+	drain      = schedtesting.Events
+)
 
-// malformed breaks a NodeTopology the way the CRD's CEL rules let through
-// (they check NVLink counts only on NVLink classes): a PCIe link that
-// claims NVLinks.
-func malformed(nt *v1alpha1.NodeTopology) *v1alpha1.NodeTopology {
-	nt.Spec.Links[0].Class, nt.Spec.Links[0].NVLinks = "PIX", 4
-	return nt
-}
+// testMaxAge is the plugin's default topologyMaxAge.
+const testMaxAge = 5 * time.Minute
 
-// drain returns the events recorded so far, as "Type Reason note".
-func drain(r *events.FakeRecorder) []string {
-	var out []string
-	for {
-		select {
-		case e := <-r.Events:
-			out = append(out, e)
-		default:
-			return out
-		}
+// excludedGauge is a nodes_excluded gauge in a registry of its own.
+func excludedGauge(t testing.TB) *metrics.GaugeVec {
+	t.Helper()
+	g := metrics.NewGaugeVec(&metrics.GaugeOpts{Name: "nodes_excluded"}, []string{"reason"})
+	if err := metrics.NewKubeRegistry().Register(g); err != nil {
+		t.Fatal(err)
 	}
+	return g
 }
 
 // TestTopologyHealthTransitions walks nodes through stale, invalid and back,
@@ -135,12 +121,9 @@ func TestTopologyHealthTransitions(t *testing.T) {
 		},
 	}
 	clock := clocktesting.NewFakeClock(start)
-	m, err := registerMetrics(metrics.NewKubeRegistry().Register)
-	if err != nil {
-		t.Fatal(err)
-	}
+	excluded := excludedGauge(t)
 	recorder := events.NewFakeRecorder(100)
-	h := newTopologyHealth(DefaultTopologyMaxAge, clock, recorder, m.nodesExcluded, klog.Background())
+	h := newTopologyHealth(testMaxAge, clock, recorder, excluded, klog.Background())
 	h.set(topologyAt(t, "a", start))
 	h.set(topologyAt(t, "b", start))
 	for _, s := range steps {
@@ -175,7 +158,7 @@ func TestTopologyHealthTransitions(t *testing.T) {
 		}
 		gotGauge := map[string]float64{}
 		for _, reason := range []string{excludedStale, excludedInvalid} {
-			v, err := testutil.GetGaugeMetricValue(m.nodesExcluded.WithLabelValues(reason))
+			v, err := testutil.GetGaugeMetricValue(excluded.WithLabelValues(reason))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -211,7 +194,7 @@ func TestTopologyHealthMessages(t *testing.T) {
 	start := time.Unix(10_000, 0)
 	clock := clocktesting.NewFakeClock(start)
 	recorder := events.NewFakeRecorder(10)
-	h := newTopologyHealth(2*time.Minute, clock, recorder, newPluginMetrics().nodesExcluded, klog.Background())
+	h := newTopologyHealth(2*time.Minute, clock, recorder, excludedGauge(t), klog.Background())
 	h.set(topologyAt(t, "a", start))
 	h.set(malformed(topologyAt(t, "b", start.Add(3*time.Minute))))
 	clock.Step(3 * time.Minute)
@@ -236,7 +219,7 @@ func TestTopologyHealthMessages(t *testing.T) {
 // invalid topology is left out.
 func TestTopologyMaxAgeZeroDisablesStaleness(t *testing.T) {
 	clock := clocktesting.NewFakeClock(time.Unix(10_000, 0))
-	h := newTopologyHealth(0, clock, nil, newPluginMetrics().nodesExcluded, klog.Background())
+	h := newTopologyHealth(0, clock, nil, excludedGauge(t), klog.Background())
 	h.set(topologyAt(t, "old", time.Unix(0, 0)))
 	h.set(malformed(topologyAt(t, "bad", clock.Now())))
 	got := map[string]string{}
@@ -248,119 +231,12 @@ func TestTopologyMaxAgeZeroDisablesStaleness(t *testing.T) {
 	}
 }
 
-// TestPreFilterLeavesOutStaleAndInvalidNodes plans a gang of two 8-GPU
-// members on three empty nodes, a, b and c, some of whose NodeTopology is
-// stale or invalid. Only the others are planned onto; a node that heartbeats
-// again is planned onto again.
-func TestPreFilterLeavesOutStaleAndInvalidNodes(t *testing.T) {
-	tests := []struct {
-		name string
-		// stale and invalid name nodes; fresh are re-heartbeated after the
-		// first PreFilter, before a second one.
-		stale, invalid []string
-		fresh          []string
-		// want and wantAfter are the planned nodes; nil is Unschedulable.
-		want, wantAfter []string
-	}{
-		{name: "all fresh", want: []string{"a", "b"}},
-		{name: "a stale", stale: []string{"a"}, want: []string{"b", "c"}},
-		{name: "b invalid", invalid: []string{"b"}, want: []string{"a", "c"}},
-		{name: "a stale and b invalid: one node left", stale: []string{"a"}, invalid: []string{"b"}, want: nil},
-		{
-			name: "a stale and c invalid, then a heartbeats again", stale: []string{"a"}, invalid: []string{"c"},
-			fresh: []string{"a"}, want: nil, wantAfter: []string{"a", "b"},
-		},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			p := newMetricsPlugin(t, 2, true, nil)
-			recorder := events.NewFakeRecorder(100)
-			p.health = newTopologyHealth(p.args.maxAge(), p.TopologyPlacement.clock, recorder, p.metrics.nodesExcluded, klog.Background())
-			now := p.TopologyPlacement.clock.Now()
-			stale, invalid := sets.New(tc.stale...), sets.New(tc.invalid...)
-			var nodes []fwk.NodeInfo
-			for _, name := range []string{"a", "b", "c"} {
-				beat := now
-				if stale.Has(name) {
-					beat = now.Add(-time.Hour)
-				}
-				nt := topologyAt(t, name, beat)
-				if invalid.Has(name) {
-					nt = malformed(nt)
-				}
-				p.gpus.set(nt)
-				p.health.set(nt)
-				nodes = append(nodes, nodeInfo(gpuNode(name, 8)))
-			}
-			check := func(when string, want []string) {
-				t.Helper()
-				result, status := p.PreFilter(context.Background(), framework.NewCycleState(), p.pods[0], nodes)
-				if want == nil {
-					if status.Code() != fwk.UnschedulableAndUnresolvable {
-						t.Errorf("%s: PreFilter = %v, %v; want unschedulable", when, result, status)
-					}
-					return
-				}
-				if !status.IsSuccess() {
-					t.Fatalf("%s: PreFilter: %v; want a plan on %v", when, status, want)
-				}
-				if diff := cmp.Diff(want, sets.List(result.NodeNames)); diff != "" {
-					t.Errorf("%s: planned nodes (-want,+got):\n%s", when, diff)
-				}
-			}
-			check("first", tc.want)
-			if tc.fresh == nil {
-				return
-			}
-			p.clock.Step(time.Second)
-			for _, name := range tc.fresh {
-				nt := topologyAt(t, name, p.TopologyPlacement.clock.Now())
-				p.gpus.set(nt)
-				p.health.set(nt)
-			}
-			check("after a fresh heartbeat", tc.wantAfter)
-			var reasons []string
-			for _, e := range drain(recorder) {
-				reasons = append(reasons, strings.SplitN(e, " ", 3)[1])
-			}
-			sort.Strings(reasons)
-			if diff := cmp.Diff([]string{EventTopologyInvalid, EventTopologyRecovered, EventTopologyStale}, reasons); diff != "" {
-				t.Errorf("events (-want,+got):\n%s", diff)
-			}
-		})
-	}
-}
-
-// TestPlanDroppedWhenPlannedNodeGoesStale: a plan whose open slot is on a
-// node that went stale is no longer valid.
-func TestPlanDroppedWhenPlannedNodeGoesStale(t *testing.T) {
-	p := newMetricsPlugin(t, 2, true, nil)
-	p.health = newTopologyHealth(time.Minute, p.TopologyPlacement.clock, nil, p.metrics.nodesExcluded, klog.Background())
-	now := p.TopologyPlacement.clock.Now()
-	for _, name := range []string{"a", "b"} {
-		p.health.set(topologyAt(t, name, now))
-	}
-	result, status := p.PreFilter(context.Background(), framework.NewCycleState(), p.pods[0], p.nodes)
-	if !status.IsSuccess() || result.NodeNames.Len() != 2 {
-		t.Fatalf("PreFilter = %v, %v; want a plan on a and b", result, status)
-	}
-	g, _ := p.gangs.Books.Get("ns/g#8")
-	if !p.planStillValid(g, p.nodes) {
-		t.Fatal("fresh plan invalid")
-	}
-	p.clock.Step(2 * time.Minute)
-	p.health.set(topologyAt(t, "b", p.TopologyPlacement.clock.Now()))
-	if p.planStillValid(g, p.nodes) {
-		t.Error("plan with an open slot on stale node a still valid")
-	}
-}
-
 // A node rejoining planning calls rejoined once per refresh, and only then:
 // a heartbeat is no event the scheduling queue acts on, so the plugin
 // retries the gangs it turned away from there.
 func TestTopologyHealthRejoinedCallback(t *testing.T) {
 	clock := clocktesting.NewFakeClock(time.Unix(10_000, 0))
-	h := newTopologyHealth(time.Minute, clock, nil, newPluginMetrics().nodesExcluded, klog.Background())
+	h := newTopologyHealth(time.Minute, clock, nil, excludedGauge(t), klog.Background())
 	calls := 0
 	h.rejoined = func() { calls++ }
 	h.set(topologyAt(t, "a", clock.Now().Add(-time.Hour)))
@@ -421,9 +297,9 @@ func TestTopologyHealthHeartbeatCostsNoJudgement(t *testing.T) {
 			update: func(t *testing.T, h *topologyHealth, now time.Time) { h.remove("a") },
 			want:   0, // nothing left to judge; it only leaves the verdicts
 		},
-		{name: "a and b age past topologyMaxAge", advance: DefaultTopologyMaxAge + time.Second, want: 2},
+		{name: "a and b age past topologyMaxAge", advance: testMaxAge + time.Second, want: 2},
 		{
-			name: "a heartbeated since its heap entry was filed", advance: DefaultTopologyMaxAge + time.Second,
+			name: "a heartbeated since its heap entry was filed", advance: testMaxAge + time.Second,
 			update: func(t *testing.T, h *topologyHealth, now time.Time) {
 				// Judged when its first entry falls due, found fresh, and
 				// filed again: one judgement for a, one for b gone stale.
@@ -435,7 +311,7 @@ func TestTopologyHealthHeartbeatCostsNoJudgement(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			clock := clocktesting.NewFakeClock(start)
-			h := newTopologyHealth(DefaultTopologyMaxAge, clock, nil, newPluginMetrics().nodesExcluded, klog.Background())
+			h := newTopologyHealth(testMaxAge, clock, nil, excludedGauge(t), klog.Background())
 			for _, name := range []string{"a", "b"} {
 				h.set(topologyAt(t, name, start))
 			}

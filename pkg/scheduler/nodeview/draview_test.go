@@ -1,4 +1,4 @@
-package topologyplacement
+package nodeview
 
 import (
 	"fmt"
@@ -16,6 +16,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/lockstep-dev/lockstep/pkg/lockstep"
+	"github.com/lockstep-dev/lockstep/pkg/scheduler/schedtesting"
 )
 
 // poolDump is what a plan reads of a pool of a deviceView.
@@ -283,7 +284,7 @@ func takenDump(v *deviceView) map[string]int {
 // claim tracker's allocations from a pod's Reserve until the claim
 // informer shows its claims allocated, or the pod is unreserved.
 func TestDeviceViewReadsTrackerWhileReserving(t *testing.T) {
-	pod := claimPod("m", "four")
+	pod := schedtesting.ClaimPod("m", "four")
 	pod.Status.ResourceClaimStatuses = []v1.PodResourceClaimStatus{{Name: "gpus", ResourceClaimName: ptr.To("m-gpus")}}
 	v := newDeviceView(klog.Background())
 	check := func(step string, want bool) {
@@ -293,31 +294,34 @@ func TestDeviceViewReadsTrackerWhileReserving(t *testing.T) {
 		}
 	}
 	check("start", false)
-	v.reserved(pod)
+	v.reservingClaims(pod.Namespace, podClaimNames(pod))
 	check("reserved", true)
 	v.OnClaim(viewClaim("m-gpus"))
 	check("claim seen unallocated", true)
 	v.OnClaim(viewClaim("m-gpus", "n1/gpu-0"))
 	check("claim seen allocated", false)
-	v.unreserved(pod)
+	v.unreservedClaims(pod.Namespace, podClaimNames(pod))
 	check("unreserved after", false)
 
 	v.OnClaim(viewClaim("m-gpus"))
-	v.reserved(pod)
+	v.reservingClaims(pod.Namespace, podClaimNames(pod))
 	check("reserved again", true)
-	v.unreserved(pod)
+	v.unreservedClaims(pod.Namespace, podClaimNames(pod))
 	check("unreserved before its allocation was written", false)
 
-	var none *deviceView
-	none.reserved(pod) // a scheduler without DRA
-	none.unreserved(pod)
+	// A view that follows no devices (a scheduler without DRA) records
+	// nothing.
+	none, _, _ := newTestView(t, nil)
+	none.Reserved(pod)
+	none.Unreserved(pod)
 }
 
 // TestDeviceViewConcurrent runs informer events against plans' reads; run
 // with -race.
 func TestDeviceViewConcurrent(t *testing.T) {
-	p, dra := draPlugin(t, 2)
-	devices := followedDevices(p, dra)
+	p := newDRAWorld(t, 2)
+	dra := p.dra
+	devices := p.followDevices()
 	gpus := draNodeTopology(t, "d1").Spec.GPUs
 	var wg sync.WaitGroup
 	stop := make(chan struct{})
@@ -330,15 +334,15 @@ func TestDeviceViewConcurrent(t *testing.T) {
 				return
 			default:
 			}
-			old := dra.gpuSlices[1]
+			old := dra.GPUSlices[1]
 			devices.OnSlice(old, gpuSlice("d2", i%8))
 			devices.OnClaim(viewClaim("c", fmt.Sprintf("d1/gpu-%d", i%8)))
 			devices.OnClaimDelete(viewClaim("c"))
-			p.gpus.specs.keepUUIDs("d1", gpus)
+			p.specs.keepUUIDs("d1", gpus)
 		}
 	}()
 	for range 50 {
-		if _, err := p.snapshot(p.pods[0], p.podPlanKey(p.pods[0]), p.nodes); err != nil {
+		if _, err := p.snapshot(p.pods[0], "ns/g#4", p.nodes); err != nil {
 			t.Error(err)
 		}
 	}
@@ -350,10 +354,11 @@ func TestDeviceViewConcurrent(t *testing.T) {
 // an allocation in flight counts from the pod's Reserve (the tracker's),
 // then as the claim informer shows it, until the claim is deallocated.
 func TestDRASnapshotFollowsAllocations(t *testing.T) {
-	p, dra := draPlugin(t, 2)
-	devices := followedDevices(p, dra)
+	p := newDRAWorld(t, 2)
+	dra := p.dra
+	devices := p.followDevices()
 	pod := p.pods[0]
-	other := claimPod("other", "four")
+	other := schedtesting.ClaimPod("other", "four")
 	other.Status.ResourceClaimStatuses = []v1.PodResourceClaimStatus{{Name: "gpus", ResourceClaimName: ptr.To("other-gpus")}}
 	devices.OnClaim(viewClaim("other-gpus"))
 	steps := []struct {
@@ -365,8 +370,8 @@ func TestDRASnapshotFollowsAllocations(t *testing.T) {
 		{
 			name: "allocated in flight: the tracker's",
 			change: func() {
-				devices.reserved(other)
-				dra.devices.Insert(structured.MakeDeviceID(lockstep.DRAGPUDriver, "d1", "gpu-0"))
+				p.Reserved(other)
+				dra.Devices.Insert(structured.MakeDeviceID(lockstep.DRAGPUDriver, "d1", "gpu-0"))
 			},
 			want: map[string]string{"d1": "1,2,3,4,5,6,7", "d2": "0,1,2,3,4,5,6,7"},
 		},
@@ -375,7 +380,7 @@ func TestDRASnapshotFollowsAllocations(t *testing.T) {
 			change: func() {
 				devices.OnClaim(viewClaim("other-gpus", "d1/gpu-0", "d1/gpu-1"))
 				// The tracker is no longer read.
-				dra.devices.Insert(structured.MakeDeviceID(lockstep.DRAGPUDriver, "d2", "gpu-7"))
+				dra.Devices.Insert(structured.MakeDeviceID(lockstep.DRAGPUDriver, "d2", "gpu-7"))
 			},
 			want: map[string]string{"d1": "2,3,4,5,6,7", "d2": "0,1,2,3,4,5,6,7"},
 		},

@@ -1,4 +1,4 @@
-package topologyplacement
+package nodeview
 
 import (
 	"fmt"
@@ -6,6 +6,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/lockstep-dev/lockstep/pkg/scheduler/schedtesting"
 	"github.com/lockstep-dev/lockstep/pkg/topology"
 	utiltesting "github.com/lockstep-dev/lockstep/pkg/util/testing"
 )
@@ -19,20 +20,24 @@ import (
 func BenchmarkSnapshotBooked(b *testing.B) {
 	for _, nodes := range []int{5000, 25000} {
 		b.Run(fmt.Sprintf("nodes=%d", nodes), func(b *testing.B) {
-			p, infos := planGangCluster(b, nodes, true)
+			v, books, _ := newTestView(b, nil)
+			nts, infos := schedtesting.HGXCluster(b, nodes, true)
+			for _, nt := range nts {
+				v.Set(nil, nt)
+			}
 			for i := 0; i < nodes; i += 2 {
-				p.gangs.Books.Assign(types.UID(fmt.Sprintf("booked-%d", i)), fmt.Sprintf("node-%04d", i), topology.NewGPUSet(7))
+				books.Assign(types.UID(fmt.Sprintf("booked-%d", i)), fmt.Sprintf("node-%04d", i), topology.NewGPUSet(7))
 			}
 			pod := utiltesting.MakePod("p", "ns").GPUs(8).PodGroup("g").Obj()
-			if _, err := p.snapshot(pod, "ns/g", infos); err != nil {
+			if _, err := v.snapshot(pod, "ns/g", infos); err != nil {
 				b.Fatal(err)
 			}
 			b.ReportAllocs()
 			i := 0
 			for b.Loop() {
-				p.gangs.Books.Assign(types.UID(fmt.Sprintf("next-%d", i)), fmt.Sprintf("node-%04d", (2*i+1)%nodes), topology.NewGPUSet(6))
+				books.Assign(types.UID(fmt.Sprintf("next-%d", i)), fmt.Sprintf("node-%04d", (2*i+1)%nodes), topology.NewGPUSet(6))
 				i++
-				if _, err := p.snapshot(pod, "ns/g", infos); err != nil {
+				if _, err := v.snapshot(pod, "ns/g", infos); err != nil {
 					b.Fatal(err)
 				}
 			}

@@ -1,4 +1,4 @@
-package topologyplacement
+package nodeview
 
 import (
 	"context"
@@ -23,12 +23,14 @@ import (
 // memory, for the rest of its life. Pages of 250 (~4 MB) bound that.
 const nodeTopologyPageSize = 250
 
-// newNodeTopologyInformer returns an informer on NodeTopology whose lists
-// come in pages. A reflector's first list asks for resourceVersion "0",
-// which the API server answers from its watch cache whole, ignoring the
-// page size; asking for the current version ("") instead is paged. The
-// informer stores objects slimmed by specs (see specTable).
-func newNodeTopologyInformer(cfg *rest.Config, scheme *runtime.Scheme, specs *specTable) (cache.SharedIndexInformer, error) {
+// NewInformer returns an informer on NodeTopology whose lists come in
+// pages, with the view's Handler registered through register. A
+// reflector's first list asks for resourceVersion "0", which the API
+// server answers from its watch cache whole, ignoring the page size;
+// asking for the current version ("") instead is paged. The informer
+// stores objects slimmed by the view (see specTable).
+func (v *View) NewInformer(cfg *rest.Config, scheme *runtime.Scheme, register Registrar) (cache.SharedIndexInformer, error) {
+	specs := v.specs
 	c := rest.CopyConfig(cfg)
 	c.GroupVersion = &v1alpha1.GroupVersion
 	c.APIPath = "/apis"
@@ -40,6 +42,9 @@ func newNodeTopologyInformer(cfg *rest.Config, scheme *runtime.Scheme, specs *sp
 	inf := cache.NewSharedIndexInformer(nodeTopologyListWatch(rc, specs), &v1alpha1.NodeTopology{}, 0, cache.Indexers{})
 	specs.stored = inf.GetStore().GetByKey
 	if err := inf.SetTransform(specs.slim); err != nil {
+		return nil, err
+	}
+	if err := register(inf, v.Handler()); err != nil {
 		return nil, err
 	}
 	return inf, nil
@@ -81,7 +86,7 @@ func nodeTopologyListWatch(rc rest.Interface, specs *specTable) *cache.ListWatch
 	}
 }
 
-// slimNodeInformer has the scheduler's node informer drop managedFields,
+// SlimNodeInformer has the scheduler's node informer drop managedFields,
 // as kube-scheduler's own pod informer does for pods: no plugin reads them,
 // and on 5,000 nodes they are some 9 MiB of the informer's store, counted
 // twice in the process's memory once the garbage collector's target
@@ -89,6 +94,6 @@ func nodeTopologyListWatch(rc rest.Interface, specs *specTable) *cache.ListWatch
 // scheduler starts its informers, so the transform applies from the first
 // list; an informer already running (another component started the factory)
 // keeps its objects whole, which costs only memory.
-func slimNodeInformer(factory informers.SharedInformerFactory) error {
+func SlimNodeInformer(factory informers.SharedInformerFactory) error {
 	return factory.Core().V1().Nodes().Informer().SetTransform(ctrlcache.TransformStripManagedFields())
 }

@@ -1,4 +1,4 @@
-package topologyplacement
+package nodeview
 
 import (
 	"fmt"

@@ -1,4 +1,4 @@
-package topologyplacement
+package nodeview
 
 import (
 	"context"
@@ -143,7 +143,7 @@ func TestSlimNodeInformer(t *testing.T) {
 		ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "kubelet", Operation: metav1.ManagedFieldsOperationUpdate}},
 	}}
 	factory := informers.NewSharedInformerFactory(fake.NewClientset(node.DeepCopy()), 0)
-	if err := slimNodeInformer(factory); err != nil {
+	if err := SlimNodeInformer(factory); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -160,7 +160,7 @@ func TestSlimNodeInformer(t *testing.T) {
 		t.Errorf("stored node (-want +got):\n%s", diff)
 	}
 	// Once the informer runs, the transform can no longer change.
-	if err := slimNodeInformer(factory); err == nil {
+	if err := SlimNodeInformer(factory); err == nil {
 		t.Error("slimNodeInformer on a started informer: no error")
 	}
 }
