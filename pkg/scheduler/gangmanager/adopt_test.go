@@ -54,7 +54,6 @@ func testManager() (*Manager, *clocktesting.FakeClock, *[]string) {
 		Clock:    clock,
 		Activate: func(gang string) { activated = append(activated, gang) },
 		Reject:   func(string, string) {},
-		MayFit:   func() {},
 	})
 	return m, clock, &activated
 }

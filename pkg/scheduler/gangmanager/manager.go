@@ -43,19 +43,18 @@ type Config struct {
 	Activate func(gang string)
 	// Reject rejects the members of gang waiting at Permit with msg.
 	Reject func(gang, msg string)
-	// MayFit is told that room appeared, so remembered verdicts retire.
-	MayFit func()
 }
 
 // Manager is the gang manager; see the package doc.
 type Manager struct {
 	// Books are the books of held capacity.
 	Books *Books
+	// Verdicts are the gangs known not to fit until something changes.
+	Verdicts *Verdicts
 
 	clock    clock.WithDelayedExecution
 	activate func(gang string)
 	reject   func(gang, msg string)
-	mayFit   func()
 
 	// turnedAway are the gangs PreFilter last rejected for want of room:
 	// capacity a dropped plan releases is in no cluster event, so they are
@@ -89,7 +88,7 @@ type nomination struct {
 // New returns an empty manager.
 func New(c Config) *Manager {
 	return &Manager{
-		Books: NewBooks(), clock: c.Clock, activate: c.Activate, reject: c.Reject, mayFit: c.MayFit,
+		Books: NewBooks(), Verdicts: NewVerdicts(), clock: c.Clock, activate: c.Activate, reject: c.Reject,
 		turnedAway: keyset.New(), wakeups: keyset.New(),
 		firstSeen: map[string]time.Time{}, steered: map[types.UID]string{},
 		nominated: map[types.UID]nomination{}, seen: map[types.UID]bool{},
@@ -108,7 +107,7 @@ func (m *Manager) Placed(gang string) { m.turnedAway.Remove(gang) }
 // is fresh again).
 func (m *Manager) RetryTurnedAway(except string) {
 	// The same room can make a gang fit whose verdict is remembered.
-	m.mayFit()
+	m.Verdicts.MayFit()
 	keys := m.turnedAway.Take()
 	if len(keys) == 0 {
 		return

@@ -77,11 +77,8 @@ type TopologyPlacement struct {
 	gangs *gangmanager.Manager
 	// view is the node view: NodeTopology, the DRA driver's devices, node
 	// health, and the planner's snapshot.
-	view *nodeview.View
-	// verdicts remember which gangs do not fit until something that can
-	// change that happens; nil (tests) remembers none.
-	verdicts *verdicts
-	metrics  *pluginMetrics
+	view    *nodeview.View
+	metrics *pluginMetrics
 	// profiles are the scheduler's profiles that enable the plugin: only
 	// their pods' lockstep.dev/gpus annotations are adopted (adoption).
 	profiles *keyset.Set
@@ -207,7 +204,6 @@ func build(ctx context.Context, args *Args, handle framework.Handle) (*TopologyP
 		handle:   handle,
 		clock:    clock.RealClock{},
 		reader:   objCache,
-		verdicts: newVerdicts(),
 		metrics:  m,
 		profiles: keyset.New(),
 		ignored:  keyset.New(),
@@ -269,14 +265,14 @@ func (p *TopologyPlacement) podGroupEvents(ctx context.Context) cache.ResourceEv
 	return cache.ResourceEventHandlerFuncs{
 		AddFunc: func(obj any) {
 			if pg, ok := obj.(*schedv1alpha1.PodGroup); ok {
-				p.verdicts.gangChanged(pg.Namespace + "/" + pg.Name)
+				p.gangs.Verdicts.GangChanged(pg.Namespace + "/" + pg.Name)
 			}
 		},
 		UpdateFunc: func(oldObj, obj any) {
 			old, okOld := oldObj.(*schedv1alpha1.PodGroup)
 			pg, ok := obj.(*schedv1alpha1.PodGroup)
 			if ok && (!okOld || podGroupChanged(old, pg)) {
-				p.verdicts.gangChanged(pg.Namespace + "/" + pg.Name)
+				p.gangs.Verdicts.GangChanged(pg.Namespace + "/" + pg.Name)
 			}
 		},
 		DeleteFunc: func(obj any) {
@@ -285,7 +281,7 @@ func (p *TopologyPlacement) podGroupEvents(ctx context.Context) cache.ResourceEv
 			}
 			if pg, ok := obj.(*schedv1alpha1.PodGroup); ok {
 				p.releaseDrainsOf(ctx, pg.Namespace+"/"+pg.Name, "its PodGroup was deleted")
-				p.verdicts.forgetGang(pg.Namespace + "/" + pg.Name)
+				p.gangs.Verdicts.ForgetGang(pg.Namespace + "/" + pg.Name)
 			}
 		},
 	}
@@ -305,7 +301,7 @@ func (p *TopologyPlacement) podEvents(ctx context.Context) cache.ResourceEventHa
 			if pod, ok := obj.(*v1.Pod); ok {
 				p.adoptBoundGPUs(pod)
 				p.gangs.ObservePod(pod)
-				p.verdicts.gangChanged(gangmanager.GangKey(pod))
+				p.gangs.Verdicts.GangChanged(gangmanager.GangKey(pod))
 			}
 		},
 		UpdateFunc: func(oldObj, obj any) {
@@ -314,7 +310,7 @@ func (p *TopologyPlacement) podEvents(ctx context.Context) cache.ResourceEventHa
 				return
 			}
 			if old, ok := oldObj.(*v1.Pod); !ok || memberChanged(old, pod) {
-				p.verdicts.gangChanged(gangmanager.GangKey(pod))
+				p.gangs.Verdicts.GangChanged(gangmanager.GangKey(pod))
 			}
 			if pod.Spec.NodeName != "" {
 				// Bound, by whichever binder: nothing of it is in flight.
@@ -323,7 +319,7 @@ func (p *TopologyPlacement) podEvents(ctx context.Context) cache.ResourceEventHa
 			if pod.Status.Phase == v1.PodSucceeded || pod.Status.Phase == v1.PodFailed {
 				p.gangs.Books.ForgetPod(pod.UID)
 				p.victimGone(ctx, pod)
-				p.verdicts.mayFit()
+				p.gangs.Verdicts.MayFit()
 				return
 			}
 			if pod.DeletionTimestamp != nil {
@@ -343,8 +339,8 @@ func (p *TopologyPlacement) podEvents(ctx context.Context) cache.ResourceEventHa
 				p.gangs.PodGone(pod.UID)
 				p.ignored.Remove(string(pod.UID) + "/" + pod.Annotations[lockstep.AnnotationGPUs])
 				p.releaseDrainIfNoPending(ctx, pod)
-				p.verdicts.gangChanged(gangmanager.GangKey(pod))
-				p.verdicts.mayFit()
+				p.gangs.Verdicts.GangChanged(gangmanager.GangKey(pod))
+				p.gangs.Verdicts.MayFit()
 			}
 		},
 	}
@@ -398,8 +394,7 @@ func (p *TopologyPlacement) newNodeView(dra nodeview.Source, recorder events.Eve
 		Logger:   p.logger,
 		Excluded: p.metrics.nodesExcluded,
 		Unjoined: p.metrics.draUnjoinedDevices,
-		// Read at each call: tests set verdicts after building.
-		Freed:    func() { p.verdicts.mayFit() },
+		Freed:    p.gangs.Verdicts.MayFit,
 		Rejoined: func() { p.gangs.RetryTurnedAway("") },
 		Changed:  p.topologyChanged,
 		DRA:      dra,
@@ -486,14 +481,12 @@ func (p *TopologyPlacement) invalidate(key string, reason dropReason) {
 
 // newGangManager returns the plugin's gang manager, which retries gangs
 // through the scheduler's queue (activateUnbound), rejects waiting members
-// through its map of waiting pods (rejectWaiting) and retires verdicts.
+// through its map of waiting pods (rejectWaiting).
 func (p *TopologyPlacement) newGangManager() *gangmanager.Manager {
 	return gangmanager.New(gangmanager.Config{
 		Clock:    p.clock,
 		Activate: p.activateUnbound,
 		Reject:   p.rejectWaiting,
-		// Read at each call: tests set verdicts after building.
-		MayFit: func() { p.verdicts.mayFit() },
 	})
 }
 

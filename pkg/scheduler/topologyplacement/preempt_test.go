@@ -24,6 +24,7 @@ import (
 	clienttesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/component-base/metrics"
+	"k8s.io/klog/v2"
 	"k8s.io/klog/v2/ktesting"
 	fwk "k8s.io/kube-scheduler/framework"
 	internalcache "k8s.io/kubernetes/pkg/scheduler/backend/cache"
@@ -367,6 +368,15 @@ func TestPostFilterPreemptsCheapestGangWhole(t *testing.T) {
 		slices.Sort(again)
 		if diff := cmp.Diff([]string{"old-0", "old-1"}, again); diff != "" {
 			t.Errorf("evicted once the held leaf was taken (-want,+got):\n%s", diff)
+		}
+	}
+	// The scheduler's cache has seen the victims go: before it retries the
+	// gang, the queue runs the plugin's hint for their deletion, which
+	// retires the verdict made on the cache that still held them.
+	onDelete := hintOf(t, env.TopologyPlacement, fwk.ClusterEvent{Resource: fwk.Pod, ActionType: fwk.Delete})
+	for _, victim := range []string{"young-0", "young-1"} {
+		if _, err := onDelete(klog.Background(), env.pods["high-0"], env.pods[victim], nil); err != nil {
+			t.Fatal(err)
 		}
 	}
 	state := framework.NewCycleState()

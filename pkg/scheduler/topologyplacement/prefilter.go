@@ -306,7 +306,7 @@ func (p *TopologyPlacement) plan(ctx context.Context, pod *v1.Pod, s *cycleState
 	logger := klog.FromContext(ctx).WithValues("plugin", Name, "podGroup", s.gang)
 	// Read before any input, so that a change while planning retires the
 	// verdict (verdicts).
-	ticket := p.verdicts.begin(gangOfPlanKey(s.gang))
+	ticket := p.gangs.Verdicts.Begin(gangmanager.GangOf(s.gang))
 	p.endDrainIfDue(ctx, s.gang)
 	pg, err := p.gangSpec(ctx, pod)
 	if apierrors.IsNotFound(err) {
@@ -351,7 +351,7 @@ func (p *TopologyPlacement) plan(ctx context.Context, pod *v1.Pod, s *cycleState
 		p.rememberVerdict(ticket, pod, s, req.Wait, status)
 		return nil, outcomeUnschedulable, status
 	}
-	p.verdicts.planned(s.gang)
+	p.gangs.Verdicts.Planned(s.gang)
 	logger.V(2).Info("Planned gang", "members", len(d.Plan.Members), "domain", d.Plan.Domain.ID, "level", d.Plan.LevelName, "efficiency", d.Plan.Efficiency)
 	// The members the plan was made for, by rank (rankSlot): none is
 	// reserved through the new plan yet.

@@ -35,7 +35,7 @@ func (p *TopologyPlacement) Reserve(ctx context.Context, state fwk.CycleState, p
 	p.gangs.ForgetSteer(pod.UID)
 	// A reserved member counts as bound in its gang's other size classes'
 	// plans (classMembers).
-	p.verdicts.gangChanged(gangmanager.GangKey(pod))
+	p.gangs.Verdicts.GangChanged(gangmanager.GangKey(pod))
 	logger := klog.FromContext(ctx)
 	if s.slot >= 0 && a.Slot != s.slot {
 		// Its rank's slot went to another pod, or its node did not take this
@@ -58,7 +58,7 @@ func (p *TopologyPlacement) Unreserve(ctx context.Context, state fwk.CycleState,
 	key := p.planKey(pod)
 	if key == "" {
 		p.gangs.Books.ForgetPod(pod.UID)
-		p.verdicts.mayFit()
+		p.gangs.Verdicts.MayFit()
 		return
 	}
 	if _, ok := p.gangs.Books.Get(key); ok {
@@ -70,8 +70,8 @@ func (p *TopologyPlacement) Unreserve(ctx context.Context, state fwk.CycleState,
 	// drop: forgetting the last member of a complete plan forgets the plan,
 	// and the gang would not be retried.
 	p.gangs.Books.ForgetPod(pod.UID)
-	p.verdicts.gangChanged(gangmanager.GangKey(pod))
-	p.verdicts.mayFit()
+	p.gangs.Verdicts.GangChanged(gangmanager.GangKey(pod))
+	p.gangs.Verdicts.MayFit()
 }
 
 // reserveBestSet picks the NVLink-best free GPU set of the node for a GPU pod

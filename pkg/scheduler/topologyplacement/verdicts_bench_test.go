@@ -19,6 +19,7 @@ import (
 
 	"github.com/lockstep-dev/lockstep/pkg/apis/lockstep/v1alpha1"
 	"github.com/lockstep-dev/lockstep/pkg/lockstep"
+	"github.com/lockstep-dev/lockstep/pkg/scheduler/gangmanager"
 	"github.com/lockstep-dev/lockstep/pkg/topology"
 	utiltesting "github.com/lockstep-dev/lockstep/pkg/util/testing"
 )
@@ -131,14 +132,14 @@ func BenchmarkGangRetryNotFitting(b *testing.B) {
 	}
 	for _, name := range []string{"plan", "remembered"} {
 		b.Run(name, func(b *testing.B) {
-			p.verdicts = newVerdicts()
+			p.gangs.Verdicts = gangmanager.NewVerdicts()
 			retry(b, 0)
 			b.ReportAllocs()
 			i := 1
 			for b.Loop() {
 				if name == "plan" {
 					// Room was freed somewhere: the verdict is retired.
-					p.verdicts.mayFit()
+					p.gangs.Verdicts.MayFit()
 				}
 				retry(b, i)
 				i++

@@ -15,7 +15,6 @@ import (
 	schedv1alpha1 "sigs.k8s.io/scheduler-plugins/apis/scheduling/v1alpha1"
 
 	"github.com/lockstep-dev/lockstep/pkg/scheduler/gangmanager"
-	"github.com/lockstep-dev/lockstep/pkg/scheduler/nodeview"
 	"github.com/lockstep-dev/lockstep/pkg/scheduler/requeue"
 	"github.com/lockstep-dev/lockstep/pkg/topology"
 	"github.com/lockstep-dev/lockstep/pkg/topology/placement"
@@ -29,7 +28,6 @@ import (
 func verdictPlugin(t *testing.T) *metricsPlugin {
 	t.Helper()
 	p := newMetricsPlugin(t, 3, true, nil)
-	p.verdicts = newVerdicts()
 	for _, name := range []string{"a", "b"} {
 		p.view.Set(nil, topologyAt(t, name, p.TopologyPlacement.clock.Now()))
 	}
@@ -352,7 +350,7 @@ func TestVerdictHit(t *testing.T) {
 	var want *fwk.Status
 	{
 		state := framework.NewCycleState()
-		p.verdicts.mayFit()
+		p.gangs.Verdicts.MayFit()
 		_, want = p.PreFilter(context.Background(), state, p.pods[1], p.nodes)
 	}
 	state := framework.NewCycleState()
@@ -389,39 +387,12 @@ func TestVerdictHit(t *testing.T) {
 	}
 }
 
-// TestVerdictMadeWhileInputsChanged: a verdict whose inputs changed while
-// it was being made is not kept.
-func TestVerdictMadeWhileInputsChanged(t *testing.T) {
-	tests := []struct {
-		name   string
-		change func(c *verdicts)
-	}{
-		{"room freed", func(c *verdicts) { c.mayFit() }},
-		{"gang changed", func(c *verdicts) { c.gangChanged("ns/g") }},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			c := newVerdicts()
-			pod := utiltesting.MakePod("m-0", "ns").GPUs(8).PodGroup("g").Obj()
-			ticket := c.begin("ns/g")
-			tc.change(c)
-			req := nodeview.Request{GPUs: 8}
-			c.remember("ns/g#8", &verdict{ticket: ticket, pod: pod, req: req})
-			if _, ok := c.lookup("ns/g#8", pod, req, waitState{}, time.Time{}); ok {
-				t.Error("verdict made across a change was kept")
-			}
-		})
-	}
-}
-
 // TestVerdictForgottenWithPodGroup: a deleted PodGroup's verdicts go.
 func TestVerdictForgottenWithPodGroup(t *testing.T) {
 	p := verdictPlugin(t)
 	p.preFilterTurnedAway(t, p.pods[0])
 	p.podGroupEvents(context.Background()).OnDelete(utiltesting.MakePodGroup("g", "ns", 3).Obj())
-	p.verdicts.mu.Lock()
-	defer p.verdicts.mu.Unlock()
-	if diff := cmp.Diff(0, len(p.verdicts.byKey)+len(p.verdicts.changed)); diff != "" {
+	if diff := cmp.Diff(0, p.gangs.Verdicts.Len()); diff != "" {
 		t.Errorf("entries left (-want,+got):\n%s", diff)
 	}
 }
