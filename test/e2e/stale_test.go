@@ -12,7 +12,7 @@ import (
 
 	"github.com/lockstep-dev/lockstep/pkg/apis/lockstep/v1alpha1"
 	"github.com/lockstep-dev/lockstep/pkg/localcluster"
-	"github.com/lockstep-dev/lockstep/pkg/scheduler/topologyplacement"
+	"github.com/lockstep-dev/lockstep/pkg/scheduler/nodeview"
 )
 
 // stopFakeAgent kills the suite's fake topology agent, so that what the
@@ -132,11 +132,11 @@ func TestStaleAndInvalidTopologyLeftOut(t *testing.T) {
 		t.Fatalf("the apiserver refused a PCIe link with NVLinks in %s's NodeTopology: %v", badNode, err)
 	}
 
-	msg := waitTopologyEvent(t, staleNode, topologyplacement.EventTopologyStale)
+	msg := waitTopologyEvent(t, staleNode, nodeview.EventTopologyStale)
 	if !strings.Contains(msg, "topologyMaxAge 5m0s") || !strings.Contains(msg, "last heartbeat 1h") {
 		t.Errorf("TopologyStale event %q does not name the age and the limit", msg)
 	}
-	msg = waitTopologyEvent(t, badNode, topologyplacement.EventTopologyInvalid)
+	msg = waitTopologyEvent(t, badNode, nodeview.EventTopologyInvalid)
 	if !strings.Contains(msg, "links[") {
 		t.Errorf("TopologyInvalid event %q does not name the bad link", msg)
 	}
@@ -154,8 +154,8 @@ func TestStaleAndInvalidTopologyLeftOut(t *testing.T) {
 	assertNotBound(t, ns, "last-0")
 
 	restartAgent()
-	waitTopologyEvent(t, staleNode, topologyplacement.EventTopologyRecovered)
-	waitTopologyEvent(t, badNode, topologyplacement.EventTopologyRecovered)
+	waitTopologyEvent(t, staleNode, nodeview.EventTopologyRecovered)
+	waitTopologyEvent(t, badNode, nodeview.EventTopologyRecovered)
 	waitNodesExcluded(t, map[string]float64{"stale": 0, "invalid": 0})
 	pods := waitGangBound(t, ns, "last", 1, time.Minute)
 	if n := pods[0].Spec.NodeName; n != staleNode && n != badNode {

@@ -214,7 +214,7 @@ type nodeJoin struct {
 // draSnapshot returns the DRA view of a plan: the plugin's deviceView,
 // with the claim tracker's allocated devices while DynamicResources has
 // allocations in flight that the view has not seen. Without a deviceView
-// (tests) it is built from the draSource's objects for the plan. Devices
+// (FollowDevices not called) it is built from the Source's objects for the plan. Devices
 // that join no GPU are not planned on; they are logged when their node is
 // joined, and counted.
 func (v *View) draSnapshot() (*draView, error) {

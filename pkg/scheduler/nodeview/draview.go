@@ -409,7 +409,7 @@ func (v *deviceView) handlers() (slices, claims cache.ResourceEventHandler) {
 }
 
 // rebuiltDeviceView is the view of the objects given, built from scratch:
-// what a plan reads of a draSource that no informer feeds (tests), and
+// what a plan reads of a Source that no informer feeds (FollowDevices not called), and
 // what the incremental view must equal.
 func rebuiltDeviceView(logger klog.Logger, all []*resourcev1.ResourceSlice, claims []*resourcev1.ResourceClaim, uuidsOf func(node string) []string) *deviceView {
 	v := newDeviceView(logger)

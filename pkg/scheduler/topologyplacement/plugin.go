@@ -170,7 +170,7 @@ func build(ctx context.Context, args *Args, handle framework.Handle) (*TopologyP
 		Scheme: scheme,
 		// Nothing reads managedFields: memory the stock scheduler does not
 		// spend. NodeTopology has its own paged informer
-		// (newNodeTopologyInformer).
+		// (nodeview.View.NewInformer).
 		DefaultTransform: ctrlcache.TransformStripManagedFields(),
 	})
 	if err != nil {
@@ -362,7 +362,7 @@ func (p *TopologyPlacement) Name() string { return Name }
 // custom resource the scheduler runs a dynamic informer of its own, whose
 // unstructured copies of 5,000 NodeTopology objects took several times the
 // stock scheduler's whole heap. The plugin's typed informer sees the same
-// changes and retries the gangs it turned away (retryOnFreedGPUs).
+// changes and retries the gangs it turned away (topologyChanged).
 //
 // A bound pod's deletion is judged more narrowly than Coscheduling judges
 // it (podDeleted), and every hint that queues also retires the remembered
