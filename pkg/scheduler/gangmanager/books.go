@@ -51,12 +51,21 @@ type RankSlots struct {
 	slots map[int]int
 }
 
+// RankSlot is the slot of rank among the ranks of a gang's other pending
+// members, ascending: the count of lower ones, so equal ranks share the
+// first. It is the one rule of rank → slot: Reserve's (RankSlots) and the
+// nominations of a preemptor's members.
+func RankSlot(ranks []int, rank int) int {
+	slot, _ := slices.BinarySearch(ranks, rank)
+	return slot
+}
+
 // Slot returns the slot of rank, -1 when the plan has none for it.
 func (r *RankSlots) Slot(rank int) int {
 	slot, ok := r.slots[rank]
 	if !ok {
 		// A member that was not pending when the plan was made.
-		slot, _ = slices.BinarySearch(r.ranks, rank)
+		slot = RankSlot(r.ranks, rank)
 	}
 	if slot >= len(r.plan.Plan().Members) {
 		return -1
@@ -68,8 +77,8 @@ func (r *RankSlots) Slot(rank int) int {
 // members it was made for, ascending, and returns them.
 func (b *Books) SetRankSlots(g *Plan, ranks []int) *RankSlots {
 	r := &RankSlots{plan: g, ranks: ranks, slots: make(map[int]int, len(ranks))}
-	for i := len(ranks) - 1; i >= 0; i-- {
-		r.slots[ranks[i]] = i // the first of equal ranks
+	for _, rank := range ranks {
+		r.slots[rank] = RankSlot(ranks, rank)
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()

@@ -37,22 +37,17 @@ func (p *TopologyPlacement) Filter(ctx context.Context, state fwk.CycleState, po
 	if held == 0 {
 		return nil
 	}
+	// A pod that claims GPUs counts the free GPUs of the node's devices
+	// (the allocator does not know Lockstep's books); one that requests
+	// nvidia.com/gpu the node's free count.
+	var free int
 	if s.req.Claimed {
-		return claimedFilter(p.view.ClaimedFree(node.Name, ""), s.req.GPUs, held)
+		free = p.view.ClaimedFree(node.Name, "")
+	} else {
+		free = int(nodeInfo.GetAllocatable().GetScalarResources()[lockstep.GPUResource]-nodeInfo.GetRequested().GetScalarResources()[lockstep.GPUResource]) - held
 	}
-	free := int(nodeInfo.GetAllocatable().GetScalarResources()[lockstep.GPUResource]-nodeInfo.GetRequested().GetScalarResources()[lockstep.GPUResource]) - held
 	if free < s.req.GPUs {
 		return fwk.NewStatus(fwk.Unschedulable, fmt.Sprintf("%d of the node's free GPUs are held for gangs", held))
 	}
 	return nil
-}
-
-// claimedFilter keeps a pod outside gangs that claims gpus GPUs off a node
-// whose free GPUs, less the held ones plans hold, are too few: the
-// allocator does not know Lockstep's books.
-func claimedFilter(free, gpus, held int) *fwk.Status {
-	if free >= gpus {
-		return nil
-	}
-	return fwk.NewStatus(fwk.Unschedulable, fmt.Sprintf("%d of the node's free GPUs are held for gangs", held))
 }

@@ -104,25 +104,43 @@ func (p *TopologyPlacement) PostFilter(ctx context.Context, state fwk.CycleState
 		}
 		return p.defaultPreemption.PostFilter(ctx, state, pod, m)
 	}
-	result, status, outcome := p.preemptForGang(ctx, state, pod)
-	if outcome != "" {
-		p.metrics.preemptionAttempts.WithLabelValues(outcome).Inc()
+	pr := p.preemptForGang(ctx, state, pod)
+	if pr.err != nil {
+		return nil, fwk.AsStatus(pr.err)
 	}
-	return result, status
+	p.metrics.preemptionAttempts.WithLabelValues(pr.outcome).Inc()
+	switch pr.outcome {
+	case preemptionPreempted, preemptionWaitingForVictims:
+		return nominate(pr.node), fwk.NewStatus(fwk.Success)
+	default:
+		return nil, fwk.NewStatus(fwk.Unschedulable, "gang preemption: "+pr.reason)
+	}
 }
 
-// preemptForGang is PostFilter for a gang member; outcome is the result
-// label of preemption_attempts_total, "" for an error.
-func (p *TopologyPlacement) preemptForGang(ctx context.Context, state fwk.CycleState, pod *v1.Pod) (*framework.PostFilterResult, *fwk.Status, string) {
+// preemption is what PostFilter did for a gang member, which PostFilter
+// answers the framework with.
+type preemption struct {
+	// outcome is the result label of preemption_attempts_total.
+	outcome string
+	// node is the node the member is nominated to, when its gang preempted
+	// or waits for its victims.
+	node string
+	// reason says why the gang cannot preempt or preempts nothing.
+	reason string
+	err    error
+}
+
+// preemptForGang is PostFilter for a gang member.
+func (p *TopologyPlacement) preemptForGang(ctx context.Context, state fwk.CycleState, pod *v1.Pod) preemption {
 	logger := klog.FromContext(ctx).WithValues("plugin", Name, "pod", klog.KObj(pod))
 	if pod.Spec.PreemptionPolicy != nil && *pod.Spec.PreemptionPolicy == v1.PreemptNever {
-		return nil, fwk.NewStatus(fwk.Unschedulable, "gang preemption: the pod's preemptionPolicy is Never"), preemptionNotEligible
+		return preemption{outcome: preemptionNotEligible, reason: "the pod's preemptionPolicy is Never"}
 	}
 	s, err := stateOf(state)
 	if err != nil {
 		// Coscheduling turned the gang away before our PreFilter ran.
 		if !p.caughtUp(p.planKey(pod)) {
-			return nil, fwk.NewStatus(fwk.Unschedulable, "gang preemption: "+notCaughtUp), preemptionNotEligible
+			return preemption{outcome: preemptionNotEligible, reason: notCaughtUp}
 		}
 		s = p.decideUnplanned(ctx, pod)
 	}
@@ -130,7 +148,7 @@ func (p *TopologyPlacement) preemptForGang(ctx context.Context, state fwk.CycleS
 		// Too few members yet, or the gang was refused (a bad
 		// constraint, no PodGroup) rather than waiting for room:
 		// evicting would not place it.
-		return nil, fwk.NewStatus(fwk.Unschedulable, "gang preemption: the gang is not waiting for room"), preemptionNotEligible
+		return preemption{outcome: preemptionNotEligible, reason: "the gang is not waiting for room"}
 	}
 	p.adoptVictims(ctx, s.waiting.nodes)
 	if plan, ok := p.gangs.Books.Preemption(s.gang); ok {
@@ -140,7 +158,7 @@ func (p *TopologyPlacement) preemptForGang(ctx context.Context, state fwk.CycleS
 		if p.gangs.Books.PendingVictims(s.gang) > 0 || plan == nil || !p.outrankedOn(plan, s.waiting.priority, s.waiting.nodes) {
 			node := p.holdNomination(pod, s.gang, s.req.GPUs, plan)
 			logger.V(5).Info("Gang's earlier preemption still waits for its victims; nominating", "podGroup", s.gang, "node", node)
-			return nominate(node), fwk.NewStatus(fwk.Success), preemptionWaitingForVictims
+			return preemption{outcome: preemptionWaitingForVictims, node: node}
 		}
 		// Its victims are gone, from the scheduler's cache too, and the
 		// gang still does not fit: something that outranks it took the
@@ -150,7 +168,7 @@ func (p *TopologyPlacement) preemptForGang(ctx context.Context, state fwk.CycleS
 	}
 	snap, err := p.view.Snapshot(pod, s.gang, s.req, s.waiting.nodes)
 	if err != nil {
-		return nil, fwk.AsStatus(err), ""
+		return preemption{err: err}
 	}
 	now := p.clock.Now()
 	candidates, podsOf := p.candidates(pod, s.waiting.priority, snap, s.waiting.nodes)
@@ -161,13 +179,13 @@ func (p *TopologyPlacement) preemptForGang(ctx context.Context, state fwk.CycleS
 	var none *placement.NoPreemption
 	if errors.As(err, &none) {
 		logger.V(2).Info("No preemption makes room for the gang", "podGroup", s.gang, "reason", none.Reason)
-		return nil, fwk.NewStatus(fwk.Unschedulable, "gang preemption: "+none.Reason), preemptionNoRoom
+		return preemption{outcome: preemptionNoRoom, reason: none.Reason}
 	}
 	if err != nil {
-		return nil, fwk.AsStatus(err), ""
+		return preemption{err: err}
 	}
 	if pre.Plan.Domain == nil {
-		return nil, fwk.NewStatus(fwk.Unschedulable, "gang preemption: the plan names no domain to hold"), preemptionNoRoom
+		return preemption{outcome: preemptionNoRoom, reason: "the plan names no domain to hold"}
 	}
 	var victims []*v1.Pod
 	var uids []string
@@ -180,7 +198,7 @@ func (p *TopologyPlacement) preemptForGang(ctx context.Context, state fwk.CycleS
 	released, ok := p.gangs.Books.Hold(s.gang, pre.Plan, s.waiting.priority, uids, now)
 	if !ok {
 		logger.V(2).Info("The domain the preemption would free is held for a gang of equal or higher priority; evicting nothing", "podGroup", s.gang, "domain", pre.Plan.Domain.ID)
-		return nil, fwk.NewStatus(fwk.Unschedulable, fmt.Sprintf("gang preemption: %s is held for a gang of equal or higher priority", pre.Plan.Domain.DisplayID())), preemptionNoRoom
+		return preemption{outcome: preemptionNoRoom, reason: fmt.Sprintf("%s is held for a gang of equal or higher priority", pre.Plan.Domain.DisplayID())}
 	}
 	p.metrics.drainedNodes.Set(float64(p.gangs.Books.DrainedNodes()))
 	if len(released) > 0 {
@@ -207,7 +225,7 @@ func (p *TopologyPlacement) preemptForGang(ctx context.Context, state fwk.CycleS
 	p.handle.EventRecorder().Eventf(pod, nil, v1.EventTypeNormal, EventPreempting, "Preempting",
 		"Preempting %s in %s for gang %s (priority %d)", strings.Join(names, ", "), pre.Plan.Domain.DisplayID(), preemptor, s.waiting.priority)
 	p.evict(logger, pod, victims, msg)
-	return nominate(p.holdNomination(pod, s.gang, s.req.GPUs, pre.Plan)), fwk.NewStatus(fwk.Success), preemptionPreempted
+	return preemption{outcome: preemptionPreempted, node: p.holdNomination(pod, s.gang, s.req.GPUs, pre.Plan)}
 }
 
 // holdNomination returns the node pod, a member of gang key whose
@@ -365,11 +383,14 @@ func (p *TopologyPlacement) nominatedNode(pod *v1.Pod, gpus int, plan *placement
 	}
 	slot := 0
 	if rank, ok := rankOf(pod); ok {
+		var ranks []int
 		for _, peer := range peers {
-			if r, ok := rankOf(peer); ok && r < rank {
-				slot++
+			if r, ok := rankOf(peer); ok {
+				ranks = append(ranks, r)
 			}
 		}
+		slices.Sort(ranks)
+		slot = gangmanager.RankSlot(ranks, rank)
 	} else {
 		for _, peer := range peers {
 			if _, ranked := rankOf(peer); !ranked && peer.Name < pod.Name {

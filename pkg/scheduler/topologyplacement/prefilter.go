@@ -83,8 +83,8 @@ func (p *TopologyPlacement) PreFilter(ctx context.Context, state fwk.CycleState,
 			logger.V(4).Info("Waited for binds in flight", "waited", waited, "inFlight", p.binds.size())
 		}
 	}
-	if status := claimStatus(gangmanager.GangKey(pod), s.req); status != nil {
-		return nil, status
+	if r := claimProblem(gangmanager.GangKey(pod), s.req); r != nil {
+		return nil, r.status()
 	}
 	if s.req.GPUs > 0 {
 		// Before any GPU pod is placed, so that a hold a scheduler before
@@ -95,7 +95,7 @@ func (p *TopologyPlacement) PreFilter(ctx context.Context, state fwk.CycleState,
 		return nil, nil
 	}
 	if !p.caughtUp(s.gang) {
-		return nil, fwk.NewStatus(fwk.Unschedulable, notCaughtUp)
+		return nil, (&rejection{code: fwk.Unschedulable, reason: notCaughtUp}).status()
 	}
 	g, ok := p.gangs.Books.Get(s.gang)
 	if ok && !p.planFits(g, nodes, s.req.Claimed) {
@@ -116,14 +116,14 @@ func (p *TopologyPlacement) PreFilter(ctx context.Context, state fwk.CycleState,
 		ok = false
 	}
 	if !ok {
-		if status := p.rememberedVerdict(ctx, pod, s, nodes); status != nil {
+		if r := p.rememberedVerdict(ctx, pod, s, nodes); r != nil {
 			p.gangs.TurnedAway(s.gang)
-			return nil, status
+			return nil, r.status()
 		}
-		var status *fwk.Status
-		if g, status = p.planGang(ctx, pod, s, nodes); !status.IsSuccess() {
+		var r *rejection
+		if g, r = p.planGang(ctx, pod, s, nodes); r != nil {
 			p.gangs.TurnedAway(s.gang)
-			return nil, status
+			return nil, r.status()
 		}
 		p.gangs.Placed(s.gang)
 	}
@@ -291,18 +291,18 @@ func (p *TopologyPlacement) nodeLookup(nodes []fwk.NodeInfo) func(name string) (
 // planGang computes and records a plan for the pod's gang, timing it by
 // outcome. The gang's first attempt is remembered here for the gang wait
 // metric and for Preferred constraints.
-func (p *TopologyPlacement) planGang(ctx context.Context, pod *v1.Pod, s *cycleState, nodes []fwk.NodeInfo) (*gangPlan, *fwk.Status) {
+func (p *TopologyPlacement) planGang(ctx context.Context, pod *v1.Pod, s *cycleState, nodes []fwk.NodeInfo) (*gangPlan, *rejection) {
 	start := p.clock.Now()
 	p.gangs.FirstSeen(s.gang, start)
-	g, outcome, status := p.plan(ctx, pod, s, nodes)
+	g, outcome, r := p.plan(ctx, pod, s, nodes)
 	p.metrics.planDuration.WithLabelValues(outcome).Observe(p.clock.Since(start).Seconds())
-	return g, status
+	return g, r
 }
 
 // plan is planGang without the timing; outcome is a value of the outcome
 // label of plan_duration_seconds. The rules are placement.Decide's; this
 // reads their input and carries out the decision.
-func (p *TopologyPlacement) plan(ctx context.Context, pod *v1.Pod, s *cycleState, nodes []fwk.NodeInfo) (g *gangPlan, outcome string, status *fwk.Status) {
+func (p *TopologyPlacement) plan(ctx context.Context, pod *v1.Pod, s *cycleState, nodes []fwk.NodeInfo) (g *gangPlan, outcome string, r *rejection) {
 	logger := klog.FromContext(ctx).WithValues("plugin", Name, "podGroup", s.gang)
 	// Read before any input, so that a change while planning retires the
 	// verdict (verdicts).
@@ -310,23 +310,23 @@ func (p *TopologyPlacement) plan(ctx context.Context, pod *v1.Pod, s *cycleState
 	p.endDrainIfDue(ctx, s.gang)
 	pg, err := p.gangSpec(ctx, pod)
 	if apierrors.IsNotFound(err) {
-		return nil, outcomeUnschedulable, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, fmt.Sprintf("PodGroup %s not found", s.gang))
+		return nil, outcomeUnschedulable, refused(fmt.Sprintf("PodGroup %s not found", s.gang))
 	}
 	if err != nil {
-		return nil, outcomeError, fwk.AsStatus(err)
+		return nil, outcomeError, &rejection{err: err}
 	}
 	members := p.classMembers(pod, s.req.GPUs)
-	if status := mixedStatus(s.gang, members); status != nil {
-		return nil, outcomeUnschedulable, status
+	if r := mixedRequests(s.gang, members); r != nil {
+		return nil, outcomeUnschedulable, r
 	}
 	req, err := p.request(pg, pod, s, members)
 	if err != nil {
 		// A bad annotation is the user's to fix; say which and how.
-		return nil, outcomeUnschedulable, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, err.Error())
+		return nil, outcomeUnschedulable, refused(err.Error())
 	}
 	snap, err := p.view.Snapshot(pod, s.gang, s.req, nodes)
 	if err != nil {
-		return nil, outcomeError, fwk.AsStatus(err)
+		return nil, outcomeError, &rejection{err: err}
 	}
 	d := placement.Decide(snap, req, p.policy())
 	p.view.Recycle(snap)
@@ -336,9 +336,9 @@ func (p *TopologyPlacement) plan(ctx context.Context, pod *v1.Pod, s *cycleState
 	switch d.Verdict {
 	case placement.Refused:
 		// A bad annotation is the user's to fix; say which and how.
-		return nil, outcomeUnschedulable, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, fmt.Sprintf("PodGroup %s: %s", s.gang, d.Reason))
+		return nil, outcomeUnschedulable, refused(fmt.Sprintf("PodGroup %s: %s", s.gang, d.Reason))
 	case placement.Failed:
-		return nil, outcomeError, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, fmt.Sprintf("PodGroup %s: %s", s.gang, d.Reason))
+		return nil, outcomeError, refused(fmt.Sprintf("PodGroup %s: %s", s.gang, d.Reason))
 	case placement.Waiting:
 		logger.V(2).Info("Gang does not fit; holding nothing", "reason", d.Reason)
 		s.waiting = &waitingGang{gang: d.Gang, priority: corev1helpers.PodPriority(pod), nodes: nodes}
@@ -347,9 +347,9 @@ func (p *TopologyPlacement) plan(ctx context.Context, pod *v1.Pod, s *cycleState
 			wait.RetryIn = func() time.Duration { return p.nextWiden(s.gang) }
 		}
 		p.reportDrain(ctx, s.gang, d.Drain, d.DrainFree, p.gangs.Apply(s.gang, wait, p.clock.Now()))
-		status := fwk.NewStatus(fwk.UnschedulableAndUnresolvable, fmt.Sprintf("PodGroup %s: %s", s.gang, d.Reason))
-		p.rememberVerdict(ticket, pod, s, req.Wait, status)
-		return nil, outcomeUnschedulable, status
+		r := refused(fmt.Sprintf("PodGroup %s: %s", s.gang, d.Reason))
+		p.rememberVerdict(ticket, pod, s, req.Wait, r)
+		return nil, outcomeUnschedulable, r
 	}
 	p.gangs.Verdicts.Planned(s.gang)
 	logger.V(2).Info("Planned gang", "members", len(d.Plan.Members), "domain", d.Plan.Domain.ID, "level", d.Plan.LevelName, "efficiency", d.Plan.Efficiency)
@@ -465,7 +465,7 @@ type gangMembers struct {
 	// the gang, whatever it asks for: where a new plan should stay close to.
 	boundNodes []string
 	// byClaims and byResource count the gang's live members that ask for
-	// GPUs through claims and through nvidia.com/gpu (mixedStatus).
+	// GPUs through claims and through nvidia.com/gpu (mixedRequests).
 	byClaims, byResource int
 }
 
@@ -594,9 +594,32 @@ func (p *TopologyPlacement) endDrainIfDue(ctx context.Context, gang string) {
 // added or removed during preemption simulation.
 func (p *TopologyPlacement) PreFilterExtensions() framework.PreFilterExtensions { return nil }
 
-// claimStatus is PreFilter's answer to a gang member whose claims cannot
-// be planned, nil when they can.
-func claimStatus(gang string, req nodeview.Request) *fwk.Status {
+// rejection is why PreFilter turns a gang member away: a code and its
+// reason, or an error. PreFilter answers the framework with its status,
+// made in one place (status).
+type rejection struct {
+	code   fwk.Code
+	reason string
+	err    error
+}
+
+// refused is the rejection of a gang that nothing but a change of its own
+// (or of the cluster, which the framework's events retry it on) can make
+// fit.
+func refused(reason string) *rejection {
+	return &rejection{code: fwk.UnschedulableAndUnresolvable, reason: reason}
+}
+
+func (r *rejection) status() *fwk.Status {
+	if r.err != nil {
+		return fwk.AsStatus(r.err)
+	}
+	return fwk.NewStatus(r.code, r.reason)
+}
+
+// claimProblem rejects a gang member whose claims cannot be planned; nil
+// when they can.
+func claimProblem(gang string, req nodeview.Request) *rejection {
 	if req.ClaimProblem == "" || gang == "" {
 		return nil
 	}
@@ -604,17 +627,17 @@ func claimStatus(gang string, req nodeview.Request) *fwk.Status {
 	if req.ClaimUnresolvable {
 		code = fwk.UnschedulableAndUnresolvable
 	}
-	return fwk.NewStatus(code, fmt.Sprintf("PodGroup %s: %s", gang, req.ClaimProblem))
+	return &rejection{code: code, reason: fmt.Sprintf("PodGroup %s: %s", gang, req.ClaimProblem)}
 }
 
-// mixedStatus refuses a gang whose GPU members ask for GPUs both through
+// mixedRequests refuses a gang whose GPU members ask for GPUs both through
 // nvidia.com/gpu and through claims: the two kinds run on different nodes
 // and the gang would be planned as two.
-func mixedStatus(gang string, m gangMembers) *fwk.Status {
+func mixedRequests(gang string, m gangMembers) *rejection {
 	if m.byClaims == 0 || m.byResource == 0 {
 		return nil
 	}
-	return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, fmt.Sprintf(
+	return refused(fmt.Sprintf(
 		"PodGroup %s: %d members ask for %s and %d for GPUs through ResourceClaims of DeviceClass %s; a gang asks for GPUs one way",
 		gang, m.byResource, lockstep.GPUResource, m.byClaims, lockstep.DRAGPUDeviceClass))
 }

@@ -19,10 +19,10 @@ func (p *TopologyPlacement) waitStateOf(w placement.Wait) gangmanager.WaitState 
 	return gangmanager.WaitState{Widen: p.policy().Widen(w), Held: w.Held, Stalled: w.Stalled}
 }
 
-// rememberedVerdict returns the status of the gang's "does not fit" when
+// rememberedVerdict returns the gang's "does not fit" when
 // it still holds for pod, and sets up s as the attempt that made it did
 // (for PostFilter). Nil when the gang is to be planned.
-func (p *TopologyPlacement) rememberedVerdict(ctx context.Context, pod *v1.Pod, s *cycleState, nodes []fwk.NodeInfo) *fwk.Status {
+func (p *TopologyPlacement) rememberedVerdict(ctx context.Context, pod *v1.Pod, s *cycleState, nodes []fwk.NodeInfo) *rejection {
 	// What plan does first, where it may retire verdicts: a stalled drain
 	// ends, a node turns usable again.
 	p.endDrainIfDue(ctx, s.gang)
@@ -38,16 +38,16 @@ func (p *TopologyPlacement) rememberedVerdict(ctx context.Context, pod *v1.Pod, 
 		logger.Info("Gang still does not fit; nothing changed since it was planned", "plugin", Name, "pod", klog.KObj(pod), "podGroup", s.gang)
 	}
 	s.waiting = &waitingGang{gang: v.Gang, priority: v.Priority, nodes: nodes}
-	return fwk.NewStatus(v.Code, v.Reason)
+	return &rejection{code: v.Code, reason: v.Reason}
 }
 
 // rememberVerdict keeps the verdict of an attempt begun with ticket t that
 // found the gang does not fit.
-func (p *TopologyPlacement) rememberVerdict(t gangmanager.VerdictTicket, pod *v1.Pod, s *cycleState, w placement.Wait, status *fwk.Status) {
+func (p *TopologyPlacement) rememberVerdict(t gangmanager.VerdictTicket, pod *v1.Pod, s *cycleState, w placement.Wait, r *rejection) {
 	p.gangs.Verdicts.Remember(s.gang, &gangmanager.Verdict{
 		Ticket: t, Made: p.clock.Now(), Wait: p.waitStateOf(w),
 		Pod: pod, Request: s.req, Priority: s.waiting.priority,
-		Code: status.Code(), Reason: status.Message(), Gang: s.waiting.gang,
+		Code: r.code, Reason: r.reason, Gang: s.waiting.gang,
 	})
 }
 
