@@ -74,9 +74,7 @@ func (p *TopologyPlacement) adoptBoundGPUs(pod *v1.Pod) {
 		// Once per pod and annotation: the handler sees every status write.
 		if p.ignored.AddNew(string(pod.UID) + "/" + pod.Annotations[lockstep.AnnotationGPUs]) {
 			p.logger.V(2).Info("Ignored a pod's GPU annotation", "pod", klog.KObj(pod), "node", pod.Spec.NodeName, "reason", ignored)
-			if p.handle != nil {
-				p.handle.EventRecorder().Eventf(pod, nil, v1.EventTypeWarning, EventGPUAnnotationIgnored, "Scheduling", "%s", ignored)
-			}
+			p.handle.EventRecorder().Eventf(pod, nil, v1.EventTypeWarning, EventGPUAnnotationIgnored, "Scheduling", "%s", ignored)
 		}
 		return
 	}
@@ -109,9 +107,6 @@ func (p *TopologyPlacement) ourProfile(schedulerName string) bool {
 func (p *TopologyPlacement) nodeGPUCount(node string) int {
 	if n, ok := p.view.GPUCount(node); ok {
 		return n
-	}
-	if p.handle == nil {
-		return unknownGPUCount
 	}
 	nd, err := p.handle.SharedInformerFactory().Core().V1().Nodes().Lister().Get(node)
 	if err != nil {

@@ -59,9 +59,6 @@ func cannotUse(node *v1.Node, pod *v1.Pod, gpus int) string {
 
 // nodeNamed reads a node from the scheduler's node informer.
 func (p *TopologyPlacement) nodeNamed(name string) (*v1.Node, bool) {
-	if p.handle == nil {
-		return nil, false
-	}
 	node, err := p.handle.SharedInformerFactory().Core().V1().Nodes().Lister().Get(name)
 	return node, err == nil && node != nil
 }

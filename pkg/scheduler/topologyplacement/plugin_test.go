@@ -13,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/sets"
+	clientsetfake "k8s.io/client-go/kubernetes/fake"
 	"k8s.io/component-base/metrics"
 	fwk "k8s.io/kube-scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
@@ -45,7 +46,9 @@ func newTestPlugin(t testing.TB) (*TopologyPlacement, *clocktesting.FakeClock) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &TopologyPlacement{args: args, clock: clock, metrics: m, profiles: keyset.New(), ignored: keyset.New(), binds: newBindBacklog(-1, clock), behind: &atomic.Bool{}}
+	clientset := clientsetfake.NewClientset()
+	handle := &fakeHandle{clientset: clientset, informers: podInformers(t, clientset, nil)}
+	p := &TopologyPlacement{args: args, clock: clock, handle: handle, metrics: m, profiles: keyset.New(), ignored: keyset.New(), binds: newBindBacklog(-1, clock), behind: &atomic.Bool{}}
 	p.gangs = p.newGangManager()
 	p.view = p.newNodeView(nil, nil)
 	return p, clock

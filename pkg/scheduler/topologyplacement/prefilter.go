@@ -264,16 +264,14 @@ func (p *TopologyPlacement) planFits(g *gangPlan, nodes []fwk.NodeInfo, claimed 
 // nodeLookup finds nodes of the cycle by name. Every member of a planned
 // gang checks its plan's few nodes: through the scheduler's snapshot, which
 // nodes were listed from, that is a map lookup each, where indexing nodes
-// would cost a map of every node in the cluster per pod. Without a
-// framework (unit tests) nodes are indexed.
+// would cost a map of every node in the cluster per pod. Without the
+// scheduler's snapshot (unit tests give the nodes) nodes are indexed.
 func (p *TopologyPlacement) nodeLookup(nodes []fwk.NodeInfo) func(name string) (fwk.NodeInfo, bool) {
-	if p.handle != nil {
-		if lister := p.handle.SnapshotSharedLister(); lister != nil {
-			infos := lister.NodeInfos()
-			return func(name string) (fwk.NodeInfo, bool) {
-				ni, err := infos.Get(name)
-				return ni, err == nil && ni != nil && ni.Node() != nil
-			}
+	if lister := p.handle.SnapshotSharedLister(); lister != nil {
+		infos := lister.NodeInfos()
+		return func(name string) (fwk.NodeInfo, bool) {
+			ni, err := infos.Get(name)
+			return ni, err == nil && ni != nil && ni.Node() != nil
 		}
 	}
 	byName := make(map[string]fwk.NodeInfo, len(nodes))
