@@ -37,6 +37,9 @@ func VictimOf(pod *v1.Pod) (lockstep.Preemption, bool) {
 type pendingVictim struct {
 	preemption lockstep.Preemption
 	pod        string
+	// deleted is when the pod's grace period ends (its deletion
+	// timestamp), zero while it is not being deleted.
+	deleted time.Time
 }
 
 // ObservePod notes a pod that is a terminating victim of a preemption
@@ -59,7 +62,12 @@ func (m *Manager) ObservePod(pod *v1.Pod) {
 	if m.pending == nil {
 		m.pending = map[types.UID]pendingVictim{}
 	}
-	m.pending[pod.UID] = pendingVictim{preemption: p, pod: pod.Namespace + "/" + pod.Name}
+	v := pendingVictim{preemption: p, pod: pod.Namespace + "/" + pod.Name}
+	if pod.DeletionTimestamp != nil {
+		v.deleted = pod.DeletionTimestamp.Time
+	}
+	m.pending[pod.UID] = v
+	m.victims[pod.UID] = v.pod
 }
 
 // HasPending reports whether victims wait for AdoptPending.
@@ -76,12 +84,17 @@ func (m *Manager) HasPending() bool {
 // nothing more for it. A victim whose domain is not on the topology (its
 // nodes are gone) is dropped: there is nothing left to hold. It returns the
 // gangs whose holds it made or grew.
-func (m *Manager) AdoptPending(domain func(id string) (*topology.Domain, bool), now time.Time) []string {
+//
+// A rebuilt hold waits for its victims no longer than a fresh one: until
+// the last of their grace periods ends (their deletion timestamps; now for
+// one not being deleted yet) and stall after (Books.BoundHold).
+func (m *Manager) AdoptPending(domain func(id string) (*topology.Domain, bool), now time.Time, stall time.Duration) []string {
 	m.mu.Lock()
 	pending := m.pending
 	m.pending = nil
 	m.mu.Unlock()
 	var gangs []string
+	until := map[string]time.Time{}
 	for _, uid := range slices.Sorted(maps.Keys(pending)) {
 		v := pending[uid]
 		d, ok := domain(v.preemption.DomainID)
@@ -91,6 +104,16 @@ func (m *Manager) AdoptPending(domain func(id string) (*topology.Domain, bool), 
 		if m.Books.AdoptVictim(v.preemption.Plan, d, v.preemption.Priority, uid, now) && !slices.Contains(gangs, v.preemption.Plan) {
 			gangs = append(gangs, v.preemption.Plan)
 		}
+		end := now
+		if v.deleted.After(end) {
+			end = v.deleted
+		}
+		if end.After(until[v.preemption.Plan]) {
+			until[v.preemption.Plan] = end
+		}
+	}
+	for _, gang := range gangs {
+		m.Books.BoundHold(gang, until[gang].Add(stall))
 	}
 	return gangs
 }

@@ -109,7 +109,7 @@ func TestAdoptRebuildsHolds(t *testing.T) {
 			for _, pod := range tc.pods {
 				m.ObservePod(pod)
 			}
-			m.AdoptPending(tree.Find, clock.Now())
+			m.AdoptPending(tree.Find, clock.Now(), time.Hour)
 			if diff := cmp.Diff(tc.want, m.State().Holds); diff != "" {
 				t.Errorf("holds (-want,+got):\n%s", diff)
 			}
@@ -139,7 +139,7 @@ func TestAdoptEqualsTheLostState(t *testing.T) {
 	for _, pod := range []*v1.Pod{victim("low-0", "a0", "a"), victim("low-1", "a1", "a")} {
 		rebuilt.ObservePod(pod)
 	}
-	if diff := cmp.Diff([]string{"ns/high#8"}, rebuilt.AdoptPending(tree.Find, clock.Now())); diff != "" {
+	if diff := cmp.Diff([]string{"ns/high#8"}, rebuilt.AdoptPending(tree.Find, clock.Now(), time.Hour)); diff != "" {
 		t.Errorf("gangs adopted (-want,+got):\n%s", diff)
 	}
 	rebuilt.Nominate("ns/high#8", "uid-high-0", "ns/high-0", "a0")
@@ -152,7 +152,7 @@ func TestAdoptEqualsTheLostState(t *testing.T) {
 	// seeing it again (still terminating, say) does not bring it back.
 	rebuilt.VictimGone("uid-low-0", clock.Now())
 	rebuilt.ObservePod(victim("low-0", "a0", "a"))
-	rebuilt.AdoptPending(tree.Find, clock.Now())
+	rebuilt.AdoptPending(tree.Find, clock.Now(), time.Hour)
 	if diff := cmp.Diff([]string{"uid-low-1"}, rebuilt.State().Holds[0].Victims); diff != "" {
 		t.Errorf("victims after one left (-want,+got):\n%s", diff)
 	}
@@ -210,4 +210,29 @@ func sortedCopy(s []string) []string {
 	out := append([]string(nil), s...)
 	slices.Sort(out)
 	return out
+}
+
+// TestAdoptBoundsRebuiltHolds: a rebuilt hold waits for its victims no
+// longer than the hold it replaces would have: until the last of their
+// grace periods ends (their deletion timestamps) and a stall after, and
+// the manager names the victims it waits for.
+func TestAdoptBoundsRebuiltHolds(t *testing.T) {
+	tree := twoLeaves(t)
+	m, clock, _ := testManager()
+	const stall = 4 * time.Minute
+	ends := clock.Now().Add(30 * time.Second)
+	for i, pod := range []*v1.Pod{victim("low-0", "a0", "a"), victim("low-1", "a1", "a")} {
+		pod.DeletionTimestamp = &metav1.Time{Time: ends.Add(-time.Duration(i) * 10 * time.Second)}
+		m.ObservePod(pod)
+	}
+	m.AdoptPending(tree.Find, clock.Now(), stall)
+	if diff := cmp.Diff([]string{"ns/low-0", "ns/low-1"}, m.WaitingFor("ns/high#8")); diff != "" {
+		t.Errorf("waiting for (-want,+got):\n%s", diff)
+	}
+	if stuck := m.Books.Overdue("ns/high#8", ends.Add(stall-time.Second)); len(stuck) != 0 {
+		t.Errorf("overdue before the last grace period and the stall ended: %v", stuck)
+	}
+	if diff := cmp.Diff([]string{"uid-low-0", "uid-low-1"}, m.Books.Overdue("ns/high#8", ends.Add(stall))); diff != "" {
+		t.Errorf("overdue at the bound (-want,+got):\n%s", diff)
+	}
 }

@@ -169,6 +169,37 @@ func (b *Books) HeldForOthers(nodes []*placement.Node, key string, priority int3
 	return out
 }
 
+// BoundHold sets when gang key's hold stops waiting for its victims
+// (placement.Books.BoundHold).
+func (b *Books) BoundHold(key string, until time.Time) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.core.BoundHold(key, until)
+}
+
+// VictimsOf returns the UIDs of the victims gang key's hold waits for,
+// sorted.
+func (b *Books) VictimsOf(key string) []string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.core.VictimsOf(key)
+}
+
+// HeldSince returns when gang key's hold was made.
+func (b *Books) HeldSince(key string) (time.Time, bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.core.HeldSince(key)
+}
+
+// Overdue returns the victims gang key's hold waits for past its bound
+// (placement.Books.Overdue).
+func (b *Books) Overdue(key string, now time.Time) []string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.core.Overdue(key, now)
+}
+
 // PendingVictims counts gang key's victims not gone yet
 // (placement.Books.Victims).
 func (b *Books) PendingVictims(key string) int {

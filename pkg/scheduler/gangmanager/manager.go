@@ -22,6 +22,7 @@ import (
 	"sync"
 	"time"
 
+	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/clock"
 
@@ -78,6 +79,9 @@ type Manager struct {
 	// pending are the victims seen going that the books do not hold yet
 	// (ObservePod, AdoptPending).
 	pending map[types.UID]pendingVictim
+	// victims names the victims of the holds (NameVictims, ObservePod), for
+	// saying which ones a preemptor waits for (WaitingFor).
+	victims map[types.UID]string
 }
 
 // nomination is a preemptor member's nominated node.
@@ -91,7 +95,7 @@ func New(c Config) *Manager {
 		Books: NewBooks(), Verdicts: NewVerdicts(), clock: c.Clock, activate: c.Activate, reject: c.Reject,
 		turnedAway: keyset.New(), wakeups: keyset.New(),
 		firstSeen: map[string]time.Time{}, steered: map[types.UID]string{},
-		nominated: map[types.UID]nomination{}, seen: map[types.UID]bool{},
+		nominated: map[types.UID]nomination{}, seen: map[types.UID]bool{}, victims: map[types.UID]string{},
 	}
 }
 
@@ -237,6 +241,38 @@ func (m *Manager) PodGone(pod types.UID) {
 	delete(m.nominated, pod)
 	delete(m.seen, pod)
 	delete(m.pending, pod)
+	delete(m.victims, pod)
+}
+
+// NameVictims remembers the names of pods evicted for a hold, so that the
+// gang's answers can say which ones it waits for (WaitingFor).
+func (m *Manager) NameVictims(pods []*v1.Pod) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, pod := range pods {
+		m.victims[pod.UID] = pod.Namespace + "/" + pod.Name
+	}
+}
+
+// WaitingFor returns the victims gang's hold waits for, by name where it
+// is known, else by UID, sorted.
+func (m *Manager) WaitingFor(gang string) []string {
+	uids := m.Books.VictimsOf(gang)
+	if len(uids) == 0 {
+		return nil
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := make([]string, len(uids))
+	for i, uid := range uids {
+		if name, ok := m.victims[types.UID(uid)]; ok {
+			out[i] = name
+		} else {
+			out[i] = uid
+		}
+	}
+	slices.Sort(out)
+	return out
 }
 
 // TurnedAwayGangs returns the gangs turned away and not retried since,

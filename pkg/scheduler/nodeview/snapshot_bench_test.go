@@ -29,7 +29,8 @@ func BenchmarkSnapshotBooked(b *testing.B) {
 				books.Assign(types.UID(fmt.Sprintf("booked-%d", i)), fmt.Sprintf("node-%04d", i), topology.NewGPUSet(7))
 			}
 			pod := utiltesting.MakePod("p", "ns").GPUs(8).PodGroup("g").Obj()
-			if _, err := v.snapshot(pod, "ns/g", infos); err != nil {
+			req := v.Request(pod)
+			if _, err := v.Snapshot(pod, "ns/g", req, infos); err != nil {
 				b.Fatal(err)
 			}
 			b.ReportAllocs()
@@ -37,7 +38,7 @@ func BenchmarkSnapshotBooked(b *testing.B) {
 			for b.Loop() {
 				books.Assign(types.UID(fmt.Sprintf("next-%d", i)), fmt.Sprintf("node-%04d", (2*i+1)%nodes), topology.NewGPUSet(6))
 				i++
-				if _, err := v.snapshot(pod, "ns/g", infos); err != nil {
+				if _, err := v.Snapshot(pod, "ns/g", req, infos); err != nil {
 					b.Fatal(err)
 				}
 			}

@@ -299,8 +299,11 @@ func BenchmarkPlanGangDRA(b *testing.B) {
 			followDevices(p, dra)
 			pod := p.pods[0]
 			gang := placement.Gang{Members: gpus / 8, GPUsPerMember: 8, MilliCPUPerMember: 1000, MemoryPerMember: 1 << 30}
+			// PreFilter reads the member's request and plan key once,
+			// before it plans.
+			req, key := p.view.Request(pod), p.planKey(pod)
 			plan := func() *placement.Plan {
-				snap, err := p.view.Snapshot(pod, p.planKey(pod), p.view.Request(pod), p.nodes)
+				snap, err := p.view.Snapshot(pod, key, req, p.nodes)
 				if err != nil {
 					b.Fatal(err)
 				}

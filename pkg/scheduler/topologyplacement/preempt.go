@@ -28,6 +28,7 @@ import (
 	"k8s.io/kubernetes/pkg/scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/defaultpreemption"
 	plfeature "k8s.io/kubernetes/pkg/scheduler/framework/plugins/feature"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	schedv1alpha1 "sigs.k8s.io/scheduler-plugins/apis/scheduling/v1alpha1"
 
 	"github.com/lockstep-dev/lockstep/pkg/lockstep"
@@ -42,6 +43,9 @@ import (
 const (
 	EventPreempted  = "Preempted"
 	EventPreempting = "Preempting"
+	// EventHoldExpired is on the preemptor's PodGroup when its hold is
+	// released with victims still terminating past the hold's bound.
+	EventHoldExpired = "PreemptionHoldExpired"
 )
 
 // evictionWorkers bounds the victims evicted at once: a 64-pod gang's
@@ -155,14 +159,15 @@ func (p *TopologyPlacement) preemptForGang(ctx context.Context, state fwk.CycleS
 		// A hold rebuilt from its victims (plan nil) is never spent here:
 		// without the plan its nodes are unknown, and the hold ends as a
 		// drain does, when it stops freeing GPUs.
-		if p.gangs.Books.PendingVictims(s.gang) > 0 || plan == nil || !p.outrankedOn(plan, s.waiting.priority, s.waiting.nodes) {
+		since, _ := p.gangs.Books.HeldSince(s.gang)
+		if p.gangs.Books.PendingVictims(s.gang) > 0 || plan == nil || !p.outrankedOn(plan, s.waiting.priority, since, s.waiting.nodes) {
 			node := p.holdNomination(pod, s.gang, s.req.GPUs, plan)
 			logger.V(5).Info("Gang's earlier preemption still waits for its victims; nominating", "podGroup", s.gang, "node", node)
 			return preemption{outcome: preemptionWaitingForVictims, node: node}
 		}
-		// Its victims are gone, from the scheduler's cache too, and the
-		// gang still does not fit: something that outranks it took the
-		// room. The hold is spent; the gang may make room again.
+		// Its victims are gone, and GPU work that outranks the gang
+		// landed in the domain since: it took the room. The hold is
+		// spent; the gang may make room again.
 		logger.V(2).Info("The domain the gang preempted for was taken by work that outranks it; preempting again", "podGroup", s.gang, "domain", plan.Domain.ID)
 		p.releaseDrain(ctx, s.gang)
 	}
@@ -200,6 +205,12 @@ func (p *TopologyPlacement) preemptForGang(ctx context.Context, state fwk.CycleS
 		logger.V(2).Info("The domain the preemption would free is held for a gang of equal or higher priority; evicting nothing", "podGroup", s.gang, "domain", pre.Plan.Domain.ID)
 		return preemption{outcome: preemptionNoRoom, reason: fmt.Sprintf("%s is held for a gang of equal or higher priority", pre.Plan.Domain.DisplayID())}
 	}
+	// The hold waits for its victims no longer than the longest of their
+	// grace periods and a drain stall after: a victim stuck terminating
+	// (its node dark, a finalizer) must not keep the domain closed to
+	// equal- and lower-priority work for ever (expireHolds).
+	p.gangs.Books.BoundHold(s.gang, now.Add(longestGrace(victims)+p.drainStall()))
+	p.gangs.NameVictims(victims)
 	p.metrics.drainedNodes.Set(float64(p.gangs.Books.DrainedNodes()))
 	if len(released) > 0 {
 		logger.V(2).Info("Released the drains of lower-priority gangs in the domain", "podGroup", s.gang, "released", released)
@@ -261,7 +272,7 @@ func (p *TopologyPlacement) adoptVictims(ctx context.Context, nodes []fwk.NodeIn
 	if err != nil {
 		return
 	}
-	for _, key := range p.gangs.AdoptPending(tree.Find, p.clock.Now()) {
+	for _, key := range p.gangs.AdoptPending(tree.Find, p.clock.Now(), p.drainStall()) {
 		klog.FromContext(ctx).V(2).Info("Rebuilt the hold of a preemption from its victims", "plugin", Name, "podGroup", key)
 		ns, name, _ := gangmanager.SplitPlanKey(key)
 		members, err := p.gangPods(ns, name)
@@ -277,13 +288,18 @@ func (p *TopologyPlacement) adoptVictims(ctx context.Context, nodes []fwk.NodeIn
 	p.metrics.drainedNodes.Set(float64(p.gangs.Books.DrainedNodes()))
 }
 
-// outrankedOn reports whether a pod that outranks priority runs on a node
-// of plan: work the gang's hold could not keep off took its room. Nothing
-// else can have (a hold keeps off pods of its priority or lower), so a gang
-// whose victims are gone and that still does not fit is otherwise only
-// ahead of the scheduler's cache, which learns of the victims' going a
-// moment after the books do.
-func (p *TopologyPlacement) outrankedOn(plan *placement.Plan, priority int32, nodes []fwk.NodeInfo) bool {
+// outrankedOn reports whether work the gang's hold could not keep off took
+// the plan's room: a pod that outranks priority, asks for GPUs, and landed
+// on a node of plan after the hold was made (since). Nothing else can
+// have: a hold keeps off pods of its priority or lower, and what ran there
+// before the hold the plan was made around. Every real node runs pods
+// that outrank any gang (kube-proxy or the CNI, the device plugin, the
+// DCGM exporter, at system-node-critical), and a gang whose victims are
+// gone often still does not fit for a while: the scheduler's cache learns
+// of the victims' going a moment after the books, and an agent reports
+// the GPUs they freed on its resync interval. Spending the hold on either
+// would evict a second set of victims for nothing.
+func (p *TopologyPlacement) outrankedOn(plan *placement.Plan, priority int32, since time.Time, nodes []fwk.NodeInfo) bool {
 	lookup := p.nodeLookup(nodes)
 	for _, m := range plan.Members {
 		ni, ok := lookup(m.Node)
@@ -291,12 +307,25 @@ func (p *TopologyPlacement) outrankedOn(plan *placement.Plan, priority int32, no
 			continue
 		}
 		for _, pi := range ni.GetPods() {
-			if corev1helpers.PodPriority(pi.GetPod()) > priority {
+			pod := pi.GetPod()
+			if corev1helpers.PodPriority(pod) > priority && landed(pod).After(since) && p.view.Request(pod).GPUs > 0 {
 				return true
 			}
 		}
 	}
 	return false
+}
+
+// landed is when pod came to its node: when it was scheduled, or created
+// for a pod bound at creation (a DaemonSet's, a static pod's).
+func landed(pod *v1.Pod) time.Time {
+	at := pod.CreationTimestamp.Time
+	for _, c := range pod.Status.Conditions {
+		if c.Type == v1.PodScheduled && c.Status == v1.ConditionTrue && c.LastTransitionTime.After(at) {
+			at = c.LastTransitionTime.Time
+		}
+	}
+	return at
 }
 
 // decideUnplanned is PreFilter's decision for a gang member whose PreFilter
@@ -678,4 +707,47 @@ func patchVictimStatus(ctx context.Context, cs kubernetes.Interface, victim *v1.
 // have changed the immutable UID (Invalid).
 func replaced(err error) bool {
 	return apierrors.IsConflict(err) || apierrors.IsInvalid(err)
+}
+
+// longestGrace is the longest termination grace period of pods, as the
+// kubelet gives them when they are deleted with the default options.
+func longestGrace(pods []*v1.Pod) time.Duration {
+	longest := time.Duration(0)
+	for _, pod := range pods {
+		grace := int64(v1.DefaultTerminationGracePeriodSeconds)
+		if pod.Spec.TerminationGracePeriodSeconds != nil {
+			grace = *pod.Spec.TerminationGracePeriodSeconds
+		}
+		longest = max(longest, time.Duration(grace)*time.Second)
+	}
+	return longest
+}
+
+// expireHolds says which victims each hold waited for past its bound
+// (BoundHold), in an event on the preemptor's PodGroup, the log and
+// preemption_holds_expired_total; the sweep's ExpireDrains then releases
+// the domain. Those victims stay evicted for the gang and are never its
+// or another gang's candidates again; the gang is retried, and may
+// preempt elsewhere.
+func (p *TopologyPlacement) expireHolds(ctx context.Context) {
+	logger := klog.FromContext(ctx).WithValues("plugin", Name)
+	now := p.clock.Now()
+	for _, h := range p.gangs.Books.Holds() {
+		if len(p.gangs.Books.Overdue(h.Gang, now)) == 0 {
+			continue
+		}
+		stuck := p.gangs.WaitingFor(h.Gang)
+		logger.Info("Releasing the domain of a preemption whose victims are still terminating past the hold's bound", "podGroup", h.Gang, "domain", h.Domain, "victims", stuck)
+		p.metrics.holdsExpired.Inc()
+		ns, name, ok := gangmanager.SplitPlanKey(h.Gang)
+		if !ok {
+			continue
+		}
+		pg := &schedv1alpha1.PodGroup{}
+		if err := p.reader.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, pg); err != nil {
+			continue
+		}
+		p.handle.EventRecorder().Eventf(pg, nil, v1.EventTypeWarning, EventHoldExpired, "Preempting",
+			"Released the domain held for the gang's preemption: %s still terminating past the hold's bound (the victims' grace period and %s)", strings.Join(stuck, ", "), p.drainStall())
+	}
 }

@@ -37,6 +37,7 @@ import (
 	frameworkruntime "k8s.io/kubernetes/pkg/scheduler/framework/runtime"
 	schedmetrics "k8s.io/kubernetes/pkg/scheduler/metrics"
 	tf "k8s.io/kubernetes/pkg/scheduler/testing/framework"
+	clocktesting "k8s.io/utils/clock/testing"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
@@ -44,6 +45,7 @@ import (
 
 	"github.com/lockstep-dev/lockstep/pkg/apis/lockstep/v1alpha1"
 	"github.com/lockstep-dev/lockstep/pkg/lockstep"
+	"github.com/lockstep-dev/lockstep/pkg/scheduler/schedtesting"
 	utiltesting "github.com/lockstep-dev/lockstep/pkg/util/testing"
 )
 
@@ -343,6 +345,9 @@ func TestPostFilterPreemptsCheapestGangWhole(t *testing.T) {
 			t.Fatalf("first PostFilter: %v", status)
 		}
 		env.evicted(t, 2)
+		// It landed after the hold was made: it took the freed room.
+		env.pods["intruder"].Status.Conditions = []v1.PodCondition{{Type: v1.PodScheduled, Status: v1.ConditionTrue,
+			LastTransitionTime: metav1.NewTime(env.TopologyPlacement.clock.Now().Add(time.Second))}}
 		events := env.podEvents(ctx)
 		events.OnDelete(env.pods["young-0"])
 		events.OnDelete(env.pods["young-1"])
@@ -654,5 +659,145 @@ func TestHoldEndsWhenThePreemptorGoes(t *testing.T) {
 				t.Errorf("the hold outlived its gang:\n%s", env.gangs.Books)
 			}
 		})
+	}
+}
+
+// A hold is not spent by what every real node runs or by the agents' lag
+// (issue 40): the victims are gone from the books and the scheduler's
+// cache, but their nodes' agents still report their GPUs (they read
+// allocations on a resync interval), so the gang does not fit yet, while
+// pods that outrank it run in the domain. Only GPU work that landed there
+// after the hold was made spends it; anything else nominates the gang
+// again and evicts nothing more.
+func TestHoldNotSpentByWhatWasThereOrTakesNoGPUs(t *testing.T) {
+	nodeCritical := func(name, node string) *v1.Pod {
+		pod := utiltesting.MakePod(name, "kube-system").Obj()
+		pod.UID = types.UID("uid-" + name)
+		pod.Spec.NodeName = node
+		pod.Spec.Priority = ptr.To(int32(2000001000)) // system-node-critical
+		pod.Status.Phase = v1.PodRunning
+		return pod
+	}
+	tests := []struct {
+		name string
+		// others run beside the gangs; landed says they came after the hold.
+		others []*v1.Pod
+		landed bool
+		spent  bool
+	}{
+		{name: "node-critical pods without GPUs, there before", others: []*v1.Pod{nodeCritical("proxy-n2", "n2"), nodeCritical("proxy-n3", "n3")}},
+		{name: "node-critical pods without GPUs, landed since", others: []*v1.Pod{nodeCritical("proxy-n2", "n2"), nodeCritical("proxy-n3", "n3")}, landed: true},
+		{name: "GPU work that outranks the gang, there before", others: []*v1.Pod{member("monitor", "", "n2", 1000, time.Unix(1000, 0), time.Hour)}},
+		{name: "GPU work that outranks the gang, landed since", others: []*v1.Pod{member("monitor", "", "n2", 1000, time.Unix(1000, 0), time.Hour)}, landed: true, spent: true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := context.Background()
+			pods, groups := gangsOf(time.Unix(1000, 0))
+			env := newPreemptionEnv(t, append(pods, tc.others...), groups...)
+			env.report(t, "n0", "old-0")
+			env.report(t, "n1", "old-1")
+			if _, status := env.preFilterThenPostFilter(t, env.pods["high-0"], env.nodes(t)); !status.IsSuccess() {
+				t.Fatalf("first PostFilter: %v", status)
+			}
+			if deleted, _ := env.evicted(t, 2); !slices.Equal(deleted, []string{"young-0", "young-1"}) {
+				t.Fatalf("first preemption evicted %v, want young", deleted)
+			}
+			// The agents still report the victims' GPUs after they went.
+			env.report(t, "n2", "young-0")
+			env.report(t, "n3", "young-1")
+			if tc.landed {
+				for _, pod := range tc.others {
+					pod.Status.Conditions = []v1.PodCondition{{Type: v1.PodScheduled, Status: v1.ConditionTrue,
+						LastTransitionTime: metav1.NewTime(env.TopologyPlacement.clock.Now().Add(time.Second))}}
+				}
+			}
+			events := env.podEvents(ctx)
+			events.OnDelete(env.pods["young-0"])
+			events.OnDelete(env.pods["young-1"])
+			before := len(env.clientset.Actions())
+			r, status := env.preFilterThenPostFilter(t, env.pods["high-1"], env.nodes(t, "young-0", "young-1"))
+			if !status.IsSuccess() {
+				t.Fatalf("PostFilter after the victims went: %v", status)
+			}
+			if !tc.spent {
+				if node := nominatedNode(r); node != "n2" && node != "n3" {
+					t.Errorf("nominated %q, want a node of the held leaf l1", node)
+				}
+				if extra := env.clientset.Actions()[before:]; len(extra) != 0 {
+					t.Errorf("the hold was spent and more was evicted: %v", extra)
+				}
+				return
+			}
+			var again []string
+			_ = wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+				again = nil
+				for _, a := range env.clientset.Actions()[before:] {
+					if d, ok := a.(clienttesting.DeleteAction); ok {
+						again = append(again, d.GetName())
+					}
+				}
+				return len(again) >= 2, nil
+			})
+			slices.Sort(again)
+			if diff := cmp.Diff([]string{"old-0", "old-1"}, again); diff != "" {
+				t.Errorf("evicted once the held leaf was taken (-want,+got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// A victim stuck terminating (its node dark, a finalizer) holds the
+// preemptor's domain no longer than the victims' grace period and a drain
+// stall (issue 40): the gang's answer names the victim it waits for, and
+// past the bound the sweep releases the domain, says so in an event on
+// the preemptor's PodGroup and counts it.
+func TestHoldBoundedWhenAVictimIsStuck(t *testing.T) {
+	ctx := context.Background()
+	pods, groups := gangsOf(time.Unix(1000, 0))
+	const grace = 45 * time.Second
+	for _, pod := range pods {
+		pod.Spec.TerminationGracePeriodSeconds = ptr.To(int64(grace / time.Second))
+	}
+	env := newPreemptionEnv(t, pods, groups...)
+	recorder := events.NewFakeRecorder(100)
+	env.handle.recorder = recorder
+	env.report(t, "n0", "old-0")
+	env.report(t, "n1", "old-1")
+	const key = "ns/high#8"
+	if _, status := env.preFilterThenPostFilter(t, env.pods["high-0"], env.nodes(t)); !status.IsSuccess() {
+		t.Fatalf("first PostFilter: %v", status)
+	}
+	env.evicted(t, 2)
+	env.podEvents(ctx).OnDelete(env.pods["young-0"])
+	// young-1 never goes.
+	_, status := env.PreFilter(ctx, framework.NewCycleState(), env.pods["high-1"], env.nodes(t, "young-0"))
+	if !strings.Contains(status.Message(), "waits for ns/young-1 to terminate") {
+		t.Errorf("PreFilter while young-1 terminates: %q, want it to name ns/young-1", status.Message())
+	}
+	env.clock.(*clocktesting.FakeClock).Step(grace + env.drainStall() - time.Second)
+	env.sweep(ctx)
+	if _, held := env.gangs.Books.Preemption(key); !held {
+		t.Fatal("the hold ended before its bound")
+	}
+	env.clock.(*clocktesting.FakeClock).Step(2 * time.Second)
+	env.sweep(ctx)
+	if _, held := env.gangs.Books.Preemption(key); held {
+		t.Errorf("the hold outlived its bound with young-1 stuck:\n%s", env.gangs.Books)
+	}
+	if !env.gangs.Books.EvictedFor(env.pods["young-1"].UID) {
+		t.Error("the stuck victim may be evicted again for another gang")
+	}
+	var expired []string
+	for _, e := range schedtesting.Events(recorder) {
+		if strings.Contains(e, EventHoldExpired) {
+			expired = append(expired, e)
+		}
+	}
+	if len(expired) != 1 || !strings.Contains(expired[0], "ns/young-1") {
+		t.Errorf("events of the hold's end %q, want one naming ns/young-1", expired)
+	}
+	if got := observed(t, env.reg, "lockstep_scheduler_preemption_holds_expired_total"); got["lockstep_scheduler_preemption_holds_expired_total{}"] != 1 {
+		t.Errorf("preemption_holds_expired_total = %v, want 1", got)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
@@ -345,7 +346,13 @@ func (p *TopologyPlacement) plan(ctx context.Context, pod *v1.Pod, s *cycleState
 			wait.RetryIn = func() time.Duration { return p.nextWiden(s.gang) }
 		}
 		p.reportDrain(ctx, s.gang, d.Drain, d.DrainFree, p.gangs.Apply(s.gang, wait, p.clock.Now()))
-		r := refused(fmt.Sprintf("PodGroup %s: %s", s.gang, d.Reason))
+		reason := fmt.Sprintf("PodGroup %s: %s", s.gang, d.Reason)
+		if victims := p.gangs.WaitingFor(s.gang); len(victims) > 0 {
+			// Where the TrainingJob's condition (and kubectl describe)
+			// shows it: what the gang waits for.
+			reason += fmt.Sprintf("; its preemption waits for %s to terminate", strings.Join(victims, ", "))
+		}
+		r := refused(reason)
 		p.rememberVerdict(ticket, pod, s, req.Wait, r)
 		return nil, outcomeUnschedulable, r
 	}

@@ -243,6 +243,25 @@ func (s *script) run(t *testing.T, d *datadriven.TestData) (string, error) {
 			fmt.Fprintf(&b, "expired the drain of %s; stalled: %v\n", key, s.books.Stalled(key, now, drainStall))
 		}
 		return b.String(), nil
+	case "bound-hold":
+		// The hold stops waiting for its victims at now (BoundHold).
+		key, now := arg(t, d, "gang", ""), timeArg(t, d)
+		if !s.books.BoundHold(key, now) {
+			return fmt.Sprintf("%s holds nothing it preempted for", key), nil
+		}
+		return fmt.Sprintf("%s waits for %s until %s", key, strings.Join(s.books.VictimsOf(key), ","), now.Sub(time.Unix(0, 0))), nil
+	case "overdue":
+		key, now := arg(t, d, "gang", ""), timeArg(t, d)
+		if stuck := s.books.Overdue(key, now); len(stuck) > 0 {
+			return fmt.Sprintf("%s waited past its bound for %s", key, strings.Join(stuck, ",")), nil
+		}
+		return fmt.Sprintf("%s is within its bound", key), nil
+	case "evicted-for":
+		pod := arg(t, d, "pod", "")
+		if key, ok := s.books.EvictedFor(pod); ok {
+			return fmt.Sprintf("%s stays evicted for %s", pod, key), nil
+		}
+		return fmt.Sprintf("%s is no victim", pod), nil
 	case "books":
 		return s.books.String(), nil
 	case "run":

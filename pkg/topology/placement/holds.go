@@ -28,6 +28,9 @@ type drain struct {
 	// until it is planned, leaves, or the domain stalls, and does not
 	// preempt again meanwhile (Preempted).
 	preempted bool
+	// since is when Hold made the hold; until, when set (BoundHold), is
+	// when it stops waiting for victims that are not gone.
+	since, until time.Time
 }
 
 // Drain holds domain d for gang key until the gang is planned (Add), its
@@ -112,7 +115,7 @@ func (b *Books) Hold(key string, d *topology.Domain, priority int32, pods []stri
 		b.Undrain(other)
 	}
 	b.Undrain(key)
-	dr := drain{domain: d, priority: priority, progressed: now, victims: make(map[string]bool, len(pods)), preempted: true}
+	dr := drain{domain: d, priority: priority, progressed: now, victims: make(map[string]bool, len(pods)), preempted: true, since: now}
 	for _, pod := range pods {
 		if prev, ok := b.victimOf[pod]; ok && prev != key {
 			// Evicted for another gang already: it leaves once, for both.
@@ -263,8 +266,53 @@ func (b *Books) DrainHeld(key string, now time.Time, stall time.Duration) (time.
 		return time.Time{}, false
 	}
 	if len(dr.victims) > 0 {
+		if !dr.until.IsZero() && !now.Before(dr.until) {
+			return dr.until, false
+		}
 		return now.Add(stall), true
 	}
 	hold := dr.progressed.Add(stall)
 	return hold, now.Before(hold)
+}
+
+// BoundHold sets when gang key's hold stops waiting for its victims that
+// are not gone: a victim stuck terminating (its node dark, a finalizer no
+// one removes) would otherwise keep the domain closed to equal- and
+// lower-priority work for ever. From until on the hold ends as a drain that
+// stalled does (ExpireDrain): the domain reopens, and the victims still
+// going stay evicted for the gang, never candidates again (EvictedFor). It
+// reports false when key holds nothing it preempted for.
+func (b *Books) BoundHold(key string, until time.Time) bool {
+	dr, ok := b.drains[key]
+	if !ok || !dr.preempted {
+		return false
+	}
+	dr.until = until
+	b.drains[key] = dr
+	return true
+}
+
+// VictimsOf returns the victims gang key's hold waits for, sorted.
+func (b *Books) VictimsOf(key string) []string {
+	return slices.Sorted(maps.Keys(b.drains[key].victims))
+}
+
+// HeldSince returns when gang key's hold was made (Hold, AdoptVictim).
+func (b *Books) HeldSince(key string) (time.Time, bool) {
+	dr, ok := b.drains[key]
+	if !ok || !dr.preempted {
+		return time.Time{}, false
+	}
+	return dr.since, true
+}
+
+// Overdue returns the victims gang key's hold still waits for at now past
+// its bound (BoundHold), sorted; none when it waits for none, or within
+// its bound.
+func (b *Books) Overdue(key string, now time.Time) []string {
+	dr, ok := b.drains[key]
+	if !ok || len(dr.victims) == 0 || dr.until.IsZero() || now.Before(dr.until) {
+		return nil
+	}
+	return slices.Sorted(maps.Keys(dr.victims))
 }
