@@ -201,7 +201,7 @@ func (r *TrainingJobReconciler) jobWorkloads(ctx context.Context, namespace, nam
 		objs[u.GetName()] = u
 		mirrors = append(mirrors, w)
 	}
-	slices.SortFunc(mirrors, func(a, b *kueue.Workload) int { return a.CreationTimestamp.Compare(b.CreationTimestamp.Time) })
+	kueue.SortOldestFirst(mirrors)
 	return objs, mirrors, nil
 }
 

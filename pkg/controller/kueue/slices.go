@@ -205,6 +205,30 @@ func finishedAs(w *Workload, reasons ...string) bool {
 // sliceKey is how a replacement slice names the slice it replaces.
 func sliceKey(w *Workload) string { return w.Namespace + "/" + w.Name }
 
+// SortOldestFirst orders a job's Workloads by creation, as Decide reads
+// them. Creation timestamps have a resolution of a second, and a job
+// resized twice within one (6 → 4 → 6) has a slice and its replacement
+// created in the same second: a slice then comes after the one it replaces
+// (its replacement-for annotation), so the chain reads old to new. Read in
+// the other order, the admitted slice was taken for the replacement: the
+// pending one was finished as out of sync, the admitted one deleted as
+// stale, and the running job suspended and its pods deleted. Other ties go
+// by name, so every reconcile reads the same order.
+func SortOldestFirst(ws []*Workload) {
+	slices.SortStableFunc(ws, func(a, b *Workload) int {
+		if c := a.CreationTimestamp.Compare(b.CreationTimestamp.Time); c != 0 {
+			return c
+		}
+		switch {
+		case b.Annotations[lockstep.AnnotationKueueSliceReplacementFor] == sliceKey(a):
+			return -1
+		case a.Annotations[lockstep.AnnotationKueueSliceReplacementFor] == sliceKey(b):
+			return 1
+		}
+		return strings.Compare(a.Name, b.Name)
+	})
+}
+
 // sliceName is the first Workload of w's chain.
 func sliceName(w *Workload) string {
 	if n := w.Annotations[lockstep.AnnotationKueueSliceName]; n != "" {

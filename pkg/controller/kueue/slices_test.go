@@ -218,3 +218,41 @@ func TestDecideSlices(t *testing.T) {
 		})
 	}
 }
+
+// TestSortOldestFirst: Workloads created in one second (a job resized
+// twice within it) read old to new along the slice chain, whatever order
+// the list returns them in.
+func TestSortOldestFirst(t *testing.T) {
+	at := metav1.Unix(1000, 0)
+	w := func(name, replaces string, created metav1.Time) *Workload {
+		x := &Workload{}
+		x.Namespace, x.Name, x.CreationTimestamp = "ns", name, created
+		x.Annotations = map[string]string{}
+		if replaces != "" {
+			x.Annotations[lockstep.AnnotationKueueSliceReplacementFor] = "ns/" + replaces
+		}
+		return x
+	}
+	tests := []struct {
+		name string
+		in   []*Workload
+		want []string
+	}{
+		{name: "by creation", in: []*Workload{w("wl-2", "", metav1.Unix(1001, 0)), w("wl-1", "", at)}, want: []string{"wl-1", "wl-2"}},
+		{name: "a replacement created in the same second, listed first", in: []*Workload{w("wl-6", "wl-4", at), w("wl-4", "", at)}, want: []string{"wl-4", "wl-6"}},
+		{name: "the same, whose name sorts first", in: []*Workload{w("wl-10", "wl-9", at), w("wl-9", "", at)}, want: []string{"wl-9", "wl-10"}},
+		{name: "other ties by name", in: []*Workload{w("b", "", at), w("a", "", at)}, want: []string{"a", "b"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			SortOldestFirst(tc.in)
+			var got []string
+			for _, x := range tc.in {
+				got = append(got, x.Name)
+			}
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("order (-want,+got):\n%s", diff)
+			}
+		})
+	}
+}
