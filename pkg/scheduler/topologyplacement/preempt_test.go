@@ -355,22 +355,7 @@ func TestPostFilterPreemptsCheapestGangWhole(t *testing.T) {
 		if _, status := env.preFilterThenPostFilter(t, env.pods["high-1"], env.nodes(t, "young-0", "young-1")); !status.IsSuccess() {
 			t.Fatalf("PostFilter once the held leaf was taken: %v", status)
 		}
-		var again []string
-		for _, a := range env.clientset.Actions()[before:] {
-			if d, ok := a.(clienttesting.DeleteAction); ok {
-				again = append(again, d.GetName())
-			}
-		}
-		_ = wait.PollUntilContextTimeout(context.Background(), 10*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
-			again = nil
-			for _, a := range env.clientset.Actions()[before:] {
-				if d, ok := a.(clienttesting.DeleteAction); ok {
-					again = append(again, d.GetName())
-				}
-			}
-			return len(again) >= 2, nil
-		})
-		slices.Sort(again)
+		again := env.deletedSince(before, 2)
 		if diff := cmp.Diff([]string{"old-0", "old-1"}, again); diff != "" {
 			t.Errorf("evicted once the held leaf was taken (-want,+got):\n%s", diff)
 		}
@@ -729,17 +714,7 @@ func TestHoldNotSpentByWhatWasThereOrTakesNoGPUs(t *testing.T) {
 				}
 				return
 			}
-			var again []string
-			_ = wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
-				again = nil
-				for _, a := range env.clientset.Actions()[before:] {
-					if d, ok := a.(clienttesting.DeleteAction); ok {
-						again = append(again, d.GetName())
-					}
-				}
-				return len(again) >= 2, nil
-			})
-			slices.Sort(again)
+			again := env.deletedSince(before, 2)
 			if diff := cmp.Diff([]string{"old-0", "old-1"}, again); diff != "" {
 				t.Errorf("evicted once the held leaf was taken (-want,+got):\n%s", diff)
 			}
@@ -800,4 +775,22 @@ func TestHoldBoundedWhenAVictimIsStuck(t *testing.T) {
 	if got := observed(t, env.reg, "lockstep_scheduler_preemption_holds_expired_total"); got["lockstep_scheduler_preemption_holds_expired_total{}"] != 1 {
 		t.Errorf("preemption_holds_expired_total = %v, want 1", got)
 	}
+}
+
+// deletedSince waits until the clientset recorded want pod deletions after
+// its first before actions (the evictions run off the scheduling thread),
+// or 10 s, and returns the deleted pods' names, sorted.
+func (env *preemptionEnv) deletedSince(before, want int) []string {
+	var deleted []string
+	_ = wait.PollUntilContextTimeout(context.Background(), 10*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		deleted = nil
+		for _, a := range env.clientset.Actions()[before:] {
+			if d, ok := a.(clienttesting.DeleteAction); ok {
+				deleted = append(deleted, d.GetName())
+			}
+		}
+		return len(deleted) >= want, nil
+	})
+	slices.Sort(deleted)
+	return deleted
 }
