@@ -84,6 +84,13 @@ func TestArrows(t *testing.T) {
 		forbidden: []string{module + "/pkg/scheduler/gangmanager", module + "/pkg/scheduler/topologyplacement", module + "/pkg/scheduler/coscheduling"},
 		why:       "the node view imports neither the gang manager nor the plugins",
 	}, {
+		// Gang preemption reads candidates through the gang manager and
+		// the node view and evicts through the API: the plugin decides
+		// (placement.Preempt) and calls it, never the other way.
+		pattern:   "./pkg/scheduler/gangpreemption",
+		forbidden: []string{module + "/pkg/scheduler/topologyplacement", module + "/pkg/scheduler/coscheduling"},
+		why:       "gang preemption does not import the plugins",
+	}, {
 		pattern:   "./pkg/lockstep",
 		forbidden: []string{"k8s.io/", "sigs.k8s.io/", module + "/pkg/topology", module + "/pkg/apis"},
 		why:       "the contract is standard library only, so the core can import it",
@@ -102,10 +109,10 @@ func TestArrows(t *testing.T) {
 }
 
 // TestPluginShape: the TopologyPlacement plugin carries out its decisions
-// through the gang manager and reads the nodes through the node view (the
-// arrows above keep either from importing it back).
+// through the gang manager and gang preemption and reads the nodes through
+// the node view (the arrows above keep them from importing it back).
 func TestPluginShape(t *testing.T) {
-	for _, want := range []string{module + "/pkg/scheduler/gangmanager", module + "/pkg/scheduler/nodeview", module + "/pkg/topology/placement"} {
+	for _, want := range []string{module + "/pkg/scheduler/gangmanager", module + "/pkg/scheduler/gangpreemption", module + "/pkg/scheduler/nodeview", module + "/pkg/topology/placement"} {
 		found := false
 		for _, dep := range deps(t, "./pkg/scheduler/topologyplacement") {
 			found = found || dep == want

@@ -44,6 +44,15 @@ type Config struct {
 	Activate func(gang string)
 	// Reject rejects the members of gang waiting at Permit with msg.
 	Reject func(gang, msg string)
+	// Pods lists the pods of PodGroup name in namespace ns from the
+	// scheduler's pod cache.
+	Pods func(ns, name string) ([]*v1.Pod, error)
+	// Size is how many GPUs pod asks for, and whether through
+	// ResourceClaims: the node view's count (nodeview.View.Request).
+	Size func(pod *v1.Pod) (gpus int, claimed bool)
+	// DrainStall is how long a drained domain may free no GPU before its
+	// drain is released (DrainStallWaits).
+	DrainStall time.Duration
 }
 
 // Manager is the gang manager; see the package doc.
@@ -53,9 +62,12 @@ type Manager struct {
 	// Verdicts are the gangs known not to fit until something changes.
 	Verdicts *Verdicts
 
-	clock    clock.WithDelayedExecution
-	activate func(gang string)
-	reject   func(gang, msg string)
+	clock      clock.WithDelayedExecution
+	activate   func(gang string)
+	reject     func(gang, msg string)
+	pods       func(ns, name string) ([]*v1.Pod, error)
+	size       func(pod *v1.Pod) (int, bool)
+	drainStall time.Duration
 
 	// turnedAway are the gangs PreFilter last rejected for want of room:
 	// capacity a dropped plan releases is in no cluster event, so they are
@@ -93,6 +105,7 @@ type nomination struct {
 func New(c Config) *Manager {
 	return &Manager{
 		Books: NewBooks(), Verdicts: NewVerdicts(), clock: c.Clock, activate: c.Activate, reject: c.Reject,
+		pods: c.Pods, size: c.Size, drainStall: c.DrainStall,
 		turnedAway: keyset.New(), wakeups: keyset.New(),
 		firstSeen: map[string]time.Time{}, steered: map[types.UID]string{},
 		nominated: map[types.UID]nomination{}, seen: map[types.UID]bool{}, victims: map[types.UID]string{},

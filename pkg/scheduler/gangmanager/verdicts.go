@@ -10,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/equality"
 	corev1helpers "k8s.io/component-helpers/scheduling/corev1"
 	fwk "k8s.io/kube-scheduler/framework"
+	schedv1alpha1 "sigs.k8s.io/scheduler-plugins/apis/scheduling/v1alpha1"
 
 	"github.com/lockstep-dev/lockstep/pkg/lockstep"
 	"github.com/lockstep-dev/lockstep/pkg/topology/placement"
@@ -211,4 +212,23 @@ func (c *Verdicts) Len() int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return len(c.byKey) + len(c.changed)
+}
+
+// MemberChanged reports whether an update of a gang's pod changes what
+// its gang is planned from, and so retires the gang's verdict
+// (Verdicts.GangChanged): the pod was bound, finished, is being deleted,
+// or its spec (the apiserver moves a pod's generation on every spec
+// change), labels or annotations changed.
+func MemberChanged(old, pod *v1.Pod) bool {
+	return old.Spec.NodeName != pod.Spec.NodeName || old.Status.Phase != pod.Status.Phase ||
+		(old.DeletionTimestamp == nil) != (pod.DeletionTimestamp == nil) || old.Generation != pod.Generation ||
+		!maps.Equal(old.Labels, pod.Labels) || !maps.Equal(old.Annotations, pod.Annotations)
+}
+
+// PodGroupChanged reports whether a PodGroup update changes what its gang
+// is planned from: its spec (a new generation) or its annotations (the
+// topology constraint); status updates do not.
+func PodGroupChanged(old, pg *schedv1alpha1.PodGroup) bool {
+	return old.Generation != pg.Generation || !maps.Equal(old.Annotations, pg.Annotations) ||
+		!equality.Semantic.DeepEqual(old.Spec, pg.Spec)
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/lockstep-dev/lockstep/pkg/apis/lockstep/v1alpha1"
 	"github.com/lockstep-dev/lockstep/pkg/lockstep"
+	"github.com/lockstep-dev/lockstep/pkg/scheduler/gangmanager"
 	"github.com/lockstep-dev/lockstep/pkg/topology"
 	utiltesting "github.com/lockstep-dev/lockstep/pkg/util/testing"
 )
@@ -52,7 +53,7 @@ func TestAdoption(t *testing.T) {
 		{name: "ours, within its request", pod: boundPod("p", "a", 2, "0,1"), nodeGPUs: 8, want: topology.NewGPUSet(0, 1)},
 		{name: "the second profile is ours too", pod: operator, nodeGPUs: 8, want: topology.NewGPUSet(0, 1)},
 		{name: "fewer than it requests", pod: boundPod("p", "a", 4, "6,7"), nodeGPUs: 8, want: topology.NewGPUSet(6, 7)},
-		{name: "node's GPU count unknown", pod: boundPod("p", "a", 2, "0,1"), nodeGPUs: unknownGPUCount, want: topology.NewGPUSet(0, 1)},
+		{name: "node's GPU count unknown", pod: boundPod("p", "a", 2, "0,1"), nodeGPUs: gangmanager.UnknownGPUCount, want: topology.NewGPUSet(0, 1)},
 		{name: "no annotation", pod: boundPod("p", "a", 2, "")},
 		{name: "not bound", pod: boundPod("p", "", 2, "0,1")},
 		{name: "being deleted", pod: deleting, nodeGPUs: 8},
@@ -66,7 +67,7 @@ func TestAdoption(t *testing.T) {
 	p, _ := newTestPlugin(t)
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			got, ignored := adoption(tc.pod, p.view.Request(tc.pod).ResourceGPUs(), ours, tc.nodeGPUs)
+			got, ignored := gangmanager.Adoption(tc.pod, p.view.Request(tc.pod).ResourceGPUs(), ours, tc.nodeGPUs)
 			if diff := cmp.Diff(tc.want, got); diff != "" {
 				t.Errorf("adopted GPUs (-want,+got):\n%s", diff)
 			}

@@ -15,6 +15,7 @@ import (
 	schedv1alpha1 "sigs.k8s.io/scheduler-plugins/apis/scheduling/v1alpha1"
 
 	"github.com/lockstep-dev/lockstep/pkg/lockstep"
+	"github.com/lockstep-dev/lockstep/pkg/scheduler/gangmanager"
 )
 
 // PreBindPreFlight says whether PreBind may have work: only for gang
@@ -95,7 +96,7 @@ func (p *TopologyPlacement) Bind(ctx context.Context, state fwk.CycleState, pod 
 // controller wrote, or else its slot's place in the plan's topology order,
 // for pods whose operator assigns no rank through Lockstep.
 func bindRank(pod *v1.Pod, a assignment) string {
-	if r, ok := rankOf(pod); ok {
+	if r, ok := gangmanager.RankOf(pod); ok {
 		return strconv.Itoa(r)
 	}
 	return strconv.Itoa(a.Slot)

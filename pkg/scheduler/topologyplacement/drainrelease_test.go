@@ -7,6 +7,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/lockstep-dev/lockstep/pkg/scheduler/gangmanager"
 	utiltesting "github.com/lockstep-dev/lockstep/pkg/util/testing"
 )
 
@@ -37,7 +38,7 @@ func TestPendingMember(t *testing.T) {
 	p, _ := newTestPlugin(t)
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			if diff := cmp.Diff(tc.want, pendingMember(tc.pods, key, p.planKey)); diff != "" {
+			if diff := cmp.Diff(tc.want, gangmanager.PendingMember(tc.pods, key, p.planKey)); diff != "" {
 				t.Errorf("pendingMember (-want,+got):\n%s", diff)
 			}
 		})

@@ -45,7 +45,7 @@ func TestGangPods(t *testing.T) {
 			}
 			p, _ := newTestPlugin(t)
 			p.handle = &fakeHandle{clientset: clientset, informers: indexed}
-			got, err := p.gangPods(tc.ns, tc.group)
+			got, err := p.gangs.GangPods(tc.ns, tc.group)
 			if err != nil {
 				t.Fatal(err)
 			}

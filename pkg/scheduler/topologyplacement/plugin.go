@@ -271,7 +271,7 @@ func (p *TopologyPlacement) podGroupEvents(ctx context.Context) cache.ResourceEv
 		UpdateFunc: func(oldObj, obj any) {
 			old, okOld := oldObj.(*schedv1alpha1.PodGroup)
 			pg, ok := obj.(*schedv1alpha1.PodGroup)
-			if ok && (!okOld || podGroupChanged(old, pg)) {
+			if ok && (!okOld || gangmanager.PodGroupChanged(old, pg)) {
 				p.gangs.Verdicts.GangChanged(pg.Namespace + "/" + pg.Name)
 			}
 		},
@@ -309,7 +309,7 @@ func (p *TopologyPlacement) podEvents(ctx context.Context) cache.ResourceEventHa
 			if !ok {
 				return
 			}
-			if old, ok := oldObj.(*v1.Pod); !ok || memberChanged(old, pod) {
+			if old, ok := oldObj.(*v1.Pod); !ok || gangmanager.MemberChanged(old, pod) {
 				p.gangs.Verdicts.GangChanged(gangmanager.GangKey(pod))
 			}
 			if pod.Spec.NodeName != "" {
@@ -402,11 +402,11 @@ func (p *TopologyPlacement) newNodeView(dra nodeview.Source, recorder events.Eve
 }
 
 // topologyChanged is told of every NodeTopology the node view took: the
-// books take the allocations its agent reports (takeReportedAllocations),
+// books take the allocations its agent reports (gangmanager.Manager.TakeReported),
 // and the gangs PreFilter turned away are retried when it reports GPUs
 // free that were not (requeue.NodeTopologyFreesGPUs).
 func (p *TopologyPlacement) topologyChanged(old, nt *v1alpha1.NodeTopology) {
-	p.takeReportedAllocations(nt)
+	p.gangs.TakeReported(p.logger, nt)
 	var oldObj any
 	if old != nil {
 		oldObj = old
@@ -443,9 +443,8 @@ func (p *TopologyPlacement) sweep(ctx context.Context) {
 	// ends one whose gang is not tried again, and a hold whose victims
 	// are still going past its bound, said first.
 	p.expireHolds(ctx)
-	for _, key := range p.gangs.Books.ExpireDrains(p.clock.Now(), p.drainStall()) {
+	for _, key := range p.gangs.ExpireDrains(p.clock.Now()) {
 		logger.V(2).Info("Drain stalled before the gang was tried again; released it", "podGroup", key)
-		p.gangs.RetryTurnedAway(key)
 	}
 	p.forgetDeletedGangs(ctx)
 	p.view.Excluded()
@@ -489,6 +488,14 @@ func (p *TopologyPlacement) newGangManager() *gangmanager.Manager {
 		Clock:    p.clock,
 		Activate: p.activateUnbound,
 		Reject:   p.rejectWaiting,
+		Pods: func(ns, name string) ([]*v1.Pod, error) {
+			return podgroupindex.Members(p.handle.SharedInformerFactory().Core().V1().Pods(), ns, name)
+		},
+		Size: func(pod *v1.Pod) (int, bool) {
+			r := p.view.Request(pod)
+			return r.GPUs, r.Claimed
+		},
+		DrainStall: gangmanager.DrainStallWaits * p.args.PreferredWait.Duration,
 	})
 }
 
@@ -510,29 +517,15 @@ func (p *TopologyPlacement) rejectWaiting(key, msg string) {
 // activateUnbound moves the gang's pods that are still unbound to the active
 // queue.
 func (p *TopologyPlacement) activateUnbound(key string) {
-	ns, name, ok := gangmanager.SplitPlanKey(key)
-	if !ok {
-		return
-	}
-	pods, err := p.gangPods(ns, name)
-	if err != nil {
-		return
-	}
-	unbound := map[string]*v1.Pod{}
-	for _, pod := range pods {
-		if pod.Spec.NodeName == "" && pod.DeletionTimestamp == nil {
-			unbound[pod.Namespace+"/"+pod.Name] = pod
-		}
-	}
-	if len(unbound) > 0 {
+	if unbound := p.gangs.Unbound(key); len(unbound) > 0 {
 		p.handle.Activate(p.logger, unbound)
 	}
 }
 
 // planKey is the plan key of pod, whose GPUs the node view counts
-// (gangmanager.PlanKey).
+// (gangmanager.Manager.PlanKey).
 func (p *TopologyPlacement) planKey(pod *v1.Pod) string {
-	return gangmanager.PlanKey(pod, p.view.Request(pod).GPUs)
+	return p.gangs.PlanKey(pod)
 }
 
 // gangSpec reads the gang's PodGroup: its size and topology constraint.

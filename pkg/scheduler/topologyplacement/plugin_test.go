@@ -91,7 +91,7 @@ func TestPlanStillValid(t *testing.T) {
 // gangOf is the Gang placement.Decide plans for pg's gang of
 // pg.Spec.MinMember pending members: the plugin's request under its policy.
 func gangOf(p *TopologyPlacement, pg *schedv1alpha1.PodGroup, pod *v1.Pod, s *cycleState) (placement.Gang, error) {
-	req, err := p.request(pg, pod, s, gangMembers{total: int(pg.Spec.MinMember)})
+	req, err := p.request(pg, pod, s, gangmanager.Members{Total: int(pg.Spec.MinMember)})
 	if err != nil {
 		return placement.Gang{}, err
 	}
@@ -205,7 +205,7 @@ func TestPreFilterPreferredGangSkipsLevelsTooSmall(t *testing.T) {
 				if i == 1 {
 					// The gang drains a leaf that frees no GPU: it
 					// widens once the drain stalls.
-					p.clock.Step(p.drainStall())
+					p.clock.Step(p.gangs.DrainStall())
 				}
 				result, status := p.PreFilter(context.Background(), framework.NewCycleState(), p.pods[0], nodes)
 				switch {
@@ -529,7 +529,7 @@ func TestWaitingGangDrainsALeaf(t *testing.T) {
 
 	// n1's job ends 20 s in: l0 frees GPUs, so the gang is held there a
 	// drainStall from then, long past its own first wait.
-	stall := p.drainStall()
+	stall := p.gangs.DrainStall()
 	p.clock.Step(20 * time.Second)
 	setNode(1, false)
 	stillDraining("as l0 frees GPUs")
@@ -586,9 +586,9 @@ func TestStalledDrainRestsADrainStall(t *testing.T) {
 		}
 	}
 	attempt("at first", true)
-	p.clock.Step(p.drainStall())
+	p.clock.Step(p.gangs.DrainStall())
 	attempt("once l0 stalled", false)
-	p.clock.Step(p.drainStall() - time.Second)
+	p.clock.Step(p.gangs.DrainStall() - time.Second)
 	attempt("within a drainStall of the stall", false)
 	p.clock.Step(time.Second)
 	attempt("a drainStall after the stall", true)

@@ -45,6 +45,7 @@ import (
 
 	"github.com/lockstep-dev/lockstep/pkg/apis/lockstep/v1alpha1"
 	"github.com/lockstep-dev/lockstep/pkg/lockstep"
+	"github.com/lockstep-dev/lockstep/pkg/scheduler/gangpreemption"
 	"github.com/lockstep-dev/lockstep/pkg/scheduler/schedtesting"
 	utiltesting "github.com/lockstep-dev/lockstep/pkg/util/testing"
 )
@@ -271,7 +272,7 @@ func TestPostFilterPreemptsCheapestGangWhole(t *testing.T) {
 		got = append(got, strings.SplitN(<-recorder.Events, " ", 3)[1])
 	}
 	slices.Sort(got)
-	if diff := cmp.Diff([]string{EventPreempted, EventPreempted, EventPreempting}, got); diff != "" {
+	if diff := cmp.Diff([]string{gangpreemption.EventPreempted, gangpreemption.EventPreempted, gangpreemption.EventPreempting}, got); diff != "" {
 		t.Errorf("event reasons (-want,+got):\n%s", diff)
 	}
 
@@ -750,7 +751,7 @@ func TestHoldBoundedWhenAVictimIsStuck(t *testing.T) {
 	if !strings.Contains(status.Message(), "waits for ns/young-1 to terminate") {
 		t.Errorf("PreFilter while young-1 terminates: %q, want it to name ns/young-1", status.Message())
 	}
-	env.clock.(*clocktesting.FakeClock).Step(grace + env.drainStall() - time.Second)
+	env.clock.(*clocktesting.FakeClock).Step(grace + env.gangs.DrainStall() - time.Second)
 	env.sweep(ctx)
 	if _, held := env.gangs.Books.Preemption(key); !held {
 		t.Fatal("the hold ended before its bound")
@@ -765,7 +766,7 @@ func TestHoldBoundedWhenAVictimIsStuck(t *testing.T) {
 	}
 	var expired []string
 	for _, e := range schedtesting.Events(recorder) {
-		if strings.Contains(e, EventHoldExpired) {
+		if strings.Contains(e, gangpreemption.EventHoldExpired) {
 			expired = append(expired, e)
 		}
 	}

@@ -3,8 +3,6 @@ package topologyplacement
 import (
 	"context"
 	"fmt"
-	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -21,7 +19,6 @@ import (
 	"github.com/lockstep-dev/lockstep/pkg/lockstep"
 	"github.com/lockstep-dev/lockstep/pkg/scheduler/gangmanager"
 	"github.com/lockstep-dev/lockstep/pkg/scheduler/nodeview"
-	"github.com/lockstep-dev/lockstep/pkg/scheduler/podgroupindex"
 	"github.com/lockstep-dev/lockstep/pkg/topology"
 	"github.com/lockstep-dev/lockstep/pkg/topology/placement"
 )
@@ -36,7 +33,7 @@ type cycleState struct {
 	req  nodeview.Request
 	// plan is the gang's plan; nil outside gangs.
 	plan *gangPlan
-	// slot is the plan slot of the pod's rank (rankSlot), -1 for a pod
+	// slot is the plan slot of the pod's rank (gangmanager.Manager.SlotOfRank), -1 for a pod
 	// without one.
 	slot int
 	// waiting is set when PreFilter planned the gang and it did not fit
@@ -134,7 +131,7 @@ func (p *TopologyPlacement) PreFilter(ctx context.Context, state fwk.CycleState,
 		// Reserve gives it back on that node only.
 		return &framework.PreFilterResult{NodeNames: sets.New(g.Plan().Members[slot].Node)}, nil
 	}
-	s.slot = p.rankSlot(pod, s.req.GPUs, g)
+	s.slot = p.gangs.SlotOfRank(pod, s.req.GPUs, g)
 	if s.slot >= 0 && g.Slot(s.slot) == "" {
 		node := g.Plan().Members[s.slot].Node
 		if p.gangs.Steer(pod.UID, node) {
@@ -151,91 +148,6 @@ func (p *TopologyPlacement) PreFilter(ctx context.Context, state fwk.CycleState,
 // notCaughtUp is why a gang is not planned before the plugin's informer
 // handlers caught up.
 const notCaughtUp = "the scheduler started and is still reading NodeTopology objects and the GPUs of bound pods; the gang is retried once it has"
-
-// rankSlot returns the plan slot of the pod's rank (its lockstep.dev/rank
-// annotation), or -1 when it has none or the plan has no slot for it. The
-// plan's slots are in topology order (placement.RankOrder) and hold the
-// gang's pending members of the pod's size class (classMembers: neither
-// bound nor reserved through an earlier plan), so rank r takes the slot
-// after those of the lower ranks among them: the r-th when the class holds
-// every rank and none is bound, as in a fresh PyTorch or MPI gang.
-//
-// The members' ranks are read once per plan, when it is made (plan), not
-// for each member: listing and sizing the gang's pods on every member's
-// PreFilter cost O(gang²) per gang.
-func (p *TopologyPlacement) rankSlot(pod *v1.Pod, gpus int, g *gangPlan) int {
-	rank, ok := rankOf(pod)
-	if !ok {
-		return -1
-	}
-	slots, ok := p.gangs.Books.RankSlotsOf(g)
-	if !ok {
-		// A plan added without its ranks (not by plan): read them now,
-		// the members reserved through it among them.
-		ranks, err := p.pendingRanks(pod, gpus, func(uid types.UID) bool { _, here := g.SlotOf(string(uid)); return here })
-		if err != nil {
-			return -1
-		}
-		slots = p.gangs.Books.SetRankSlots(g, ranks)
-	}
-	return slots.Slot(rank)
-}
-
-// pendingRanks returns the ranks of pod's gang's members that rankSlot
-// gives slots by: pod's and those of its pendingPeers, ascending.
-func (p *TopologyPlacement) pendingRanks(pod *v1.Pod, gpus int, inPlan func(types.UID) bool) ([]int, error) {
-	peers, err := p.pendingPeers(pod, gpus, inPlan)
-	if err != nil {
-		return nil, err
-	}
-	var ranks []int
-	for _, member := range append(peers, pod) {
-		if r, ok := rankOf(member); ok {
-			ranks = append(ranks, r)
-		}
-	}
-	slices.Sort(ranks)
-	return ranks, nil
-}
-
-// pendingPeers returns the other members of pod's gang that ask for gpus
-// GPUs and wait to be placed: unbound, not being deleted, not finished, and
-// not reserved through another plan than the one inPlan tells the slots of.
-func (p *TopologyPlacement) pendingPeers(pod *v1.Pod, gpus int, inPlan func(types.UID) bool) ([]*v1.Pod, error) {
-	pods, err := p.gangPods(pod.Namespace, pod.Labels[schedv1alpha1.PodGroupLabel])
-	if err != nil {
-		return nil, err
-	}
-	var out []*v1.Pod
-	for _, member := range pods {
-		if member.UID == pod.UID || member.Spec.NodeName != "" || member.DeletionTimestamp != nil ||
-			member.Status.Phase == v1.PodSucceeded || member.Status.Phase == v1.PodFailed || p.view.Request(member).GPUs != gpus {
-			continue
-		}
-		if _, reserved := p.gangs.Books.AssignmentOf(member.UID); reserved && !inPlan(member.UID) {
-			continue
-		}
-		out = append(out, member)
-	}
-	return out, nil
-}
-
-// gangPods returns the pods of PodGroup name in namespace ns from the
-// scheduler's pod cache, through the PodGroup index (O(gang), not
-// O(namespace)). The pods are the cache's: read them, never modify them.
-func (p *TopologyPlacement) gangPods(ns, name string) ([]*v1.Pod, error) {
-	return podgroupindex.Members(p.handle.SharedInformerFactory().Core().V1().Pods(), ns, name)
-}
-
-// rankOf reads a pod's lockstep.dev/rank annotation.
-func rankOf(pod *v1.Pod) (int, bool) {
-	v, ok := pod.Annotations[lockstep.AnnotationRank]
-	if !ok {
-		return 0, false
-	}
-	r, err := strconv.Atoi(v)
-	return r, err == nil && r >= 0
-}
 
 // planStillValid reports whether every open slot's node still exists, is
 // not left out for stale or invalid topology, and still has the slot's GPUs
@@ -314,7 +226,7 @@ func (p *TopologyPlacement) plan(ctx context.Context, pod *v1.Pod, s *cycleState
 	if err != nil {
 		return nil, outcomeError, &rejection{err: err}
 	}
-	members := p.classMembers(pod, s.req.GPUs)
+	members := p.gangs.ClassMembers(pod, s.req.GPUs)
 	if r := mixedRequests(s.gang, members); r != nil {
 		return nil, outcomeUnschedulable, r
 	}
@@ -358,10 +270,10 @@ func (p *TopologyPlacement) plan(ctx context.Context, pod *v1.Pod, s *cycleState
 	}
 	p.gangs.Verdicts.Planned(s.gang)
 	logger.V(2).Info("Planned gang", "members", len(d.Plan.Members), "domain", d.Plan.Domain.ID, "level", d.Plan.LevelName, "efficiency", d.Plan.Efficiency)
-	// The members the plan was made for, by rank (rankSlot): none is
+	// The members the plan was made for, by rank (gangmanager.Manager.SlotOfRank): none is
 	// reserved through the new plan yet.
 	planned := gangmanager.Decision{Plan: d.Plan}
-	if ranks, err := p.pendingRanks(pod, s.req.GPUs, func(types.UID) bool { return false }); err == nil {
+	if ranks, err := p.gangs.PendingRanks(pod, s.req.GPUs, func(types.UID) bool { return false }); err == nil {
 		planned.Ranks = ranks
 	}
 	a := p.gangs.Apply(s.gang, planned, p.clock.Now())
@@ -383,45 +295,21 @@ func (p *TopologyPlacement) reportDrain(ctx context.Context, gang string, d *top
 	}
 }
 
-// drainStallWaits, in PreferredWaits, bounds a drain. A gang that does not
-// fit drains a domain of its base level, and while the domain keeps
-// freeing GPUs (within drainStallWaits of the last GPU freed) it is held
-// there and does not widen (placement.Policy.Widen): a domain that is emptying is worth a
-// longer wait than one a smaller pod may fill at any time, and training
-// jobs end minutes apart, so a domain that freed no GPU for one
-// PreferredWait is not yet stalled. When the domain stalls, the drain is
-// released, the gang widens as its time allows, and it drains nothing for
-// another drainStall (placement.Books.Stalled): the domain waits on pods
-// that are not ending, and holding it would keep other gangs off room they
-// could use now. No other bound is needed, as nothing but pods that
-// outrank the gang enters the domain (placement.Books.Drain).
-const drainStallWaits = 8
-
-// drainStall is how long a drained domain may free no GPU before its
-// drain is released: drainStallWaits PreferredWaits.
-func (p *TopologyPlacement) drainStall() time.Duration {
-	return drainStallWaits * p.args.PreferredWait.Duration
-}
-
-// releaseDrain releases the gang's drain, if any: it was planned, or is
-// gone. Releasing it frees capacity no cluster event reports, so the gangs
-// turned away are retried.
+// releaseDrain releases the gang's drain, if any
+// (gangmanager.Manager.ReleaseDrain).
 func (p *TopologyPlacement) releaseDrain(ctx context.Context, gang string) {
-	if p.gangs.Books.Undrain(gang) {
+	if p.gangs.ReleaseDrain(gang) {
 		klog.FromContext(ctx).V(2).Info("Released the gang's drained domain", "plugin", Name, "podGroup", gang)
 		p.metrics.drainedNodes.Set(float64(p.gangs.Books.DrainedNodes()))
-		p.gangs.RetryTurnedAway(gang)
 	}
 }
 
 // releaseDrainsOf releases the drains of every size class of the gang
 // ("namespace/podgroup"), saying why.
 func (p *TopologyPlacement) releaseDrainsOf(ctx context.Context, gang, why string) {
-	for _, key := range p.gangs.Books.Draining() {
-		if ns, name, ok := gangmanager.SplitPlanKey(key); ok && ns+"/"+name == gang {
-			klog.FromContext(ctx).V(2).Info("Releasing a drain whose gang no longer waits", "plugin", Name, "podGroup", key, "why", why)
-			p.releaseDrain(ctx, key)
-		}
+	for _, key := range p.gangs.DrainsOf(gang) {
+		klog.FromContext(ctx).V(2).Info("Releasing a drain whose gang no longer waits", "plugin", Name, "podGroup", key, "why", why)
+		p.releaseDrain(ctx, key)
 	}
 }
 
@@ -432,92 +320,15 @@ func (p *TopologyPlacement) releaseDrainsOf(ctx context.Context, gang, why strin
 // stalls.
 func (p *TopologyPlacement) releaseDrainIfNoPending(ctx context.Context, pod *v1.Pod) {
 	key := p.planKey(pod)
-	if key == "" {
+	if key == "" || !p.gangs.Books.Drains(key) || p.gangs.HasPendingMember(key) {
 		return
 	}
-	if !p.gangs.Books.Drains(key) || p.handle == nil {
-		return
-	}
-	pods, err := p.gangPods(pod.Namespace, pod.Labels[schedv1alpha1.PodGroupLabel])
-	if err != nil {
-		return
-	}
-	if !pendingMember(pods, key, p.planKey) {
-		klog.FromContext(ctx).V(2).Info("Releasing a drain whose gang has no pending pod left (suspended or evicted)", "plugin", Name, "podGroup", key, "pod", klog.KObj(pod))
-		p.releaseDrain(ctx, key)
-	}
-}
-
-// pendingMember reports whether some pod of gang size class key, by the
-// pods' plan keys from keyOf, still waits to be scheduled: unbound and not
-// being deleted.
-func pendingMember(pods []*v1.Pod, key string, keyOf func(*v1.Pod) string) bool {
-	for _, pod := range pods {
-		if pod.Spec.NodeName == "" && pod.DeletionTimestamp == nil && keyOf(pod) == key {
-			return true
-		}
-	}
-	return false
-}
-
-// gangMembers is what the books need to know of a gang's pods of one size
-// class, from the scheduler's pod cache and the books.
-type gangMembers struct {
-	// total counts the class's live pods, at least 1; bound those bound or
-	// reserved.
-	total, bound int
-	// boundNodes are the nodes of every bound or reserved live member of
-	// the gang, whatever it asks for: where a new plan should stay close to.
-	boundNodes []string
-	// byClaims and byResource count the gang's live members that ask for
-	// GPUs through claims and through nvidia.com/gpu (mixedRequests).
-	byClaims, byResource int
-}
-
-// classMembers counts the gang's live pods that ask for gpus GPUs, and how
-// many of them are bound or reserved.
-func (p *TopologyPlacement) classMembers(pod *v1.Pod, gpus int) gangMembers {
-	pods, err := p.gangPods(pod.Namespace, pod.Labels[schedv1alpha1.PodGroupLabel])
-	if err != nil {
-		return gangMembers{total: 1}
-	}
-	var m gangMembers
-	for _, member := range pods {
-		if member.Status.Phase == v1.PodSucceeded || member.Status.Phase == v1.PodFailed || member.DeletionTimestamp != nil {
-			continue
-		}
-		// A member reserved on a node, waiting at Permit or binding, is as
-		// good as bound: it has its GPUs and needs no slot.
-		node := member.Spec.NodeName
-		if node == "" && member.UID != pod.UID {
-			if r, ok := p.gangs.Books.AssignmentOf(member.UID); ok {
-				node = r.Node
-			}
-		}
-		if node != "" {
-			m.boundNodes = append(m.boundNodes, node)
-		}
-		req := p.view.Request(member)
-		switch {
-		case req.Claimed:
-			m.byClaims++
-		case req.GPUs > 0:
-			m.byResource++
-		}
-		if req.GPUs != gpus {
-			continue
-		}
-		m.total++
-		if node != "" {
-			m.bound++
-		}
-	}
-	m.total = max(m.total, 1)
-	return m
+	klog.FromContext(ctx).V(2).Info("Releasing a drain whose gang has no pending pod left (suspended or evicted)", "plugin", Name, "podGroup", key, "pod", klog.KObj(pod))
+	p.releaseDrain(ctx, key)
 }
 
 // request reads what placement.Decide needs of the pod's size class of its
-// gang: the members to place (m, from classMembers) beside those placed
+// gang: the members to place (m, from gangmanager.Manager.ClassMembers) beside those placed
 // before, what each asks for, the gang's constraint and its wait.
 //
 // The constraint is the PodGroup's lockstep.dev/topology-* annotations. A
@@ -525,18 +336,18 @@ func (p *TopologyPlacement) classMembers(pod *v1.Pod, gpus int) gangMembers {
 // takes it from Kueue TAS's annotations on the member pod, mapped by
 // lockstep.KueueTopologyConstraint; Lockstep's own annotations win where
 // both are given.
-func (p *TopologyPlacement) request(pg *schedv1alpha1.PodGroup, pod *v1.Pod, s *cycleState, m gangMembers) (placement.Request, error) {
+func (p *TopologyPlacement) request(pg *schedv1alpha1.PodGroup, pod *v1.Pod, s *cycleState, m gangmanager.Members) (placement.Request, error) {
 	req := placement.Request{
 		// All of the class's pending members when they fit; else what
 		// minMember still needs, since Coscheduling lets the rest follow
 		// later.
-		Pending:           max(m.total-m.bound, 1),
-		Needed:            max(min(m.total, int(pg.Spec.MinMember))-m.bound, 1),
+		Pending:           max(m.Total-m.Bound, 1),
+		Needed:            max(min(m.Total, int(pg.Spec.MinMember))-m.Bound, 1),
 		GPUsPerMember:     s.req.GPUs,
 		MilliCPUPerMember: s.req.MilliCPU,
 		MemoryPerMember:   s.req.Memory,
 		Channels:          s.req.Channels,
-		Near:              m.boundNodes,
+		Near:              m.BoundNodes,
 		Level:             pg.Annotations[lockstep.AnnotationTopologyLevel],
 		Mode:              lockstep.ConstraintMode(pg.Annotations[lockstep.AnnotationTopologyMode]),
 		Wait:              p.wait(s.gang),
@@ -563,20 +374,10 @@ func (p *TopologyPlacement) policy() placement.Policy {
 	}
 }
 
-// wait is what the plugin remembers of the gang for widening: when it was
-// first attempted, and whether the domain drained for it keeps it at its
-// base level (placement.Books.DrainHeld, the rule the sweep expires
-// drains by) or stalled (placement.Books.Stalled).
+// wait is what the gang manager remembers of the gang for widening, now
+// (gangmanager.Manager.Wait).
 func (p *TopologyPlacement) wait(gang string) placement.Wait {
-	now := p.clock.Now()
-	w := placement.Wait{
-		Waited:  now.Sub(p.gangs.FirstSeen(gang, now)),
-		Stalled: p.gangs.Books.Stalled(gang, now, p.drainStall()),
-	}
-	if hold, ok := p.gangs.Books.DrainHeld(gang, now, p.drainStall()); ok {
-		w.Held, w.HoldLeft = true, hold.Sub(now)
-	}
-	return w
+	return p.gangs.Wait(gang, p.clock.Now())
 }
 
 // nextWiden is how long until the gang may widen one more level
@@ -586,12 +387,10 @@ func (p *TopologyPlacement) nextWiden(gang string) time.Duration {
 }
 
 // endDrainIfDue releases the gang's drain once its domain stalled
-// (placement.Books.ExpireDrain), before the gang is planned with the
-// widening that allows.
+// (gangmanager.Manager.EndDrainIfDue).
 func (p *TopologyPlacement) endDrainIfDue(ctx context.Context, gang string) {
-	if p.gangs.Books.ExpireDrain(gang, p.clock.Now(), p.drainStall()) {
+	if p.gangs.EndDrainIfDue(gang, p.clock.Now()) {
 		klog.FromContext(ctx).V(2).Info("Released the gang's drained domain: it freed no GPU for a drainStall", "plugin", Name, "podGroup", gang)
-		p.gangs.RetryTurnedAway(gang)
 	}
 }
 
@@ -638,11 +437,11 @@ func claimProblem(gang string, req nodeview.Request) *rejection {
 // mixedRequests refuses a gang whose GPU members ask for GPUs both through
 // nvidia.com/gpu and through claims: the two kinds run on different nodes
 // and the gang would be planned as two.
-func mixedRequests(gang string, m gangMembers) *rejection {
-	if m.byClaims == 0 || m.byResource == 0 {
+func mixedRequests(gang string, m gangmanager.Members) *rejection {
+	if m.ByClaims == 0 || m.ByResource == 0 {
 		return nil
 	}
 	return refused(fmt.Sprintf(
 		"PodGroup %s: %d members ask for %s and %d for GPUs through ResourceClaims of DeviceClass %s; a gang asks for GPUs one way",
-		gang, m.byResource, lockstep.GPUResource, m.byClaims, lockstep.DRAGPUDeviceClass))
+		gang, m.ByResource, lockstep.GPUResource, m.ByClaims, lockstep.DRAGPUDeviceClass))
 }

@@ -34,7 +34,7 @@ func (p *TopologyPlacement) Reserve(ctx context.Context, state fwk.CycleState, p
 	}
 	p.gangs.ForgetSteer(pod.UID)
 	// A reserved member counts as bound in its gang's other size classes'
-	// plans (classMembers).
+	// plans (gangmanager.Manager.ClassMembers).
 	p.gangs.Verdicts.GangChanged(gangmanager.GangKey(pod))
 	logger := klog.FromContext(ctx)
 	if s.slot >= 0 && a.Slot != s.slot {

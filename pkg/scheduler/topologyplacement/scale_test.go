@@ -58,10 +58,10 @@ func BenchmarkPlanMembers(b *testing.B) {
 			notInPlan := func(types.UID) bool { return false }
 			b.ReportAllocs()
 			for b.Loop() {
-				if m := p.classMembers(pod, 8); m.total != members {
-					b.Fatalf("classMembers counted %d members, want %d", m.total, members)
+				if m := p.gangs.ClassMembers(pod, 8); m.Total != members {
+					b.Fatalf("classMembers counted %d members, want %d", m.Total, members)
 				}
-				if peers, err := p.pendingPeers(pod, 8, notInPlan); err != nil || len(peers) != members-1 {
+				if peers, err := p.gangs.PendingPeers(pod, 8, notInPlan); err != nil || len(peers) != members-1 {
 					b.Fatalf("pendingPeers: %d peers (%v), want %d", len(peers), err, members-1)
 				}
 			}

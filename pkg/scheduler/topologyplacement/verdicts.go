@@ -2,13 +2,10 @@ package topologyplacement
 
 import (
 	"context"
-	"maps"
 
 	v1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
-	schedv1alpha1 "sigs.k8s.io/scheduler-plugins/apis/scheduling/v1alpha1"
 
 	"github.com/lockstep-dev/lockstep/pkg/scheduler/gangmanager"
 	"github.com/lockstep-dev/lockstep/pkg/topology/placement"
@@ -63,22 +60,4 @@ func (p *TopologyPlacement) retireOnQueue(hint fwk.QueueingHintFn) fwk.QueueingH
 		}
 		return h, err
 	}
-}
-
-// memberChanged reports whether an update of a gang's pod changes what
-// its gang is planned from: the pod was bound, finished, is being deleted,
-// or its spec (the apiserver moves a pod's generation on every spec
-// change), labels or annotations changed.
-func memberChanged(old, pod *v1.Pod) bool {
-	return old.Spec.NodeName != pod.Spec.NodeName || old.Status.Phase != pod.Status.Phase ||
-		(old.DeletionTimestamp == nil) != (pod.DeletionTimestamp == nil) || old.Generation != pod.Generation ||
-		!maps.Equal(old.Labels, pod.Labels) || !maps.Equal(old.Annotations, pod.Annotations)
-}
-
-// podGroupChanged reports whether a PodGroup update changes what its gang
-// is planned from: its spec (a new generation) or its annotations (the
-// topology constraint); status updates do not.
-func podGroupChanged(old, pg *schedv1alpha1.PodGroup) bool {
-	return old.Generation != pg.Generation || !maps.Equal(old.Annotations, pg.Annotations) ||
-		!equality.Semantic.DeepEqual(old.Spec, pg.Spec)
 }

@@ -1,0 +1,267 @@
+// Package gangpreemption reads what a gang preemption may evict and evicts
+// it: the gang-aware counterpart of upstream's framework/preemption
+// Evaluator, which DefaultPreemption runs pod by pod. The rules of who is
+// evicted are placement.Preempt's; this package turns the scheduler's
+// snapshot into its candidates (a PodGroup is one candidate with every live
+// pod of it, wherever it runs, so a gang goes whole or not at all) and
+// carries out the decision against the API server.
+package gangpreemption
+
+import (
+	"maps"
+	"math/bits"
+	"slices"
+	"strings"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	corev1helpers "k8s.io/component-helpers/scheduling/corev1"
+	fwk "k8s.io/kube-scheduler/framework"
+
+	"github.com/lockstep-dev/lockstep/pkg/lockstep"
+	"github.com/lockstep-dev/lockstep/pkg/scheduler/gangmanager"
+	"github.com/lockstep-dev/lockstep/pkg/scheduler/nodeview"
+	"github.com/lockstep-dev/lockstep/pkg/topology"
+	"github.com/lockstep-dev/lockstep/pkg/topology/placement"
+)
+
+// Reader reads a preemption's candidates from the scheduler's snapshot,
+// the gang manager's books and the node view.
+type Reader struct {
+	View  *nodeview.View
+	Gangs *gangmanager.Manager
+}
+
+// Candidates returns the running work of lower priority than the
+// preemptor on snap's nodes that it may evict, and the pods of each
+// candidate by its Key: the pods of a PodGroup form one candidate with
+// every live pod of that PodGroup wherever it runs, so a gang is evicted
+// whole or not at all; other pods are candidates alone. Pods being deleted,
+// pods evicted for another gang's hold (not counted twice by competing
+// preemptors) and the preemptor's own gang are left out; so is a gang one
+// of whose pods was evicted already, or does not have lower priority.
+func (r Reader) Candidates(preemptor *v1.Pod, priority int32, snap *placement.Snapshot, nodes []fwk.NodeInfo) ([]placement.Victim, map[string][]*v1.Pod) {
+	inSnap := make(map[string]*placement.Node, len(snap.Nodes))
+	for _, n := range snap.Nodes {
+		inSnap[n.Name] = n
+	}
+	own := gangmanager.GangKey(preemptor)
+	gpus := &victimGPUs{r: r, known: map[string]topology.GPUSet{}, channels: r.View.Request(preemptor).Channels}
+	var out []placement.Victim
+	podsOf := map[string][]*v1.Pod{}
+	gangs := map[string]bool{}
+	for _, ni := range nodes {
+		if ni.Node() == nil || inSnap[ni.Node().Name] == nil {
+			continue
+		}
+		for _, pi := range ni.GetPods() {
+			pod := pi.GetPod()
+			if corev1helpers.PodPriority(pod) >= priority || pod.DeletionTimestamp != nil || r.Gangs.Books.EvictedFor(pod.UID) {
+				continue
+			}
+			if g := gangmanager.GangKey(pod); g != "" {
+				if g != own {
+					gangs[g] = true
+				}
+				continue
+			}
+			key := pod.Namespace + "/" + pod.Name
+			out = append(out, placement.Victim{
+				Key: key, Priority: corev1helpers.PodPriority(pod), Started: startedAt(pod),
+				Pods: []placement.VictimPod{gpus.victimPod(pod, ni.Node().Name, inSnap)},
+			})
+			podsOf[key] = []*v1.Pod{pod}
+		}
+	}
+	for _, key := range slices.Sorted(maps.Keys(gangs)) {
+		v, pods, ok := r.gangVictim(key, priority, gpus, inSnap)
+		if ok {
+			out = append(out, v)
+			podsOf[key] = pods
+		}
+	}
+	gpus.fill(out, podsOf, nodes, inSnap)
+	return out, podsOf
+}
+
+// gangVictim is the candidate of gang key ("namespace/podgroup"): all its
+// live pods, at the highest priority among them, started when the last of
+// them started. It reports false when the gang may not be evicted: a pod
+// of it does not have lower priority than the preemptor, or was evicted for
+// another gang already (the gang is going whole).
+func (r Reader) gangVictim(key string, priority int32, gpus *victimGPUs, inSnap map[string]*placement.Node) (placement.Victim, []*v1.Pod, bool) {
+	ns, name, _ := strings.Cut(key, "/")
+	listed, err := r.Gangs.GangPods(ns, name)
+	if err != nil {
+		return placement.Victim{}, nil, false
+	}
+	v := placement.Victim{Key: key}
+	var pods []*v1.Pod
+	allStarted := true
+	for _, pod := range listed {
+		if pod.DeletionTimestamp != nil || pod.Status.Phase == v1.PodSucceeded || pod.Status.Phase == v1.PodFailed {
+			continue
+		}
+		prio := corev1helpers.PodPriority(pod)
+		if prio >= priority || r.Gangs.Books.EvictedFor(pod.UID) {
+			return placement.Victim{}, nil, false
+		}
+		if len(pods) == 0 || prio > v.Priority {
+			v.Priority = prio
+		}
+		node := pod.Spec.NodeName
+		if node == "" {
+			// Reserved at Permit, or binding: it holds its GPUs there.
+			if a, ok := r.Gangs.Books.AssignmentOf(pod.UID); ok {
+				node = a.Node
+			}
+		}
+		started := startedAt(pod)
+		if started.IsZero() {
+			allStarted = false
+		} else if started.After(v.Started) {
+			v.Started = started
+		}
+		v.Pods = append(v.Pods, gpus.victimPod(pod, node, inSnap))
+		pods = append(pods, pod)
+	}
+	if len(pods) == 0 {
+		return placement.Victim{}, nil, false
+	}
+	if !allStarted {
+		v.Started = time.Time{}
+	}
+	return v, pods, true
+}
+
+// startedAt is when the pod started running, zero when it has not.
+func startedAt(pod *v1.Pod) time.Time {
+	if pod.Status.StartTime == nil {
+		return time.Time{}
+	}
+	return pod.Status.StartTime.Time
+}
+
+// victimGPUs finds the GPUs candidate pods hold: their reservation in the
+// books (reported by the node's agent, or chosen by the scheduler), else
+// what the node's NodeTopology reports allocated to them. A pod known by
+// its GPU count only (its allocation not reported yet) is given, in fill,
+// the highest-indexed of its node's GPUs that no known pod holds and are
+// not free: the ones the planner's snapshot takes out of the free GPUs for
+// such pods.
+type victimGPUs struct {
+	r Reader
+	// known are the GPUs of the candidates found so far, by node.
+	known map[string]topology.GPUSet
+	// unknown are the candidate pods whose GPUs are known by count.
+	unknown []unknownGPUs
+	// channels says the preemptor claims ComputeDomain channels: only
+	// then are the victims' channels read.
+	channels bool
+}
+
+type unknownGPUs struct {
+	node string
+	pod  types.UID
+	gpus int
+}
+
+// victimPod describes pod, running on node, as a VictimPod. Pods off the
+// snapshot's nodes free nothing the preemptor could use: their GPUs are
+// not looked up.
+func (g *victimGPUs) victimPod(pod *v1.Pod, node string, inSnap map[string]*placement.Node) placement.VictimPod {
+	req := g.r.View.Request(pod)
+	vp := placement.VictimPod{Node: node, MilliCPU: req.MilliCPU, Memory: req.Memory}
+	if g.channels && node != "" && inSnap[node] != nil && len(pod.Spec.ResourceClaims) > 0 {
+		vp.Channels = g.r.View.ChannelsHeld(pod, node)
+	}
+	// Only GPUs of nvidia.com/gpu are freed by count: which of a node's
+	// GPUs a claim's devices are is not read for victims.
+	if node == "" || inSnap[node] == nil || req.ResourceGPUs() == 0 {
+		return vp
+	}
+	if a, ok := g.r.Gangs.Books.AssignmentOf(pod.UID); ok && a.Node == node {
+		vp.GPUs = a.GPUs
+	} else if set, ok := g.r.View.AllocatedTo(node, string(pod.UID)); ok {
+		vp.GPUs = set
+	} else {
+		g.unknown = append(g.unknown, unknownGPUs{node: node, pod: pod.UID, gpus: req.GPUs})
+		return vp
+	}
+	g.known[node] |= vp.GPUs
+	return vp
+}
+
+// fill gives the candidates' pods known by GPU count their GPUs (see
+// victimGPUs); podsOf holds each candidate's pods in the order of its
+// VictimPods.
+func (g *victimGPUs) fill(victims []placement.Victim, podsOf map[string][]*v1.Pod, nodes []fwk.NodeInfo, inSnap map[string]*placement.Node) {
+	if len(g.unknown) == 0 {
+		return
+	}
+	count := map[string]int{}
+	for _, ni := range nodes {
+		if n := ni.Node(); n != nil && inSnap[n.Name] != nil {
+			count[n.Name] = int(ni.GetAllocatable().GetScalarResources()[lockstep.GPUResource])
+		}
+	}
+	given := make(map[types.UID]topology.GPUSet, len(g.unknown))
+	for _, u := range g.unknown {
+		left := topology.AllGPUs(min(count[u.node], topology.MaxGPUs)) &^ inSnap[u.node].FreeGPUs &^ g.known[u.node]
+		var set topology.GPUSet
+		for i := 0; i < u.gpus && left != 0; i++ {
+			top := topology.GPUSet(1) << (63 - bits.LeadingZeros64(uint64(left)))
+			set |= top
+			left &^= top
+		}
+		g.known[u.node] |= set
+		given[u.pod] = set
+	}
+	for i := range victims {
+		for j, pod := range podsOf[victims[i].Key] {
+			if set, ok := given[pod.UID]; ok {
+				victims[i].Pods[j].GPUs = set
+			}
+		}
+	}
+}
+
+// OutrankedOn reports whether work the gang's hold could not keep off took
+// the plan's room: a pod that outranks priority, asks for GPUs, and landed
+// on a node of plan (found by lookup) after the hold was made (since).
+// Nothing else can have: a hold keeps off pods of its priority or lower,
+// and what ran there before the hold the plan was made around. Every real
+// node runs pods that outrank any gang (kube-proxy or the CNI, the device
+// plugin, the DCGM exporter, at system-node-critical), and a gang whose
+// victims are gone often still does not fit for a while: the scheduler's
+// cache learns of the victims' going a moment after the books, and an
+// agent reports the GPUs they freed on its resync interval. Spending the
+// hold on either would evict a second set of victims for nothing.
+func (r Reader) OutrankedOn(plan *placement.Plan, priority int32, since time.Time, lookup func(string) (fwk.NodeInfo, bool)) bool {
+	for _, m := range plan.Members {
+		ni, ok := lookup(m.Node)
+		if !ok {
+			continue
+		}
+		for _, pi := range ni.GetPods() {
+			pod := pi.GetPod()
+			if corev1helpers.PodPriority(pod) > priority && landed(pod).After(since) && r.View.Request(pod).GPUs > 0 {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// landed is when pod came to its node: when it was scheduled, or created
+// for a pod bound at creation (a DaemonSet's, a static pod's).
+func landed(pod *v1.Pod) time.Time {
+	at := pod.CreationTimestamp.Time
+	for _, c := range pod.Status.Conditions {
+		if c.Type == v1.PodScheduled && c.Status == v1.ConditionTrue && c.LastTransitionTime.After(at) {
+			at = c.LastTransitionTime.Time
+		}
+	}
+	return at
+}
