@@ -31,6 +31,10 @@ import (
 type Reader struct {
 	View  *nodeview.View
 	Gangs *gangmanager.Manager
+	// MinMember is the minMember of gang ("namespace/podgroup"): a gang
+	// started when that many of its members ran (placement.GangStarted).
+	// When it is unknown every live member counts.
+	MinMember func(gang string) (int, bool)
 }
 
 // Candidates returns the running work of lower priority than the
@@ -86,8 +90,8 @@ func (r Reader) Candidates(preemptor *v1.Pod, priority int32, snap *placement.Sn
 }
 
 // gangVictim is the candidate of gang key ("namespace/podgroup"): all its
-// live pods, at the highest priority among them, started when the last of
-// them started. It reports false when the gang may not be evicted: a pod
+// live pods, at the highest priority among them, started when minMember of
+// them ran (placement.GangStarted). It reports false when the gang may not be evicted: a pod
 // of it does not have lower priority than the preemptor, or was evicted for
 // another gang already (the gang is going whole).
 func (r Reader) gangVictim(key string, priority int32, gpus *victimGPUs, inSnap map[string]*placement.Node) (placement.Victim, []*v1.Pod, bool) {
@@ -98,7 +102,7 @@ func (r Reader) gangVictim(key string, priority int32, gpus *victimGPUs, inSnap 
 	}
 	v := placement.Victim{Key: key}
 	var pods []*v1.Pod
-	allStarted := true
+	var starts []time.Time
 	for _, pod := range listed {
 		if pod.DeletionTimestamp != nil || pod.Status.Phase == v1.PodSucceeded || pod.Status.Phase == v1.PodFailed {
 			continue
@@ -117,11 +121,8 @@ func (r Reader) gangVictim(key string, priority int32, gpus *victimGPUs, inSnap 
 				node = a.Node
 			}
 		}
-		started := startedAt(pod)
-		if started.IsZero() {
-			allStarted = false
-		} else if started.After(v.Started) {
-			v.Started = started
+		if started := startedAt(pod); !started.IsZero() {
+			starts = append(starts, started)
 		}
 		v.Pods = append(v.Pods, gpus.victimPod(pod, node, inSnap))
 		pods = append(pods, pod)
@@ -129,9 +130,11 @@ func (r Reader) gangVictim(key string, priority int32, gpus *victimGPUs, inSnap 
 	if len(pods) == 0 {
 		return placement.Victim{}, nil, false
 	}
-	if !allStarted {
-		v.Started = time.Time{}
+	minMember, ok := r.MinMember(key)
+	if !ok {
+		minMember = len(pods)
 	}
+	v.Started = placement.GangStarted(starts, minMember)
 	return v, pods, true
 }
 

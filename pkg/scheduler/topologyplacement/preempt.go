@@ -88,6 +88,14 @@ func (p *TopologyPlacement) PostFilter(ctx context.Context, state fwk.CycleState
 	switch pr.outcome {
 	case preemptionPreempted, preemptionWaitingForVictims:
 		return nominate(pr.node), fwk.NewStatus(fwk.Success)
+	case preemptionNoRoom:
+		// No preemption helps the gang now: a node nominated for it before
+		// (a hold that expired or was spent) is cleared, as upstream's
+		// DefaultPreemption clears it, or the scheduler would keep
+		// counting the member against that node's room when filtering
+		// lower-priority pods while the planner thinks the node free.
+		p.gangs.Nominate(key, pod.UID, pod.Namespace+"/"+pod.Name, "")
+		return nominate(""), fwk.NewStatus(fwk.Unschedulable, "gang preemption: "+pr.reason)
 	default:
 		return nil, fwk.NewStatus(fwk.Unschedulable, "gang preemption: "+pr.reason)
 	}
@@ -360,7 +368,21 @@ func (p *TopologyPlacement) expireHolds(ctx context.Context) {
 
 // victims reads the candidates of the plugin's preemptions.
 func (p *TopologyPlacement) victims() gangpreemption.Reader {
-	return gangpreemption.Reader{View: p.view, Gangs: p.gangs}
+	return gangpreemption.Reader{View: p.view, Gangs: p.gangs, MinMember: p.minMember}
+}
+
+// minMember is the minMember of gang ("namespace/podgroup") as its
+// PodGroup in the informer cache states it.
+func (p *TopologyPlacement) minMember(gang string) (int, bool) {
+	ns, name, ok := gangmanager.SplitPlanKey(gang)
+	if !ok {
+		return 0, false
+	}
+	pg := &schedv1alpha1.PodGroup{}
+	if err := p.reader.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, pg); err != nil {
+		return 0, false
+	}
+	return int(pg.Spec.MinMember), true
 }
 
 // evictor evicts the victims of the plugin's preemptions through the

@@ -439,6 +439,9 @@ func TestPostFilterEvictsNothing(t *testing.T) {
 		noState     bool
 		wantMessage string
 		wantResult  string
+		// wantCleared: the member's nomination is cleared, as it is when
+		// no preemption can help.
+		wantCleared bool
 	}{
 		{
 			name:        "preemptionPolicy Never",
@@ -473,6 +476,7 @@ func TestPostFilterEvictsNothing(t *testing.T) {
 			},
 			wantMessage: "would not make room",
 			wantResult:  preemptionNoRoom,
+			wantCleared: true,
 		},
 	}
 	for _, tc := range tests {
@@ -492,6 +496,9 @@ func TestPostFilterEvictsNothing(t *testing.T) {
 			}
 			if node := nominatedNode(r); node != "" {
 				t.Errorf("nominated %s", node)
+			}
+			if cleared := r != nil && r.NominatingInfo != nil && r.NominatingInfo.NominatingMode == framework.ModeOverride; cleared != tc.wantCleared {
+				t.Errorf("nomination cleared = %v, want %v (result %+v)", cleared, tc.wantCleared, r)
 			}
 			if deleted, _ := env.evicted(t, 0); len(deleted) != 0 {
 				t.Errorf("deleted %v", deleted)
@@ -794,4 +801,38 @@ func (env *preemptionEnv) deletedSince(before, want int) []string {
 	})
 	slices.Sort(deleted)
 	return deleted
+}
+
+// A gang with a pending member (an elastic job below its maximum, a
+// scale-up, minMember below the replicas) is costed by the work of its
+// running members since minMember of them ran, not as a gang that never
+// started: old, 10 hours running with a third member pending, is spared
+// for young, one hour old; and with preemptionMinRuntime of 5 hours, young
+// is protected and old, past it, is evicted.
+func TestPendingMembersCostTheirRunningWork(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		minRuntime time.Duration
+		want       []string
+	}{
+		{name: "the cheapest is the younger gang", want: []string{"young-0", "young-1"}},
+		// Whole: its pending member is deleted with it.
+		{name: "the younger gang is protected by minRuntime", minRuntime: 5 * time.Hour, want: []string{"old-0", "old-1", "old-2"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			now := time.Unix(1000, 0)
+			pods, groups := gangsOf(now)
+			pods = append(pods, member("old-2", "old", "", 10, now, 0))
+			env := newPreemptionEnv(t, pods, groups...)
+			env.args.PreemptionMinRuntime.Duration = tc.minRuntime
+			env.clock.(*clocktesting.FakeClock).SetTime(now)
+			if _, status := env.preFilterThenPostFilter(t, env.pods["high-0"], env.nodes(t)); !status.IsSuccess() {
+				t.Fatalf("PostFilter: %v", status)
+			}
+			deleted, _ := env.evicted(t, len(tc.want))
+			if diff := cmp.Diff(tc.want, deleted); diff != "" {
+				t.Errorf("deleted pods (-want,+got):\n%s", diff)
+			}
+		})
+	}
 }

@@ -27,6 +27,23 @@ type Victim struct {
 	Pods    []VictimPod
 }
 
+// GangStarted is when a gang whose running members started at starts
+// (any order) started running whole: when its minMember-th member started,
+// the moment it became a gang that runs. Members that have not started
+// (an elastic job below its maximum, a scale-up, minMember below the
+// replicas) neither make it new nor protect it: the work the gang would
+// lose is its running members', from then. Zero when fewer than minMember
+// (at least 1) members run, which Victim.Started reads as never started.
+func GangStarted(starts []time.Time, minMember int) time.Time {
+	minMember = max(minMember, 1)
+	if len(starts) < minMember {
+		return time.Time{}
+	}
+	sorted := slices.Clone(starts)
+	slices.SortFunc(sorted, time.Time.Compare)
+	return sorted[minMember-1]
+}
+
 // VictimPod is one pod of a Victim and what evicting it frees.
 type VictimPod struct {
 	Node string
