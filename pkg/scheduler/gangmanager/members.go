@@ -200,11 +200,7 @@ func (m *Manager) NodeInPlan(pod *v1.Pod, gpus int, plan *placement.Plan) string
 // HasPendingMember reports whether some pod of gang size class key still waits
 // to be scheduled: unbound and not being deleted.
 func (m *Manager) HasPendingMember(key string) bool {
-	ns, name, ok := SplitPlanKey(key)
-	if !ok {
-		return false
-	}
-	pods, err := m.pods(ns, name)
+	pods, err := m.podsOf(key)
 	if err != nil {
 		// Unknown: keep what waits on it.
 		return true
@@ -228,11 +224,7 @@ func PendingMember(pods []*v1.Pod, key string, keyOf func(*v1.Pod) string) bool 
 // that are unbound and not being deleted, by namespace/name: the ones a
 // retry puts back in the scheduler's active queue.
 func (m *Manager) Unbound(key string) map[string]*v1.Pod {
-	ns, name, ok := SplitPlanKey(key)
-	if !ok {
-		return nil
-	}
-	pods, err := m.pods(ns, name)
+	pods, err := m.podsOf(key)
 	if err != nil {
 		return nil
 	}
@@ -254,4 +246,14 @@ func ended(pod *v1.Pod) bool {
 func (m *Manager) gpus(pod *v1.Pod) int {
 	n, _ := m.size(pod)
 	return n
+}
+
+// podsOf returns the pods of the gang of key (a plan key or
+// namespace/podgroup); a key that names no gang has none.
+func (m *Manager) podsOf(key string) ([]*v1.Pod, error) {
+	ns, name, ok := SplitPlanKey(key)
+	if !ok {
+		return nil, nil
+	}
+	return m.pods(ns, name)
 }
