@@ -57,11 +57,11 @@ build-cluster: ## Build only what a local cluster runs ($(CLUSTER_COMMANDS)) int
 	$(call go-build,$(CLUSTER_COMMANDS))
 
 .PHONY: tools
-tools: ## Build every tool (cluster tools, stock kube-scheduler, controller-gen, peer operators) into bin/, skipping those at the pinned version.
+tools: ## Build every tool (cluster tools, controller-gen, peer operators) into bin/, skipping those at the pinned version.
 	hack/tools.sh $(BIN) all
 
 .PHONY: cluster-tools
-cluster-tools: ## Build only what a local cluster runs (etcd, kube-apiserver, kube-controller-manager, kubectl, kwok) into bin/.
+cluster-tools: ## Build only what a local cluster runs (etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubectl, kwok) into bin/.
 	hack/tools.sh $(BIN) cluster
 
 .PHONY: first-run

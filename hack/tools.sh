@@ -2,9 +2,9 @@
 # Builds the test-cluster tools into bin/ from the Go module proxy.
 #
 # Versions come from go.mod files only: the product's go.mod (kube-apiserver,
-# kube-controller-manager, kubectl, and the stock kube-scheduler the benchmark
-# compares against, built from the same Kubernetes pin as the
-# scheduler) and hack/tools/*/go.mod (etcd, kwok, controller-gen, and the peer
+# kube-controller-manager, kubectl, and the stock kube-scheduler that is the
+# local cluster's default scheduler and the one the benchmark compares
+# against, built from the same Kubernetes pin as the scheduler) and hack/tools/*/go.mod (etcd, kwok, controller-gen, and the peer
 # operators the interop tests run: training-operator, kueue, ray-operator). A binary is
 # rebuilt only when the module version recorded in its build info differs from
 # the pinned one, so a warm bin/ costs a few `go version -m` calls.
@@ -14,10 +14,9 @@
 # With TOOLS_DRY_RUN=1 it only says what it would build (make first-run).
 #
 # GROUP is what to build: "cluster", the local cluster alone (etcd,
-# kube-apiserver, kube-controller-manager, kubectl, kwok, kwokctl: what
-# make demo and make cluster-up run), or "all" (the default), which adds
-# the stock kube-scheduler the benchmark compares against, controller-gen,
-# and the peer operators of the interop tests.
+# kube-apiserver, kube-controller-manager, kube-scheduler, kubectl, kwok,
+# kwokctl: what make demo and make cluster-up run), or "all" (the default),
+# which adds controller-gen and the peer operators of the interop tests.
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -144,11 +143,9 @@ wait_all() {
 kube_tools=(
 	kube-apiserver=k8s.io/kubernetes/cmd/kube-apiserver
 	kube-controller-manager=k8s.io/kubernetes/cmd/kube-controller-manager
+	kube-scheduler=k8s.io/kubernetes/cmd/kube-scheduler
 	kubectl=k8s.io/kubernetes/cmd/kubectl
 )
-if [ "$group" = all ]; then
-	kube_tools+=(kube-scheduler=k8s.io/kubernetes/cmd/kube-scheduler)
-fi
 spawn "$root" k8s.io/kubernetes "$kube_ldflags" "${kube_tools[@]}"
 
 spawn "$root/hack/tools/etcd" go.etcd.io/etcd/server/v3 "-s -w" \

@@ -1,12 +1,13 @@
 package main
 
 import (
-	"github.com/lockstep-dev/lockstep/pkg/localcluster"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/lockstep-dev/lockstep/pkg/localcluster"
 
 	"github.com/google/go-cmp/cmp"
 	"k8s.io/utils/ptr"

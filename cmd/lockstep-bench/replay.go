@@ -158,6 +158,12 @@ func startCluster(ctx context.Context, root, model string, sched *scheduler, cla
 	}
 	components := []func() (localcluster.Component, error){c.FakeAgentComponent}
 	if sched != nil {
+		// The node-critical DaemonSet's pods are the default scheduler's,
+		// as on a real cluster; when the stock kube-scheduler is the one
+		// under test, it is that scheduler.
+		if sched.PodSchedulerName != localcluster.DefaultSchedulerName {
+			components = append(components, c.DefaultSchedulerComponent)
+		}
 		components = append(components,
 			func() (localcluster.Component, error) { return c.ControllerComponentFor(sched.PodSchedulerName) },
 			func() (localcluster.Component, error) { return sched.component(c) })
@@ -173,6 +179,13 @@ func startCluster(ctx context.Context, root, model string, sched *scheduler, cla
 	}
 	if err := c.WaitTopologyPublished(ctx, wait); err != nil {
 		return c, err
+	}
+	if sched != nil {
+		// Every run starts where a real cluster is: node-critical pods,
+		// which outrank every job, on every node before the first job.
+		if err := c.WaitNodeCritical(ctx, wait); err != nil {
+			return c, err
+		}
 	}
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: benchNamespace}}
 	if err := c.Client.Create(ctx, ns); err != nil && !apierrors.IsAlreadyExists(err) {

@@ -37,7 +37,7 @@ func schedulers(lockstepConfig map[string]any) []scheduler {
 	// default profile: no gangs, no topology; DefaultPreemption evicts pods
 	// for a higher-priority pod.
 	kube := schedulerConfig(backoff, map[string]any{
-		"schedulerName": "default-scheduler",
+		"schedulerName": localcluster.DefaultSchedulerName,
 	})
 	// scheduler-plugins' Coscheduling with its own defaults (60 s Permit
 	// wait, no PodGroup backoff), as its documentation sets it up:
@@ -59,7 +59,7 @@ func schedulers(lockstepConfig map[string]any) []scheduler {
 	return []scheduler{
 		{
 			Name:             bench.SchedulerKube,
-			PodSchedulerName: "default-scheduler",
+			PodSchedulerName: localcluster.DefaultSchedulerName,
 			config:           kube,
 			component: func(c *localcluster.Cluster) (localcluster.Component, error) {
 				return c.KubeSchedulerComponent("scheduler", "kube-scheduler", kube)

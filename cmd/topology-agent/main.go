@@ -78,7 +78,7 @@ func main() {
 	fs.StringVar(&opts.podResourcesSocket, "pod-resources-socket", "/var/lib/kubelet/pod-resources/kubelet.sock", "real mode: the kubelet's pod-resources API socket")
 	fs.StringVar(&opts.sysfsRoot, "sysfs-root", "/sys", "real mode: where sysfs is mounted")
 	fs.StringVar(&opts.hcas, "hcas", "", "real mode: comma-separated RDMA device patterns for the compute NICs (e.g. mlx5_*); empty means every device with an active port")
-	fs.DurationVar(&opts.resyncInterval, "resync-interval", 10*time.Second, "real mode: how often hardware and GPU allocation are read")
+	fs.DurationVar(&opts.resyncInterval, "resync-interval", lockstep.AgentResyncInterval, "how often GPU allocation (and, in real mode, hardware) is read: pods' GPUs are reported at the first read after they change; fake mode holds a change back until its node's next read, as the real agent would report it (0: at once)")
 	fs.Float64Var(&opts.qps, "kube-api-qps", 100, "fake mode publishes ~3 writes per node at start: the apiserver request rate limit")
 	fs.IntVar(&opts.burst, "kube-api-burst", 200, "burst above --kube-api-qps")
 	fs.BoolVar(&opts.once, "once", false, "real mode: discover this node once, print the report as JSON on stdout and exit, without contacting the API server (what the agent would publish, for checking a node by hand)")
@@ -172,6 +172,9 @@ func runFake(ctx context.Context, cfg *rest.Config, scheme *runtime.Scheme, opts
 		Allocation:   opts.fakeAllocation,
 		Metrics:      metrics,
 		Topology:     topo,
+		// The real agent's read interval, so the local cluster's
+		// NodeTopology lags the pods as a real cluster's does.
+		ResyncInterval: opts.resyncInterval,
 	}
 	if err := reconciler.SetupWithManager(mgr); err != nil {
 		return err

@@ -43,9 +43,9 @@ func gpuLimit(c corev1.Container) int {
 	return 0
 }
 
-// holdsGPUs reports whether the pod's GPUs are still taken: until the pod has
+// HoldsGPUs reports whether the pod's GPUs are still taken: until the pod has
 // finished or is gone.
-func holdsGPUs(pod *corev1.Pod) bool {
+func HoldsGPUs(pod *corev1.Pod) bool {
 	return pod.Status.Phase != corev1.PodSucceeded && pod.Status.Phase != corev1.PodFailed
 }
 
@@ -86,7 +86,7 @@ func (a *Allocator) Allocate(prior []v1alpha1.GPUAllocation, pods []*corev1.Pod)
 		taken    = a.Unhealthy
 	)
 	for _, pod := range pods {
-		if !holdsGPUs(pod) || GPURequest(pod) == 0 {
+		if !HoldsGPUs(pod) || GPURequest(pod) == 0 {
 			continue
 		}
 		if alloc, ok := byUID[string(pod.UID)]; ok {

@@ -197,7 +197,7 @@ func (r *FakeReconciler) claimAllocations(ctx context.Context, node string, hw *
 		problems []AllocationProblem
 	)
 	for _, pod := range pods {
-		if !holdsGPUs(pod) || len(pod.Spec.ResourceClaims) == 0 {
+		if !HoldsGPUs(pod) || len(pod.Spec.ResourceClaims) == 0 {
 			continue
 		}
 		var set topology.GPUSet

@@ -3,12 +3,15 @@ package agent
 import (
 	"context"
 	"fmt"
+	"hash/fnv"
 	"net/http"
 	"strings"
 	"sync"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	resourcev1 "k8s.io/api/resource/v1"
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/tools/record"
@@ -62,11 +65,21 @@ type FakeReconciler struct {
 	// NVLink level's label names a simulated node's NVLink domain. Default:
 	// lockstep.DefaultTopologyConfig().
 	Topology lockstep.TopologyConfig
+	// ResyncInterval is how often the real agent reads a node's GPU
+	// allocation (its --resync-interval): a change of the pods' GPUs is
+	// reported at the node's first read after it, as the real agent
+	// reports it, not the moment the pod is bound or gone. Zero reports
+	// at once. The scheduler must live with a NodeTopology that lags its
+	// own books by up to this long, as it does on a real cluster.
+	ResyncInterval time.Duration
 
 	// selectors caches one GPU-set selector per profile: its table depends
 	// only on the node's shape.
 	mu        sync.Mutex
 	selectors map[string]*topology.Selector
+	// unreported is when a node's allocation was first seen to differ
+	// from what its NodeTopology reports.
+	unreported map[string]time.Time
 }
 
 // SetupWithManager registers the reconciler: it follows nodes, the pods bound
@@ -154,14 +167,21 @@ func (r *FakeReconciler) Reconcile(ctx context.Context, req reconcile.Request) (
 		status   v1alpha1.NodeTopologyStatus
 		problems []AllocationProblem
 	)
+	current := &v1alpha1.NodeTopology{}
+	if err := r.Client.Get(ctx, client.ObjectKey{Name: node.Name}, current); apierrors.IsNotFound(err) {
+		current = nil
+	} else if err != nil {
+		return reconcile.Result{}, err
+	}
 	if IsDRANode(node) {
 		status, problems, err = r.draStatus(ctx, node, profile, hw, podPtrs)
 	} else {
-		status, problems, err = r.devicePluginStatus(ctx, node, hw, sel, podPtrs)
+		status, problems, err = r.devicePluginStatus(ctx, node, hw, sel, podPtrs, current)
 	}
 	if err != nil {
 		return reconcile.Result{}, err
 	}
+	status, wait := r.lag(node.Name, current, status)
 	for _, p := range problems {
 		logger.V(2).Info("GPU allocation differs from the request", "pod", klog.KObj(p.Pod), "node", node.Name, "reason", p.Reason)
 		r.Recorder.Eventf(p.Pod, corev1.EventTypeWarning, "GPUAllocation", "node %s: %s", node.Name, p.Reason)
@@ -170,22 +190,71 @@ func (r *FakeReconciler) Reconcile(ctx context.Context, req reconcile.Request) (
 	if err != nil {
 		return reconcile.Result{}, err
 	}
+	if wait > 0 {
+		next = min(next, wait)
+	}
 	return reconcile.Result{RequeueAfter: next}, nil
+}
+
+// lag holds back an allocation change until the node's next read (see
+// ResyncInterval): it returns the status to publish now and, when a change
+// is held back, how long until it is due. A node's reads fall every
+// ResyncInterval at a phase of its own, as the agents of a real cluster,
+// started at different moments, read at different moments; the lag of a
+// change is between zero and ResyncInterval. A NodeTopology not yet
+// published gets the allocation at once: that is the agent's first read.
+func (r *FakeReconciler) lag(node string, current *v1alpha1.NodeTopology, status v1alpha1.NodeTopologyStatus) (v1alpha1.NodeTopologyStatus, time.Duration) {
+	if r.ResyncInterval <= 0 || current == nil {
+		return status, 0
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	reported := current.Status
+	if apiequality.Semantic.DeepEqual(reported.Allocations, status.Allocations) && reported.FreeGPUs == status.FreeGPUs {
+		delete(r.unreported, node)
+		return status, 0
+	}
+	now := r.Publisher.Clock.Now()
+	seen, ok := r.unreported[node]
+	if !ok {
+		if r.unreported == nil {
+			r.unreported = map[string]time.Time{}
+		}
+		seen = now
+		r.unreported[node] = seen
+	}
+	due := NextRead(node, seen, r.ResyncInterval)
+	if !now.Before(due) {
+		delete(r.unreported, node)
+		return status, 0
+	}
+	status.Allocations, status.FreeGPUs = reported.Allocations, reported.FreeGPUs
+	return status, due.Sub(now)
+}
+
+// NextRead is the first read of node's agent after t, for agents that read
+// every interval at a phase set by the node's name.
+func NextRead(node string, t time.Time, interval time.Duration) time.Time {
+	h := fnv.New64a()
+	_, _ = h.Write([]byte(node))
+	phase := time.Duration(h.Sum64() % uint64(interval))
+	since := (t.Sub(time.Unix(0, 0)) - phase) % interval
+	if since < 0 {
+		since += interval
+	}
+	return t.Add(interval - since)
 }
 
 // devicePluginStatus emulates NVIDIA's device plugin on a node: the pods
 // bound there get GPUs as Allocator decides, keeping those they had.
-func (r *FakeReconciler) devicePluginStatus(ctx context.Context, node *corev1.Node, hw *topology.NodeTopology, sel *topology.Selector, pods []*corev1.Pod) (v1alpha1.NodeTopologyStatus, []AllocationProblem, error) {
+func (r *FakeReconciler) devicePluginStatus(ctx context.Context, node *corev1.Node, hw *topology.NodeTopology, sel *topology.Selector, pods []*corev1.Pod, current *v1alpha1.NodeTopology) (v1alpha1.NodeTopologyStatus, []AllocationProblem, error) {
 	// A node moved off DRA leaves no slice behind.
 	if err := r.deleteGPUSlice(ctx, node.Name); err != nil {
 		return v1alpha1.NodeTopologyStatus{}, nil, err
 	}
 	var prior []v1alpha1.GPUAllocation
-	current := &v1alpha1.NodeTopology{}
-	if err := r.Client.Get(ctx, client.ObjectKey{Name: node.Name}, current); err == nil {
+	if current != nil {
 		prior = current.Status.Allocations
-	} else if !apierrors.IsNotFound(err) {
-		return v1alpha1.NodeTopologyStatus{}, nil, err
 	}
 	allocator := &Allocator{Node: hw, Selector: sel, IgnoreAnnotation: r.Allocation == lockstep.FakeAllocationDevicePlugin}
 	allocs, problems := allocator.Allocate(prior, pods)

@@ -191,8 +191,11 @@ func TestSmokeTrace(t *testing.T) {
 	for _, j := range jobs {
 		shapes[[2]int{j.Replicas, j.GPUsPerReplica}]++
 		gpus += j.GPUs()
-		if j.Submit > 20*time.Second || j.Duration > 10*time.Second {
-			t.Errorf("%s: submitted at %v for %v; the smoke trace must end within half a minute", j.ID, j.Submit, j.Duration)
+		// Each job outlives the agent's 10 s read interval (so the agent
+		// reports its GPUs, as it would a real job's), and the trace
+		// ends within about 40 s.
+		if j.Submit > 20*time.Second || j.Duration > 20*time.Second || j.Duration <= 10*time.Second {
+			t.Errorf("%s: submitted at %v for %v; the smoke trace's jobs must run 10-20 s and start within 20 s", j.ID, j.Submit, j.Duration)
 		}
 	}
 	if gpus > 256 {

@@ -161,6 +161,11 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 	if err := c.CreateNodes(ctx, model.Nodes()); err != nil {
 		return c, err
 	}
+	// Every fake node runs what every real node does before any gang
+	// lands: pods that outrank all work (deploy/kwok/node-critical.yaml).
+	if err := c.InstallNodeCritical(ctx); err != nil {
+		return c, err
+	}
 	return c, nil
 }
 

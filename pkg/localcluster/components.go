@@ -460,17 +460,27 @@ func (c *Cluster) managerComponent(name, binary string, id Identity, probe strin
 	}, nil
 }
 
-// StartComponents starts every component the suite runs: the scheduler, the
-// fake topology agent and the TrainingJob controller, and returns once the
-// agent has published every model node's NodeTopology. Before that the
-// scheduler plans a node's GPUs without its topology and leaves the choice
-// of GPUs to the device plugin, as it should for a node that just joined;
-// the tests, the demo and cluster-up describe a cluster past that moment.
+// StartComponents starts every component the suite runs: on a local
+// control plane its default scheduler (an existing cluster has its own),
+// then the scheduler, the fake topology agent and the TrainingJob
+// controller, and returns once the agent has published every model node's
+// NodeTopology and the node-critical DaemonSet runs on every node. Before
+// that the scheduler plans a node's GPUs without its topology and leaves
+// the choice of GPUs to the device plugin, as it should for a node that
+// just joined; the tests, the demo and cluster-up describe a cluster past
+// that moment.
 func (c *Cluster) StartComponents(ctx context.Context) error {
-	if err := c.startSuite(ctx, c.SchedulerComponent, c.FakeAgentComponent, c.ControllerComponent); err != nil {
+	describes := []func() (Component, error){c.SchedulerComponent, c.FakeAgentComponent, c.ControllerComponent}
+	if c.Local() {
+		describes = append([]func() (Component, error){c.DefaultSchedulerComponent}, describes...)
+	}
+	if err := c.startSuite(ctx, describes...); err != nil {
 		return err
 	}
-	return c.WaitTopologyPublished(ctx, 2*time.Minute)
+	if err := c.WaitTopologyPublished(ctx, 2*time.Minute); err != nil {
+		return err
+	}
+	return c.WaitNodeCritical(ctx, 2*time.Minute)
 }
 
 // startSuite starts the components describes says, in order, and records

@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // GPUResource is the extended resource the NVIDIA device plugin advertises.
@@ -225,3 +226,9 @@ const (
 	// trusts the annotation over the reported allocation shows.
 	FakeAllocationDevicePlugin = "device-plugin"
 )
+
+// AgentResyncInterval is how often the topology agent reads a node's GPU
+// allocation by default (its --resync-interval): a pod's GPUs, and their
+// release, reach NodeTopology up to this long after the pod starts or goes,
+// in the fake agent as in the real one.
+const AgentResyncInterval = 10 * time.Second

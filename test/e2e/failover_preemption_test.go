@@ -19,7 +19,7 @@ import (
 // TestSchedulerFailoverMidPreemption: two lockstep-scheduler replicas with
 // leader election; four low-priority jobs fill the four leaves. A
 // high-priority leaf:Required job preempts the youngest, whose pods take
-// 20 s of their 30 s grace period to go, and the leader is killed as soon
+// their whole 30 s grace period to go, and the leader is killed as soon
 // as the first victim is marked. The standby takes over while the victims
 // still terminate: it rebuilds the hold from them (their DisruptionTarget
 // condition names the preemptor's plan and domain) and evicts nothing
@@ -62,13 +62,13 @@ func TestSchedulerFailoverMidPreemption(t *testing.T) {
 }
 
 // slowShutdownJob is checkpointingJob's leaf:Required gang of 1 + workers
-// 8-GPU pods whose pods take 20 s of their 30 s grace period to exit: long
-// enough for a leader to die and another to take over while they go.
+// 8-GPU pods whose pods take their whole 30 s grace period to go (the
+// harness's default): long enough for a leader to die and another to take
+// over while they go.
 func slowShutdownJob(ns, name string, workers int32, class string) *v1alpha1.TrainingJob {
 	tpl := utiltesting.MakePodTemplate("pytorch").CPU("1").GPULimit(8).Obj()
 	tpl.Spec.TerminationGracePeriodSeconds = ptr.To[int64](30)
 	return pytorchGang(ns, name, workers, tpl).PriorityClass(class).
-		TemplateAnnotation(lockstep.AnnotationSimulatedShutdown, "20s").
 		Topology(lockstep.LevelLeaf, v1alpha1.TopologyRequired).Obj()
 }
 

@@ -12,8 +12,11 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/lockstep-dev/lockstep/pkg/agent"
 	"github.com/lockstep-dev/lockstep/pkg/apis/lockstep/v1alpha1"
+	"github.com/lockstep-dev/lockstep/pkg/localcluster"
 	"github.com/lockstep-dev/lockstep/pkg/lockstep"
 	"github.com/lockstep-dev/lockstep/pkg/topology"
 )
@@ -62,6 +65,7 @@ func leafFree(t *testing.T) map[string]int {
 // node and GPUs its pod has.
 func TestKubectlTopologyAndPlacement(t *testing.T) {
 	ns := cluster.NewNamespace(t)
+	waitTopologyCaughtUp(t)
 	before := leafFree(t)
 
 	job := pytorchJob(ns, "ranks", 3)
@@ -83,6 +87,7 @@ func TestKubectlTopologyAndPlacement(t *testing.T) {
 	for _, p := range pods {
 		wantTaken[leafOf[p.Spec.NodeName]] += 4
 	}
+	waitTopologyCaughtUp(t)
 	after := leafFree(t)
 	gotTaken := map[string]int{}
 	for leaf, free := range before {
@@ -146,4 +151,60 @@ func TestKubectlTopologyAndPlacement(t *testing.T) {
 		}
 	}
 	t.Logf("kubectl lockstep placement:\n%s", table)
+}
+
+// waitTopologyCaughtUp waits until every device-plugin node's NodeTopology
+// reports exactly the GPU pods bound there that still hold GPUs: the fake
+// agent, as the real one, reports allocation changes at its next read (up
+// to 10 s later), so what NodeTopology shows right after pods come or go is
+// what it showed before.
+func waitTopologyCaughtUp(t *testing.T) {
+	t.Helper()
+	// DRA nodes report the GPUs of claims, which pods do not count.
+	dra := map[string]bool{}
+	for _, n := range cluster.Model.Nodes() {
+		dra[n.Name] = n.Labels[lockstep.LabelGPUDriver] == lockstep.GPUDriverDRA
+	}
+	err := localcluster.Poll(context.Background(), 250*time.Millisecond, time.Minute, "NodeTopology reporting the pods' GPUs", func(ctx context.Context) (bool, error) {
+		pods, err := cluster.Clientset.CoreV1().Pods("").List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, nil
+		}
+		want := map[string]map[string]bool{}
+		for i := range pods.Items {
+			p := &pods.Items[i]
+			if p.Spec.NodeName == "" || agent.GPURequest(p) == 0 || !agent.HoldsGPUs(p) {
+				continue
+			}
+			if want[p.Spec.NodeName] == nil {
+				want[p.Spec.NodeName] = map[string]bool{}
+			}
+			want[p.Spec.NodeName][string(p.UID)] = true
+		}
+		var list v1alpha1.NodeTopologyList
+		if err := cluster.Client.List(ctx, &list); err != nil {
+			return false, nil
+		}
+		for _, nt := range list.Items {
+			if dra[nt.Name] {
+				continue
+			}
+			got := map[string]bool{}
+			for _, a := range nt.Status.Allocations {
+				got[a.PodUID] = true
+			}
+			if len(got) != len(want[nt.Name]) {
+				return false, nil
+			}
+			for uid := range got {
+				if !want[nt.Name][uid] {
+					return false, nil
+				}
+			}
+		}
+		return true, nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
 }

@@ -26,8 +26,11 @@ import (
 // requeueDeadline is how soon after capacity is freed a gang that waited
 // for it must be bound: far below the queue's 5-minute flush of
 // unschedulable pods, which is what retried such a gang before QueueingHints
-// (issue 16).
-const requeueDeadline = 10 * time.Second
+// (issue 16). The GPUs are free for the planner once the node's agent
+// reports them so, at its next read (up to lockstep.AgentResyncInterval
+// after the pods went, on a real node as on the harness's), and the gang
+// is bound within 10 s of that.
+const requeueDeadline = lockstep.AgentResyncInterval + 10*time.Second
 
 // requeueGangSize is the waiting gang: four 8-GPU members, 32 GPUs.
 const requeueGangSize = 4

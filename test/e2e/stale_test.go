@@ -108,6 +108,9 @@ func TestStaleAndInvalidTopologyLeftOut(t *testing.T) {
 	for _, n := range cluster.Model.Nodes() {
 		waitNodeTopology(t, n.Name, "heartbeating", func(nt *v1alpha1.NodeTopology) bool { return !nt.Status.HeartbeatTime.IsZero() })
 	}
+	// The agent reports pods gone at its next read: stopped before that,
+	// it would leave an earlier test's GPUs taken for good.
+	waitTopologyCaughtUp(t)
 	restartAgent := stopFakeAgent(t)
 	leaf0 := nodesByLeaf()["leaf-0"]
 	staleNode, badNode := leaf0[0], leaf0[1]
