@@ -67,13 +67,14 @@ func waitPriorityClassAdmitted(t *testing.T, ns, class string) {
 }
 
 // checkpointingJob is a PyTorch gang of 1 + workers pods of gpus GPUs in
-// class, constrained to one leaf when leaf is set. Its pods take 2 s to
-// exit once deleted, within their 30 s grace period, as trainers that
-// checkpoint on SIGTERM do, so a preemptor must wait for them.
+// class, constrained to one leaf when leaf is set. Its pods take their
+// whole 10 s grace period to go once deleted (the harness's default), as
+// trainers that checkpoint on SIGTERM and are killed at the deadline do,
+// so a preemptor must wait for them.
 func checkpointingJob(ns, name string, workers int32, gpus int64, class string, leaf bool) *v1alpha1.TrainingJob {
 	tpl := utiltesting.MakePodTemplate("pytorch").CPU("1").GPULimit(gpus).Obj()
-	tpl.Spec.TerminationGracePeriodSeconds = ptr.To[int64](30)
-	w := pytorchGang(ns, name, workers, tpl).PriorityClass(class).TemplateAnnotation(lockstep.AnnotationSimulatedShutdown, "2s")
+	tpl.Spec.TerminationGracePeriodSeconds = ptr.To[int64](10)
+	w := pytorchGang(ns, name, workers, tpl).PriorityClass(class)
 	if leaf {
 		w = w.Topology(lockstep.LevelLeaf, v1alpha1.TopologyRequired)
 	}
@@ -395,6 +396,9 @@ func TestCompetingPreemptorsEvictEachVictimOnce(t *testing.T) {
 			for m := range 4 {
 				pod := utiltesting.MakePod(fmt.Sprintf("%s-%d", name, m), ns).GPUs(8).SchedulerName(localcluster.SchedulerName).PodGroup(name).Obj()
 				pod.Spec.PriorityClassName = classes[0]
+				// Victims take their whole grace period to go:
+				// short, for twenty rounds.
+				pod.Spec.TerminationGracePeriodSeconds = ptr.To[int64](3)
 				cluster.CreatePods(t, pod)
 			}
 		}

@@ -16,6 +16,7 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
+	policylisters "k8s.io/client-go/listers/policy/v1"
 	corev1helpers "k8s.io/component-helpers/scheduling/corev1"
 	fwk "k8s.io/kube-scheduler/framework"
 
@@ -35,6 +36,10 @@ type Reader struct {
 	// started when that many of its members ran (placement.GangStarted).
 	// When it is unknown every live member counts.
 	MinMember func(gang string) (int, bool)
+	// PDBs lists the PodDisruptionBudgets: a candidate whose eviction
+	// breaks one is evicted only when nothing else makes room
+	// (placement.Victim.PDBViolations). Nil weighs none.
+	PDBs policylisters.PodDisruptionBudgetLister
 }
 
 // Candidates returns the running work of lower priority than the
@@ -86,6 +91,10 @@ func (r Reader) Candidates(preemptor *v1.Pod, priority int32, snap *placement.Sn
 		}
 	}
 	gpus.fill(out, podsOf, nodes, inSnap)
+	pdbs := newBudgets(r.PDBs)
+	for i := range out {
+		out[i].PDBViolations, _ = pdbs.violations(podsOf[out[i].Key])
+	}
 	return out, podsOf
 }
 

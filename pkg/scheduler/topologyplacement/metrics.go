@@ -80,11 +80,14 @@ type pluginMetrics struct {
 	preemptionAttempts  *metrics.CounterVec
 	preemptionVictims   *metrics.CounterVec
 	preemptionGPUHours  *metrics.Counter
-	holdsExpired        *metrics.Counter
-	evictionErrors      *metrics.Counter
-	verdictLookups      *metrics.CounterVec
-	bindsInFlight       *metrics.Gauge
-	bindBacklogWait     *metrics.Counter
+	// preemptionPDBViolations counts victim pods evicted against a
+	// PodDisruptionBudget: only when nothing else made room.
+	preemptionPDBViolations *metrics.Counter
+	holdsExpired            *metrics.Counter
+	evictionErrors          *metrics.Counter
+	verdictLookups          *metrics.CounterVec
+	bindsInFlight           *metrics.Gauge
+	bindBacklogWait         *metrics.Counter
 }
 
 func newPluginMetrics() *pluginMetrics {
@@ -178,6 +181,13 @@ func newPluginMetrics() *pluginMetrics {
 			Help:           "GPU-hours the victims of gang preemption had run when they were evicted: the work lost to their restart, at most, as they restart from their last checkpoint.",
 			StabilityLevel: metrics.ALPHA,
 		}),
+		preemptionPDBViolations: metrics.NewCounter(&metrics.CounterOpts{
+			Namespace:      metricsNamespace,
+			Subsystem:      metricsSubsystem,
+			Name:           "preemption_pdb_violations_total",
+			Help:           "Victim pods the gang-aware preemption evicted although no PodDisruptionBudget allowed it: only when evicting nothing that breaks a budget would make room. The Preempting event names the budgets.",
+			StabilityLevel: metrics.ALPHA,
+		}),
 		holdsExpired: metrics.NewCounter(&metrics.CounterOpts{
 			Namespace:      metricsNamespace,
 			Subsystem:      metricsSubsystem,
@@ -250,6 +260,7 @@ func registerMetrics(register func(metrics.Registerable) error) (*pluginMetrics,
 	add(m.preemptionAttempts, adoptAs(&m.preemptionAttempts))
 	add(m.preemptionVictims, adoptAs(&m.preemptionVictims))
 	add(m.preemptionGPUHours, adoptAs(&m.preemptionGPUHours))
+	add(m.preemptionPDBViolations, adoptAs(&m.preemptionPDBViolations))
 	add(m.holdsExpired, adoptAs(&m.holdsExpired))
 	add(m.evictionErrors, adoptAs(&m.evictionErrors))
 	add(m.verdictLookups, adoptAs(&m.verdictLookups))

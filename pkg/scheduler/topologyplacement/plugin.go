@@ -35,6 +35,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime"
+	policylisters "k8s.io/client-go/listers/policy/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/component-base/metrics/legacyregistry"
@@ -88,6 +89,9 @@ type TopologyPlacement struct {
 	// defaultPreemption is upstream's, for pods outside gangs (PostFilter);
 	// nil (tests) preempts nothing for them.
 	defaultPreemption *defaultpreemption.DefaultPreemption
+	// pdbs lists the PodDisruptionBudgets gang preemption weighs; nil
+	// (tests) weighs none.
+	pdbs policylisters.PodDisruptionBudgetLister
 	// behind is set until the plugin's informer handlers have handled what
 	// their informers first listed (catchUp): the scheduler starts
 	// scheduling once its informers synced, while the handlers that index
@@ -236,7 +240,8 @@ func build(ctx context.Context, args *Args, handle framework.Handle) (*TopologyP
 	if p.client, err = client.New(handle.KubeConfig(), client.Options{Scheme: scheme}); err != nil {
 		return nil, err
 	}
-	if p.defaultPreemption, err = newDefaultPreemption(ctx, handle); err != nil {
+	p.pdbs = handle.SharedInformerFactory().Policy().V1().PodDisruptionBudgets().Lister()
+	if p.defaultPreemption, err = newDefaultPreemption(ctx, handle, p.eligibleAlone); err != nil {
 		return nil, fmt.Errorf("%s: building %s for pods outside gangs: %w", Name, defaultpreemption.Name, err)
 	}
 	if err := register(pgInformer, p.podGroupEvents(ctx)); err != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 
 	v1 "k8s.io/api/core/v1"
@@ -34,18 +35,25 @@ var (
 // newDefaultPreemption builds upstream's DefaultPreemption with its default
 // args (defaulted by the scheduler's scheme, as an unconfigured plugin's
 // are) and the features of the process's feature gates, as kube-scheduler's
-// in-tree registry builds it: pods outside gangs are preempted for exactly
-// as by the stock scheduler. It runs on handle, the framework of the first
-// profile that enabled TopologyPlacement; every profile has the same
-// plugins and shares the scheduler's snapshot and queue.
-func newDefaultPreemption(ctx context.Context, handle framework.Handle) (*defaultpreemption.DefaultPreemption, error) {
+// in-tree registry builds it, with eligible as its IsEligiblePod: pods
+// outside gangs preempt pods outside gangs exactly as on the stock
+// scheduler, and never a gang member (preemptForPod). It runs on handle,
+// the framework of the first profile that enabled TopologyPlacement; every
+// profile has the same plugins and shares the scheduler's snapshot and
+// queue.
+func newDefaultPreemption(ctx context.Context, handle framework.Handle, eligible defaultpreemption.IsEligiblePodFunc) (*defaultpreemption.DefaultPreemption, error) {
 	versioned := &configv1.DefaultPreemptionArgs{}
 	scheme.Scheme.Default(versioned)
 	args := &config.DefaultPreemptionArgs{}
 	if err := scheme.Scheme.Convert(versioned, args, nil); err != nil {
 		return nil, fmt.Errorf("defaulting %s args: %w", defaultpreemption.Name, err)
 	}
-	return defaultpreemption.New(ctx, args, handle, plfeature.NewSchedulerFeaturesFromGates(feature.DefaultFeatureGate))
+	dp, err := defaultpreemption.New(ctx, args, handle, plfeature.NewSchedulerFeaturesFromGates(feature.DefaultFeatureGate))
+	if err != nil {
+		return nil, err
+	}
+	dp.IsEligiblePod = eligible
+	return dp, nil
 }
 
 // PreEnqueue is DefaultPreemption's, which the configuration disables in
@@ -75,10 +83,7 @@ func (p *TopologyPlacement) PostFilter(ctx context.Context, state fwk.CycleState
 		return nil, fwk.NewStatus(fwk.Unschedulable, "gang preemption does not preempt for GPUs asked through ResourceClaims")
 	}
 	if key == "" {
-		if p.defaultPreemption == nil {
-			return nil, fwk.NewStatus(fwk.Unschedulable, "preemption for pods outside gangs is not set up")
-		}
-		return p.defaultPreemption.PostFilter(ctx, state, pod, m)
+		return p.preemptForPod(ctx, state, pod, m)
 	}
 	pr := p.preemptForGang(ctx, state, pod)
 	if pr.err != nil {
@@ -211,10 +216,11 @@ func (p *TopologyPlacement) preemptForGang(ctx context.Context, state fwk.CycleS
 		p.metrics.preemptionVictims.WithLabelValues(kind).Inc()
 	}
 	p.metrics.preemptionGPUHours.Add(pre.Cost.GPUSeconds / 3600)
+	broken := p.brokenBudgets(pre, podsOf)
 	logger.V(2).Info("Preempting for the gang", "podGroup", s.gang, "priority", s.waiting.priority, "domain", pre.Plan.Domain.ID,
-		"victims", names, "pods", len(victims), "gpuSeconds", pre.Cost.GPUSeconds)
+		"victims", names, "pods", len(victims), "gpuSeconds", pre.Cost.GPUSeconds, "pdbViolations", pre.Cost.PDBViolations)
 	p.handle.EventRecorder().Eventf(pod, nil, v1.EventTypeNormal, gangpreemption.EventPreempting, "Preempting",
-		"Preempting %s in %s for gang %s (priority %d)", strings.Join(names, ", "), pre.Plan.Domain.DisplayID(), preemptor, s.waiting.priority)
+		"Preempting %s in %s for gang %s (priority %d)%s", strings.Join(names, ", "), pre.Plan.Domain.DisplayID(), preemptor, s.waiting.priority, broken)
 	p.evictor().Evict(logger, pod, victims, msg)
 	return preemption{outcome: preemptionPreempted, node: p.holdNomination(pod, s.gang, s.req.GPUs, pre.Plan)}
 }
@@ -368,7 +374,7 @@ func (p *TopologyPlacement) expireHolds(ctx context.Context) {
 
 // victims reads the candidates of the plugin's preemptions.
 func (p *TopologyPlacement) victims() gangpreemption.Reader {
-	return gangpreemption.Reader{View: p.view, Gangs: p.gangs, MinMember: p.minMember}
+	return gangpreemption.Reader{View: p.view, Gangs: p.gangs, MinMember: p.minMember, PDBs: p.pdbs}
 }
 
 // minMember is the minMember of gang ("namespace/podgroup") as its
@@ -393,4 +399,24 @@ func (p *TopologyPlacement) evictor() *gangpreemption.Evictor {
 		Client: p.handle.ClientSet(), Recorder: p.handle.EventRecorder(),
 		NotGoing: p.victimGone, Failed: p.metrics.evictionErrors.Inc,
 	}
+}
+
+// brokenBudgets counts the victims' pods pre evicts against a
+// PodDisruptionBudget (preemption_pdb_violations_total) and says which
+// budgets, for the Preempting event; "" when it breaks none.
+func (p *TopologyPlacement) brokenBudgets(pre *placement.Preemption, podsOf map[string][]*v1.Pod) string {
+	if pre.Cost.PDBViolations == 0 {
+		return ""
+	}
+	p.metrics.preemptionPDBViolations.Add(float64(pre.Cost.PDBViolations))
+	var names []string
+	for _, v := range pre.Victims {
+		for _, b := range p.victims().BrokenBudgets(podsOf[v.Key]) {
+			if !slices.Contains(names, b) {
+				names = append(names, b)
+			}
+		}
+	}
+	slices.Sort(names)
+	return fmt.Sprintf(", breaking PodDisruptionBudget %s for %d pods: nothing that breaks none makes room", strings.Join(names, ", "), pre.Cost.PDBViolations)
 }

@@ -549,7 +549,7 @@ func TestPostFilterDelegatesPodsOutsideGangs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if p.defaultPreemption, err = newDefaultPreemption(ctx, f); err != nil {
+	if p.defaultPreemption, err = newDefaultPreemption(ctx, f, p.eligibleAlone); err != nil {
 		t.Fatal(err)
 	}
 	factory.Start(ctx.Done())

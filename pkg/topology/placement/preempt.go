@@ -25,6 +25,11 @@ type Victim struct {
 	// Preemptor.Now: no work lost, and protected by MinRuntime.
 	Started time.Time
 	Pods    []VictimPod
+	// PDBViolations counts the victim's pods whose eviction no
+	// PodDisruptionBudget allows now (upstream's "violating" victims): a
+	// set of victims that violates none is preferred to any that does, so
+	// a budget is broken only when nothing else makes room.
+	PDBViolations int
 }
 
 // GangStarted is when a gang whose running members started at starts
@@ -83,18 +88,22 @@ type Preemptor struct {
 	Held map[string]int32
 }
 
-// Cost is what a set of victims loses, compared in field order: the
-// highest priority evicted, then the GPU time the victims had run (work lost
-// to a restart), then how many gangs and pods are hit.
+// Cost is what a set of victims loses, compared in field order: the pods
+// evicted against a PodDisruptionBudget (as upstream's DefaultPreemption
+// picks the node with fewest), then the highest priority evicted, then the
+// GPU time the victims had run (work lost to a restart), then how many
+// gangs and pods are hit.
 type Cost struct {
-	MaxPriority int32
-	GPUSeconds  float64
-	Victims     int
+	PDBViolations int
+	MaxPriority   int32
+	GPUSeconds    float64
+	Victims       int
 }
 
 // Compare orders costs, cheapest first.
 func (c Cost) Compare(o Cost) int {
 	return cmp.Or(
+		cmp.Compare(c.PDBViolations, o.PDBViolations),
 		cmp.Compare(c.MaxPriority, o.MaxPriority),
 		cmp.Compare(c.GPUSeconds, o.GPUSeconds),
 		cmp.Compare(c.Victims, o.Victims),
@@ -229,8 +238,12 @@ func (p Preemptor) eligible(candidates []Victim) ([]scored, string) {
 			out = append(out, scored{v: v, gpuSeconds: float64(v.gpus()) * p.Now.Sub(started).Seconds()})
 		}
 	}
+	// Cheapest first, and a victim that would break a budget after every
+	// one that would not: within a domain, victims are added in this
+	// order until the gang fits.
 	slices.SortFunc(out, func(a, b scored) int {
-		return cmp.Or(cmp.Compare(a.v.Priority, b.v.Priority), cmp.Compare(a.gpuSeconds, b.gpuSeconds), strings.Compare(a.v.Key, b.v.Key))
+		return cmp.Or(cmp.Compare(min(a.v.PDBViolations, 1), min(b.v.PDBViolations, 1)),
+			cmp.Compare(a.v.Priority, b.v.Priority), cmp.Compare(a.gpuSeconds, b.gpuSeconds), strings.Compare(a.v.Key, b.v.Key))
 	})
 	var why []string
 	if higher > 0 {
@@ -357,6 +370,7 @@ func preemptIn(s *Snapshot, d *topology.Domain, g Gang, req request, byName map[
 			out.Cost.MaxPriority = c.v.Priority
 		}
 		out.Cost.GPUSeconds += c.gpuSeconds
+		out.Cost.PDBViolations += c.v.PDBViolations
 		out.Cost.Victims++
 	}
 	// A hold taken over: its gang must make room again elsewhere.

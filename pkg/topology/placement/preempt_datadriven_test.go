@@ -24,6 +24,7 @@ func (s *script) runVictim(t *testing.T, d *datadriven.TestData) (string, error)
 		return "", fmt.Errorf("%s already runs", v.Key)
 	}
 	d.MaybeScanArgs(t, "priority", &v.Priority)
+	d.MaybeScanArgs(t, "pdb", &v.PDBViolations)
 	if d.HasArg("started") {
 		var at time.Duration
 		d.ScanArgs(t, "started", &at)
@@ -100,7 +101,12 @@ func (s *script) preempt(t *testing.T, d *datadriven.TestData) (string, error) {
 	for _, v := range pre.Victims {
 		fmt.Fprintf(&b, "evict %s (priority %d, %d pods)\n", v.Key, v.Priority, len(v.Pods))
 	}
-	fmt.Fprintf(&b, "cost: max priority %d, %.0f GPU-hours, %d victims\n", pre.Cost.MaxPriority, pre.Cost.GPUSeconds/3600, pre.Cost.Victims)
+	if pre.Cost.PDBViolations > 0 {
+		fmt.Fprintf(&b, "cost: %d pods against a PodDisruptionBudget, ", pre.Cost.PDBViolations)
+	} else {
+		b.WriteString("cost: ")
+	}
+	fmt.Fprintf(&b, "max priority %d, %.0f GPU-hours, %d victims\n", pre.Cost.MaxPriority, pre.Cost.GPUSeconds/3600, pre.Cost.Victims)
 	b.WriteString(describePlan(key, pre.Plan))
 	if d.HasArg("hold") {
 		var pods []string

@@ -57,6 +57,7 @@ func FuzzPreempt(f *testing.F) {
 			t.Fatalf("Preempt: %v", err)
 		}
 		checkPreemption(t, s, p, candidates, pre)
+		checkBudgetsBrokenLast(t, s, p, candidates, pre)
 		for _, v := range pre.Victims {
 			started := v.Started
 			if started.IsZero() {
@@ -103,6 +104,10 @@ func randomVictims(s *Snapshot, rng *rand.Rand, now time.Time) []Victim {
 					Priority: int32(rng.IntN(4)),
 					Started:  now.Add(-time.Duration(rng.IntN(5)) * time.Hour),
 				})
+				// One in four has pods a PodDisruptionBudget protects.
+				if rng.IntN(4) == 0 {
+					out[len(out)-1].PDBViolations = 1 + rng.IntN(2)
+				}
 				open = &out[len(out)-1]
 			}
 			open.Pods = append(open.Pods, VictimPod{Node: n.Name, GPUs: part})
@@ -169,4 +174,31 @@ func victimKeys(vs []Victim) []string {
 		out[i] = v.Key
 	}
 	return out
+}
+
+// checkBudgetsBrokenLast checks that a preemption breaks a
+// PodDisruptionBudget only when nothing else makes room: at the level it
+// freed a domain at, no domain takes the gang with every eligible
+// candidate that breaks none evicted.
+func checkBudgetsBrokenLast(t *testing.T, s *Snapshot, p Preemptor, candidates []Victim, pre *Preemption) {
+	t.Helper()
+	if pre.Cost.PDBViolations == 0 {
+		return
+	}
+	var clean []Victim
+	for _, v := range candidates {
+		started := v.Started
+		if started.IsZero() {
+			started = p.Now
+		}
+		if v.PDBViolations == 0 && v.Priority < p.Priority && (p.MinRuntime == 0 || p.Now.Sub(started) >= p.MinRuntime) {
+			clean = append(clean, v)
+		}
+	}
+	level := slices.Index(s.Tree.LevelNames(), pre.Plan.Domain.LevelName)
+	for _, d := range s.Tree.Domains(level) {
+		if fitsIn(s, p.Gang, d, clean) {
+			t.Errorf("broke %d budgets in %s, though the gang fits in %s evicting only work no budget protects", pre.Cost.PDBViolations, pre.Plan.Domain.ID, d.ID)
+		}
+	}
 }
