@@ -42,6 +42,26 @@ func findNodeCondition(n *corev1.Node, t corev1.NodeConditionType) *corev1.NodeC
 	return nil
 }
 
+// darkenUntilCleanup darkens node (framework's DarkenNode) and, when the
+// test ends, hands it back to KWOK and waits until every node is Ready
+// again, for the tests after it.
+func darkenUntilCleanup(t *testing.T, node string) {
+	t.Helper()
+	ctx := context.Background()
+	t.Cleanup(func() {
+		if err := cluster.RestoreNode(ctx, node); err != nil {
+			t.Error(err)
+			return
+		}
+		if err := cluster.WaitNodesReady(ctx, 3*time.Minute); err != nil {
+			t.Error(err)
+		}
+	})
+	if err := cluster.DarkenNode(ctx, node); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // tolerationSeconds is a pod's tolerationSeconds of a NoExecute taint key;
 // false when it has no such toleration.
 func tolerationSeconds(p *corev1.Pod, key string) (int64, bool) {
@@ -118,19 +138,8 @@ func TestGangRestartsWhenANodeGoesDark(t *testing.T) {
 		t.Errorf("bystander tolerates %s for %d s (found %v), want DefaultTolerationSeconds' 300", corev1.TaintNodeUnreachable, s, ok)
 	}
 
-	t.Cleanup(func() {
-		if err := cluster.RestoreNode(ctx, dark); err != nil {
-			t.Error(err)
-			return
-		}
-		if err := cluster.WaitNodesReady(ctx, 3*time.Minute); err != nil {
-			t.Error(err)
-		}
-	})
 	darkened := time.Now()
-	if err := cluster.DarkenNode(ctx, dark); err != nil {
-		t.Fatal(err)
-	}
+	darkenUntilCleanup(t, dark)
 	var unreachableAt time.Time
 	err = localcluster.Poll(ctx, 250*time.Millisecond, 3*time.Minute, "node "+dark+" Unknown with the unreachable NoExecute taint", func(ctx context.Context) (bool, error) {
 		n, err := cluster.Clientset.CoreV1().Nodes().Get(ctx, dark, metav1.GetOptions{})

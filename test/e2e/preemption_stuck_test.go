@@ -10,7 +10,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
-	podutil "k8s.io/kubernetes/pkg/api/v1/pod"
 	"k8s.io/utils/ptr"
 
 	"github.com/lockstep-dev/lockstep/pkg/localcluster"
@@ -30,7 +29,7 @@ import (
 // eight preferredWaits: this test's scheduler runs a 3 s preferredWait, so
 // 5 + 24 s), with a PreemptionHoldExpired event on the preemptor's
 // PodGroup naming the stuck pod and preemption_holds_expired_total
-// counting it, and the leaf is open again: a low-priority pod binds there.
+// counting it.
 func TestStuckVictimReleasesTheHold(t *testing.T) {
 	const (
 		preferredWait = 3 * time.Second
@@ -71,52 +70,18 @@ func TestStuckVictimReleasesTheHold(t *testing.T) {
 	victims := waitGangBound(t, ns, "victim", 8, 2*time.Minute)
 	fillRest(t, ns, high)
 	dark, stuck := victims[0].Spec.NodeName, victims[0].Name
-	leaf := map[string]string{}
-	for _, n := range cluster.Model.Nodes() {
-		leaf[n.Name] = n.Labels[leafLabel]
-	}
-	t.Cleanup(func() {
-		if err := cluster.RestoreNode(ctx, dark); err != nil {
-			t.Error(err)
-			return
-		}
-		if err := cluster.WaitNodesReady(ctx, 3*time.Minute); err != nil {
-			t.Error(err)
-		}
-	})
-	if err := cluster.DarkenNode(ctx, dark); err != nil {
-		t.Fatal(err)
-	}
+	darkenUntilCleanup(t, dark)
 
 	gang("urgent", high)
 	waitMarked(t, ns, map[string]types.UID{stuck: victims[0].UID})
 	preempted := time.Now()
-	want := "waits for " + ns + "/" + stuck + " to terminate"
-	var msgs []string
-	err := localcluster.Poll(ctx, 200*time.Millisecond, bound, "the preemptor saying it waits for "+stuck, func(ctx context.Context) (bool, error) {
-		pods, err := gangPods(ctx, ns, "urgent")
-		if err != nil {
-			return false, nil
-		}
-		msgs = msgs[:0]
-		for _, p := range pods {
-			if _, c := podutil.GetPodConditionFromList(p.Status.Conditions, corev1.PodScheduled); c != nil && c.Status == corev1.ConditionFalse {
-				msgs = append(msgs, c.Message)
-				if strings.Contains(c.Message, want) {
-					return true, nil
-				}
-			}
-		}
-		return false, nil
-	})
-	if err != nil {
-		t.Errorf("%v; the preemptor's messages: %q", err, msgs)
-	}
+	waitPodsUnschedulable(t, "urgent", func(ctx context.Context) ([]corev1.Pod, error) { return gangPods(ctx, ns, "urgent") },
+		"waits for "+ns+"/"+stuck+" to terminate")
 
 	// The hold ends within its bound (plus the sweep's period and a
 	// loaded machine's slack), said on the preemptor's PodGroup.
 	var expired *corev1.Event
-	err = localcluster.Poll(ctx, 250*time.Millisecond, bound+30*time.Second, "a "+gangpreemption.EventHoldExpired+" event naming "+stuck, func(ctx context.Context) (bool, error) {
+	err := localcluster.Poll(ctx, 250*time.Millisecond, bound+30*time.Second, "a "+gangpreemption.EventHoldExpired+" event naming "+stuck, func(ctx context.Context) (bool, error) {
 		events, err := cluster.Events(ctx, ns, "PodGroup", "urgent")
 		if err != nil {
 			return false, nil
@@ -139,18 +104,5 @@ func TestStuckVictimReleasesTheHold(t *testing.T) {
 	}
 	if n := samples.Find("lockstep_scheduler_preemption_holds_expired_total", nil).Sum(); n < 1 {
 		t.Errorf("preemption_holds_expired_total = %v, want at least 1", n)
-	}
-
-	// The leaf is open again to work of the victims' priority.
-	var free string
-	for _, v := range victims[1:] {
-		free = v.Spec.NodeName
-	}
-	probe := utiltesting.MakePod("after", ns).GPUs(8).SchedulerName(localcluster.SchedulerName).Obj()
-	probe.Spec.PriorityClassName = low
-	probe.Spec.NodeSelector = map[string]string{corev1.LabelHostname: free}
-	cluster.CreatePods(t, probe)
-	if node := waitBound(t, ns, "after"); leaf[node] != leaf[dark] {
-		t.Errorf("the low-priority pod runs on %s in %s, want the reopened %s", node, leaf[node], leaf[dark])
 	}
 }

@@ -317,10 +317,20 @@ func fillRest(t *testing.T, ns, class string) {
 // message until it is tried again), and returns the message.
 func waitUnschedulable(t *testing.T, ns, job string, want ...string) string {
 	t.Helper()
+	return waitPodsUnschedulable(t, job, func(ctx context.Context) ([]corev1.Pod, error) {
+		pods, err := jobPodsOf(ctx, ns, job)
+		return slices.Collect(maps.Values(pods)), err
+	}, want...)
+}
+
+// waitPodsUnschedulable is waitUnschedulable for the pods list returns,
+// which what names.
+func waitPodsUnschedulable(t *testing.T, what string, list func(context.Context) ([]corev1.Pod, error), want ...string) string {
+	t.Helper()
 	var msgs []string
 	var found string
-	err := localcluster.Poll(context.Background(), 100*time.Millisecond, time.Minute, job+" unschedulable: "+strings.Join(want, ", "), func(ctx context.Context) (bool, error) {
-		pods, err := jobPodsOf(ctx, ns, job)
+	err := localcluster.Poll(context.Background(), 100*time.Millisecond, time.Minute, what+" unschedulable: "+strings.Join(want, ", "), func(ctx context.Context) (bool, error) {
+		pods, err := list(ctx)
 		if err != nil {
 			return false, nil
 		}

@@ -206,17 +206,7 @@ func (p *TopologyPlacement) preemptForGang(ctx context.Context, state fwk.CycleS
 		Preemptor: preemptor, Priority: s.waiting.priority, Domain: pre.Plan.Domain.DisplayID(),
 		Plan: s.gang, DomainID: pre.Plan.Domain.ID,
 	}.Message()
-	names := make([]string, len(pre.Victims))
-	for i, v := range pre.Victims {
-		names[i] = v.Key
-		kind := victimPod
-		if gangmanager.GangKey(podsOf[v.Key][0]) != "" {
-			kind = victimGang
-		}
-		p.metrics.preemptionVictims.WithLabelValues(kind).Inc()
-	}
-	p.metrics.preemptionGPUHours.Add(pre.Cost.GPUSeconds / 3600)
-	broken := p.brokenBudgets(pre, podsOf)
+	names, _, broken := p.countVictims(pre, podsOf)
 	logger.V(2).Info("Preempting for the gang", "podGroup", s.gang, "priority", s.waiting.priority, "domain", pre.Plan.Domain.ID,
 		"victims", names, "pods", len(victims), "gpuSeconds", pre.Cost.GPUSeconds, "pdbViolations", pre.Cost.PDBViolations)
 	p.handle.EventRecorder().Eventf(pod, nil, v1.EventTypeNormal, gangpreemption.EventPreempting, "Preempting",
@@ -399,6 +389,24 @@ func (p *TopologyPlacement) evictor() *gangpreemption.Evictor {
 		Client: p.handle.ClientSet(), Recorder: p.handle.EventRecorder(),
 		NotGoing: p.victimGone, Failed: p.metrics.evictionErrors.Inc,
 	}
+}
+
+// countVictims counts the victims of pre, a preemption about to be carried
+// out, in the preemption metrics, and returns their keys, their pods (of
+// podsOf) and what brokenBudgets says of them.
+func (p *TopologyPlacement) countVictims(pre *placement.Preemption, podsOf map[string][]*v1.Pod) (names []string, pods []*v1.Pod, broken string) {
+	names = make([]string, len(pre.Victims))
+	for i, v := range pre.Victims {
+		names[i] = v.Key
+		kind := victimPod
+		if gangmanager.GangKey(podsOf[v.Key][0]) != "" {
+			kind = victimGang
+		}
+		p.metrics.preemptionVictims.WithLabelValues(kind).Inc()
+		pods = append(pods, podsOf[v.Key]...)
+	}
+	p.metrics.preemptionGPUHours.Add(pre.Cost.GPUSeconds / 3600)
+	return names, pods, p.brokenBudgets(pre, podsOf)
 }
 
 // brokenBudgets counts the victims' pods pre evicts against a

@@ -175,19 +175,7 @@ func (p *TopologyPlacement) preemptGangsForPod(ctx context.Context, pod *v1.Pod,
 		return preemption{outcome: preemptionNoRoom, reason: "the plan places no node"}
 	}
 	node := pre.Plan.Members[0].Node
-	var victims []*v1.Pod
-	names := make([]string, len(pre.Victims))
-	for i, v := range pre.Victims {
-		names[i] = v.Key
-		kind := victimPod
-		if gangmanager.GangKey(podsOf[v.Key][0]) != "" {
-			kind = victimGang
-		}
-		p.metrics.preemptionVictims.WithLabelValues(kind).Inc()
-		victims = append(victims, podsOf[v.Key]...)
-	}
-	p.metrics.preemptionGPUHours.Add(pre.Cost.GPUSeconds / 3600)
-	broken := p.brokenBudgets(pre, podsOf)
+	names, victims, broken := p.countVictims(pre, podsOf)
 	preemptor := pod.Namespace + "/" + pod.Name
 	msg := lockstep.Preemption{Preemptor: preemptor, Priority: prio, Domain: node}.Message()
 	logger.V(2).Info("Preempting whole gangs for a pod outside gangs", "priority", prio, "node", node,
