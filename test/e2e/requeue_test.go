@@ -41,7 +41,11 @@ const requeueGangSize = 4
 // The gang must be bound within requeueDeadline of the deletion, every
 // round, whether a TrainingJob made its PodGroup or another operator did.
 func TestGangRequeuedWhenCapacityFrees(t *testing.T) {
-	rounds := 20
+	// Each round waits for the agent to report the freed GPUs twice (the
+	// fillers' and the gang's): up to 20 s a round. Eight rounds of each
+	// kind keep the test near two minutes on 2 cores; set
+	// E2E_REQUEUE_ROUNDS=20 for a longer hunt for a missed requeue.
+	rounds := 8
 	if v, err := strconv.Atoi(os.Getenv("E2E_REQUEUE_ROUNDS")); err == nil && v > 0 {
 		rounds = v
 	}
