@@ -64,6 +64,14 @@ type deviceView struct {
 	// orders interns the pools' device orders, so nodes that walk equal
 	// orders share one and the planner reuses its last answer for them.
 	orders map[string]*topology.DRAOrder
+	// freed, when set, is called (without mu) after a claim released
+	// devices it held: deallocated or deleted. Gangs whose "does not fit"
+	// is remembered may fit now (Config.Freed). The claim's own event
+	// requeues the waiting pods (requeue.ClaimFreed), but without this
+	// they would replay the verdict made while the devices were taken:
+	// the pod's deletion, the usual retry, comes before its claims are
+	// deallocated.
+	freed func()
 }
 
 // devicePool is a published pool: its node's part of a plan's view.
@@ -177,11 +185,14 @@ func (v *deviceView) OnClaim(c *resourcev1.ResourceClaim) {
 		}
 	}
 	v.mu.Lock()
-	defer v.mu.Unlock()
 	if c.Status.Allocation != nil {
 		delete(v.reserving, key)
 	}
-	v.setClaim(key, held, c.Status.Allocation != nil)
+	released := v.setClaim(key, held, c.Status.Allocation != nil)
+	v.mu.Unlock()
+	if released && v.freed != nil {
+		v.freed()
+	}
 }
 
 // OnClaimDelete records a ResourceClaim deleted; obj may be a tombstone.
@@ -195,14 +206,18 @@ func (v *deviceView) OnClaimDelete(obj any) {
 	}
 	key := c.Namespace + "/" + c.Name
 	v.mu.Lock()
-	defer v.mu.Unlock()
 	delete(v.reserving, key)
-	v.setClaim(key, nil, false)
+	released := v.setClaim(key, nil, false)
+	v.mu.Unlock()
+	if released && v.freed != nil {
+		v.freed()
+	}
 }
 
 // setClaim records claim key allocated with the devices held, or not
-// allocated. The caller holds v.mu.
-func (v *deviceView) setClaim(key string, held []structured.DeviceID, allocated bool) {
+// allocated, and reports whether the claim let go of a device it held.
+// The caller holds v.mu.
+func (v *deviceView) setClaim(key string, held []structured.DeviceID, allocated bool) (released bool) {
 	old, was := v.claims[key]
 	if allocated {
 		v.claims[key] = held
@@ -210,7 +225,12 @@ func (v *deviceView) setClaim(key string, held []structured.DeviceID, allocated 
 		delete(v.claims, key)
 	}
 	if was == allocated && slices.Equal(old, held) {
-		return
+		return false
+	}
+	for _, id := range old {
+		if !slices.Contains(held, id) {
+			released = true
+		}
 	}
 	changed := sets.New[string]()
 	for _, id := range old {
@@ -228,6 +248,7 @@ func (v *deviceView) setClaim(key string, held []structured.DeviceID, allocated 
 			pool.free = v.freeOf(name, pool.join)
 		}
 	}
+	return released
 }
 
 // OnUUIDs records a node's GPU UUIDs by index, nil once its NodeTopology
@@ -495,6 +516,7 @@ type HandlerAdder interface {
 // its informers start.
 func (v *View) FollowDevices() (slices, claims cache.ResourceEventHandler) {
 	d := newDeviceView(v.logger)
+	d.freed = v.gpus.freed
 	v.specs.watchUUIDs(d.OnUUIDs)
 	v.devices = d
 	return d.handlers()

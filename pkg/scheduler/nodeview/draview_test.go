@@ -397,3 +397,36 @@ func TestDRASnapshotFollowsAllocations(t *testing.T) {
 		}
 	}
 }
+
+// A claim that lets go of devices says so (deviceView.freed), so that
+// gangs whose "does not fit" was remembered while the devices were taken
+// plan again; allocating, a resync and other drivers' devices do not.
+func TestDeviceViewSaysWhenClaimsFreeDevices(t *testing.T) {
+	v := newDeviceView(klog.Background())
+	freed := 0
+	v.freed = func() { freed++ }
+	v.OnUUIDs("n1", nodeUUIDs("n1", 1))
+	v.OnSlice(nil, viewSlice("n1-a", "n1", 1, 0, 1, 2, 3))
+	other := viewClaim("other", "n1/gpu-0")
+	other.Status.Allocation.Devices.Results[0].Driver = "other.example.com"
+	for _, step := range []struct {
+		name  string
+		apply func()
+		want  int
+	}{
+		{"allocated", func() { v.OnClaim(viewClaim("c", "n1/gpu-1", "n1/gpu-2")) }, 0},
+		{"a resync of the same claim", func() { v.OnClaim(viewClaim("c", "n1/gpu-1", "n1/gpu-2")) }, 0},
+		{"another driver's device", func() { v.OnClaim(other) }, 0},
+		{"deallocated", func() { v.OnClaim(viewClaim("c")) }, 1},
+		{"allocated again", func() { v.OnClaim(viewClaim("c", "n1/gpu-3")) }, 1},
+		{"deleted as a tombstone", func() {
+			v.OnClaimDelete(cache.DeletedFinalStateUnknown{Key: "ns/c", Obj: viewClaim("c", "n1/gpu-3")})
+		}, 2},
+		{"a claim never allocated deleted", func() { v.OnClaimDelete(viewClaim("never")) }, 2},
+	} {
+		step.apply()
+		if freed != step.want {
+			t.Errorf("%s: freed called %d times in all, want %d", step.name, freed, step.want)
+		}
+	}
+}

@@ -61,7 +61,9 @@ type Config struct {
 	Unjoined *metrics.Gauge
 	// Freed, when set, is called after a NodeTopology change that can make
 	// room: a node indexed anew or with other hardware, or GPUs free that
-	// were not. A heartbeat changes none of these.
+	// were not (a heartbeat changes none of these); and after a
+	// ResourceClaim let go of GPU devices it held, when FollowDevices
+	// feeds the DRA view.
 	Freed func()
 	// Rejoined, when set, is called after a refresh in which some node
 	// became usable again.

@@ -11,13 +11,16 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/utils/ptr"
 
+	"github.com/lockstep-dev/lockstep/pkg/apis/lockstep/v1alpha1"
 	"github.com/lockstep-dev/lockstep/pkg/localcluster"
 )
 
 // NewNamespace creates a namespace for one test and, when the test ends,
-// deletes it and waits until its pods are gone so the next test starts with
-// every GPU free. It returns once pods can be created there.
+// deletes it and waits until its pods are gone and no node's agent
+// reports their GPUs any more, so the next test starts with every GPU free.
+// It returns once pods can be created there.
 //
 // It also reports, as a failure of the test, a suite component (see
 // ReviveComponents) that exited before the test or during it, and starts it
@@ -63,9 +66,38 @@ func (c *Cluster) deleteNamespace(t testing.TB, ns string) {
 		t.Errorf("deleting namespace %s: %v", ns, err)
 		return
 	}
+	// The test is over: what is left is wiped at once, as an operator
+	// clears a namespace, rather than each pod's grace period waited out
+	// (the harness plays it whole for the tests' own deletions). The
+	// namespace is terminating first, so no controller creates pods anew.
+	err = c.Clientset.CoreV1().Pods(ns).DeleteCollection(ctx, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}, metav1.ListOptions{})
+	if err != nil && !apierrors.IsNotFound(err) {
+		t.Errorf("deleting the pods of namespace %s: %v", ns, err)
+	}
 	err = localcluster.Poll(ctx, 200*time.Millisecond, time.Minute, "pods of namespace "+ns+" gone", func(ctx context.Context) (bool, error) {
 		pods, err := c.Clientset.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
 		return err == nil && len(pods.Items) == 0, nil
+	})
+	if err != nil {
+		t.Errorf("cleaning up: %v", err)
+		return
+	}
+	// The agents report the pods' GPUs free at their next read (up to
+	// lockstep.AgentResyncInterval later): until then the next test
+	// would find them taken.
+	err = localcluster.Poll(ctx, 250*time.Millisecond, time.Minute, "no NodeTopology reporting GPUs of "+ns, func(ctx context.Context) (bool, error) {
+		var list v1alpha1.NodeTopologyList
+		if err := c.Client.List(ctx, &list); err != nil {
+			return false, nil
+		}
+		for _, nt := range list.Items {
+			for _, a := range nt.Status.Allocations {
+				if a.Namespace == ns {
+					return false, nil
+				}
+			}
+		}
+		return true, nil
 	})
 	if err != nil {
 		t.Errorf("cleaning up: %v", err)
