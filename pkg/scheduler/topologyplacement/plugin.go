@@ -451,6 +451,16 @@ func (p *TopologyPlacement) sweep(ctx context.Context) {
 	for _, key := range p.gangs.ExpireDrains(p.clock.Now()) {
 		logger.V(2).Info("Drain stalled before the gang was tried again; released it", "podGroup", key)
 	}
+	// A cycle that ran while the gang's last pending pod was being deleted
+	// may drain a domain after that deletion's release ran
+	// (releaseDrainIfNoPending): held for nobody, the drain would keep the
+	// domain from equal-priority gangs until it stalls. It ends here.
+	for _, key := range p.gangs.Books.Draining() {
+		if !p.gangs.HasPendingMember(key) {
+			logger.V(2).Info("Releasing a drain whose gang has no pending pod left", "podGroup", key)
+			p.releaseDrain(ctx, key)
+		}
+	}
 	p.forgetDeletedGangs(ctx)
 	p.view.Excluded()
 	plans, gpus := p.gangs.Books.Holding()

@@ -593,3 +593,33 @@ func TestStalledDrainRestsADrainStall(t *testing.T) {
 	p.clock.Step(time.Second)
 	attempt("a drainStall after the stall", true)
 }
+
+// A drain made for a gang whose pending pods are all gone (a cycle that
+// ran while they were being deleted, after the deletion's own release) is
+// ended by the next sweep, not left to stall a drainStall later with its
+// domain closed to equal-priority gangs.
+func TestSweepEndsADrainHeldForNobody(t *testing.T) {
+	p := newLeafPreferredGang(t)
+	nodes := make([]fwk.NodeInfo, 8)
+	for i := range nodes {
+		nodes[i] = leafNode(t, p, fmt.Sprintf("n%d", i), fmt.Sprintf("l%d", i/4), i == 0 || i == 1 || i == 4 || i == 5)
+	}
+	ctx := context.Background()
+	if _, status := p.PreFilter(ctx, framework.NewCycleState(), p.pods[0], nodes); !strings.Contains(status.Message(), "draining leaf") {
+		t.Fatalf("PreFilter: %v; want the gang draining a leaf", status)
+	}
+	p.sweep(ctx)
+	if p.gangs.Books.DrainedFor("n2") == "" {
+		t.Fatal("the sweep released the drain of a gang whose pods still wait")
+	}
+	indexer := p.handle.SharedInformerFactory().Core().V1().Pods().Informer().GetIndexer()
+	for _, pod := range p.pods {
+		if err := indexer.Delete(pod); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p.sweep(ctx)
+	if by := p.gangs.Books.DrainedFor("n2"); by != "" {
+		t.Errorf("n2 still drained for %s, whose pods are all gone", by)
+	}
+}
