@@ -340,26 +340,31 @@ func nominate(node string) *framework.PostFilterResult {
 // or another gang's candidates again; the gang is retried, and may
 // preempt elsewhere.
 func (p *TopologyPlacement) expireHolds(ctx context.Context) {
-	logger := klog.FromContext(ctx).WithValues("plugin", Name)
 	now := p.clock.Now()
 	for _, h := range p.gangs.Books.Holds() {
-		if len(p.gangs.Books.Overdue(h.Gang, now)) == 0 {
-			continue
+		if len(p.gangs.Books.Overdue(h.Gang, now)) > 0 {
+			p.holdExpired(ctx, h.Gang, p.gangs.WaitingFor(h.Gang))
 		}
-		stuck := p.gangs.WaitingFor(h.Gang)
-		logger.Info("Releasing the domain of a preemption whose victims are still terminating past the hold's bound", "podGroup", h.Gang, "domain", h.Domain, "victims", stuck)
-		p.metrics.holdsExpired.Inc()
-		ns, name, ok := gangmanager.SplitPlanKey(h.Gang)
-		if !ok {
-			continue
-		}
-		pg := &schedv1alpha1.PodGroup{}
-		if err := p.reader.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, pg); err != nil {
-			continue
-		}
-		p.handle.EventRecorder().Eventf(pg, nil, v1.EventTypeWarning, gangpreemption.EventHoldExpired, "Preempting",
-			"Released the domain held for the gang's preemption: %s still terminating past the hold's bound (the victims' grace period and %s)", strings.Join(stuck, ", "), p.gangs.DrainStall())
 	}
+}
+
+// holdExpired says that gang's hold is released with victims stuck still
+// terminating past its bound: in the log, preemption_holds_expired_total
+// and an event on the gang's PodGroup. The sweep (expireHolds) and a
+// member's PreFilter (endDrainIfDue), whichever ends the hold first, say it.
+func (p *TopologyPlacement) holdExpired(ctx context.Context, gang string, stuck []string) {
+	klog.FromContext(ctx).Info("Releasing the domain of a preemption whose victims are still terminating past the hold's bound", "plugin", Name, "podGroup", gang, "victims", stuck)
+	p.metrics.holdsExpired.Inc()
+	ns, name, ok := gangmanager.SplitPlanKey(gang)
+	if !ok {
+		return
+	}
+	pg := &schedv1alpha1.PodGroup{}
+	if err := p.reader.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, pg); err != nil {
+		return
+	}
+	p.handle.EventRecorder().Eventf(pg, nil, v1.EventTypeWarning, gangpreemption.EventHoldExpired, "Preempting",
+		"Released the domain held for the gang's preemption: %s still terminating past the hold's bound (the victims' grace period and %s)", strings.Join(stuck, ", "), p.gangs.DrainStall())
 }
 
 // victims reads the candidates of the plugin's preemptions.

@@ -736,6 +736,15 @@ func TestHoldNotSpentByWhatWasThereOrTakesNoGPUs(t *testing.T) {
 // past the bound the sweep releases the domain, says so in an event on
 // the preemptor's PodGroup and counts it.
 func TestHoldBoundedWhenAVictimIsStuck(t *testing.T) {
+	// The hold ends in the plugin's sweep, or in a member's PreFilter when
+	// it is tried first (the hold ends there as a drain that stalled):
+	// either way it is said once.
+	for _, preFilterFirst := range []bool{false, true} {
+		t.Run(fmt.Sprintf("preFilterFirst=%v", preFilterFirst), func(t *testing.T) { testHoldBoundedWhenAVictimIsStuck(t, preFilterFirst) })
+	}
+}
+
+func testHoldBoundedWhenAVictimIsStuck(t *testing.T, preFilterFirst bool) {
 	ctx := context.Background()
 	pods, groups := gangsOf(time.Unix(1000, 0))
 	const grace = 45 * time.Second
@@ -764,6 +773,9 @@ func TestHoldBoundedWhenAVictimIsStuck(t *testing.T) {
 		t.Fatal("the hold ended before its bound")
 	}
 	env.clock.(*clocktesting.FakeClock).Step(2 * time.Second)
+	if preFilterFirst {
+		env.PreFilter(ctx, framework.NewCycleState(), env.pods["high-1"], env.nodes(t, "young-0"))
+	}
 	env.sweep(ctx)
 	if _, held := env.gangs.Books.Preemption(key); held {
 		t.Errorf("the hold outlived its bound with young-1 stuck:\n%s", env.gangs.Books)

@@ -389,8 +389,17 @@ func (p *TopologyPlacement) nextWiden(gang string) time.Duration {
 // endDrainIfDue releases the gang's drain once its domain stalled
 // (gangmanager.Manager.EndDrainIfDue).
 func (p *TopologyPlacement) endDrainIfDue(ctx context.Context, gang string) {
-	if p.gangs.EndDrainIfDue(gang, p.clock.Now()) {
+	// A hold whose victims are stuck past its bound ends here as a drain
+	// that stalled, when a member is tried before the sweep saw it: it is
+	// said as the sweep says it.
+	now := p.clock.Now()
+	overdue := len(p.gangs.Books.Overdue(gang, now)) > 0
+	stuck := p.gangs.WaitingFor(gang)
+	if p.gangs.EndDrainIfDue(gang, now) {
 		klog.FromContext(ctx).V(2).Info("Released the gang's drained domain: it freed no GPU for a drainStall", "plugin", Name, "podGroup", gang)
+		if overdue {
+			p.holdExpired(ctx, gang, stuck)
+		}
 	}
 }
 
