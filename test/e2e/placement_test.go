@@ -234,7 +234,15 @@ func TestCompetingGangsNeverDeadlock(t *testing.T) {
 func deleteGang(t *testing.T, ns, gang string) {
 	t.Helper()
 	ctx := context.Background()
-	err := cluster.Clientset.CoreV1().Pods(ns).DeleteCollection(ctx, metav1.DeleteOptions{},
+	before, err := gangPods(ctx, ns, gang)
+	if err != nil {
+		t.Fatal(err)
+	}
+	uids := map[string]bool{}
+	for _, p := range before {
+		uids[string(p.UID)] = true
+	}
+	err = cluster.Clientset.CoreV1().Pods(ns).DeleteCollection(ctx, metav1.DeleteOptions{},
 		metav1.ListOptions{LabelSelector: schedv1alpha1.PodGroupLabel + "=" + gang})
 	if err != nil {
 		t.Fatal(err)
@@ -243,6 +251,12 @@ func deleteGang(t *testing.T, ns, gang string) {
 		pods, err := gangPods(ctx, ns, gang)
 		return err == nil && len(pods) == 0, nil
 	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The next round starts from a settled cluster: the agents have
+	// reported the gang's GPUs free.
+	err = cluster.WaitGPUsReleased(ctx, "GPUs of gang "+gang, func(a v1alpha1.GPUAllocation) bool { return uids[a.PodUID] })
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -85,23 +85,31 @@ func (c *Cluster) deleteNamespace(t testing.TB, ns string) {
 	// The agents report the pods' GPUs free at their next read (up to
 	// lockstep.AgentResyncInterval later): until then the next test
 	// would find them taken.
-	err = localcluster.Poll(ctx, 250*time.Millisecond, time.Minute, "no NodeTopology reporting GPUs of "+ns, func(ctx context.Context) (bool, error) {
+	err = c.WaitGPUsReleased(ctx, "GPUs of "+ns, func(a v1alpha1.GPUAllocation) bool { return a.Namespace == ns })
+	if err != nil {
+		t.Errorf("cleaning up: %v", err)
+	}
+}
+
+// WaitGPUsReleased waits until no node's agent reports an allocation that
+// held says is one of what: the agents report pods gone at their next read
+// (up to lockstep.AgentResyncInterval after they went), so until then the
+// scheduler sees their GPUs taken.
+func (c *Cluster) WaitGPUsReleased(ctx context.Context, what string, held func(v1alpha1.GPUAllocation) bool) error {
+	return localcluster.Poll(ctx, 250*time.Millisecond, time.Minute, "no NodeTopology reporting "+what, func(ctx context.Context) (bool, error) {
 		var list v1alpha1.NodeTopologyList
 		if err := c.Client.List(ctx, &list); err != nil {
 			return false, nil
 		}
 		for _, nt := range list.Items {
 			for _, a := range nt.Status.Allocations {
-				if a.Namespace == ns {
+				if held(a) {
 					return false, nil
 				}
 			}
 		}
 		return true, nil
 	})
-	if err != nil {
-		t.Errorf("cleaning up: %v", err)
-	}
 }
 
 // CreatePods creates the pods, failing the test on the first error.
