@@ -25,7 +25,8 @@ import (
 
 // benchReconciler is a fake agent over a fake client holding objs, with
 // heartbeats far apart so a reconcile of an unchanged node writes nothing.
-func benchReconciler(b *testing.B, objs ...client.Object) *FakeReconciler {
+// Its publisher's clock is a *clocktesting.FakePassiveClock.
+func benchReconciler(b testing.TB, objs ...client.Object) *FakeReconciler {
 	b.Helper()
 	scheme := runtime.NewScheme()
 	if err := clientgoscheme.AddToScheme(scheme); err != nil {

@@ -9,12 +9,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/tools/record"
 	clocktesting "k8s.io/utils/clock/testing"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/lockstep-dev/lockstep/pkg/apis/lockstep/v1alpha1"
@@ -51,23 +48,10 @@ func TestNextRead(t *testing.T) {
 func TestFakeAgentReportsOnItsResyncInterval(t *testing.T) {
 	const interval = 10 * time.Second
 	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n0", UID: "uid-n0", Labels: map[string]string{lockstep.LabelProfile: "hgx-h100"}}}
-	c := fake.NewClientBuilder().WithScheme(agentScheme(t)).WithObjects(node).
-		WithStatusSubresource(&v1alpha1.NodeTopology{}).
-		WithIndex(&corev1.Pod{}, podNodeNameIndex, func(obj client.Object) []string {
-			return []string{obj.(*corev1.Pod).Spec.NodeName}
-		}).Build()
-	selector, err := labels.Parse(lockstep.LabelProfile)
-	if err != nil {
-		t.Fatal(err)
-	}
-	clock := clocktesting.NewFakePassiveClock(time.Unix(1_700_000_000, 0))
-	r := &FakeReconciler{
-		Client:         c,
-		Publisher:      &Publisher{Client: c, Clock: clock, HeartbeatInterval: time.Hour, Mode: "fake"},
-		Recorder:       record.NewFakeRecorder(100),
-		NodeSelector:   selector,
-		ResyncInterval: interval,
-	}
+	r := benchReconciler(t, node)
+	r.ResyncInterval = interval
+	c := r.Client
+	clock := r.Publisher.Clock.(*clocktesting.FakePassiveClock)
 	ctx := context.Background()
 	reconcileNode := func() time.Duration {
 		t.Helper()
