@@ -19,6 +19,9 @@ import (
 // they are gone, and no victim could be spared; the answer does not depend
 // on the order of the candidates; and it finds nothing only when evicting
 // every eligible candidate would not let the gang fit within its constraint.
+// Some nodes' GPUs come through a DRA allocator (Node.DRA, in a random
+// device order), whose victims free the devices their claims held; some
+// gangs have members that are pending (no node), which free nothing.
 func FuzzPreempt(f *testing.F) {
 	f.Add(uint64(1), uint8(3), uint8(8), uint8(0), uint8(0))
 	f.Add(uint64(2), uint8(2), uint8(4), uint8(2), uint8(1))
@@ -31,6 +34,10 @@ func FuzzPreempt(f *testing.F) {
 		for _, n := range c.nodes {
 			// Plenty of CPU, memory and pods: the fuzz is about GPUs.
 			n.FreeMilliCPU, n.FreeMemory, n.FreePods = 64_000, 512<<30, 110
+			// One in three is served by a DRA allocator.
+			if n.Topology != nil && rng.IntN(3) == 0 {
+				n.DRA = randomDRAOrder(rng, n.Topology.AllGPUs().Len())
+			}
 		}
 		s := c.snapshot()
 		now := time.Unix(0, 0).Add(24 * time.Hour)
@@ -111,9 +118,25 @@ func randomVictims(s *Snapshot, rng *rand.Rand, now time.Time) []Victim {
 				open = &out[len(out)-1]
 			}
 			open.Pods = append(open.Pods, VictimPod{Node: n.Name, GPUs: part})
+			// One gang member in eight is pending beside it (an elastic
+			// job below its maximum, a scale-up): it frees nothing.
+			if rng.IntN(8) == 0 {
+				open.Pods = append(open.Pods, VictimPod{})
+			}
 		}
 	}
 	return out
+}
+
+// randomDRAOrder is a DRA allocator's order over gpus GPUs: a random
+// permutation, each GPU on one of two PCIe roots.
+func randomDRAOrder(rng *rand.Rand, gpus int) *topology.DRAOrder {
+	order := rng.Perm(gpus)
+	roots := make([]string, gpus)
+	for i := range roots {
+		roots[i] = []string{"pci0", "pci1"}[rng.IntN(2)]
+	}
+	return topology.NewDRAOrder(order, roots)
 }
 
 // fitsIn reports whether g fits in domain d with the victims' GPUs freed.
