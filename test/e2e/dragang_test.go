@@ -90,6 +90,13 @@ func addDRANodesTo(t *testing.T, c *framework.Cluster, pool, profile string, n, 
 // GPUs through a ResourceClaimTemplate of DeviceClass gpu.nvidia.com.
 func createDRAGang(t *testing.T, ns, name string, members int, gpus int64) {
 	t.Helper()
+	createDRAGangOf(t, ns, name, members, gpus, nil)
+}
+
+// createDRAGangOf is createDRAGang with each pod changed by change (nil
+// for none) before it is created.
+func createDRAGangOf(t *testing.T, ns, name string, members int, gpus int64, change func(*corev1.Pod)) {
+	t.Helper()
 	ctx := context.Background()
 	template := &resourcev1.ResourceClaimTemplate{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
@@ -108,6 +115,9 @@ func createDRAGang(t *testing.T, ns, name string, members int, gpus int64) {
 		pod := utiltesting.MakePod(fmt.Sprintf("%s-%d", name, i), ns).SchedulerName(localcluster.SchedulerName).PodGroup(name).Obj()
 		pod.Spec.ResourceClaims = []corev1.PodResourceClaim{{Name: "gpus", ResourceClaimTemplateName: &template.Name}}
 		pod.Spec.Containers[0].Resources.Claims = []corev1.ResourceClaim{{Name: "gpus"}}
+		if change != nil {
+			change(pod)
+		}
 		cluster.CreatePods(t, pod)
 	}
 }

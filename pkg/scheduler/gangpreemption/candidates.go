@@ -188,9 +188,17 @@ func (g *victimGPUs) victimPod(pod *v1.Pod, node string, inSnap map[string]*plac
 	if g.channels && node != "" && inSnap[node] != nil && len(pod.Spec.ResourceClaims) > 0 {
 		vp.Channels = g.r.View.ChannelsHeld(pod, node)
 	}
-	// Only GPUs of nvidia.com/gpu are freed by count: which of a node's
-	// GPUs a claim's devices are is not read for victims.
-	if node == "" || inSnap[node] == nil || req.ResourceGPUs() == 0 {
+	if node == "" || inSnap[node] == nil {
+		return vp
+	}
+	if len(pod.Spec.ResourceClaims) > 0 {
+		// The GPUs its claims' devices are, read from the claims themselves:
+		// the books and the agent may lag an allocation, the claim is
+		// the allocator's own record. They free once the pod is gone.
+		vp.GPUs = g.r.View.GPUsHeld(pod, node)
+		g.known[node] |= vp.GPUs
+	}
+	if req.ResourceGPUs() == 0 {
 		return vp
 	}
 	if a, ok := g.r.Gangs.Books.AssignmentOf(pod.UID); ok && a.Node == node {

@@ -7,12 +7,14 @@ import (
 	v1 "k8s.io/api/core/v1"
 	resourcev1 "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/dynamic-resource-allocation/structured"
 	fwk "k8s.io/kube-scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
+	"k8s.io/utils/ptr"
 
 	"github.com/lockstep-dev/lockstep/pkg/apis/lockstep/v1alpha1"
 	"github.com/lockstep-dev/lockstep/pkg/computedomain"
@@ -521,4 +523,76 @@ func (v *View) ChannelsHeld(pod *v1.Pod, node string) int {
 		}
 	}
 	return n
+}
+
+// GPUsHeld returns the GPUs of node whose devices pod's claims hold, for
+// preemption: evicting the pod frees them. A claim made from the pod's
+// template goes with the pod (the claim controller deletes it); a claim
+// the pod names is deallocated only once no pod is reserved for it, so
+// one that another pod is reserved for too frees nothing and is left
+// out, even where that pod is evicted with this one: the planner must
+// never count on devices an eviction may not free.
+func (v *View) GPUsHeld(pod *v1.Pod, node string) topology.GPUSet {
+	if v.dra == nil || len(pod.Spec.ResourceClaims) == 0 {
+		return 0
+	}
+	var devices []string
+	for _, name := range podClaimNames(pod) {
+		claim, err := v.dra.Claim(pod.Namespace, name)
+		if err != nil || claim.Status.Allocation == nil || reservedForOthers(claim, pod.UID) {
+			continue
+		}
+		for _, r := range claim.Status.Allocation.Devices.Results {
+			// As OnClaim: admin access takes no device.
+			if r.Driver == lockstep.DRAGPUDriver && r.Pool == node && !ptr.Deref(r.AdminAccess, false) {
+				devices = append(devices, r.Device)
+			}
+		}
+	}
+	if len(devices) == 0 {
+		return 0
+	}
+	join := v.joinOf(node)
+	if join == nil {
+		return 0
+	}
+	var held topology.GPUSet
+	for _, d := range devices {
+		if gpu, ok := join.gpus[d]; ok {
+			held |= topology.NewGPUSet(gpu)
+		}
+	}
+	return held
+}
+
+// reservedForOthers reports whether a pod other than uid is reserved for
+// claim.
+func reservedForOthers(claim *resourcev1.ResourceClaim, uid types.UID) bool {
+	for _, r := range claim.Status.ReservedFor {
+		if r.UID != uid {
+			return true
+		}
+	}
+	return false
+}
+
+// joinOf returns node's devices joined to its GPUs, nil when its pool is
+// not published or its GPUs are not known: from the devices the view
+// follows, or, without FollowDevices, joined anew from the Source's
+// slices (preemption only, which is rare).
+func (v *View) joinOf(node string) *nodeJoin {
+	devices := v.devices
+	if devices == nil {
+		all, err := v.dra.Slices()
+		if err != nil {
+			return nil
+		}
+		devices = rebuiltDeviceView(v.logger, all, nil, v.specs.uuidsOf)
+	}
+	done := devices.read()
+	defer done()
+	if pool := devices.pools[node]; pool != nil {
+		return pool.join
+	}
+	return nil
 }

@@ -77,11 +77,6 @@ func (p *TopologyPlacement) PreEnqueue(ctx context.Context, pod *v1.Pod) *fwk.St
 func (p *TopologyPlacement) PostFilter(ctx context.Context, state fwk.CycleState, pod *v1.Pod, m framework.NodeToStatusReader) (*framework.PostFilterResult, *fwk.Status) {
 	req := p.view.Request(pod)
 	key := gangmanager.PlanKey(pod, req.GPUs)
-	if req.Claimed && key != "" {
-		// placement.Preempt frees GPUs by NodeTopology index; which
-		// claims' devices an eviction frees is not read yet.
-		return nil, fwk.NewStatus(fwk.Unschedulable, "gang preemption does not preempt for GPUs asked through ResourceClaims")
-	}
 	if key == "" {
 		return p.preemptForPod(ctx, state, pod, m)
 	}
