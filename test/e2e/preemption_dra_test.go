@@ -138,4 +138,3 @@ func claimsOf(t *testing.T, ns string, pods map[string]corev1.Pod) []string {
 	}
 	return names
 }
-
