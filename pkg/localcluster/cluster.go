@@ -189,6 +189,11 @@ func (c *Cluster) connect(ctx context.Context) error {
 	if c.Client, err = client.New(cfg, client.Options{Scheme: scheme}); err != nil {
 		return err
 	}
+	return c.waitReady(ctx)
+}
+
+// waitReady waits for the apiserver to report ready.
+func (c *Cluster) waitReady(ctx context.Context) error {
 	return Poll(ctx, 200*time.Millisecond, 2*time.Minute, "kube-apiserver /readyz", func(ctx context.Context) (bool, error) {
 		body, err := c.Clientset.Discovery().RESTClient().Get().AbsPath("/readyz").DoRaw(ctx)
 		return err == nil && string(body) == "ok", nil

@@ -513,6 +513,8 @@ func (c *Cluster) startSuite(ctx context.Context, describes ...func() (Component
 // purpose (KillComponent, StopComponent) are no longer running and are left
 // to whoever stopped them.
 func (c *Cluster) ReviveComponents(ctx context.Context) error {
+	// The control plane first: ours cannot start without it.
+	errs := []error{c.reviveControlPlane(ctx)}
 	type dead struct {
 		p        *Process
 		describe func() (Component, error)
@@ -531,7 +533,6 @@ func (c *Cluster) ReviveComponents(ctx context.Context) error {
 	}
 	c.mu.Unlock()
 	slices.SortFunc(found, func(a, b dead) int { return strings.Compare(a.p.Name, b.p.Name) })
-	var errs []error
 	for _, d := range found {
 		_, exitErr := d.p.Exited()
 		report := fmt.Sprintf("component %s exited unexpectedly (%v), %s after it started; the end of %s:\n%s",
@@ -546,6 +547,38 @@ func (c *Cluster) ReviveComponents(ctx context.Context) error {
 			report += "\nstarted it again"
 		}
 		errs = append(errs, errors.New(report))
+	}
+	return errors.Join(errs...)
+}
+
+// reviveControlPlane starts the local control plane's components that
+// exited again, and returns an error naming each with the end of its log.
+// kube-controller-manager exits when it cannot renew its leader lease in
+// time, as on a loaded machine; a kubelet restarts it in a real cluster,
+// and without this every later test of the suite would fail (no
+// namespace's ServiceAccount, no garbage collection, no claims).
+func (c *Cluster) reviveControlPlane(ctx context.Context) error {
+	if c.local == nil {
+		return nil
+	}
+	exited, err := c.local.exited()
+	if err != nil {
+		return fmt.Errorf("reading the control plane's pid files: %w", err)
+	}
+	if len(exited) == 0 {
+		return nil
+	}
+	var errs []error
+	for _, name := range exited {
+		path := c.local.logPath(name)
+		errs = append(errs, fmt.Errorf("control-plane component %s exited unexpectedly; the end of %s:\n%s", name, path, logTail(path, componentLogTailLines)))
+	}
+	if err := c.local.restart(ctx, exited); err != nil {
+		errs = append(errs, fmt.Errorf("starting %s again: %w", strings.Join(exited, ", "), err))
+	} else if err := c.waitReady(ctx); err != nil {
+		errs = append(errs, fmt.Errorf("waiting for the apiserver after starting %s again: %w", strings.Join(exited, ", "), err))
+	} else {
+		errs = append(errs, fmt.Errorf("started %s again", strings.Join(exited, ", ")))
 	}
 	return errors.Join(errs...)
 }

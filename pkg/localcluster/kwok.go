@@ -1,11 +1,13 @@
 package localcluster
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -272,4 +274,54 @@ func (k *kwokCluster) pids() (map[string]int, error) {
 func (k *kwokCluster) logFiles() []string {
 	files, _ := filepath.Glob(filepath.Join(k.clusterDir(), "logs", "*.log"))
 	return files
+}
+
+// exited returns the control-plane components whose process is gone, or
+// is a zombie no one reaped (kwokctl forks them and exits, so they are
+// not this process's children), by name, sorted.
+func (k *kwokCluster) exited() ([]string, error) {
+	pids, err := k.pids()
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for name, pid := range pids {
+		if !ProcessRunning(pid) {
+			out = append(out, name)
+		}
+	}
+	slices.Sort(out)
+	return out, nil
+}
+
+// ProcessRunning reports whether process pid exists and is not a zombie.
+func ProcessRunning(pid int) bool {
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	// The state follows the command name, which is in parentheses and may
+	// hold any character.
+	i := bytes.LastIndexByte(stat, ')')
+	return i >= 0 && i+2 < len(stat) && stat[i+2] != 'Z' && stat[i+2] != 'X'
+}
+
+// restart starts the exited components names again, as a kubelet
+// restarts a static pod whose container exited: kwokctl starts every
+// component whose pid file names no running process, with the arguments
+// it first started it with.
+func (k *kwokCluster) restart(ctx context.Context, names []string) error {
+	for _, name := range names {
+		// A zombie's pid still answers signals: kwokctl would take it for
+		// running.
+		if err := os.Remove(filepath.Join(k.clusterDir(), "pids", name+".pid")); err != nil && !os.IsNotExist(err) {
+			return err
+		}
+	}
+	return k.kwokctl(ctx, "start", "cluster", "--name", k.name, "--timeout", "2m")
+}
+
+// logPath is the log file of control-plane component name.
+func (k *kwokCluster) logPath(name string) string {
+	return filepath.Join(k.clusterDir(), "logs", name+".log")
 }
