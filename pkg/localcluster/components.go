@@ -553,10 +553,10 @@ func (c *Cluster) ReviveComponents(ctx context.Context) error {
 
 // reviveControlPlane starts the local control plane's components that
 // exited again, and returns an error naming each with the end of its log.
-// kube-controller-manager exits when it cannot renew its leader lease in
-// time, as on a loaded machine; a kubelet restarts it in a real cluster,
-// and without this every later test of the suite would fail (no
-// namespace's ServiceAccount, no garbage collection, no claims).
+// A component that exits is restarted in a real cluster (a kubelet runs
+// the control plane as static pods); here, without this, every later test
+// of the suite would fail (no namespace's ServiceAccount without
+// kube-controller-manager, no garbage collection, no claims).
 func (c *Cluster) reviveControlPlane(ctx context.Context) error {
 	if c.local == nil {
 		return nil

@@ -150,10 +150,19 @@ func (k *kwokCluster) kwokctlConfig() ([]byte, error) {
 const ScaleNodeMonitorGracePeriod = 5 * time.Minute
 
 // controllerManagerArgs are kube-controller-manager's extra flags.
+//
+// Leader election is off: the cluster runs one kube-controller-manager,
+// which no standby could take over from, and with it on, the lease
+// renewals a loaded 2-core machine answers late (the e2e shards beside
+// each other and the unit tests) made it exit ("leaderelection lost")
+// mid-suite, leaving namespaces without ServiceAccounts, pods without
+// garbage collection and claims without deallocation. Where it still
+// exits, reviveControlPlane restarts it before the next test.
 func (k *kwokCluster) controllerManagerArgs() []map[string]any {
 	args := []map[string]any{
 		{"key": "kube-api-qps", "value": "200"},
 		{"key": "kube-api-burst", "value": "400"},
+		{"key": "leader-elect", "value": "false"},
 	}
 	if k.nodeMonitorGracePeriod > 0 {
 		// After kwokctl's own flag, so it wins; kwokctl would multiply an

@@ -87,7 +87,10 @@ func TestBenchReplaysTraceOnEveryScheduler(t *testing.T) {
 	root := cluster.RepoRoot
 	trace := filepath.Join(root, "test", "e2e", "traces", "smoke.csv")
 	out := t.TempDir()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	// Five fresh clusters (three schedulers, two sweep points) take about
+	// 7 minutes beside the other shards; on a loaded 2-core machine each
+	// cluster's start alone has taken 100 s.
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, filepath.Join(root, "bin", "lockstep-bench"),
 		"--bin", filepath.Join(root, "bin"),

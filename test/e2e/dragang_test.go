@@ -12,6 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	resourcev1 "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	schedv1alpha1 "sigs.k8s.io/scheduler-plugins/apis/scheduling/v1alpha1"
 
@@ -112,14 +113,21 @@ func createDRAGangOf(t *testing.T, ns, name string, members int, gpus int64, cha
 		t.Fatal(err)
 	}
 	for i := range members {
-		pod := utiltesting.MakePod(fmt.Sprintf("%s-%d", name, i), ns).SchedulerName(localcluster.SchedulerName).PodGroup(name).Obj()
-		pod.Spec.ResourceClaims = []corev1.PodResourceClaim{{Name: "gpus", ResourceClaimTemplateName: &template.Name}}
-		pod.Spec.Containers[0].Resources.Claims = []corev1.ResourceClaim{{Name: "gpus"}}
+		pod := draMember(ns, name, fmt.Sprintf("%s-%d", name, i))
 		if change != nil {
 			change(pod)
 		}
 		cluster.CreatePods(t, pod)
 	}
+}
+
+// draMember is pod name of createDRAGang's gang: a member of PodGroup
+// gang claiming its GPUs from the gang's template.
+func draMember(ns, gang, name string) *corev1.Pod {
+	pod := utiltesting.MakePod(name, ns).SchedulerName(localcluster.SchedulerName).PodGroup(gang).Obj()
+	pod.Spec.ResourceClaims = []corev1.PodResourceClaim{{Name: "gpus", ResourceClaimTemplateName: ptr.To(gang)}}
+	pod.Spec.Containers[0].Resources.Claims = []corev1.ResourceClaim{{Name: "gpus"}}
+	return pod
 }
 
 // draDevice is an allocated device.

@@ -2,16 +2,19 @@ package e2e
 
 import (
 	"context"
+	"maps"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	resourcev1 "k8s.io/api/resource/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/lockstep-dev/lockstep/pkg/localcluster"
+	"github.com/lockstep-dev/lockstep/pkg/lockstep"
 )
 
 // TestDRAGangPreemptsWholeDRAGang: on two DRA HGX nodes of one leaf, two
@@ -25,23 +28,17 @@ func TestDRAGangPreemptsWholeDRAGang(t *testing.T) {
 	ctx := context.Background()
 	dra := addDRANodes(t, "dra-p", 2, 2)
 	ns := cluster.NewNamespace(t)
-	low := priorityClass(t, ns, "low", lowPriority, false)
-	high := priorityClass(t, ns, "high", highPriority, false)
-	withClass := func(class string) func(*corev1.Pod) {
-		return func(pod *corev1.Pod) {
-			pod.Spec.PriorityClassName = class
-			pod.Spec.TerminationGracePeriodSeconds = ptr.To[int64](10)
-		}
-	}
+	low := draClass(priorityClass(t, ns, "low", lowPriority, false))
+	high := draClass(priorityClass(t, ns, "high", highPriority, false))
 
-	createDRAGangOf(t, ns, "old", 2, 4, withClass(low))
+	createDRAGangOf(t, ns, "old", 2, 4, low)
 	old := waitDRAGangRunning(t, ns, "old", 2)
 	waitPastStart(t, old)
-	createDRAGangOf(t, ns, "young", 2, 4, withClass(low))
+	createDRAGangOf(t, ns, "young", 2, 4, low)
 	young := waitDRAGangRunning(t, ns, "young", 2)
 	youngClaims := claimsOf(t, ns, young)
 
-	createDRAGangOf(t, ns, "urgent", 2, 4, withClass(high))
+	createDRAGangOf(t, ns, "urgent", 2, 4, high)
 	waitPreempted(t, ns, podUIDs(young), ns+"/urgent", highPriority)
 	urgent := waitGangBound(t, ns, "urgent", 2, 2*time.Minute)
 	isDRA := map[string]bool{}
@@ -137,4 +134,167 @@ func claimsOf(t *testing.T, ns string, pods map[string]corev1.Pod) []string {
 		t.Fatalf("claims %v for %d pods, want one each", names, len(pods))
 	}
 	return names
+}
+
+// TestPendingMemberGangCostedByRunningWork: a gang with a member pending
+// (more pods than its minMember, as an elastic job below its max or an HPA
+// scale-up has) is costed by the work of its running members, not as a
+// gang that never started. On two DRA nodes, "old" runs two 4-GPU members
+// on one and has a third pending; "young", started later, fills the other.
+// A high-priority gang takes young, the cheaper victim. Then, with
+// preemptionMinRuntime set, a just-started "fresh" gang is protected and
+// old, running past it with a pending member again, is evictable: it goes
+// whole, its pending member with it, and the preemptor runs.
+func TestPendingMemberGangCostedByRunningWork(t *testing.T) {
+	ctx := context.Background()
+	addDRANodes(t, "dra-m", 2, 2)
+	ns := cluster.NewNamespace(t)
+	low := draClass(priorityClass(t, ns, "low", lowPriority, false))
+	high := draClass(priorityClass(t, ns, "high", highPriority, false))
+
+	createDRAGangOf(t, ns, "old", 2, 4, low)
+	old := waitDRAGangRunning(t, ns, "old", 2)
+	waitPastStart(t, old)
+	createDRAGangOf(t, ns, "young", 2, 4, low)
+	young := waitDRAGangRunning(t, ns, "young", 2)
+	createPendingMember(t, ns, "old", "old-2", low)
+
+	createDRAGangOf(t, ns, "urgent", 2, 4, high)
+	waitPreempted(t, ns, podUIDs(young), ns+"/urgent", highPriority)
+	waitGangBound(t, ns, "urgent", 2, 2*time.Minute)
+	checkGangUntouched(t, ns, "old", old)
+
+	// The pending member would take the room the preemptor leaves.
+	deletePod(t, ns, "old-2")
+	const minRuntime = time.Minute
+	restartSchedulerWithArgs(t, "scheduler-min-runtime", map[string]any{"preemptionMinRuntime": minRuntime.String()})
+	deleteGang(t, ns, "urgent")
+	createDRAGangOf(t, ns, "fresh", 2, 4, low)
+	fresh := waitDRAGangRunning(t, ns, "fresh", 2)
+	createPendingMember(t, ns, "old", "old-3", low)
+	// Old is evictable once minRuntime has passed since both its members
+	// ran; fresh, started less than minRuntime ago (it started more than
+	// the first round's length after old), is protected.
+	var started time.Time
+	for _, p := range old {
+		if p.Status.StartTime.After(started) {
+			started = p.Status.StartTime.Time
+		}
+	}
+	err := localcluster.Poll(ctx, 100*time.Millisecond, 2*minRuntime, "old past preemptionMinRuntime", func(context.Context) (bool, error) {
+		return time.Since(started) > minRuntime+time.Second, nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	victims := podUIDs(old)
+	pending, err := cluster.Clientset.CoreV1().Pods(ns).Get(ctx, "old-3", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	victims["old-3"] = pending.UID
+	createDRAGangOf(t, ns, "urgent2", 2, 4, high)
+	waitPreempted(t, ns, victims, ns+"/urgent2", highPriority)
+	waitGangBound(t, ns, "urgent2", 2, 2*time.Minute)
+	checkGangUntouched(t, ns, "fresh", fresh)
+}
+
+// draClass has a DRA gang's pods run in PriorityClass class and take 10 s
+// to go once deleted, as trainers that checkpoint on SIGTERM do.
+func draClass(class string) func(*corev1.Pod) {
+	return func(pod *corev1.Pod) {
+		pod.Spec.PriorityClassName = class
+		pod.Spec.TerminationGracePeriodSeconds = ptr.To[int64](10)
+	}
+}
+
+// createPendingMember adds pod name to createDRAGang's gang and waits
+// until the scheduler turned it away: there is no room for it.
+func createPendingMember(t *testing.T, ns, gang, name string, change func(*corev1.Pod)) {
+	t.Helper()
+	pod := draMember(ns, gang, name)
+	change(pod)
+	cluster.CreatePods(t, pod)
+	waitPodsUnschedulable(t, name, func(ctx context.Context) ([]corev1.Pod, error) {
+		p, err := cluster.Clientset.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return nil, err
+		}
+		return []corev1.Pod{*p}, nil
+	})
+}
+
+// checkGangUntouched fails the test if a pod of want (by name) is gone,
+// replaced or being deleted.
+func checkGangUntouched(t *testing.T, ns, gang string, want map[string]corev1.Pod) {
+	t.Helper()
+	pods, err := gangPods(context.Background(), ns, gang)
+	if err != nil {
+		t.Fatal(err)
+	}
+	have := map[string]corev1.Pod{}
+	for _, p := range pods {
+		have[p.Name] = p
+	}
+	for name, w := range want {
+		p, ok := have[name]
+		switch {
+		case !ok || p.UID != w.UID:
+			t.Errorf("gang %s lost pod %s", gang, name)
+		case p.DeletionTimestamp != nil:
+			t.Errorf("gang %s: pod %s is being deleted", gang, name)
+		}
+	}
+}
+
+// deletePod deletes pod name of ns at once and waits until it is gone.
+func deletePod(t *testing.T, ns, name string) {
+	t.Helper()
+	ctx := context.Background()
+	err := cluster.Clientset.CoreV1().Pods(ns).Delete(ctx, name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = localcluster.Poll(ctx, 100*time.Millisecond, time.Minute, "pod "+name+" gone", func(ctx context.Context) (bool, error) {
+		_, err := cluster.Clientset.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+		return apierrors.IsNotFound(err), nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// restartSchedulerWithArgs replaces the suite's scheduler by one named
+// name whose TopologyPlacement args are deploy/'s with args set, until the
+// test ends; then the suite's scheduler runs again.
+func restartSchedulerWithArgs(t *testing.T, name string, args map[string]any) {
+	t.Helper()
+	ctx := context.Background()
+	cfg, err := localcluster.DeployedSchedulerConfig(cluster.RepoRoot)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range localcluster.TopologyPlacementArgs(cfg) {
+		maps.Copy(a, args)
+	}
+	comp, err := cluster.KubeSchedulerComponent(name, lockstep.SchedulerName, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cluster.KillComponent("scheduler"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = cluster.KillComponent(name)
+		comp, err := cluster.SchedulerComponent()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := cluster.StartComponent(ctx, comp); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if _, err := cluster.StartComponent(ctx, comp); err != nil {
+		t.Fatal(err)
+	}
 }
