@@ -612,6 +612,31 @@ func checkPlan(t *testing.T, s *Snapshot, g Gang, plan *Plan) {
 			t.Errorf("member %d on %s is outside domain %s", i, m.Node, plan.Domain.ID)
 		}
 	}
+	// A DRA allocator does not read the plan: the members on a DRA node get
+	// the devices it gives their claims one after another from what is
+	// free, so the plan's sets there must be those picks (in whichever
+	// order the members' claims are allocated).
+	for _, n := range s.Nodes {
+		if n.DRA == nil {
+			continue
+		}
+		var got, want []topology.GPUSet
+		left := n.FreeGPUs
+		for _, m := range plan.Members {
+			if m.Node != n.Name {
+				continue
+			}
+			got = append(got, m.GPUs)
+			pick, _ := n.DRA.Pick(left, g.GPUsPerMember, n.DRAOneRoot)
+			want = append(want, pick)
+			left &^= pick
+		}
+		slices.Sort(got)
+		slices.Sort(want)
+		if !slices.Equal(got, want) {
+			t.Errorf("DRA node %s: members' GPUs %v, want the allocator's picks %v", n.Name, got, want)
+		}
+	}
 }
 
 func (s *script) hold(t *testing.T, d *datadriven.TestData) (string, error) {
