@@ -151,8 +151,12 @@ func startCluster(ctx context.Context, root, model string, sched *scheduler, cla
 			err = errors.Join(err, c.Stop(context.WithoutCancel(ctx)))
 		}
 	}()
-	// Large models take a while to turn Ready and to get their topology.
-	wait := time.Minute + time.Duration(c.Model.NodeCount())*150*time.Millisecond
+	// Large models take a while to turn Ready and to get their topology;
+	// the node lifecycle clears new nodes' not-ready taints on its slower
+	// monitor period (ScaleNodeMonitorGracePeriod's heartbeats), which on
+	// a loaded machine (the e2e suite's replay test beside the other
+	// shards) has taken over a minute for 32 nodes.
+	wait := 3*time.Minute + time.Duration(c.Model.NodeCount())*150*time.Millisecond
 	if err := c.WaitNodesReady(ctx, wait); err != nil {
 		return c, err
 	}

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sort"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -190,9 +191,31 @@ func (c *Cluster) WaitNodesReady(ctx context.Context, timeout time.Duration) err
 		if len(notReady) > 5 {
 			notReady = append(notReady[:5], fmt.Sprintf("and %d more", len(notReady)-5))
 		}
-		return fmt.Errorf("%w; not ready: %v", err, notReady)
+		return fmt.Errorf("%w; not ready: %v%s", err, notReady, c.exitedControlPlane())
 	}
 	return nil
+}
+
+// exitedControlPlane names the local control plane's components that are
+// no longer running, for an error that a wait on the cluster timed out:
+// "" when every one runs.
+func (c *Cluster) exitedControlPlane() string {
+	if c.local == nil {
+		return ""
+	}
+	exited, err := c.local.exited()
+	if err != nil {
+		return fmt.Sprintf("; reading the control plane's pid files: %v", err)
+	}
+	if len(exited) == 0 {
+		return ""
+	}
+	var b strings.Builder
+	for _, name := range exited {
+		path := c.local.logPath(name)
+		fmt.Fprintf(&b, "; control-plane component %s exited, the end of %s:\n%s", name, path, logTail(path, componentLogTailLines))
+	}
+	return b.String()
 }
 
 // NodeSchedulable reports whether a node is Ready and free of the taints the
