@@ -103,7 +103,9 @@ func (c *Cluster) ApplyCRD(ctx context.Context, crd *apiextensionsv1.CustomResou
 			return err
 		}
 	}
-	return Poll(ctx, 100*time.Millisecond, time.Minute, "CRD "+crd.Name+" established", func(ctx context.Context) (bool, error) {
+	// Kueue's CRDs are large: a loaded apiserver (the e2e shards beside
+	// the unit tests) has taken over a minute to establish one.
+	return Poll(ctx, 100*time.Millisecond, 3*time.Minute, "CRD "+crd.Name+" established", func(ctx context.Context) (bool, error) {
 		got := &apiextensionsv1.CustomResourceDefinition{}
 		if err := c.Client.Get(ctx, client.ObjectKey{Name: crd.Name}, got); err != nil {
 			return false, nil

@@ -2,16 +2,13 @@ package e2e
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/util/workqueue"
 
 	"github.com/lockstep-dev/lockstep/pkg/apis/lockstep/v1alpha1"
 	"github.com/lockstep-dev/lockstep/pkg/clustermodel"
@@ -239,16 +236,6 @@ func TestBindRequestsAreBounded(t *testing.T) {
 		localcluster.ClientRate{QPS: 5000, Burst: 5000})
 
 	ns := cluster.NewNamespace(t)
-	t.Cleanup(func() {
-		// Run before the namespace's cleanup: gracefully, KWOK ends 300
-		// pods slower than that cleanup waits for on a loaded machine. One
-		// at a time on a few workers, not in one DeleteCollection: that
-		// call outlasted the apiserver's request timeout on a loaded
-		// machine, and the burst of deletions behind it starved the
-		// control plane's lease renewals until kube-controller-manager
-		// lost its lease and exited, failing the shard's later tests.
-		deletePodsPaced(t, ns, 4)
-	})
 	if err := cluster.Client.Create(ctx, utiltesting.MakePodGroup("big", ns, int32(members)).Obj()); err != nil {
 		t.Fatal(err)
 	}
@@ -271,28 +258,4 @@ func TestBindRequestsAreBounded(t *testing.T) {
 		t.Errorf("only %d bindings at the apiserver at once: the gang's binds did not overlap, so the bound of %d went untested", most, topologyplacement.MaxBindRequests)
 	}
 	t.Logf("%d of the gang's %d bindings at the apiserver at once at most", most, members)
-}
-
-// deletePodsPaced deletes every pod of ns (grace period 0), workers
-// requests at a time, and fails the test on an error other than a pod
-// already gone.
-func deletePodsPaced(t *testing.T, ns string, workers int) {
-	t.Helper()
-	ctx := context.Background()
-	pods, err := cluster.Clientset.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
-	if err != nil {
-		t.Errorf("listing the pods to delete: %v", err)
-		return
-	}
-	zero := int64(0)
-	errs := make([]error, len(pods.Items))
-	workqueue.ParallelizeUntil(ctx, workers, len(pods.Items), func(i int) {
-		err := cluster.Clientset.CoreV1().Pods(ns).Delete(ctx, pods.Items[i].Name, metav1.DeleteOptions{GracePeriodSeconds: &zero})
-		if err != nil && !apierrors.IsNotFound(err) {
-			errs[i] = err
-		}
-	})
-	if err := errors.Join(errs...); err != nil {
-		t.Errorf("deleting the gang's pods: %v", err)
-	}
 }

@@ -2,6 +2,7 @@ package framework
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -11,6 +12,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/client-go/util/workqueue"
 	"k8s.io/utils/ptr"
 
 	"github.com/lockstep-dev/lockstep/pkg/apis/lockstep/v1alpha1"
@@ -70,10 +72,7 @@ func (c *Cluster) deleteNamespace(t testing.TB, ns string) {
 	// clears a namespace, rather than each pod's grace period waited out
 	// (the harness plays it whole for the tests' own deletions). The
 	// namespace is terminating first, so no controller creates pods anew.
-	err = c.Clientset.CoreV1().Pods(ns).DeleteCollection(ctx, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}, metav1.ListOptions{})
-	if err != nil && !apierrors.IsNotFound(err) {
-		t.Errorf("deleting the pods of namespace %s: %v", ns, err)
-	}
+	c.DeletePodsNow(t, ns)
 	err = localcluster.Poll(ctx, 200*time.Millisecond, time.Minute, "pods of namespace "+ns+" gone", func(ctx context.Context) (bool, error) {
 		pods, err := c.Clientset.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
 		return err == nil && len(pods.Items) == 0, nil
@@ -88,6 +87,36 @@ func (c *Cluster) deleteNamespace(t testing.TB, ns string) {
 	err = c.WaitGPUsReleased(ctx, "GPUs of "+ns, func(a v1alpha1.GPUAllocation) bool { return a.Namespace == ns })
 	if err != nil {
 		t.Errorf("cleaning up: %v", err)
+	}
+}
+
+// podDeleteWorkers is how many pod deletions DeletePodsNow has at the
+// apiserver at once.
+const podDeleteWorkers = 4
+
+// DeletePodsNow deletes every pod of ns with grace period 0, a few
+// requests at a time, and fails the test on an error other than a pod
+// already gone. One DeleteCollection of a few hundred pods outlasted the
+// apiserver's request timeout on a loaded 2-core machine ("unable to
+// return a response in the time allotted"), and the burst of deletions
+// behind it starved the control plane's lease renewals.
+func (c *Cluster) DeletePodsNow(t testing.TB, ns string) {
+	t.Helper()
+	ctx := context.Background()
+	pods, err := c.Clientset.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Errorf("listing the pods of namespace %s to delete: %v", ns, err)
+		return
+	}
+	errs := make([]error, len(pods.Items))
+	workqueue.ParallelizeUntil(ctx, podDeleteWorkers, len(pods.Items), func(i int) {
+		err := c.Clientset.CoreV1().Pods(ns).Delete(ctx, pods.Items[i].Name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)})
+		if err != nil && !apierrors.IsNotFound(err) {
+			errs[i] = err
+		}
+	})
+	if err := errors.Join(errs...); err != nil {
+		t.Errorf("deleting the pods of namespace %s: %v", ns, err)
 	}
 }
 
