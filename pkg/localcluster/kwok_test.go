@@ -35,11 +35,11 @@ func TestNodeLifecycleTimings(t *testing.T) {
 				"kubeControllerManagerNodeMonitorGracePeriodMilliseconds": float64(50000),
 				"kubeAdmission":                                           true,
 			},
-			Args: []string{"kube-api-qps=200", "kube-api-burst=400"},
+			Args: []string{"kube-api-qps=200", "kube-api-burst=400", "leader-elect=false"},
 		}},
 		{name: "scale models", grace: ScaleNodeMonitorGracePeriod, want: timings{
 			Options: map[string]any{"kubeAdmission": true},
-			Args:    []string{"kube-api-qps=200", "kube-api-burst=400", "node-monitor-grace-period=5m0s"},
+			Args:    []string{"kube-api-qps=200", "kube-api-burst=400", "leader-elect=false", "node-monitor-grace-period=5m0s"},
 		}},
 	}
 	for _, tc := range cases {
