@@ -148,6 +148,13 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 	if err := c.connect(ctx); err != nil {
 		return c, err
 	}
+	// kube-controller-manager waits 20 s for a healthy apiserver when it
+	// starts, then exits; a loaded machine's apiserver has taken longer.
+	// A kubelet would start it again: so does the harness, now that the
+	// apiserver is ready.
+	if _, err := c.restartExited(ctx); err != nil {
+		return c, err
+	}
 	if err := c.InstallCRDs(ctx); err != nil {
 		return c, err
 	}

@@ -573,14 +573,32 @@ func (c *Cluster) reviveControlPlane(ctx context.Context) error {
 		path := c.local.logPath(name)
 		errs = append(errs, fmt.Errorf("control-plane component %s exited unexpectedly; the end of %s:\n%s", name, path, logTail(path, componentLogTailLines)))
 	}
-	if err := c.local.restart(ctx, exited); err != nil {
-		errs = append(errs, fmt.Errorf("starting %s again: %w", strings.Join(exited, ", "), err))
-	} else if err := c.waitReady(ctx); err != nil {
-		errs = append(errs, fmt.Errorf("waiting for the apiserver after starting %s again: %w", strings.Join(exited, ", "), err))
+	if _, err := c.restartExited(ctx); err != nil {
+		errs = append(errs, err)
 	} else {
 		errs = append(errs, fmt.Errorf("started %s again", strings.Join(exited, ", ")))
 	}
 	return errors.Join(errs...)
+}
+
+// restartExited starts the local control plane's components that exited
+// again, as a kubelet restarts a static pod, waits for the apiserver, and
+// returns their names.
+func (c *Cluster) restartExited(ctx context.Context) ([]string, error) {
+	if c.local == nil {
+		return nil, nil
+	}
+	exited, err := c.local.exited()
+	if err != nil || len(exited) == 0 {
+		return nil, err
+	}
+	if err := c.local.restart(ctx, exited); err != nil {
+		return exited, fmt.Errorf("starting %s again: %w", strings.Join(exited, ", "), err)
+	}
+	if err := c.waitReady(ctx); err != nil {
+		return exited, fmt.Errorf("waiting for the apiserver after starting %s again: %w", strings.Join(exited, ", "), err)
+	}
+	return exited, nil
 }
 
 // componentLogTailLines is how much of a dead component's log

@@ -170,6 +170,12 @@ func (c *Cluster) WaitNodesReady(ctx context.Context, timeout time.Duration) err
 	}
 	var notReady []string
 	err := Poll(ctx, 250*time.Millisecond, timeout, "model nodes Ready", func(ctx context.Context) (bool, error) {
+		// The node lifecycle controller clears new nodes' not-ready
+		// taints: kube-controller-manager must run, and is started again
+		// as a kubelet would if it exited.
+		if _, err := c.restartExited(ctx); err != nil {
+			return false, err
+		}
 		list, err := c.Clientset.CoreV1().Nodes().List(ctx, metav1.ListOptions{ResourceVersion: "0"})
 		if err != nil {
 			return false, nil
