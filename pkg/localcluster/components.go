@@ -570,8 +570,7 @@ func (c *Cluster) reviveControlPlane(ctx context.Context) error {
 	}
 	var errs []error
 	for _, name := range exited {
-		path := c.local.logPath(name)
-		errs = append(errs, fmt.Errorf("control-plane component %s exited unexpectedly; the end of %s:\n%s", name, path, logTail(path, componentLogTailLines)))
+		errs = append(errs, errors.New(c.local.exitReport(name)))
 	}
 	if _, err := c.restartExited(ctx); err != nil {
 		errs = append(errs, err)

@@ -330,7 +330,9 @@ func (k *kwokCluster) restart(ctx context.Context, names []string) error {
 	return k.kwokctl(ctx, "start", "cluster", "--name", k.name, "--timeout", "2m")
 }
 
-// logPath is the log file of control-plane component name.
-func (k *kwokCluster) logPath(name string) string {
-	return filepath.Join(k.clusterDir(), "logs", name+".log")
+// exitReport says that control-plane component name exited, with the end
+// of its log.
+func (k *kwokCluster) exitReport(name string) string {
+	path := filepath.Join(k.clusterDir(), "logs", name+".log")
+	return fmt.Sprintf("control-plane component %s exited unexpectedly; the end of %s:\n%s", name, path, logTail(path, componentLogTailLines))
 }

@@ -220,8 +220,7 @@ func (c *Cluster) exitedControlPlane() string {
 	}
 	var b strings.Builder
 	for _, name := range exited {
-		path := c.local.logPath(name)
-		fmt.Fprintf(&b, "; control-plane component %s exited, the end of %s:\n%s", name, path, logTail(path, componentLogTailLines))
+		b.WriteString("; " + c.local.exitReport(name))
 	}
 	return b.String()
 }

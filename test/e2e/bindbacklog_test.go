@@ -146,7 +146,6 @@ func createIsolatedPool(t *testing.T, name string, n int) string {
 // proxy with rules and whose client sends at rate. It returns the proxy.
 func startSchedulerBehindProxy(t *testing.T, name string, rules framework.FaultRules, rate localcluster.ClientRate) *framework.FaultProxy {
 	t.Helper()
-	ctx := context.Background()
 	proxy, err := framework.StartFaultProxy(cluster.Config, rules)
 	if err != nil {
 		t.Fatal(err)
@@ -165,11 +164,20 @@ func startSchedulerBehindProxy(t *testing.T, name string, rules framework.FaultR
 	if err != nil {
 		t.Fatal(err)
 	}
+	replaceScheduler(t, comp)
+	return proxy
+}
+
+// replaceScheduler runs comp in place of the suite's scheduler until the
+// test ends; then the suite's scheduler runs again.
+func replaceScheduler(t *testing.T, comp localcluster.Component) {
+	t.Helper()
+	ctx := context.Background()
 	if err := cluster.KillComponent("scheduler"); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		_ = cluster.KillComponent(name)
+		_ = cluster.KillComponent(comp.Name)
 		comp, err := cluster.SchedulerComponent()
 		if err != nil {
 			t.Fatal(err)
@@ -181,7 +189,6 @@ func startSchedulerBehindProxy(t *testing.T, name string, rules framework.FaultR
 	if _, err := cluster.StartComponent(ctx, comp); err != nil {
 		t.Fatal(err)
 	}
-	return proxy
 }
 
 // createGangAtOnce creates a gang's pods so that they reach the scheduler

@@ -18,9 +18,8 @@ import (
 // kube-controller-manager makes. Without the restart one exit failed every
 // later test of the shard.
 func TestExitedControlPlaneComponentRestarts(t *testing.T) {
-	if !cluster.Local() {
-		t.Skip("the control plane is not the harness's")
-	}
+	// Against a cluster the harness does not run, there are no pids and
+	// the test fails: the restart it guards cannot be checked there.
 	pids, err := cluster.ControlPlanePIDs()
 	if err != nil {
 		t.Fatal(err)

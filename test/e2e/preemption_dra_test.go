@@ -31,11 +31,7 @@ func TestDRAGangPreemptsWholeDRAGang(t *testing.T) {
 	low := draClass(priorityClass(t, ns, "low", lowPriority, false))
 	high := draClass(priorityClass(t, ns, "high", highPriority, false))
 
-	createDRAGangOf(t, ns, "old", 2, 4, low)
-	old := waitDRAGangRunning(t, ns, "old", 2)
-	waitPastStart(t, old)
-	createDRAGangOf(t, ns, "young", 2, 4, low)
-	young := waitDRAGangRunning(t, ns, "young", 2)
+	old, young := oldAndYoung(t, ns, low)
 	youngClaims := claimsOf(t, ns, young)
 
 	createDRAGangOf(t, ns, "urgent", 2, 4, high)
@@ -50,17 +46,10 @@ func TestDRAGangPreemptsWholeDRAGang(t *testing.T) {
 			t.Errorf("preemptor pod %s bound to %s, not a DRA node of %v", pod.Name, pod.Spec.NodeName, dra)
 		}
 	}
+	checkGangUntouched(t, ns, "old", old)
 	oldNow, err := gangPods(ctx, ns, "old")
 	if err != nil {
 		t.Fatal(err)
-	}
-	if len(oldNow) != 2 {
-		t.Errorf("gang old has %d pods, want its 2", len(oldNow))
-	}
-	for _, p := range oldNow {
-		if p.UID != old[p.Name].UID || p.DeletionTimestamp != nil {
-			t.Errorf("gang old lost pod %s: the preemption took more than the cheapest gang", p.Name)
-		}
 	}
 	seen := map[draDevice]string{}
 	for pod, devices := range checkClaimsOnOwnNodes(t, ns, append(oldNow, urgent...), 4) {
@@ -152,11 +141,7 @@ func TestPendingMemberGangCostedByRunningWork(t *testing.T) {
 	low := draClass(priorityClass(t, ns, "low", lowPriority, false))
 	high := draClass(priorityClass(t, ns, "high", highPriority, false))
 
-	createDRAGangOf(t, ns, "old", 2, 4, low)
-	old := waitDRAGangRunning(t, ns, "old", 2)
-	waitPastStart(t, old)
-	createDRAGangOf(t, ns, "young", 2, 4, low)
-	young := waitDRAGangRunning(t, ns, "young", 2)
+	old, young := oldAndYoung(t, ns, low)
 	createPendingMember(t, ns, "old", "old-2", low)
 
 	createDRAGangOf(t, ns, "urgent", 2, 4, high)
@@ -199,6 +184,18 @@ func TestPendingMemberGangCostedByRunningWork(t *testing.T) {
 	checkGangUntouched(t, ns, "fresh", fresh)
 }
 
+// oldAndYoung runs two DRA gangs of two 4-GPU members in class (draClass),
+// "old" and then "young", started a second apart or more (start times
+// have second precision), and returns their pods by name.
+func oldAndYoung(t *testing.T, ns string, class func(*corev1.Pod)) (old, young map[string]corev1.Pod) {
+	t.Helper()
+	createDRAGangOf(t, ns, "old", 2, 4, class)
+	old = waitDRAGangRunning(t, ns, "old", 2)
+	waitPastStart(t, old)
+	createDRAGangOf(t, ns, "young", 2, 4, class)
+	return old, waitDRAGangRunning(t, ns, "young", 2)
+}
+
 // draClass has a DRA gang's pods run in PriorityClass class and take 10 s
 // to go once deleted, as trainers that checkpoint on SIGTERM do.
 func draClass(class string) func(*corev1.Pod) {
@@ -232,19 +229,7 @@ func checkGangUntouched(t *testing.T, ns, gang string, want map[string]corev1.Po
 	if err != nil {
 		t.Fatal(err)
 	}
-	have := map[string]corev1.Pod{}
-	for _, p := range pods {
-		have[p.Name] = p
-	}
-	for name, w := range want {
-		p, ok := have[name]
-		switch {
-		case !ok || p.UID != w.UID:
-			t.Errorf("gang %s lost pod %s", gang, name)
-		case p.DeletionTimestamp != nil:
-			t.Errorf("gang %s: pod %s is being deleted", gang, name)
-		}
-	}
+	checkPodsUntouched(t, "gang "+gang, pods, podUIDs(want))
 }
 
 // deletePod deletes pod name of ns at once and waits until it is gone.
@@ -269,7 +254,6 @@ func deletePod(t *testing.T, ns, name string) {
 // test ends; then the suite's scheduler runs again.
 func restartSchedulerWithArgs(t *testing.T, name string, args map[string]any) {
 	t.Helper()
-	ctx := context.Background()
 	cfg, err := localcluster.DeployedSchedulerConfig(cluster.RepoRoot)
 	if err != nil {
 		t.Fatal(err)
@@ -281,20 +265,5 @@ func restartSchedulerWithArgs(t *testing.T, name string, args map[string]any) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := cluster.KillComponent("scheduler"); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = cluster.KillComponent(name)
-		comp, err := cluster.SchedulerComponent()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := cluster.StartComponent(ctx, comp); err != nil {
-			t.Fatal(err)
-		}
-	})
-	if _, err := cluster.StartComponent(ctx, comp); err != nil {
-		t.Fatal(err)
-	}
+	replaceScheduler(t, comp)
 }

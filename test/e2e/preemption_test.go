@@ -98,17 +98,24 @@ func checkUntouched(t *testing.T, ns, job string, want map[string]types.UID) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	checkPodsUntouched(t, "job "+job, pods.Items, want)
+}
+
+// checkPodsUntouched fails the test if a pod of want is not among pods
+// (gone or replaced) or is being deleted; what names whose pods they are.
+func checkPodsUntouched(t *testing.T, what string, pods []corev1.Pod, want map[string]types.UID) {
+	t.Helper()
 	have := map[string]corev1.Pod{}
-	for _, p := range pods.Items {
+	for _, p := range pods {
 		have[p.Name] = p
 	}
 	for name, uid := range want {
 		p, ok := have[name]
 		switch {
 		case !ok || p.UID != uid:
-			t.Errorf("job %s lost pod %s", job, name)
+			t.Errorf("%s lost pod %s", what, name)
 		case p.DeletionTimestamp != nil:
-			t.Errorf("job %s: pod %s is being deleted", job, name)
+			t.Errorf("%s: pod %s is being deleted", what, name)
 		}
 	}
 }
