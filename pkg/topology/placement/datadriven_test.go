@@ -95,6 +95,10 @@ import (
 //	  (pods named key#0, key#1, ...) takes those GPUs off its node's free
 //	  GPUs; a key with one line and started= omitted for a pod that has
 //	  not started. started is relative to the epoch (now=0).
+//	run key=ns/v priority=N starts=(0s,10m) [minmember=2]
+//	  a gang with pending members: starts are its running members'
+//	  (one per input line); it started when its minmember-th did
+//	  (GangStarted), and never when fewer run.
 //	preempt gang=ns/x members=4 gpus=8 [level=leaf] [mode=...] [implicit]
 //	        [priority=N] [now=1h] [minruntime=30m] [near=(n1)] [hold]
 //	  Preempt over the work run so far (not evicted): prints the victims,

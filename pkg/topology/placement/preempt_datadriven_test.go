@@ -30,6 +30,26 @@ func (s *script) runVictim(t *testing.T, d *datadriven.TestData) (string, error)
 		d.ScanArgs(t, "started", &at)
 		v.Started = time.Unix(0, 0).Add(at)
 	}
+	if d.HasArg("starts") {
+		// A gang's running members' starts, as the plugin reads them:
+		// members not listed are pending and hold nothing.
+		if d.HasArg("started") {
+			return "", errors.New("started and starts are exclusive")
+		}
+		var list []string
+		minMember := 1
+		d.ScanArgs(t, "starts", &list)
+		d.MaybeScanArgs(t, "minmember", &minMember)
+		starts := make([]time.Time, len(list))
+		for i, s := range list {
+			at, err := time.ParseDuration(s)
+			if err != nil {
+				return "", fmt.Errorf("starts: %w", err)
+			}
+			starts[i] = time.Unix(0, 0).Add(at)
+		}
+		v.Started = GangStarted(starts, minMember)
+	}
 	var b strings.Builder
 	for _, line := range strings.Split(strings.TrimSpace(d.Input), "\n") {
 		name, list, _ := strings.Cut(strings.TrimSpace(line), " ")
