@@ -13,6 +13,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -24,6 +25,7 @@ import (
 	"github.com/lockstep-dev/lockstep/pkg/apis/lockstep/v1alpha1"
 	"github.com/lockstep-dev/lockstep/pkg/bench"
 	"github.com/lockstep-dev/lockstep/pkg/lockstep"
+	"github.com/lockstep-dev/lockstep/pkg/scheduler/gangpreemption"
 	"github.com/lockstep-dev/lockstep/pkg/topology"
 )
 
@@ -63,6 +65,13 @@ type observer struct {
 
 	mu   sync.Mutex
 	jobs map[string]*jobState
+	// podJob is the job of each pod name seen, for naming a preemptor's
+	// job; pods keep their names across a job's runs.
+	podJob map[string]string
+	// eventPreemptor is the preemptor each victim pod's Preempted event
+	// names (its related object, upstream's and Lockstep's alike), by the
+	// victim's UID: upstream's DisruptionTarget message names nobody.
+	eventPreemptor map[types.UID]string
 	// lastProgress is the last submission, bind, finish or deletion.
 	lastProgress time.Time
 	// releases queues runs whose gang is complete, for the release
@@ -138,13 +147,15 @@ func (ps *podState) holdsGPUs() bool {
 // for release at most once, so the queue never blocks the pod handler.
 func newObserver(clientset kubernetes.Interface, c client.Client, namespace string, jobs int, rendezvous bool, runtime *bench.RuntimeModel) *observer {
 	return &observer{
-		clientset:  clientset,
-		client:     c,
-		namespace:  namespace,
-		rendezvous: rendezvous,
-		runtime:    runtime,
-		jobs:       map[string]*jobState{},
-		releases:   make(chan release, jobs),
+		clientset:      clientset,
+		client:         c,
+		namespace:      namespace,
+		rendezvous:     rendezvous,
+		runtime:        runtime,
+		jobs:           map[string]*jobState{},
+		podJob:         map[string]string{},
+		eventPreemptor: map[types.UID]string{},
+		releases:       make(chan release, jobs),
 	}
 }
 
@@ -165,9 +176,16 @@ func (o *observer) start(ctx context.Context) error {
 	}); err != nil {
 		return fmt.Errorf("watching pods: %w", err)
 	}
+	events := factory.Events().V1().Events().Informer()
+	if _, err := events.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    o.onEvent,
+		UpdateFunc: func(_, obj any) { o.onEvent(obj) },
+	}); err != nil {
+		return fmt.Errorf("watching events: %w", err)
+	}
 	factory.Start(ctx.Done())
-	if !cache.WaitForCacheSync(ctx.Done(), pods.HasSynced) {
-		return fmt.Errorf("pod informer did not sync: %w", ctx.Err())
+	if !cache.WaitForCacheSync(ctx.Done(), pods.HasSynced, events.HasSynced) {
+		return fmt.Errorf("pod and event informers did not sync: %w", ctx.Err())
 	}
 	if o.rendezvous {
 		for range releaseWorkers {
@@ -202,6 +220,7 @@ func (o *observer) onPod(obj any, gone bool) {
 	if js == nil {
 		return
 	}
+	o.podJob[pod.Name] = js.job.ID
 	// A pod without a readable incarnation is the first run's, as the
 	// controller labels every pod it creates.
 	inc, _ := strconv.Atoi(pod.Labels[lockstep.LabelIncarnation])
@@ -264,6 +283,41 @@ func (o *observer) queueRelease(r release) {
 			}
 		}()
 	}
+}
+
+// onEvent records the preemptor a victim's Preempted event names: the
+// event's related pod (upstream's DefaultPreemption and Lockstep both set
+// it), else the preemptor of Lockstep's message.
+func (o *observer) onEvent(obj any) {
+	e, ok := obj.(*eventsv1.Event)
+	if !ok || e.Reason != gangpreemption.EventPreempted || e.Regarding.Kind != "Pod" {
+		return
+	}
+	preemptor := ""
+	if e.Related != nil && e.Related.Kind == "Pod" {
+		preemptor = e.Related.Namespace + "/" + e.Related.Name
+	} else if p, ok := lockstep.ParsePreemption(e.Note); ok {
+		preemptor = p.Preemptor
+	}
+	if preemptor == "" {
+		return
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if _, ok := o.eventPreemptor[e.Regarding.UID]; !ok {
+		o.eventPreemptor[e.Regarding.UID] = preemptor
+	}
+}
+
+// preemptorJob returns the job of a preemptor named "namespace/name": a
+// gang's PodGroup, named as its job, or a pod of a job; "" when neither is
+// the benchmark's.
+func (o *observer) preemptorJob(preemptor string) string {
+	_, name, _ := strings.Cut(preemptor, "/")
+	if _, ok := o.jobs[name]; ok {
+		return name
+	}
+	return o.podJob[name]
 }
 
 // preemptedBy reports whether the scheduler preempted pod: a
@@ -572,7 +626,7 @@ func (o *observer) run(name string, start, end time.Time, samples []bench.Sample
 			Pods: js.current().podRuns()}
 		for _, run := range js.runs[:len(js.runs)-1] {
 			if len(run.pods) > 0 {
-				jr.EarlierRuns = append(jr.EarlierRuns, run.earlierRun())
+				jr.EarlierRuns = append(jr.EarlierRuns, o.earlierRun(run))
 			}
 		}
 		r.Jobs = append(r.Jobs, jr)
@@ -601,9 +655,10 @@ func (r *runState) podRuns() []bench.PodRun {
 	return out
 }
 
-// earlierRun is the run as one the job restarted after: its pods, and the
-// pods preemption took and when it took the first.
-func (r *runState) earlierRun() bench.EarlierRun {
+// earlierRun is run r as one the job restarted after: its pods, the pods
+// preemption took, when it took the first and for which job. The caller
+// holds o.mu.
+func (o *observer) earlierRun(r *runState) bench.EarlierRun {
 	er := bench.EarlierRun{Pods: r.podRuns()}
 	for _, n := range slices.Sorted(maps.Keys(r.pods)) {
 		ps := r.pods[n]
@@ -615,7 +670,10 @@ func (r *runState) earlierRun() bench.EarlierRun {
 			er.Evicted = ps.deleted
 		}
 		if er.Preemptor == "" {
-			er.Preemptor = ps.preemptor
+			er.Preemptor = o.preemptorJob(ps.preemptor)
+		}
+		if er.Preemptor == "" {
+			er.Preemptor = o.preemptorJob(o.eventPreemptor[ps.uid])
 		}
 	}
 	return er

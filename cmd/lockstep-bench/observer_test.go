@@ -2,12 +2,14 @@ package main
 
 import (
 	"context"
+	"slices"
 	"strconv"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
@@ -17,6 +19,7 @@ import (
 	"github.com/lockstep-dev/lockstep/pkg/apis/lockstep/v1alpha1"
 	"github.com/lockstep-dev/lockstep/pkg/bench"
 	"github.com/lockstep-dev/lockstep/pkg/lockstep"
+	"github.com/lockstep-dev/lockstep/pkg/scheduler/gangpreemption"
 	"github.com/lockstep-dev/lockstep/pkg/topology"
 )
 
@@ -222,6 +225,71 @@ func TestObserverRuns(t *testing.T) {
 			}
 			if _, err := bench.Summarize(bench.Cluster{Nodes: []bench.Node{{Name: "n1", Profile: "hgx-h100"}, {Name: "n2", Profile: "hgx-h100"}, {Name: "n3", Profile: "hgx-h100"}, {Name: "n4", Profile: "hgx-h100"}}}, run); err != nil {
 				t.Errorf("Summarize: %v", err)
+			}
+		})
+	}
+}
+
+// TestObserverNamesPreemptors: an earlier run's preemptor is the job
+// Lockstep's condition names (a gang, by its PodGroup), else the job of the
+// pod the victim's Preempted event relates to (upstream's DefaultPreemption
+// names nobody in its condition), else nobody.
+func TestObserverNamesPreemptors(t *testing.T) {
+	ours := lockstep.Preemption{Preemptor: benchNamespace + "/high", Priority: 1000, Domain: "spine=s0/leaf=l1"}.Message()
+	pod := func(job, name, uid string, inc int, msg string) *corev1.Pod {
+		p := &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: benchNamespace, UID: types.UID(uid), Labels: map[string]string{
+				lockstep.LabelJobName: job, lockstep.LabelIncarnation: strconv.Itoa(inc),
+			}},
+			Spec:   corev1.PodSpec{NodeName: "n1"},
+			Status: corev1.PodStatus{Phase: corev1.PodRunning},
+		}
+		if msg != "" {
+			p.Status.Conditions = []corev1.PodCondition{{Type: corev1.DisruptionTarget, Status: corev1.ConditionTrue,
+				Reason: corev1.PodReasonPreemptionByScheduler, Message: msg}}
+		}
+		return p
+	}
+	event := func(victimUID string, related *corev1.ObjectReference, note string) *eventsv1.Event {
+		return &eventsv1.Event{Reason: gangpreemption.EventPreempted, Note: note,
+			Regarding: corev1.ObjectReference{Kind: "Pod", Namespace: benchNamespace, UID: types.UID(victimUID)}, Related: related}
+	}
+	tests := []struct {
+		name  string
+		msg   string
+		event *eventsv1.Event
+		want  string
+	}{
+		{name: "Lockstep's condition names the gang", msg: ours, want: "high"},
+		{name: "upstream's event relates the preemptor pod", msg: "preempted",
+			event: event("v0", &corev1.ObjectReference{Kind: "Pod", Namespace: benchNamespace, Name: "single-0"}, "Preempted by pod 1234 on node n1"), want: "single"},
+		{name: "an event with Lockstep's note and no related object", msg: "preempted", event: event("v0", nil, ours), want: "high"},
+		{name: "another reason names nobody", msg: "preempted",
+			event: &eventsv1.Event{Reason: "Scheduled", Regarding: corev1.ObjectReference{Kind: "Pod", UID: "v0"}, Related: &corev1.ObjectReference{Kind: "Pod", Name: "single-0"}}},
+		{name: "a preemptor outside the trace is nobody", msg: "preempted",
+			event: event("v0", &corev1.ObjectReference{Kind: "Pod", Namespace: benchNamespace, Name: "stranger"}, "")},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			o := newObserver(nil, nil, benchNamespace, 4, false, nil)
+			start := time.Now()
+			for _, id := range []string{"low", "high", "single"} {
+				o.submitted(bench.Job{ID: id, Replicas: 1, GPUsPerReplica: 8, Duration: time.Minute}, start)
+			}
+			o.onPod(pod("single", "single-0", "s0", 0, ""), false)
+			if tc.event != nil {
+				o.onEvent(tc.event)
+			}
+			victim := pod("low", "low-0", "v0", 0, tc.msg)
+			o.onPod(victim, false)
+			o.onPod(victim, true)
+			o.onPod(pod("low", "low-0", "v1", 1, ""), false)
+			run := o.run("test", start, time.Now(), nil)
+			i := slices.IndexFunc(run.Jobs, func(j bench.JobRun) bool { return j.Job.ID == "low" })
+			if ers := run.Jobs[i].EarlierRuns; len(ers) != 1 || !ers[0].Preempted() {
+				t.Fatalf("earlier runs %+v, want one preempted", ers)
+			} else if ers[0].Preemptor != tc.want {
+				t.Errorf("preemptor %q, want %q", ers[0].Preemptor, tc.want)
 			}
 		})
 	}

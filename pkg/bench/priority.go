@@ -220,6 +220,7 @@ func (p *PriorityReplay) writeMarkdown(b *strings.Builder) {
 		{"all: jobs finished", func(r Result) string { return fmt.Sprintf("%d/%d", r.FinishedJobs, r.Jobs) }},
 		{"all: jobs preempted (preemptions)", func(r Result) string { return fmt.Sprintf("%d (%d)", r.PreemptedJobs, r.Preemptions) }},
 		{"all: pods evicted", func(r Result) string { return fmt.Sprint(r.EvictedPods) }},
+		{"all: preemptions per preemptor (most by one)", preemptionsPerPreemptor},
 		{"all: GPU-hours lost to preemption (trace time)", func(r Result) string { return fmt.Sprintf("%.1f", r.PreemptionLostGPUHours) }},
 		{"all: GPU-hours (trace time)", func(r Result) string { return fmt.Sprintf("%.1f", r.GPUHours) }},
 		{"all: makespan (trace time)", func(r Result) string {
@@ -232,6 +233,16 @@ func (p *PriorityReplay) writeMarkdown(b *strings.Builder) {
 		}
 		writeRow(b, cells)
 	}
+}
+
+// preemptionsPerPreemptor is the cell of the victim runs each preemptor
+// ended, on average and at most: "n/a" when no preemption names its
+// preemptor.
+func preemptionsPerPreemptor(r Result) string {
+	if r.Preemptors == 0 {
+		return "n/a"
+	}
+	return fmt.Sprintf("%.2f (%d)", float64(r.AttributedPreemptions)/float64(r.Preemptors), r.MostPreemptionsByOne)
 }
 
 // priorityRow is a per-class row of the Priorities table.

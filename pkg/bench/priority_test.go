@@ -18,6 +18,8 @@ func classJob(id string, replicas, gpus int, class string) Job {
 type preemptionSummary struct {
 	GPUHours, UsefulGPUHours, WasteGPUHours float64
 	PreemptedJobs, Preemptions, EvictedPods int
+	Preemptors, AttributedPreemptions       int
+	MostPreemptionsByOne                    int
 	PreemptionLostGPUHours                  float64
 	GangWaitP50Seconds                      *float64
 	Priorities                              []PriorityResult
@@ -29,6 +31,7 @@ func summarizePreemption(res Result) preemptionSummary {
 	s := preemptionSummary{
 		GPUHours: res.GPUHours, UsefulGPUHours: res.UsefulGPUHours, WasteGPUHours: res.WasteGPUHours,
 		PreemptedJobs: res.PreemptedJobs, Preemptions: res.Preemptions, EvictedPods: res.EvictedPods,
+		Preemptors: res.Preemptors, AttributedPreemptions: res.AttributedPreemptions, MostPreemptionsByOne: res.MostPreemptionsByOne,
 		PreemptionLostGPUHours: res.PreemptionLostGPUHours, GangWaitP50Seconds: res.GangWaitP50Seconds,
 		Priorities: res.Priorities,
 	}
@@ -56,7 +59,7 @@ func TestSummarizePreemption(t *testing.T) {
 					{Job: classJob("low", 2, 8, PriorityLow), Submitted: at(0), Finished: at(81),
 						EarlierRuns: []EarlierRun{{
 							Pods:    []PodRun{pod("low-0", "n00", all8, 2, 14), pod("low-1", "n01", all8, 3, 13)},
-							Evicted: at(13), EvictedPods: 1,
+							Evicted: at(13), EvictedPods: 1, Preemptor: "high",
 						}},
 						Pods: []PodRun{pod("low-0", "n02", all8, 20, 81), pod("low-1", "n03", all8, 21, 81)}},
 					{Job: job("plain", 1, 1), Submitted: at(0), Finished: at(5), Pods: []PodRun{pod("plain-0", "n04", all8&1, 1, 5)}},
@@ -73,6 +76,7 @@ func TestSummarizePreemption(t *testing.T) {
 				UsefulGPUHours: (960 + 4 + 1920) * 2 / 3600.0,
 				WasteGPUHours:  (176 + 968 - 960 - 160) * 2 / 3600.0,
 				PreemptedJobs:  1, Preemptions: 1, EvictedPods: 1,
+				Preemptors: 1, AttributedPreemptions: 1, MostPreemptionsByOne: 1,
 				PreemptionLostGPUHours: 160 * 2 / 3600.0,
 				// Waits 21 (the last run's full bind), 1, 2.
 				GangWaitP50Seconds: ptr(2.0),
@@ -100,9 +104,10 @@ func TestSummarizePreemption(t *testing.T) {
 					{Job: classJob("low", 2, 8, PriorityLow), Submitted: at(0),
 						EarlierRuns: []EarlierRun{
 							// Whole from 4 s to 10 s, both pods evicted.
-							{Pods: []PodRun{pod("low-0", "n00", all8, 2, 10), pod("low-1", "n01", all8, 4, 10)}, Evicted: at(10), EvictedPods: 2},
+							{Pods: []PodRun{pod("low-0", "n00", all8, 2, 10), pod("low-1", "n01", all8, 4, 10)}, Evicted: at(10), EvictedPods: 2, Preemptor: "x"},
 							// One pod bound, evicted before its peer came:
 							// its GPUs were waste, no work lost.
+							// Its preemptor unknown: no event named it.
 							{Pods: []PodRun{pod("low-0", "n00", all8, 20, 25), unbound("low-1")}, Evicted: at(25), EvictedPods: 1},
 						},
 						Pods: []PodRun{pod("low-0", "n02", all8, 30, 0), unbound("low-1")}},
@@ -113,6 +118,7 @@ func TestSummarizePreemption(t *testing.T) {
 				GPUHours:      (112 + 40 + 160) / 3600.0,
 				WasteGPUHours: (112 + 40 + 160 - 96) / 3600.0,
 				PreemptedJobs: 1, Preemptions: 2, EvictedPods: 3,
+				Preemptors: 1, AttributedPreemptions: 1, MostPreemptionsByOne: 1,
 				PreemptionLostGPUHours: 16 * 6 / 3600.0,
 				Priorities: []PriorityResult{
 					{Class: PriorityLow, Value: 100, Jobs: 1, MakespanTraceSeconds: 50, MakespanIncomplete: true,

@@ -104,6 +104,7 @@ func sampleReport() Report {
 			Notes: []string{"kube-scheduler preempts pod by pod."},
 			Results: []Result{
 				{Scheduler: SchedulerKube, Jobs: 46, FinishedJobs: 40, PreemptedJobs: 9, Preemptions: 12, EvictedPods: 30,
+					Preemptors: 5, AttributedPreemptions: 12, MostPreemptionsByOne: 4,
 					PreemptionLostGPUHours: 41.25, GPUHours: 400.5, MakespanTraceSeconds: 7200, MakespanIncomplete: true,
 					Priorities: []PriorityResult{
 						{Class: PriorityHigh, Value: 1000, Jobs: 6, FinishedJobs: 6, FullyBoundJobs: 6, GangWaitP50Seconds: ptr(1.5), GangWaitP99Seconds: ptr(70.0), MakespanTraceSeconds: 1900},

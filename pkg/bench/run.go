@@ -90,8 +90,11 @@ type EarlierRun struct {
 	// Evicted is the first of those deletions; zero when the run ended for
 	// another reason.
 	Evicted time.Time
-	// Preemptor is the preemptor Lockstep's condition message names
-	// (lockstep.ParsePreemption); "" when unknown, as for upstream's.
+	// Preemptor is the job that preempted the run: the gang or pod
+	// Lockstep's condition message names (lockstep.ParsePreemption), else
+	// the pod the victims' Preempted event relates to, as upstream's
+	// DefaultPreemption sets it; "" when neither names one of the trace's
+	// jobs.
 	Preemptor string
 }
 

@@ -95,6 +95,15 @@ type Result struct {
 	PreemptedJobs int `json:"preempted_jobs"`
 	Preemptions   int `json:"preemptions"`
 	EvictedPods   int `json:"evicted_pods"`
+	// Preemptors are the jobs that preempted others (EarlierRun.Preemptor);
+	// AttributedPreemptions the preemptions that name one, and
+	// MostPreemptionsByOne the most any one preemptor caused. A gang-aware
+	// scheduler ends one victim run per preemptor where one victim makes
+	// room, and never ends a second for a preemptor still waiting for the
+	// first.
+	Preemptors            int `json:"preemptors,omitempty"`
+	AttributedPreemptions int `json:"attributed_preemptions,omitempty"`
+	MostPreemptionsByOne  int `json:"most_preemptions_by_one,omitempty"`
 	// PreemptionLostGPUHours is the work preemption threw away, in trace
 	// time: for each preempted run whose gang was whole, the job's GPUs
 	// times how long it had been (its full bind to the first eviction).
@@ -302,6 +311,7 @@ func SummarizeWithOptions(c Cluster, r Run, opts Options) (Result, error) {
 	var usefulGPUSeconds, heldGPUSeconds, lostGPUSeconds, idealGPUSeconds, modelledGPUSeconds float64
 	var binds []time.Time
 	var lastFinish time.Time
+	byPreemptor := map[string]int{}
 	allFinished := true
 	for i, jr := range r.Jobs {
 		job := jr.Job
@@ -365,6 +375,9 @@ func SummarizeWithOptions(c Cluster, r Run, opts Options) (Result, error) {
 			if er.Preempted() {
 				out.Preemptions++
 				out.EvictedPods += er.EvictedPods
+				if er.Preemptor != "" {
+					byPreemptor[er.Preemptor]++
+				}
 			}
 		}
 		heldGPUSeconds += held
@@ -425,6 +438,11 @@ func SummarizeWithOptions(c Cluster, r Run, opts Options) (Result, error) {
 	res.IdealGPUHours = idealGPUSeconds * compression / 3600
 	res.ModelledGPUHours = modelledGPUSeconds * compression / 3600
 	res.PreemptionLostGPUHours = lostGPUSeconds * compression / 3600
+	res.Preemptors = len(byPreemptor)
+	for _, n := range byPreemptor {
+		res.AttributedPreemptions += n
+		res.MostPreemptionsByOne = max(res.MostPreemptionsByOne, n)
+	}
 	wasteGPUSeconds := heldGPUSeconds - usefulGPUSeconds - lostGPUSeconds
 	res.WasteGPUHours = wasteGPUSeconds * compression / 3600
 	if capacity := float64(m.totalGPUs) * r.End.Sub(r.Start).Seconds(); capacity > 0 {

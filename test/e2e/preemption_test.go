@@ -17,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	podutil "k8s.io/kubernetes/pkg/api/v1/pod"
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/lockstep-dev/lockstep/pkg/apis/lockstep/v1alpha1"
 	"github.com/lockstep-dev/lockstep/pkg/controller"
@@ -387,12 +388,16 @@ func TestPreemptionEvictsNothingThatCannotHelp(t *testing.T) {
 }
 
 // TestCompetingPreemptorsEvictEachVictimOnce: in 20 seeded rounds, eight
-// low-priority 4 x 8-GPU gangs fill the cluster and two to four
-// higher-priority leaf:Required gangs (2 or 4 members of 8 GPUs, equal or
-// different priorities) arrive at once. Every preemptor runs (no
-// deadlock); low gangs are evicted whole, no more of them than there are
-// preemptors (each needs at most one gang's room) and no fewer than their
-// GPUs need; and no victim pod is preempted for two preemptors.
+// low-priority TrainingJobs of 4 x 8 GPUs fill the cluster (two to a leaf)
+// and two to four higher-priority leaf:Required gangs (3 or 4 members of
+// 8 GPUs, equal or different priorities) arrive at once, with the
+// harness's node-critical DaemonSet on every node and the agent reporting
+// allocations on its resync interval. Each preemptor needs exactly one low
+// job's room (two cannot share one), so: every preemptor runs (no
+// deadlock); low jobs are evicted whole, exactly as many as there are
+// preemptors; no victim pod is preempted for two preemptors; and the sum of
+// the low jobs' status.preemptions equals the number of preemptors, each
+// victim counting its preemption once.
 func TestCompetingPreemptorsEvictEachVictimOnce(t *testing.T) {
 	const rounds = 20
 	for round := range rounds {
@@ -403,23 +408,24 @@ func TestCompetingPreemptorsEvictEachVictimOnce(t *testing.T) {
 			priorityClass(t, ns, "mid", 500, false),
 			priorityClass(t, ns, "high", highPriority, false),
 		}
-		for i := range 8 {
-			name := fmt.Sprintf("low-%d", i)
-			pg := utiltesting.MakePodGroup(name, ns, 4).Obj()
-			pg.Annotations = map[string]string{lockstep.AnnotationTopologyLevel: lockstep.LevelLeaf, lockstep.AnnotationTopologyMode: string(lockstep.Required)}
-			if err := cluster.Client.Create(context.Background(), pg); err != nil {
-				t.Fatal(err)
-			}
-			for m := range 4 {
-				pod := utiltesting.MakePod(fmt.Sprintf("%s-%d", name, m), ns).GPUs(8).SchedulerName(localcluster.SchedulerName).PodGroup(name).Obj()
-				pod.Spec.PriorityClassName = classes[0]
-				// Victims take their whole grace period to go:
-				// short, for twenty rounds.
-				pod.Spec.TerminationGracePeriodSeconds = ptr.To[int64](3)
-				cluster.CreatePods(t, pod)
-			}
+		lows := make([]string, 8)
+		for i := range lows {
+			lows[i] = fmt.Sprintf("low-%d", i)
+			tpl := utiltesting.MakePodTemplate("pytorch").CPU("1").GPULimit(8).Obj()
+			// Victims take their whole grace period to go: short, for
+			// twenty rounds.
+			tpl.Spec.TerminationGracePeriodSeconds = ptr.To[int64](3)
+			createJob(t, pytorchGang(ns, lows[i], 3, tpl).PriorityClass(classes[0]).Topology(lockstep.LevelLeaf, v1alpha1.TopologyRequired).Obj())
 		}
 		waitRunningAllocated(t, ns, 32)
+		before := map[string]map[string]types.UID{}
+		for _, name := range lows {
+			pods, err := jobPodsOf(context.Background(), ns, name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			before[name] = podUIDs(pods)
+		}
 
 		preemptors := 2 + rng.IntN(3)
 		type want struct {
@@ -428,7 +434,7 @@ func TestCompetingPreemptorsEvictEachVictimOnce(t *testing.T) {
 		}
 		var gangs []want
 		for i := range preemptors {
-			g := want{name: fmt.Sprintf("pre-%d", i), members: []int{2, 4}[rng.IntN(2)]}
+			g := want{name: fmt.Sprintf("pre-%d", i), members: 3 + rng.IntN(2)}
 			gangs = append(gangs, g)
 			pg := utiltesting.MakePodGroup(g.name, ns, int32(g.members)).Obj()
 			pg.Annotations = map[string]string{lockstep.AnnotationTopologyLevel: lockstep.LevelLeaf, lockstep.AnnotationTopologyMode: string(lockstep.Required)}
@@ -451,45 +457,78 @@ func TestCompetingPreemptorsEvictEachVictimOnce(t *testing.T) {
 			waitGangBound(t, ns, g.name, g.members, 2*time.Minute)
 		}
 
-		// Count the low gangs that lost pods, and the Preempted events of
-		// each victim pod.
-		all, err := cluster.Pods(context.Background(), ns)
-		if err != nil {
-			t.Fatal(err)
-		}
-		alive := map[string]int{}
-		for _, p := range all {
-			if g := p.Labels[lockstep.PodGroupLabel]; strings.HasPrefix(g, "low-") && p.DeletionTimestamp == nil {
-				alive[g]++
+		// The low jobs that lost pods, and the Preempted events of each
+		// victim pod. A job's restarted pods have new UIDs.
+		var evicted []string
+		for _, name := range lows {
+			now, err := jobPodsOf(context.Background(), ns, name)
+			if err != nil {
+				t.Fatal(err)
 			}
-		}
-		evicted := 0
-		for i := range 8 {
-			name := fmt.Sprintf("low-%d", i)
-			switch alive[name] {
+			kept := 0
+			for pod, uid := range before[name] {
+				if p, ok := now[pod]; ok && p.UID == uid {
+					kept++
+				}
+			}
+			switch kept {
 			case 4:
 			case 0:
-				evicted++
-				for m := range 4 {
-					pod := fmt.Sprintf("%s-%d", name, m)
+				evicted = append(evicted, name)
+				for _, pod := range slices.Sorted(maps.Keys(before[name])) {
 					if by := victimEventPreemptors(t, ns, pod); len(by) != 1 {
 						t.Errorf("round %d: victim pod %s preempted for %v, want one preemptor", round, pod, by)
 					}
 				}
 			default:
-				t.Errorf("round %d: gang %s lost %d of its 4 pods: evicted in part", round, name, 4-alive[name])
+				t.Errorf("round %d: job %s lost %d of its 4 pods: evicted in part", round, name, 4-kept)
 			}
 		}
-		// Each preemptor needs at most one low gang's room (two 2-member
-		// ones may share one), and together at least their GPUs' worth.
-		need := 0
-		for _, g := range gangs {
-			need += g.members
+		if len(evicted) != preemptors {
+			t.Errorf("round %d: low jobs %v evicted for %d preemptors; want one each", round, evicted, preemptors)
 		}
-		if least := (need + 3) / 4; evicted > preemptors || evicted < least {
-			t.Errorf("round %d: %d low gangs evicted for %d preemptors of %d members in all; want %d to %d", round, evicted, preemptors, need, least, preemptors)
+		// Each victim counts its preemption once, once the controller has
+		// seen it; the jobs spared count none.
+		for _, name := range evicted {
+			waitJob(t, ns, name, time.Minute, name+" counts its preemption", func(j *v1alpha1.TrainingJob) bool { return j.Status.Preemptions > 0 })
 		}
+		var jobs v1alpha1.TrainingJobList
+		if err := cluster.Client.List(context.Background(), &jobs, client.InNamespace(ns)); err != nil {
+			t.Fatal(err)
+		}
+		sum := int32(0)
+		for _, j := range jobs.Items {
+			sum += j.Status.Preemptions
+			want := int32(0)
+			if slices.Contains(evicted, j.Name) {
+				want = 1
+			}
+			if j.Status.Preemptions != want {
+				t.Errorf("round %d: job %s status.preemptions %d, want %d", round, j.Name, j.Status.Preemptions, want)
+			}
+		}
+		if sum != int32(preemptors) {
+			t.Errorf("round %d: low jobs' status.preemptions sum to %d for %d preemptors", round, sum, preemptors)
+		}
+		deleteJobs(t, ns)
 		deletePods(t, ns)
+	}
+}
+
+// deleteJobs deletes every TrainingJob of ns and waits until they are gone,
+// so that nothing recreates the pods deletePods then deletes.
+func deleteJobs(t *testing.T, ns string) {
+	t.Helper()
+	ctx := context.Background()
+	if err := cluster.Client.DeleteAllOf(ctx, &v1alpha1.TrainingJob{}, client.InNamespace(ns)); err != nil {
+		t.Fatal(err)
+	}
+	err := localcluster.Poll(ctx, 100*time.Millisecond, time.Minute, "TrainingJobs of "+ns+" gone", func(ctx context.Context) (bool, error) {
+		var jobs v1alpha1.TrainingJobList
+		return cluster.Client.List(ctx, &jobs, client.InNamespace(ns)) == nil && len(jobs.Items) == 0, nil
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 }
 
