@@ -37,7 +37,7 @@ func summarizePreemption(res Result) preemptionSummary {
 	}
 	for _, j := range res.PerJob {
 		s.PerJob = append(s.PerJob, JobResult{ID: j.ID, Priority: j.Priority, WaitSeconds: j.WaitSeconds,
-			Preemptions: j.Preemptions, EvictedPods: j.EvictedPods, PreemptionLostGPUHours: j.PreemptionLostGPUHours})
+			Preemptions: j.Preemptions, PreemptedBy: j.PreemptedBy, EvictedPods: j.EvictedPods, PreemptionLostGPUHours: j.PreemptionLostGPUHours})
 	}
 	return s
 }
@@ -90,7 +90,7 @@ func TestSummarizePreemption(t *testing.T) {
 						GangWaitP50Seconds: ptr(1.0), GangWaitP99Seconds: ptr(1.0), MakespanTraceSeconds: 5 * 2},
 				},
 				PerJob: []JobResult{
-					{ID: "low", Priority: PriorityLow, WaitSeconds: ptr(21.0), Preemptions: 1, EvictedPods: 1, PreemptionLostGPUHours: 160 * 2 / 3600.0},
+					{ID: "low", Priority: PriorityLow, WaitSeconds: ptr(21.0), Preemptions: 1, PreemptedBy: []string{"high"}, EvictedPods: 1, PreemptionLostGPUHours: 160 * 2 / 3600.0},
 					{ID: "plain", WaitSeconds: ptr(1.0)},
 					{ID: "high", Priority: PriorityHigh, WaitSeconds: ptr(2.0)},
 				},
@@ -124,7 +124,7 @@ func TestSummarizePreemption(t *testing.T) {
 					{Class: PriorityLow, Value: 100, Jobs: 1, MakespanTraceSeconds: 50, MakespanIncomplete: true,
 						PreemptedJobs: 1, Preemptions: 2, EvictedPods: 3, PreemptionLostGPUHours: 16 * 6 / 3600.0},
 				},
-				PerJob: []JobResult{{ID: "low", Priority: PriorityLow, Preemptions: 2, EvictedPods: 3, PreemptionLostGPUHours: 16 * 6 / 3600.0}},
+				PerJob: []JobResult{{ID: "low", Priority: PriorityLow, Preemptions: 2, PreemptedBy: []string{"x", ""}, EvictedPods: 3, PreemptionLostGPUHours: 16 * 6 / 3600.0}},
 			},
 		},
 		{

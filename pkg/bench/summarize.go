@@ -184,9 +184,12 @@ type JobResult struct {
 	Priority string `json:"priority,omitempty"`
 	// Preemptions, EvictedPods and PreemptionLostGPUHours are the job's
 	// part of the Result's.
-	Preemptions            int     `json:"preemptions,omitempty"`
-	EvictedPods            int     `json:"evicted_pods,omitempty"`
-	PreemptionLostGPUHours float64 `json:"preemption_lost_gpu_hours,omitempty"`
+	Preemptions int `json:"preemptions,omitempty"`
+	// PreemptedBy names the preemptor of each preemption, in order ("" where
+	// unknown; EarlierRun.Preemptor).
+	PreemptedBy            []string `json:"preempted_by,omitempty"`
+	EvictedPods            int      `json:"evicted_pods,omitempty"`
+	PreemptionLostGPUHours float64  `json:"preemption_lost_gpu_hours,omitempty"`
 }
 
 // UtilizationPoint is one utilization sample.
@@ -378,6 +381,7 @@ func SummarizeWithOptions(c Cluster, r Run, opts Options) (Result, error) {
 				if er.Preemptor != "" {
 					byPreemptor[er.Preemptor]++
 				}
+				out.PreemptedBy = append(out.PreemptedBy, er.Preemptor)
 			}
 		}
 		heldGPUSeconds += held
