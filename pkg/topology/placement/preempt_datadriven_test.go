@@ -30,25 +30,24 @@ func (s *script) runVictim(t *testing.T, d *datadriven.TestData) (string, error)
 		d.ScanArgs(t, "started", &at)
 		v.Started = time.Unix(0, 0).Add(at)
 	}
+	// A gang's running members' starts, one per input line, as the
+	// plugin reads them: members not listed are pending and hold nothing.
+	var starts []time.Time
+	minMember := 1
 	if d.HasArg("starts") {
-		// A gang's running members' starts, as the plugin reads them:
-		// members not listed are pending and hold nothing.
 		if d.HasArg("started") {
 			return "", errors.New("started and starts are exclusive")
 		}
 		var list []string
-		minMember := 1
 		d.ScanArgs(t, "starts", &list)
 		d.MaybeScanArgs(t, "minmember", &minMember)
-		starts := make([]time.Time, len(list))
-		for i, s := range list {
+		for _, s := range list {
 			at, err := time.ParseDuration(s)
 			if err != nil {
 				return "", fmt.Errorf("starts: %w", err)
 			}
-			starts[i] = time.Unix(0, 0).Add(at)
+			starts = append(starts, time.Unix(0, 0).Add(at))
 		}
-		v.Started = GangStarted(starts, minMember)
 	}
 	var b strings.Builder
 	for _, line := range strings.Split(strings.TrimSpace(d.Input), "\n") {
@@ -67,6 +66,12 @@ func (s *script) runVictim(t *testing.T, d *datadriven.TestData) (string, error)
 		n.node.FreeGPUs &^= set
 		v.Pods = append(v.Pods, VictimPod{Node: name, GPUs: set})
 		fmt.Fprintf(&b, "%s: %s gpus %s\n", victimPod(v.Key, len(v.Pods)-1), name, gpuList(set))
+	}
+	if starts != nil {
+		if len(starts) != len(v.Pods) {
+			return "", fmt.Errorf("starts: %d for %d running pods, want one each", len(starts), len(v.Pods))
+		}
+		v.Started = GangStarted(starts, minMember)
 	}
 	s.victims[v.Key] = v
 	return b.String(), nil
