@@ -79,6 +79,9 @@ type Coscheduling struct {
 	// admitted are the PodGroups whose minResources PreFilter found to fit,
 	// not checked again for scheduleTimeout.
 	admitted *expiring
+	// free keeps the cluster's free capacity summed for the minResources
+	// check (clusterfree.go).
+	free *clusterFree
 }
 
 var (
@@ -138,6 +141,7 @@ func newPlugin(h framework.Handle, args *config.CoschedulingArgs, pods corev1inf
 		pods:            pods,
 		scheduleTimeout: time.Duration(args.PermitWaitingTimeSeconds) * time.Second,
 		rejectThreshold: float64(args.PodGroupRejectPercentage) / 100,
+		free:            &clusterFree{},
 	}
 	p.admitted = newExpiring(p.scheduleTimeout, time.Now)
 	if args.PodGroupBackoffSeconds > 0 {
