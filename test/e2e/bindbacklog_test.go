@@ -19,10 +19,11 @@ import (
 	"github.com/lockstep-dev/lockstep/test/e2e/framework"
 )
 
-// TestBindBacklogBoundsScheduling: an apiserver that takes 2 s to answer
+// TestBindBacklogBoundsScheduling: an apiserver that takes 8 s to answer
 // each binding, and a scheduler whose client sends 5 requests a second,
 // so binding, not planning, sets the pace. Once the scheduler has caught
-// up with its informers, ten 8-pod gangs arrive, each gang's pods at once;
+// up with its informers, ten 8-pod gangs arrive, each gang's pods at once
+// and each once the scheduler has let the gang before it go to binding;
 // its scheduling thread waits while its binds in flight are at their bound
 // (docs/scheduler.md, "The bind backlog"), and every gang is still bound
 // whole: the wait never holds a gang whose members wait at Permit.
@@ -32,23 +33,23 @@ func TestBindBacklogBoundsScheduling(t *testing.T) {
 		gangs, members = 10, 8
 		// The bound at 5 QPS is the floor, minBindBacklog (16). Binds past
 		// it are members that passed PreFilter while the backlog was below
-		// it and then left Permit together with their gang: about a gang's
-		// worth, a few on a busy machine (a member retried through backoff
-		// keeps its gang at Permit while others pass): 23 to 49 sampled in
-		// runs on a loaded machine. Without the wait nearly every pod would
-		// be in flight at once (scheduling takes a few seconds, binding 80
-		// pods at 5 a second 16): at least a gang is held back.
-		maxInFlight = (gangs - 1) * members
+		// it and then left Permit together with their gang. Gangs arrive
+		// one at a time, so at most one gang waits at Permit: 15 in flight
+		// and a whole gang passing, 23. Without the wait the gangs that
+		// arrive while earlier ones' binds (8 to 10 s each) are in flight
+		// add up past it, and PreFilter would not have waited at all.
+		maxInFlight = 16 + members
 	)
 	pool := createIsolatedPool(t, "backlog", gangs+1) // a node more for the probe
 
-	// Every binding answered 2 s late, and the client sends 5 a second:
-	// the backlog's bound (16) fills once the scheduler is 16 pods ahead,
+	// Every binding answered 8 s late, and the client sends 5 a second:
+	// a released gang's binds stay in flight for 8 to 10 s, so the
+	// backlog's bound (16) fills once two gangs are released within that,
 	// even on a machine busy enough to schedule only a few pods a second.
-	// The answers come within seconds, so waits end as binds end, not at
-	// maxBindBacklogWait.
+	// The answers come before maxBindBacklogWait (10 s) runs out, so waits
+	// end as binds end.
 	const name = "slow-scheduler"
-	startSchedulerBehindProxy(t, name, framework.FaultRules{Seed: 1, Latency: 2 * time.Second, LatencyFraction: 1},
+	startSchedulerBehindProxy(t, name, framework.FaultRules{Seed: 1, Latency: 8 * time.Second, LatencyFraction: 1},
 		localcluster.ClientRate{QPS: 5, Burst: 5})
 
 	ns := cluster.NewNamespace(t)
@@ -67,8 +68,37 @@ func TestBindBacklogBoundsScheduling(t *testing.T) {
 	cluster.CreatePods(t, gangPod("probe", 0))
 	waitGangBound(t, ns, "probe", 1, 2*time.Minute)
 
-	// Each gang's pods at once, gang after gang: on a busy machine pods
-	// created one by one arrive slower than the client binds them.
+	// released polls until at least want pods of the namespace are bound
+	// or binding (past Permit: members waiting there are not in flight),
+	// sampling the binds in flight on the way.
+	inFlight := 0.0
+	released := func(want int, what string) {
+		t.Helper()
+		err := localcluster.Poll(ctx, 250*time.Millisecond, 3*time.Minute, what, func(ctx context.Context) (bool, error) {
+			s, err := cluster.Scrape(ctx, name)
+			if err != nil {
+				return false, nil
+			}
+			n := s.Find("lockstep_scheduler_binds_in_flight", nil).Sum()
+			inFlight = max(inFlight, n)
+			pods, err := cluster.Clientset.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
+			if err != nil {
+				return false, nil
+			}
+			return len(framework.BoundPods(pods.Items))+int(n) >= want, nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	// Each gang's pods at once, and the next gang once this one has left
+	// Permit. Created all at once, gangs whose first members the scheduler
+	// turns away (their siblings not yet in its cache, on a busy machine)
+	// come back through backoff interleaved, all ten reach Permit before
+	// any binds, and the bound, which does not count Permit, is never
+	// reached: the failure this ordering removes. Created one pod at a
+	// time, pods arrive slower than the client binds them.
 	for g := range gangs {
 		gang := fmt.Sprintf("g-%d", g)
 		if err := cluster.Client.Create(ctx, utiltesting.MakePodGroup(gang, ns, members).Obj()); err != nil {
@@ -79,9 +109,8 @@ func TestBindBacklogBoundsScheduling(t *testing.T) {
 			pods[m] = gangPod(gang, m)
 		}
 		createGangAtOnce(t, pods)
+		released(1+(g+1)*members, "gang "+gang+" released to binding")
 	}
-
-	inFlight := 0.0
 	err := localcluster.Poll(ctx, 500*time.Millisecond, 3*time.Minute, "every gang bound", func(ctx context.Context) (bool, error) {
 		if s, err := cluster.Scrape(ctx, name); err == nil {
 			inFlight = max(inFlight, s.Find("lockstep_scheduler_binds_in_flight", nil).Sum())
