@@ -41,6 +41,9 @@ type clusterFree struct {
 }
 
 type freeRow struct {
+	// read says info and generation are set: a new row is read at the
+	// first check, whatever the list holds there, nil included.
+	read       bool
 	info       fwk.NodeInfo
 	generation int64
 }
@@ -60,7 +63,7 @@ func (f *clusterFree) covers(nodes []fwk.NodeInfo, request v1.ResourceList) bool
 	k := len(f.resources)
 	for i, ni := range nodes {
 		row := &f.rows[i]
-		if row.info == ni && (ni == nil || row.generation == ni.GetGeneration()) {
+		if row.read && row.info == ni && (ni == nil || row.generation == ni.GetGeneration()) {
 			continue
 		}
 		cells := f.cells[i*k : (i+1)*k]
@@ -68,7 +71,7 @@ func (f *clusterFree) covers(nodes []fwk.NodeInfo, request v1.ResourceList) bool
 			f.sum[c] -= cells[c]
 			cells[c] = 0
 		}
-		*row = freeRow{info: ni}
+		*row = freeRow{read: true, info: ni}
 		if ni == nil {
 			continue
 		}
@@ -114,17 +117,7 @@ func (f *clusterFree) fit(nodes []fwk.NodeInfo, request v1.ResourceList) {
 	f.sum = make([]int64, len(f.resources))
 	f.rows = make([]freeRow, len(nodes))
 	f.cells = make([]int64, len(nodes)*len(f.resources))
-	// A new row holds no NodeInfo, so it is read at the first check; where
-	// the list holds a nil NodeInfo, a marker no NodeInfo is does that.
-	for i := range f.rows {
-		if nodes[i] == nil {
-			f.rows[i].info = unreadNode{}
-		}
-	}
 }
-
-// unreadNode marks a row not read yet where the list holds a nil NodeInfo.
-type unreadNode struct{ fwk.NodeInfo }
 
 // freeAmount is free(ni, r) as an integer in the unit the node counts r
 // in: milli-CPU, bytes, pods, devices.

@@ -103,38 +103,23 @@ func (c *Coscheduling) preFilter(ctx context.Context, pod *v1.Pod, pgName string
 // are, summed, gives a lower bound of upstream's answer: when it covers
 // the request, so does upstream's count, and no node's pods need scanning
 // for the gang's (at 25,200 nodes that scan alone was 16% of the
-// scheduler's CPU). free keeps that sum between checks (clusterFree; nil
-// sums afresh). Only when it falls short is upstream's count made, with a
-// copy of just the nodes that hold pods of the gang, for its answer and
-// message.
-func checkClusterResource(logger klog.Logger, free *clusterFree, nodes []fwk.NodeInfo, request v1.ResourceList, ns, name string) error {
-	if free == nil {
-		free = &clusterFree{}
-	}
-	if free.covers(nodes, request) {
+// scheduler's CPU). sums keeps that sum between checks (clusterFree).
+// Only when it falls short is upstream's count made, node by node in the
+// scheduler's order, with a copy of just the nodes that hold pods of the
+// gang, for its answer and message: request is what is left, modified in
+// place.
+func checkClusterResource(logger klog.Logger, sums *clusterFree, nodes []fwk.NodeInfo, request v1.ResourceList, ns, name string) error {
+	if sums.covers(nodes, request) {
 		return nil
 	}
-	gap := uncovered(nodes, request, func(ni fwk.NodeInfo) fwk.NodeInfo { return withoutGang(logger, ni, ns, name) })
-	if len(gap) == 0 {
-		return nil
-	}
-	return fmt.Errorf("resource gap: %v", gap)
-}
-
-// uncovered subtracts from request, resource by resource, the free
-// capacity of view(node) for each of nodes in turn, dropping a resource
-// once it is covered and stopping when all are, as upstream reads them;
-// it returns what is left of request (modified in place), empty when the
-// nodes cover it.
-func uncovered(nodes []fwk.NodeInfo, request v1.ResourceList, view func(fwk.NodeInfo) fwk.NodeInfo) v1.ResourceList {
 	for _, ni := range nodes {
 		if len(request) == 0 {
-			break
+			return nil
 		}
 		if ni == nil || ni.Node() == nil {
 			continue
 		}
-		ni = view(ni)
+		ni = withoutGang(logger, ni, ns, name)
 		for r, q := range request {
 			q.Sub(free(ni, r))
 			if q.Sign() <= 0 {
@@ -144,7 +129,10 @@ func uncovered(nodes []fwk.NodeInfo, request v1.ResourceList, view func(fwk.Node
 			request[r] = q
 		}
 	}
-	return request
+	if len(request) == 0 {
+		return nil
+	}
+	return fmt.Errorf("resource gap: %v", request)
 }
 
 // withoutGang is ni, or a copy without the pods of PodGroup ns/name when it

@@ -407,7 +407,7 @@ func BenchmarkCheckClusterResource(b *testing.B) {
 			return core.CheckClusterResource(context.Background(), list, request.DeepCopy(), "ns/new")
 		}},
 		{"ours/fresh", func() error {
-			return checkClusterResource(klog.Background(), nil, list, request.DeepCopy(), "ns", "new")
+			return checkClusterResource(klog.Background(), &clusterFree{}, list, request.DeepCopy(), "ns", "new")
 		}},
 		{"ours", func() error {
 			return checkClusterResource(klog.Background(), free, list, request.DeepCopy(), "ns", "new")
