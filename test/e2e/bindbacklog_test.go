@@ -19,14 +19,15 @@ import (
 	"github.com/lockstep-dev/lockstep/test/e2e/framework"
 )
 
-// TestBindBacklogBoundsScheduling: an apiserver that takes 8 s to answer
-// each binding, and a scheduler whose client sends 5 requests a second,
-// so binding, not planning, sets the pace. Once the scheduler has caught
-// up with its informers, ten 8-pod gangs arrive, each gang's pods at once
-// and each once the scheduler has let the gang before it go to binding;
-// its scheduling thread waits while its binds in flight are at their bound
-// (docs/scheduler.md, "The bind backlog"), and every gang is still bound
-// whole: the wait never holds a gang whose members wait at Permit.
+// TestBindBacklogBoundsScheduling: a scheduler whose client sends 5
+// requests a second, behind an apiserver that takes 2 s to answer each
+// binding, and that for a while answers none. Once the scheduler has
+// caught up with its informers, ten 8-pod gangs arrive, each gang's pods
+// at once and each once the scheduler has let the gang before it go to
+// binding. While the first two gangs' binds are held, the third gang's
+// PreFilter must wait (the bound is 16, docs/scheduler.md, "The bind
+// backlog"); once they are let through, every gang is still bound whole:
+// the wait never holds a gang whose members wait at Permit.
 func TestBindBacklogBoundsScheduling(t *testing.T) {
 	ctx := context.Background()
 	const (
@@ -35,21 +36,20 @@ func TestBindBacklogBoundsScheduling(t *testing.T) {
 		// it are members that passed PreFilter while the backlog was below
 		// it and then left Permit together with their gang. Gangs arrive
 		// one at a time, so at most one gang waits at Permit: 15 in flight
-		// and a whole gang passing, 23. Without the wait the gangs that
-		// arrive while earlier ones' binds (8 to 10 s each) are in flight
-		// add up past it, and PreFilter would not have waited at all.
+		// and a whole gang passing, 23. Without the wait the third gang
+		// would join the two held ones, 24, and PreFilter would never
+		// have waited.
 		maxInFlight = 16 + members
 	)
 	pool := createIsolatedPool(t, "backlog", gangs+1) // a node more for the probe
 
-	// Every binding answered 8 s late, and the client sends 5 a second:
-	// a released gang's binds stay in flight for 8 to 10 s, so the
-	// backlog's bound (16) fills once two gangs are released within that,
-	// even on a machine busy enough to schedule only a few pods a second.
-	// The answers come before maxBindBacklogWait (10 s) runs out, so waits
-	// end as binds end.
+	// Every binding answered 2 s late, and the client sends 5 a second:
+	// binding, not scheduling, sets the pace. Whether two gangs' binds
+	// overlap then depends on how fast this machine schedules, so the
+	// bound is reached by holding the binds (proxy.HoldBindings), not by
+	// timing.
 	const name = "slow-scheduler"
-	startSchedulerBehindProxy(t, name, framework.FaultRules{Seed: 1, Latency: 8 * time.Second, LatencyFraction: 1},
+	proxy := startSchedulerBehindProxy(t, name, framework.FaultRules{Seed: 1, Latency: 2 * time.Second, LatencyFraction: 1},
 		localcluster.ClientRate{QPS: 5, Burst: 5})
 
 	ns := cluster.NewNamespace(t)
@@ -99,6 +99,13 @@ func TestBindBacklogBoundsScheduling(t *testing.T) {
 	// any binds, and the bound, which does not count Permit, is never
 	// reached: the failure this ordering removes. Created one pod at a
 	// time, pods arrive slower than the client binds them.
+	//
+	// The first two gangs' binds are held at the proxy: 16 in flight, the
+	// bound. The third gang's first member must then wait in PreFilter;
+	// the wait ends after maxBindBacklogWait (10 s), as no bind ends, and
+	// the binds are let through once it has been counted.
+	proxy.HoldBindings()
+	t.Cleanup(proxy.ReleaseBindings)
 	for g := range gangs {
 		gang := fmt.Sprintf("g-%d", g)
 		if err := cluster.Client.Create(ctx, utiltesting.MakePodGroup(gang, ns, members).Obj()); err != nil {
@@ -109,6 +116,20 @@ func TestBindBacklogBoundsScheduling(t *testing.T) {
 			pods[m] = gangPod(gang, m)
 		}
 		createGangAtOnce(t, pods)
+		if g == 2 {
+			err := localcluster.Poll(ctx, 250*time.Millisecond, 2*time.Minute, "PreFilter waiting on the held binds", func(ctx context.Context) (bool, error) {
+				s, err := cluster.Scrape(ctx, name)
+				if err != nil {
+					return false, nil
+				}
+				inFlight = max(inFlight, s.Find("lockstep_scheduler_binds_in_flight", nil).Sum())
+				return s.Find("lockstep_scheduler_bind_backlog_wait_seconds_total", nil).Sum() > 0, nil
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			proxy.ReleaseBindings()
+		}
 		released(1+(g+1)*members, "gang "+gang+" released to binding")
 	}
 	err := localcluster.Poll(ctx, 500*time.Millisecond, 3*time.Minute, "every gang bound", func(ctx context.Context) (bool, error) {

@@ -100,6 +100,26 @@ type FaultProxy struct {
 	// request until the answer (the apiserver's or an injected one) starts;
 	// maxBindings the most it held at once.
 	bindings, maxBindings atomic.Int64
+	// held, while set, is the gate bindings wait at (HoldBindings).
+	held atomic.Pointer[chan struct{}]
+}
+
+// HoldBindings makes every binding (POST pods/binding) wait at the proxy,
+// unanswered and not forwarded, until ReleaseBindings: an apiserver that
+// has stopped answering binds. It holds them whether or not the faults
+// are enabled.
+func (p *FaultProxy) HoldBindings() {
+	gate := make(chan struct{})
+	if old := p.held.Swap(&gate); old != nil {
+		close(*old)
+	}
+}
+
+// ReleaseBindings lets the held bindings, and every later one, through.
+func (p *FaultProxy) ReleaseBindings() {
+	if gate := p.held.Swap(nil); gate != nil {
+		close(*gate)
+	}
 }
 
 var (
@@ -256,6 +276,13 @@ func (p *FaultProxy) serve(w http.ResponseWriter, r *http.Request) {
 		answered := &answerWriter{ResponseWriter: w, done: func() { p.bindings.Add(-1) }}
 		defer answered.answer()
 		w = answered
+		if gate := p.held.Load(); gate != nil {
+			select {
+			case <-*gate:
+			case <-r.Context().Done():
+				return
+			}
+		}
 	}
 	if !p.enabled.Load() {
 		p.proxy.ServeHTTP(w, r)
