@@ -442,10 +442,12 @@ func checkTemplatePolicy(r *rendered) []error {
 	}
 	var errs []error
 	for _, f := range append(v1alpha1.RefusedTemplateFields(), v1alpha1.PrivilegedTemplateFields()...) {
-		// The policy names a label by its key and a field by its last
-		// element.
+		// The policy names a label or a variable by its key and a field by
+		// its last element.
 		leaf := f
 		if _, key, ok := strings.Cut(f, "labels["); ok {
+			leaf = "'" + strings.TrimSuffix(key, "]") + "'"
+		} else if _, key, ok := strings.Cut(f, "env["); ok {
 			leaf = "'" + strings.TrimSuffix(key, "]") + "'"
 		} else {
 			leaf = f[strings.LastIndex(f, ".")+1:]

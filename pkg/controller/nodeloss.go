@@ -44,12 +44,37 @@ const podNodeNameField = "spec.nodeName"
 type nodeOutage struct {
 	// since is when the node was marked unavailable: the taint's timeAdded.
 	since time.Time
-	// confirmed says nobody will confirm a pod deletion there: the kubelet
-	// stopped posting status (Ready Unknown with the unreachable taint), or
-	// an operator fenced the node (the out-of-service taint). Only then may
-	// the controller force-delete; a NotReady kubelet that still answers
-	// kills the containers and confirms the deletion itself.
-	confirmed bool
+	// silent says the kubelet stopped posting status (Ready Unknown with
+	// the unreachable taint): nobody confirms a pod deletion there, but the
+	// node may only be cut off from the API server and still run its
+	// containers. fenced says an operator tainted it out-of-service: proof
+	// that nothing runs there. A node that is neither has a kubelet that
+	// answers but reports NotReady.
+	silent, fenced bool
+}
+
+// tolerance is how long a live member may sit on the node before it is
+// lost: the job's bound, or at least NotReadyToleranceSeconds on a node
+// whose kubelet still answers, since that kubelet still reports the
+// member's containers and fails the pod when they stop.
+func (o nodeOutage) tolerance(bound time.Duration) time.Duration {
+	if o.silent || o.fenced {
+		return bound
+	}
+	return max(bound, time.Duration(v1alpha1.NotReadyToleranceSeconds)*time.Second)
+}
+
+// forceDeleteAt is when the job's pods being deleted there may be
+// force-deleted: at once on a fenced node, forceBound after the node went
+// silent, never while a kubelet answers (it confirms the deletion itself).
+func (o nodeOutage) forceDeleteAt(forceBound time.Duration) (time.Time, bool) {
+	switch {
+	case o.fenced:
+		return o.since, true
+	case o.silent:
+		return o.since.Add(forceBound), true
+	}
+	return time.Time{}, false
 }
 
 // outageOf says whether a node is unavailable to a running member: Ready
@@ -71,12 +96,11 @@ func outageOf(n *corev1.Node) (nodeOutage, bool) {
 		found bool
 	)
 	for _, t := range n.Spec.Taints {
-		var confirmed bool
 		switch {
 		case t.Key == corev1.TaintNodeOutOfService:
-			confirmed = true
+			out.fenced = true
 		case t.Key == corev1.TaintNodeUnreachable && t.Effect == corev1.TaintEffectNoExecute && ready != corev1.ConditionTrue:
-			confirmed = ready == corev1.ConditionUnknown
+			out.silent = out.silent || ready == corev1.ConditionUnknown
 		case t.Key == corev1.TaintNodeNotReady && t.Effect == corev1.TaintEffectNoExecute && ready != corev1.ConditionTrue:
 		default:
 			continue
@@ -91,7 +115,6 @@ func outageOf(n *corev1.Node) (nodeOutage, bool) {
 		if !found || since.Before(out.since) {
 			out.since = since
 		}
-		out.confirmed = out.confirmed || confirmed
 		found = true
 	}
 	return out, found
@@ -129,7 +152,7 @@ func assessNodeLoss(obs observation, pods []*corev1.Pod, outages map[string]node
 		if !ok || p.Spec.NodeName == "" {
 			continue
 		}
-		if left := out.since.Add(bound).Sub(now); left > 0 {
+		if left := out.since.Add(out.tolerance(bound)).Sub(now); left > 0 {
 			if nl.requeueAfter == 0 || left < nl.requeueAfter {
 				nl.requeueAfter = left
 			}
@@ -151,15 +174,22 @@ func assessNodeLoss(obs observation, pods []*corev1.Pod, outages map[string]node
 
 // markLost moves the lost members out of the live pods and into the lost
 // ones, as if they were gone: under a gang scope, decide then restarts the
-// gang once, with the backoff limit applied as to any lost member. The
-// adapters see them Pending, as a missing pod.
+// gang once, an infrastructure restart (not counted against backoffLimit).
+// The adapters see them Pending, as a missing pod.
 func (nl nodeLoss) markLost(obs *observation) {
+	for _, m := range nl.evicted {
+		if _, ok := obs.disrupted[m.pod.Name]; !ok {
+			obs.disrupted[m.pod.Name] = ReasonNodeUnreachable
+		}
+	}
 	for _, m := range nl.lost {
 		jp, ok := obs.live[m.pod.Name]
 		if !ok {
 			continue
 		}
 		delete(obs.live, m.pod.Name)
+		delete(obs.slots, slot{jp.role, jp.index})
+		obs.disrupted[m.pod.Name] = ReasonNodeUnreachable
 		obs.lost = append(obs.lost, m.pod.Name)
 		if phases := obs.phases[jp.role]; int(jp.index) < len(phases) {
 			if phases[jp.index] == corev1.PodRunning {
@@ -198,15 +228,20 @@ func (nl nodeLoss) amend(d decision) decision {
 
 // unreachableTolerations adds the pod's NoExecute tolerations of the
 // unreachable and not-ready taints, so the taint manager evicts the pod
-// when the job's bound runs out rather than after the cluster's default
-// 300 s (DefaultTolerationSeconds), and a bound above 300 s holds. A
-// template that tolerates a key itself (or every taint) keeps its own.
+// when the job's bound runs out (at least NotReadyToleranceSeconds on a
+// NotReady node, whose kubelet still answers: nodeOutage.tolerance) rather
+// than after the cluster's default 300 s (DefaultTolerationSeconds), and a
+// bound above 300 s holds. A template that tolerates a key itself (or
+// every taint) keeps its own.
 func unreachableTolerations(spec *corev1.PodSpec, bound int32) {
 	for _, key := range []string{corev1.TaintNodeUnreachable, corev1.TaintNodeNotReady} {
 		if tolerates(spec.Tolerations, key) {
 			continue
 		}
 		seconds := int64(bound)
+		if key == corev1.TaintNodeNotReady {
+			seconds = int64(max(bound, v1alpha1.NotReadyToleranceSeconds))
+		}
 		spec.Tolerations = append(spec.Tolerations, corev1.Toleration{
 			Key: key, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoExecute, TolerationSeconds: &seconds,
 		})
@@ -224,19 +259,32 @@ func tolerates(tolerations []corev1.Toleration, key string) bool {
 	return false
 }
 
-// forceDeletable are the pods being deleted on nodes confirmed unreachable:
-// no kubelet will ever confirm their deletion.
-func forceDeletable(pods []*corev1.Pod, outages map[string]nodeOutage) []*corev1.Pod {
-	var out []*corev1.Pod
+// forceDeletable are the pods being deleted on nodes where no kubelet will
+// confirm it and the job's proof holds (nodeOutage.forceDeleteAt): fenced,
+// or silent for forceBound. wait is when the next pod reaches its time, 0
+// when none waits.
+func forceDeletable(pods []*corev1.Pod, outages map[string]nodeOutage, forceBound time.Duration, now time.Time) (doomed []*corev1.Pod, wait time.Duration) {
 	for _, p := range pods {
 		if p.DeletionTimestamp == nil || p.Spec.NodeName == "" {
 			continue
 		}
-		if o, ok := outages[p.Spec.NodeName]; ok && o.confirmed {
-			out = append(out, p)
+		o, ok := outages[p.Spec.NodeName]
+		if !ok {
+			continue
 		}
+		at, ok := o.forceDeleteAt(forceBound)
+		if !ok {
+			continue
+		}
+		if left := at.Sub(now); left > 0 {
+			if wait == 0 || left < wait {
+				wait = left
+			}
+			continue
+		}
+		doomed = append(doomed, p)
 	}
-	return out
+	return doomed, wait
 }
 
 // outages reads, from the cache, the nodes the pods are bound to, and
@@ -268,13 +316,17 @@ func (r *TrainingJobReconciler) outages(ctx context.Context, pods []*corev1.Pod)
 }
 
 // ensureUnreachableReleased force-deletes (grace period 0) the job's pods
-// that are being deleted on nodes confirmed unreachable, whoever deleted
-// them (a gang restart, the taint manager, a user), so their names are free
-// for the next gang. The caveat of a partition is in docs/controller.md.
-func (r *TrainingJobReconciler) ensureUnreachableReleased(ctx context.Context, job *v1alpha1.TrainingJob, pods []*corev1.Pod, outages map[string]nodeOutage) error {
-	doomed := forceDeletable(pods, outages)
+// that are being deleted on nodes where the proof holds (forceDeletable),
+// whoever deleted them (a gang restart, the taint manager, a user), and
+// says when to look again for those still waiting for it.
+func (r *TrainingJobReconciler) ensureUnreachableReleased(ctx context.Context, job *v1alpha1.TrainingJob, pods []*corev1.Pod, outages map[string]nodeOutage) (time.Duration, error) {
+	bound := time.Duration(unreachableForceDelete(job)) * time.Second
+	doomed, wait := forceDeletable(pods, outages, bound, r.Clock.Now())
+	if wait > 0 {
+		ctrl.LoggerFrom(ctx).V(4).Info("Pods on silent nodes wait for their kubelet before a force-delete", "timeLeft", wait, "unreachableForceDeleteSeconds", bound)
+	}
 	if len(doomed) == 0 {
-		return nil
+		return wait, nil
 	}
 	_, _, err := r.forEach(doomed, func(p *corev1.Pod) error {
 		err := r.Client.Delete(ctx, p, client.GracePeriodSeconds(0), client.Preconditions{UID: &p.UID})
@@ -284,9 +336,9 @@ func (r *TrainingJobReconciler) ensureUnreachableReleased(ctx context.Context, j
 		return client.IgnoreNotFound(err)
 	})
 	if err != nil {
-		return fmt.Errorf("force-deleting pods of %s on unreachable nodes: %w", klog.KObj(job), err)
+		return 0, fmt.Errorf("force-deleting pods of %s on unreachable nodes: %w", klog.KObj(job), err)
 	}
-	return nil
+	return wait, nil
 }
 
 // nodeAvailability is what of a node the node-loss path reads: a node
@@ -378,6 +430,11 @@ func (r *TrainingJobReconciler) observeNodeLoss(ctx context.Context, job *v1alph
 	if err != nil || len(outages) == 0 {
 		return nodeLoss{}, err
 	}
+	// Pods of an earlier incarnation left there are not waited for.
+	obs.abandon(job, outages)
+	if len(obs.abandoned) > 0 {
+		ctrl.LoggerFrom(ctx).V(2).Info("Not waiting for pods of an earlier incarnation on unavailable nodes", "pods", obs.abandoned)
+	}
 	bound := time.Duration(unreachableTolerance(job)) * time.Second
 	nl := assessNodeLoss(*obs, pods, outages, bound, r.Clock.Now())
 	if nl.requeueAfter > 0 {
@@ -395,9 +452,18 @@ func unreachableTolerance(job *v1alpha1.TrainingJob) int32 {
 	return v1alpha1.DefaultUnreachableToleranceSeconds
 }
 
+// unreachableForceDelete is runPolicy.unreachableForceDeleteSeconds,
+// defaulted.
+func unreachableForceDelete(job *v1alpha1.TrainingJob) int32 {
+	if rp := job.Spec.RunPolicy; rp != nil && rp.UnreachableForceDeleteSeconds != nil {
+		return *rp.UnreachableForceDeleteSeconds
+	}
+	return v1alpha1.DefaultUnreachableForceDeleteSeconds
+}
+
 // releaseUnreachable is ensureUnreachableReleased on the nodes the job's
 // pods are bound to.
-func (r *TrainingJobReconciler) releaseUnreachable(ctx context.Context, job *v1alpha1.TrainingJob, pods []*corev1.Pod) error {
+func (r *TrainingJobReconciler) releaseUnreachable(ctx context.Context, job *v1alpha1.TrainingJob, pods []*corev1.Pod) (time.Duration, error) {
 	var terminating []*corev1.Pod
 	for _, p := range pods {
 		if p.DeletionTimestamp != nil {
@@ -405,11 +471,11 @@ func (r *TrainingJobReconciler) releaseUnreachable(ctx context.Context, job *v1a
 		}
 	}
 	if len(terminating) == 0 {
-		return nil
+		return 0, nil
 	}
 	outages, err := r.outages(ctx, terminating)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	return r.ensureUnreachableReleased(ctx, job, terminating, outages)
 }

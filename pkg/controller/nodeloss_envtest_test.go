@@ -3,10 +3,12 @@ package controller
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -55,12 +57,15 @@ func setNodeHealth(t *testing.T, name string, ready corev1.ConditionStatus, tain
 	}
 }
 
-// darkGang runs a gang of bound pods with a real grace period, one per node.
-func darkGang(t *testing.T, name string, bound int32) (*v1alpha1.TrainingJob, []corev1.Pod, []string) {
+// darkGang runs a gang of bound pods with a real grace period, one per node,
+// with runPolicy.unreachableToleranceSeconds bound and
+// unreachableForceDeleteSeconds forceDelete.
+func darkGang(t *testing.T, name string, bound, forceDelete int32) (*v1alpha1.TrainingJob, []corev1.Pod, []string) {
 	t.Helper()
 	ns := envtestNamespace(t)
 	job := createJob(t, pyTorchJob(ns, name, func(j *v1alpha1.TrainingJob) {
 		runPolicy(j).UnreachableToleranceSeconds = ptr.To(bound)
+		runPolicy(j).UnreachableForceDeleteSeconds = ptr.To(forceDelete)
 		for role, s := range j.Spec.ReplicaSpecs {
 			s.Template.Spec.TerminationGracePeriodSeconds = ptr.To[int64](30)
 			j.Spec.ReplicaSpecs[role] = s
@@ -93,88 +98,87 @@ func podState(ctx context.Context, p corev1.Pod) (string, error) {
 	return "live", nil
 }
 
-// A bound of 0 restarts the gang as soon as a node is marked NotReady:
-// once, with reason NodeUnreachable naming the node and the member. The
-// member on the NotReady node, whose kubelet still answers, is deleted the
-// normal way and waits for its kubelet, like the members on healthy nodes;
-// the member on a node whose kubelet stops (Unknown) is force-deleted.
-func TestEnvtestDarkNodeForceDeletesOnlyUnreachable(t *testing.T) {
+// A bound of 0 restarts the gang as soon as a node's kubelet stops posting
+// status: once, an infrastructure restart with reason NodeUnreachable
+// naming the node and the member. The member there is deleted but not
+// force-deleted (the node may only be cut off and still run it), and the
+// new incarnation, named apart, is created while it stays Terminating, as
+// soon as the kubelets of the healthy nodes confirm theirs. Tainting the
+// node out-of-service is the proof that it runs nothing: the member is
+// force-deleted then.
+func TestEnvtestDarkNodeRestartsBesideTheStuckMember(t *testing.T) {
 	ctx := context.Background()
-	job, pods, nodes := darkGang(t, "dark", 0)
-	setNodeHealth(t, nodes[1], corev1.ConditionFalse, &corev1.Taint{Key: corev1.TaintNodeNotReady, Effect: corev1.TaintEffectNoExecute})
+	job, pods, nodes := darkGang(t, "dark", 0, v1alpha1.DefaultUnreachableForceDeleteSeconds)
+	setNodeHealth(t, nodes[1], corev1.ConditionUnknown, &corev1.Taint{Key: corev1.TaintNodeUnreachable, Effect: corev1.TaintEffectNoExecute})
 	j := waitForJob(t, job, "a restart", func(j *v1alpha1.TrainingJob) bool { return j.Status.RestartCount >= 1 })
 	c := meta.FindStatusCondition(j.Status.Conditions, string(v1alpha1.JobRestarting))
 	if c == nil || c.Reason != ReasonNodeUnreachable || !strings.Contains(c.Message, nodes[1]) || !strings.Contains(c.Message, pods[1].Name) {
 		t.Errorf("Restarting condition %+v, want reason %s naming %s and %s", c, ReasonNodeUnreachable, nodes[1], pods[1].Name)
 	}
-	// The restart deleted every member; then a second node's kubelet stops.
+	want := []v1alpha1.RestartRecord{{RestartCount: 1, Kind: v1alpha1.RestartInfrastructure, Reason: ReasonNodeUnreachable}}
+	got := slices.Clone(j.Status.Restarts)
+	for i := range got {
+		got[i].Time = metav1.Time{}
+	}
+	if diff := cmp.Diff(want, got); diff != "" || j.Status.InfrastructureRestarts != 1 {
+		t.Errorf("infrastructureRestarts %d, restarts (-want,+got):\n%s", j.Status.InfrastructureRestarts, diff)
+	}
 	eventually(t, "the old gang terminating", func(ctx context.Context) (bool, string, error) {
 		s, err := podState(ctx, pods[2])
 		return s == "terminating", s, err
 	})
-	setNodeHealth(t, nodes[2], corev1.ConditionUnknown, &corev1.Taint{Key: corev1.TaintNodeUnreachable, Effect: corev1.TaintEffectNoExecute})
-	want := map[string]string{pods[0].Name: "terminating", pods[1].Name: "terminating", pods[2].Name: "gone", pods[3].Name: "terminating"}
-	eventually(t, "the unreachable member force-deleted, the others terminating", func(ctx context.Context) (bool, string, error) {
-		got := map[string]string{}
-		for _, p := range pods {
-			s, err := podState(ctx, p)
-			if err != nil {
-				return false, "", err
-			}
-			got[p.Name] = s
-		}
-		return fmt.Sprint(got) == fmt.Sprint(want), fmt.Sprint(got), nil
-	})
-	// The kubelets of the healthy nodes confirm; each removal wakes the
-	// controller, which sees the NotReady node's member still terminating
-	// and must leave it to its kubelet.
-	for _, i := range []int{0, 3} {
+	// The kubelets of the healthy nodes confirm; the silent node's does not.
+	for _, i := range []int{0, 2, 3} {
 		if err := harness.api.Delete(ctx, &pods[i], client.GracePeriodSeconds(0), client.Preconditions{UID: &pods[i].UID}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	eventually(t, "the healthy members removed", func(ctx context.Context) (bool, string, error) {
-		var list corev1.PodList
-		err := harness.api.List(ctx, &list, client.InNamespace(job.Namespace), client.MatchingLabels{lockstep.LabelJobName: job.Name})
-		return err == nil && len(list.Items) == 1, fmt.Sprintf("%d pods", len(list.Items)), err
-	})
-	if s, err := podState(ctx, pods[1]); err != nil || s != "terminating" {
-		t.Fatalf("member on the NotReady node: %s (%v), want terminating until its kubelet confirms", s, err)
-	}
-	// Its kubelet confirms: the gang comes back whole, counted once.
-	if err := harness.api.Delete(ctx, &pods[1], client.GracePeriodSeconds(0), client.Preconditions{UID: &pods[1].UID}); err != nil {
-		t.Fatalf("the NotReady node's kubelet confirming: %v (the controller must not have force-deleted it)", err)
-	}
 	names := make([]string, len(pods))
-	for i, p := range pods {
-		names[i] = p.Name
+	for i := range pods {
+		names[i] = slotName(&pods[i])
 	}
-	waitForPods(t, job, names, podUIDs(pods), names...)
+	next := waitForPods(t, job, names, podUIDs(pods), names...)
+	for _, p := range next {
+		if p.Labels[lockstep.LabelIncarnation] != "1" || !strings.Contains(p.Name, "-r1-") {
+			t.Errorf("pod %s (incarnation %s) of the new gang is not named for incarnation 1", p.Name, p.Labels[lockstep.LabelIncarnation])
+		}
+	}
+	if s, err := podState(ctx, pods[1]); err != nil || s != "terminating" {
+		t.Fatalf("member on the silent node: %s (%v), want terminating: nothing proves it stopped", s, err)
+	}
+	// An operator fences the node: now it is force-deleted.
+	setNodeHealth(t, nodes[1], corev1.ConditionUnknown, &corev1.Taint{Key: corev1.TaintNodeOutOfService, Effect: corev1.TaintEffectNoExecute})
+	eventually(t, "the member on the fenced node force-deleted", func(ctx context.Context) (bool, string, error) {
+		s, err := podState(ctx, pods[1])
+		return s == "gone", s, err
+	})
 	j, err := getJob(ctx, job)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if j.Status.RestartCount != 1 {
-		t.Errorf("restartCount %d after two nodes lost at once, want 1", j.Status.RestartCount)
+		t.Errorf("restartCount %d after one node lost, want 1", j.Status.RestartCount)
 	}
 }
 
 // Under the bound nothing restarts; the controller requeues itself for the
-// rest of the bound (no other event comes) and then restarts the gang,
-// force-deleting the member on the unreachable node. The pods tolerate the
-// unreachable and not-ready taints for the bound.
+// rest of the bound (no other event comes) and then restarts the gang; the
+// member on the unreachable node is force-deleted once
+// unreachableForceDeleteSeconds (here 2) have passed, again by a requeue
+// of its own. The pods tolerate the unreachable taint for the bound and
+// the not-ready one for at least the cluster's 300 s.
 func TestEnvtestDarkNodeWaitsForTheBound(t *testing.T) {
 	const bound = 3
-	job, pods, nodes := darkGang(t, "bound", bound)
-	for _, key := range []string{corev1.TaintNodeUnreachable, corev1.TaintNodeNotReady} {
+	job, pods, nodes := darkGang(t, "bound", bound, 2)
+	for key, want := range map[string]int64{corev1.TaintNodeUnreachable: bound, corev1.TaintNodeNotReady: int64(v1alpha1.NotReadyToleranceSeconds)} {
 		found := false
 		for _, tol := range pods[0].Spec.Tolerations {
-			if tol.Key == key && tol.Effect == corev1.TaintEffectNoExecute && tol.TolerationSeconds != nil && *tol.TolerationSeconds == bound {
+			if tol.Key == key && tol.Effect == corev1.TaintEffectNoExecute && tol.TolerationSeconds != nil && *tol.TolerationSeconds == want {
 				found = true
 			}
 		}
 		if !found {
-			t.Errorf("pod %s lacks the %s:NoExecute toleration of %d s: %+v", pods[0].Name, key, bound, pods[0].Spec.Tolerations)
+			t.Errorf("pod %s lacks the %s:NoExecute toleration of %d s: %+v", pods[0].Name, key, want, pods[0].Spec.Tolerations)
 		}
 	}
 	marked := time.Now().Truncate(time.Second)

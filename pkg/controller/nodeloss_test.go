@@ -33,9 +33,9 @@ func TestOutageOf(t *testing.T) {
 	unreachable := taint(corev1.TaintNodeUnreachable, corev1.TaintEffectNoExecute, t0)
 	notReady := taint(corev1.TaintNodeNotReady, corev1.TaintEffectNoExecute, t0.Add(time.Second))
 	type want struct {
-		Out       bool
-		Since     time.Time
-		Confirmed bool
+		Out            bool
+		Since          time.Time
+		Silent, Fenced bool
 	}
 	cases := []struct {
 		name string
@@ -44,33 +44,36 @@ func TestOutageOf(t *testing.T) {
 	}{
 		{name: "ready, no taints", node: testNode(corev1.ConditionTrue)},
 		{name: "kubelet stopped: unknown and unreachable", node: testNode(corev1.ConditionUnknown, unreachable),
-			want: want{Out: true, Since: t0, Confirmed: true}},
-		{name: "kubelet answers NotReady: not confirmed", node: testNode(corev1.ConditionFalse, notReady),
+			want: want{Out: true, Since: t0, Silent: true}},
+		{name: "kubelet answers NotReady: neither silent nor fenced", node: testNode(corev1.ConditionFalse, notReady),
 			want: want{Out: true, Since: t0.Add(time.Second)}},
 		{name: "unknown but only the NoSchedule taint so far", node: testNode(corev1.ConditionUnknown,
 			taint(corev1.TaintNodeUnreachable, corev1.TaintEffectNoSchedule, t0))},
 		{name: "unknown, no taint yet (the tainter is rate limited)", node: testNode(corev1.ConditionUnknown)},
 		{name: "ready again, taint not yet removed: recovering", node: testNode(corev1.ConditionTrue, unreachable)},
-		{name: "unknown with the not-ready taint: not confirmed", node: testNode(corev1.ConditionUnknown, notReady),
+		{name: "unknown with the not-ready taint: neither", node: testNode(corev1.ConditionUnknown, notReady),
 			want: want{Out: true, Since: t0.Add(time.Second)}},
 		{name: "out-of-service fences even a Ready node", node: testNode(corev1.ConditionTrue,
 			taint(corev1.TaintNodeOutOfService, corev1.TaintEffectNoExecute, t0.Add(time.Minute))),
-			want: want{Out: true, Since: t0.Add(time.Minute), Confirmed: true}},
+			want: want{Out: true, Since: t0.Add(time.Minute), Fenced: true}},
 		{name: "out-of-service NoSchedule without a stamp: the Ready transition", node: testNode(corev1.ConditionFalse,
 			taint(corev1.TaintNodeOutOfService, corev1.TaintEffectNoSchedule, time.Time{})),
-			want: want{Out: true, Since: t0.Add(-time.Hour), Confirmed: true}},
+			want: want{Out: true, Since: t0.Add(-time.Hour), Fenced: true}},
 		{name: "no Ready condition counts as unknown", node: testNode("", unreachable),
-			want: want{Out: true, Since: t0, Confirmed: true}},
+			want: want{Out: true, Since: t0, Silent: true}},
 		{name: "earliest taint counts", node: testNode(corev1.ConditionFalse, notReady,
 			taint(corev1.TaintNodeOutOfService, corev1.TaintEffectNoExecute, t0.Add(-time.Second))),
-			want: want{Out: true, Since: t0.Add(-time.Second), Confirmed: true}},
+			want: want{Out: true, Since: t0.Add(-time.Second), Fenced: true}},
+		{name: "silent and fenced", node: testNode(corev1.ConditionUnknown, unreachable,
+			taint(corev1.TaintNodeOutOfService, corev1.TaintEffectNoExecute, t0.Add(time.Minute))),
+			want: want{Out: true, Since: t0, Silent: true, Fenced: true}},
 		{name: "other NoExecute taints do not count", node: testNode(corev1.ConditionFalse,
 			taint("example.com/maintenance", corev1.TaintEffectNoExecute, t0))},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			o, out := outageOf(tc.node)
-			got := want{Out: out, Since: o.since, Confirmed: o.confirmed}
+			got := want{Out: out, Since: o.since, Silent: o.silent, Fenced: o.fenced}
 			if diff := cmp.Diff(tc.want, got); diff != "" {
 				t.Errorf("outageOf (-want,+got):\n%s", diff)
 			}
@@ -82,7 +85,8 @@ func TestOutageOf(t *testing.T) {
 // ensureRunning does, for a gang whose Worker 1 sits on an unavailable node.
 func TestNodeLossDecision(t *testing.T) {
 	run := corev1.PodRunning
-	dark := map[string]nodeOutage{"node-j-worker-1": {since: t0, confirmed: true}}
+	dark := map[string]nodeOutage{"node-j-worker-1": {since: t0, silent: true}}
+	notReady := map[string]nodeOutage{"node-j-worker-1": {since: t0}}
 	evicted := func() []*corev1.Pod {
 		pods := testGang(run, run, run)
 		pods[2].DeletionTimestamp = &metav1.Time{Time: t0}
@@ -96,6 +100,7 @@ func TestNodeLossDecision(t *testing.T) {
 		RequeueAfter time.Duration
 		Lost         []string
 		Running      int32
+		Disruption   string
 	}
 	cases := []struct {
 		name    string
@@ -118,7 +123,19 @@ func TestNodeLossDecision(t *testing.T) {
 		want: want{
 			Restart: []string{"j-master-0", "j-worker-0", "j-worker-1"}, Gang: true, Reason: ReasonNodeUnreachable,
 			Incident: "node node-j-worker-1 is unreachable (pods j-worker-1); runPolicy.unreachableToleranceSeconds is 30s",
-			Lost:     []string{"j-worker-1"}, Running: 2,
+			Lost:     []string{"j-worker-1"}, Running: 2, Disruption: ReasonNodeUnreachable,
+		},
+	}, {
+		name: "NotReady with a live kubelet: the cluster's 300 s, not the job's 30",
+		job:  testJob(""), pods: testGang(run, run, run), outages: notReady, now: t0.Add(time.Minute),
+		want: want{RequeueAfter: 240 * time.Second, Running: 3},
+	}, {
+		name: "NotReady for 300 s: lost",
+		job:  testJob(""), pods: testGang(run, run, run), outages: notReady, now: t0.Add(300 * time.Second),
+		want: want{
+			Restart: []string{"j-master-0", "j-worker-0", "j-worker-1"}, Gang: true, Reason: ReasonNodeUnreachable,
+			Incident: "node node-j-worker-1 is unreachable (pods j-worker-1); runPolicy.unreachableToleranceSeconds is 30s",
+			Lost:     []string{"j-worker-1"}, Running: 2, Disruption: ReasonNodeUnreachable,
 		},
 	}, {
 		name: "bound of 0: restart as soon as the node is marked",
@@ -129,7 +146,7 @@ func TestNodeLossDecision(t *testing.T) {
 		want: want{
 			Restart: []string{"j-master-0", "j-worker-0", "j-worker-1"}, Gang: true, Reason: ReasonNodeUnreachable,
 			Incident: "node node-j-worker-1 is unreachable (pods j-worker-1); runPolicy.unreachableToleranceSeconds is 0s",
-			Lost:     []string{"j-worker-1"}, Running: 2,
+			Lost:     []string{"j-worker-1"}, Running: 2, Disruption: ReasonNodeUnreachable,
 		},
 	}, {
 		name: "a bound above the 300 s default holds",
@@ -144,15 +161,19 @@ func TestNodeLossDecision(t *testing.T) {
 		want: want{
 			Restart: []string{"j-master-0", "j-worker-0"}, Gang: true, Reason: ReasonNodeUnreachable,
 			Incident: "node node-j-worker-1 is unreachable (pods j-worker-1); runPolicy.unreachableToleranceSeconds is 30s",
-			Lost:     []string{"j-worker-1"}, Running: 2,
+			Lost:     []string{"j-worker-1"}, Running: 2, Disruption: ReasonNodeUnreachable,
 		},
 	}, {
-		name: "backoff limit reached: the job fails, no restart",
+		name: "backoff limit 0: an infrastructure restart does not count",
 		job: testJob("", func(j *v1alpha1.TrainingJob) {
 			j.Spec.RunPolicy = &v1alpha1.RunPolicy{BackoffLimit: ptr.To[int32](0)}
 		}),
 		pods: testGang(run, run, run), outages: dark, now: t0.Add(time.Minute),
-		want: want{Lost: []string{"j-worker-1"}, Running: 2},
+		want: want{
+			Restart: []string{"j-master-0", "j-worker-0", "j-worker-1"}, Gang: true, Reason: ReasonNodeUnreachable,
+			Incident: "node node-j-worker-1 is unreachable (pods j-worker-1); runPolicy.unreachableToleranceSeconds is 30s",
+			Lost:     []string{"j-worker-1"}, Running: 2, Disruption: ReasonNodeUnreachable,
+		},
 	}, {
 		name: "pod scope: left to the taint manager",
 		job: testJob("", func(j *v1alpha1.TrainingJob) {
@@ -174,6 +195,9 @@ func TestNodeLossDecision(t *testing.T) {
 			d := nl.amend(decide(tc.job, a, obs, tc.now))
 			got := want{Incident: d.incident, Reason: d.reason, Gang: d.gangRestart, RequeueAfter: nl.requeueAfter,
 				Lost: obs.lost, Running: obs.running}
+			if d.disruption != nil {
+				got.Disruption = d.disruption.reason
+			}
 			for _, p := range d.restart {
 				got.Restart = append(got.Restart, p.Name)
 			}
@@ -194,18 +218,18 @@ func TestUnreachableTolerations(t *testing.T) {
 		given []corev1.Toleration
 		want  []corev1.Toleration
 	}{
-		{name: "none: both at the bound",
-			want: []corev1.Toleration{mine(corev1.TaintNodeUnreachable, 30), mine(corev1.TaintNodeNotReady, 30)}},
+		{name: "none: unreachable at the bound, not-ready at the cluster's 300 s",
+			want: []corev1.Toleration{mine(corev1.TaintNodeUnreachable, 30), mine(corev1.TaintNodeNotReady, 300)}},
 		{name: "the template's own unreachable toleration wins",
 			given: []corev1.Toleration{{Key: corev1.TaintNodeUnreachable, Operator: corev1.TolerationOpExists}},
-			want:  []corev1.Toleration{{Key: corev1.TaintNodeUnreachable, Operator: corev1.TolerationOpExists}, mine(corev1.TaintNodeNotReady, 30)}},
+			want:  []corev1.Toleration{{Key: corev1.TaintNodeUnreachable, Operator: corev1.TolerationOpExists}, mine(corev1.TaintNodeNotReady, 300)}},
 		{name: "tolerate everything: nothing added",
 			given: []corev1.Toleration{{Operator: corev1.TolerationOpExists}},
 			want:  []corev1.Toleration{{Operator: corev1.TolerationOpExists}}},
 		{name: "a NoSchedule toleration does not cover eviction",
 			given: []corev1.Toleration{{Key: corev1.TaintNodeNotReady, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule}},
 			want: []corev1.Toleration{{Key: corev1.TaintNodeNotReady, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule},
-				mine(corev1.TaintNodeUnreachable, 30), mine(corev1.TaintNodeNotReady, 30)}},
+				mine(corev1.TaintNodeUnreachable, 30), mine(corev1.TaintNodeNotReady, 300)}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -226,20 +250,52 @@ func TestForceDeletable(t *testing.T) {
 		}
 		return p
 	}
-	outages := map[string]nodeOutage{"dead": {since: t0, confirmed: true}, "notready": {since: t0}}
+	outages := map[string]nodeOutage{
+		"silent":   {since: t0, silent: true},
+		"silent2":  {since: t0.Add(time.Minute), silent: true},
+		"fenced":   {since: t0, fenced: true},
+		"notready": {since: t0},
+	}
 	pods := []*corev1.Pod{
-		pod("dying-on-dead", "dead", true),
-		pod("running-on-dead", "dead", false),
+		pod("dying-on-silent", "silent", true),
+		pod("dying-on-silent2", "silent2", true),
+		pod("running-on-silent", "silent", false),
+		pod("dying-on-fenced", "fenced", true),
 		pod("dying-on-notready", "notready", true),
 		pod("dying-on-healthy", "healthy", true),
 		pod("dying-unbound", "", true),
 	}
-	var got []string
-	for _, p := range forceDeletable(pods, outages) {
-		got = append(got, p.Name)
+	const bound = 600 * time.Second
+	cases := []struct {
+		name  string
+		bound time.Duration
+		now   time.Time
+		want  []string
+		wait  time.Duration
+	}{
+		{name: "silent for less than the bound: only the fenced node", bound: bound, now: t0.Add(2 * time.Minute),
+			want: []string{"dying-on-fenced"}, wait: 8 * time.Minute},
+		{name: "one silent node past the bound", bound: bound, now: t0.Add(10 * time.Minute),
+			want: []string{"dying-on-silent", "dying-on-fenced"}, wait: time.Minute},
+		{name: "both past it", bound: bound, now: t0.Add(time.Hour),
+			want: []string{"dying-on-silent", "dying-on-silent2", "dying-on-fenced"}},
+		{name: "bound 0 (opt-in): as soon as the node is silent", now: t0.Add(time.Minute),
+			want: []string{"dying-on-silent", "dying-on-silent2", "dying-on-fenced"}},
 	}
-	if diff := cmp.Diff([]string{"dying-on-dead"}, got); diff != "" {
-		t.Errorf("force-deletable (-want,+got):\n%s", diff)
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			doomed, wait := forceDeletable(pods, outages, tc.bound, tc.now)
+			var got []string
+			for _, p := range doomed {
+				got = append(got, p.Name)
+			}
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("force-deletable (-want,+got):\n%s", diff)
+			}
+			if wait != tc.wait {
+				t.Errorf("wait = %v, want %v", wait, tc.wait)
+			}
+		})
 	}
 }
 

@@ -61,7 +61,9 @@ func (r *TrainingJobReconciler) desiredPod(job *v1alpha1.TrainingJob, a framewor
 		return nil, err
 	}
 	pod := &corev1.Pod{ObjectMeta: tpl.ObjectMeta, Spec: tpl.Spec}
-	pod.Name = framework.PodName(job.Name, role, index)
+	// The template's hostname (framework.PodName): the pod's name in the
+	// incarnation it is created under.
+	pod.Name = framework.PodName(job.Name, role, index, framework.NameIncarnation(a, job))
 	pod.Namespace = job.Namespace
 	pod.GenerateName = ""
 	if pod.Labels == nil {
@@ -84,6 +86,7 @@ func (r *TrainingJobReconciler) desiredPod(job *v1alpha1.TrainingJob, a framewor
 	if plan, ok := planComputeDomain(job, r.Topology, claims); ok {
 		addChannelClaim(&pod.Spec, plan.template, claims)
 	}
+	setIncarnationEnv(&pod.Spec, job.Status.RestartCount)
 	pod.Spec.SchedulerName = r.SchedulerName
 	pod.Spec.RestartPolicy = corev1.RestartPolicyNever
 	unreachableTolerations(&pod.Spec, unreachableTolerance(job))
@@ -95,6 +98,19 @@ func (r *TrainingJobReconciler) desiredPod(job *v1alpha1.TrainingJob, a framewor
 		return nil, err
 	}
 	return pod, nil
+}
+
+// setIncarnationEnv gives every container, init containers included (a
+// checkpoint restore runs in one), LOCKSTEP_INCARNATION: the incarnation
+// the pod is created under, for trainers to namespace what they write.
+// Templates may not set it (v1alpha1.ValidateReservedEnv).
+func setIncarnationEnv(spec *corev1.PodSpec, incarnation int32) {
+	v := corev1.EnvVar{Name: lockstep.EnvIncarnation, Value: strconv.Itoa(int(incarnation))}
+	for _, cs := range [][]corev1.Container{spec.InitContainers, spec.Containers} {
+		for i := range cs {
+			cs[i].Env = append(slices.DeleteFunc(cs[i].Env, func(e corev1.EnvVar) bool { return e.Name == v.Name }), v)
+		}
+	}
 }
 
 // addSearchDomain lets the pod resolve its peers by bare name, keeping any
@@ -114,14 +130,13 @@ func addSearchDomain(spec *corev1.PodSpec, domain string) {
 // A name still held by a pod being deleted is left for a later pass.
 func (r *TrainingJobReconciler) ensurePods(ctx context.Context, job *v1alpha1.TrainingJob, a framework.Adapter, obs observation, copies claimTemplates, claims claimGPUs) (wait time.Duration, err error) {
 	var missing []*corev1.Pod
-	taken := func(name string) bool { _, ok := obs.live[name]; return ok }
 	for _, role := range a.Roles() {
 		spec, ok := job.Spec.ReplicaSpecs[role]
 		if !ok {
 			continue
 		}
 		for i := range spec.DesiredReplicas() {
-			if taken(framework.PodName(job.Name, role, i)) {
+			if obs.slots[slot{role, i}] {
 				continue
 			}
 			pod, err := r.desiredPod(job, a, role, i, claims)

@@ -82,13 +82,17 @@ func (c preemptionCause) message() string {
 }
 
 // vanishedPod is what the pod event handler noted of a member that carried
-// the preemption condition, for when the member is gone from the cache by
+// the preemption condition or another disruption (podDisruption), for when the member is gone from the cache by
 // the time its job is reconciled.
 type vanishedPod struct {
 	incarnation, suspensions int32
 	// bound says the pod had been bound: the gang had started.
 	bound bool
-	cause preemptionCause
+	// cause is the preemption, when preempted; disruption the reason the
+	// cluster took it otherwise (podDisruption), "" when it did not.
+	preempted  bool
+	cause      preemptionCause
+	disruption string
 }
 
 // vanishedPods remembers, per job UID and pod name, the preempted members
@@ -107,8 +111,9 @@ func (v *vanishedPods) note(p *corev1.Pod) {
 	if ref == nil {
 		return
 	}
-	cause, ok := podPreemption(p)
-	if !ok {
+	cause, preempted := podPreemption(p)
+	disruption, disrupted := podDisruption(p)
+	if !preempted && !disrupted {
 		return
 	}
 	jp := podLabels(p, 0)
@@ -122,7 +127,8 @@ func (v *vanishedPods) note(p *corev1.Pod) {
 				delete(pods, name)
 			}
 		}
-		pods[p.Name] = vanishedPod{incarnation: jp.incarnation, suspensions: jp.suspensions, bound: p.Spec.NodeName != "", cause: cause}
+		pods[p.Name] = vanishedPod{incarnation: jp.incarnation, suspensions: jp.suspensions, bound: p.Spec.NodeName != "",
+			preempted: preempted, cause: cause, disruption: disruption}
 		return pods, true
 	})
 }
@@ -180,8 +186,11 @@ func (o *observation) noteVanished(job *v1alpha1.TrainingJob, vanished map[strin
 			// (yet); the cache says what happens next.
 			continue
 		}
-		if _, seen := o.preempted[name]; !seen {
+		if _, seen := o.preempted[name]; !seen && p.preempted {
 			o.preempted[name] = p.cause
+		}
+		if _, seen := o.disrupted[name]; !seen && p.disruption != "" {
+			o.disrupted[name] = p.disruption
 		}
 		if p.bound && !o.started {
 			o.started = true

@@ -136,8 +136,8 @@ func TestDecidePreemption(t *testing.T) {
 		job:  testJob("", backoffLimit(0, 0, 0)),
 		pods: nil,
 		vanished: map[string]vanishedPod{
-			"j-master-0": {bound: true, cause: preemptionCause{pod: "j-master-0", by: releaseRun, known: true}},
-			"j-worker-0": {bound: true, cause: preemptionCause{pod: "j-worker-0", by: releaseRun, known: true}},
+			"j-master-0": {bound: true, preempted: true, cause: preemptionCause{pod: "j-master-0", by: releaseRun, known: true}},
+			"j-worker-0": {bound: true, preempted: true, cause: preemptionCause{pod: "j-worker-0", by: releaseRun, known: true}},
 		},
 		want: want{Result: framework.Running, Reason: v1alpha1.ReasonPreemptedByScheduler,
 			Incident: "pod j-master-0 was preempted by team-a/release (priority 1000) in spine=s1/leaf=l2", Preempted: true},
@@ -146,7 +146,7 @@ func TestDecidePreemption(t *testing.T) {
 		job:  testJob(""),
 		pods: testGang(run, run, run)[:2],
 		vanished: map[string]vanishedPod{
-			"j-worker-1": {bound: true, cause: preemptionCause{pod: "j-worker-1", by: releaseRun, known: true}},
+			"j-worker-1": {bound: true, preempted: true, cause: preemptionCause{pod: "j-worker-1", by: releaseRun, known: true}},
 		},
 		want: want{Result: framework.Running, Reason: v1alpha1.ReasonPreemptedByScheduler, Restart: []string{"j-master-0", "j-worker-0"},
 			Incident: "pod j-worker-1 was preempted by team-a/release (priority 1000) in spine=s1/leaf=l2", Preempted: true},
@@ -199,7 +199,7 @@ func TestDecidePreemption(t *testing.T) {
 			preemptedBy(pods[1], lockstepMsg)
 			return pods
 		}(),
-		vanished: map[string]vanishedPod{"j-worker-0": {bound: true, cause: preemptionCause{pod: "j-worker-0", by: releaseRun, known: true}}},
+		vanished: map[string]vanishedPod{"j-worker-0": {bound: true, preempted: true, cause: preemptionCause{pod: "j-worker-0", by: releaseRun, known: true}}},
 		want:     want{Result: framework.Running, Reason: "Running"},
 	}, {
 		name: "pod scope recreates preempted members without a restart",
@@ -243,7 +243,7 @@ func TestVanishedPods(t *testing.T) {
 	v.note(owned(testPod(v1alpha1.ReplicaWorker, 0, corev1.PodRunning, 0), "0"))                        // not preempted
 	v.note(preemptedBy(testPod(v1alpha1.ReplicaWorker, 1, corev1.PodRunning, 0), releaseRun.Message())) // not a job's
 	v.note(owned(preemptedBy(testPod(v1alpha1.ReplicaMaster, 0, corev1.PodRunning, 0), releaseRun.Message()), "0"))
-	want := map[string]vanishedPod{"j-master-0": {bound: true, cause: preemptionCause{pod: "j-master-0", by: releaseRun, known: true}}}
+	want := map[string]vanishedPod{"j-master-0": {bound: true, preempted: true, cause: preemptionCause{pod: "j-master-0", by: releaseRun, known: true}}}
 	if diff := cmp.Diff(want, v.of(job), cmp.AllowUnexported(vanishedPod{}, preemptionCause{})); diff != "" {
 		t.Errorf("noted (-want,+got):\n%s", diff)
 	}

@@ -206,11 +206,18 @@ func (r *TrainingJobReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	// Pods being deleted on a node confirmed unreachable never go on their
-	// own, whatever the job's state (nodeloss.go).
-	if err := r.releaseUnreachable(ctx, job, pods); err != nil {
+	// Pods being deleted on a node that stopped answering never go on their
+	// own, whatever the job's state: force-deleted once the proof holds
+	// (nodeloss.go).
+	releaseAfter, err := r.releaseUnreachable(ctx, job, pods)
+	if err != nil {
 		return ctrl.Result{}, err
 	}
+	defer func() {
+		if releaseAfter > 0 && err == nil && (res.RequeueAfter == 0 || releaseAfter < res.RequeueAfter) {
+			res.RequeueAfter = releaseAfter
+		}
+	}()
 
 	// A job whose PriorityClass is missing gets no pods (priorityclass.go).
 	held := false
@@ -260,7 +267,11 @@ const staleJobRetry = time.Second
 // validate checks the defaulted job as the API server would have, and finds
 // its adapter.
 func (r *TrainingJobReconciler) validate(job *v1alpha1.TrainingJob) (framework.Adapter, error) {
-	if errs := job.Validate(); len(errs) > 0 {
+	errs := job.Validate()
+	// Also refused by the template policy at admission, where installed:
+	// without it the job fails here rather than lose its fence.
+	errs = append(errs, job.ValidateReservedEnv()...)
+	if len(errs) > 0 {
 		return nil, errs.ToAggregate()
 	}
 	return r.Registry.For(job.Spec.Framework)
@@ -329,7 +340,8 @@ func (r *TrainingJobReconciler) ensureRunning(ctx context.Context, job *v1alpha1
 		// event, or when the expectations expire.
 		return ctrl.Result{RequeueAfter: expectationsTTL}, nil
 	}
-	// Members on nodes that went dark (nodeloss.go).
+	// Members on nodes that went dark, and pods of an earlier incarnation
+	// left there (nodeloss.go).
 	loss, err := r.observeNodeLoss(ctx, job, &obs, pods, framework.EffectiveRestartScope(a, job))
 	if err != nil {
 		return ctrl.Result{}, err
@@ -442,7 +454,9 @@ func (r *TrainingJobReconciler) ensureRestart(ctx context.Context, job *v1alpha1
 	}
 	job.Status.RestartCount++
 	var when string
+	kind := v1alpha1.RestartFailure
 	if d.preemption != nil {
+		kind = v1alpha1.RestartPreemption
 		// No failure of the job's: its pods are created as soon as the old
 		// ones are gone, to wait in the scheduler's queue, and the backoff
 		// is neither waited out nor grown.
@@ -454,6 +468,12 @@ func (r *TrainingJobReconciler) ensureRestart(ctx context.Context, job *v1alpha1
 		setCondition(&job.Status, job.Generation, v1alpha1.ConditionPreempted, metav1.ConditionTrue, v1alpha1.ReasonPreemptedByScheduler,
 			truncateMessage(d.preemption.message()))
 	} else {
+		if d.disruption != nil {
+			// Not the job's failure, but spaced like one: a node that
+			// flaps may take the next incarnation down too.
+			kind = v1alpha1.RestartInfrastructure
+			job.Status.InfrastructureRestarts++
+		}
 		job.Status.RestartBackoff = nextRestartBackoff(job.Spec.RunPolicy.RestartBackoff, job.Status.RestartBackoff, runningSince, r.Clock.Now())
 		when = describeBackoff(job.Status.RestartBackoff)
 	}
@@ -462,6 +482,7 @@ func (r *TrainingJobReconciler) ensureRestart(ctx context.Context, job *v1alpha1
 	if d.reason != "" {
 		reason = d.reason
 	}
+	recordRestart(&job.Status, kind, reason, metav1.NewTime(r.Clock.Now()))
 	setCondition(&job.Status, job.Generation, v1alpha1.JobRestarting, metav1.ConditionTrue, reason, msg)
 	if meta.IsStatusConditionTrue(job.Status.Conditions, string(v1alpha1.JobRunning)) {
 		setCondition(&job.Status, job.Generation, v1alpha1.JobRunning, metav1.ConditionFalse, reason, msg)
@@ -478,8 +499,8 @@ func (r *TrainingJobReconciler) ensureRestart(ctx context.Context, job *v1alpha1
 		preemptionsTotal.WithLabelValues(string(job.Spec.Framework)).Inc()
 	}
 	r.Recorder.Event(job, corev1.EventTypeWarning, reason, "Restarting: "+msg)
-	ctrl.LoggerFrom(ctx).V(2).Info("Restarting", "scope", scope, "pods", len(d.restart), "restartCount", job.Status.RestartCount,
-		"preemptions", job.Status.Preemptions, "incident", d.incident)
+	ctrl.LoggerFrom(ctx).V(2).Info("Restarting", "scope", scope, "kind", kind, "pods", len(d.restart), "restartCount", job.Status.RestartCount,
+		"preemptions", job.Status.Preemptions, "infrastructureRestarts", job.Status.InfrastructureRestarts, "incident", d.incident)
 	if err := r.deletePods(ctx, job, podsOf(d.restart)); err != nil {
 		return err
 	}

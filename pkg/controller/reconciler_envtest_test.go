@@ -109,6 +109,28 @@ func jobPods(ctx context.Context, job *v1alpha1.TrainingJob) ([]corev1.Pod, erro
 	return pods, nil
 }
 
+// livePod is the pod of namespace ns named name or, when there is none,
+// the live one whose slot name (slotName) is name: after a gang restart
+// <job>-worker-1 is the incarnation's <job>-worker-r1-1.
+func livePod(ctx context.Context, ns, name string) (*corev1.Pod, error) {
+	var list corev1.PodList
+	if err := harness.api.List(ctx, &list, client.InNamespace(ns)); err != nil {
+		return nil, err
+	}
+	for i := range list.Items {
+		if list.Items[i].Name == name {
+			return &list.Items[i], nil
+		}
+	}
+	for i := range list.Items {
+		p := &list.Items[i]
+		if p.DeletionTimestamp == nil && slotName(p) == name {
+			return p, nil
+		}
+	}
+	return nil, apierrors.NewNotFound(corev1.Resource("pods"), name)
+}
+
 // podNames lists the pods' names; nil for none.
 func podNames(pods []corev1.Pod) []string {
 	var names []string
@@ -118,28 +140,48 @@ func podNames(pods []corev1.Pod) []string {
 	return names
 }
 
-// podUIDs maps the pods' names to their UIDs.
+// slotName is the name of the pod's role and index in incarnation 0,
+// <job>-<role>-<index>: what the pod is, whatever incarnation it was named
+// for (framework.PodName).
+func slotName(p *corev1.Pod) string {
+	i, _ := strconv.Atoi(p.Labels[lockstep.LabelReplicaIndex])
+	return framework.PodName(p.Labels[lockstep.LabelJobName], v1alpha1.ReplicaType(p.Labels[lockstep.LabelReplicaType]), int32(i), 0)
+}
+
+// slotNames lists the pods' slot names, sorted; nil for none.
+func slotNames(pods []corev1.Pod) []string {
+	var names []string
+	for i := range pods {
+		names = append(names, slotName(&pods[i]))
+	}
+	slices.Sort(names)
+	return names
+}
+
+// podUIDs maps the pods' slot names to their UIDs.
 func podUIDs(pods []corev1.Pod) map[string]types.UID {
 	uids := map[string]types.UID{}
-	for _, p := range pods {
-		uids[p.Name] = p.UID
+	for i := range pods {
+		uids[slotName(&pods[i])] = pods[i].UID
 	}
 	return uids
 }
 
-// gangNames is the pod names of a job: <job>-<role>-<index>.
+// gangNames is the slot names of a job's pods: <job>-<role>-<index>, their
+// names in incarnation 0 (waitForPods).
 func gangNames(job string, roles map[v1alpha1.ReplicaType]int32) []string {
 	var names []string
 	for role, n := range roles {
 		for i := range n {
-			names = append(names, framework.PodName(job, role, i))
+			names = append(names, framework.PodName(job, role, i, 0))
 		}
 	}
 	slices.Sort(names)
 	return names
 }
 
-// waitForPods waits until the job's live pods are exactly names, and those
+// waitForPods waits until the job's live pods are exactly names (slot
+// names: gangNames), each named for the incarnation it carries, and those
 // in replaced are new pods (UIDs other than in before); returns them.
 func waitForPods(t *testing.T, job *v1alpha1.TrainingJob, names []string, before map[string]types.UID, replaced ...string) []corev1.Pod {
 	t.Helper()
@@ -150,11 +192,18 @@ func waitForPods(t *testing.T, job *v1alpha1.TrainingJob, names []string, before
 			return false, "", err
 		}
 		saw := fmt.Sprintf("pods %v", podNames(pods))
-		if !slices.Equal(podNames(pods), names) {
+		if !slices.Equal(slotNames(pods), names) {
 			return false, saw, nil
 		}
-		for _, p := range pods {
-			if slices.Contains(replaced, p.Name) && p.UID == before[p.Name] {
+		for i := range pods {
+			p := &pods[i]
+			inc, _ := strconv.Atoi(p.Labels[lockstep.LabelIncarnation])
+			i, _ := strconv.Atoi(p.Labels[lockstep.LabelReplicaIndex])
+			role := v1alpha1.ReplicaType(p.Labels[lockstep.LabelReplicaType])
+			if p.Name != framework.PodName(job.Name, role, int32(i), int32(inc)) && p.Name != slotName(p) {
+				t.Errorf("pod %s of incarnation %d is named for neither it nor incarnation 0", p.Name, inc)
+			}
+			if slices.Contains(replaced, slotName(p)) && p.UID == before[slotName(p)] {
 				return false, saw + "; " + p.Name + " not recreated yet", nil
 			}
 		}
@@ -198,8 +247,8 @@ func conditionIs(t v1alpha1.JobState, status metav1.ConditionStatus) func(*v1alp
 func setPodPhase(t *testing.T, ns, name string, phase corev1.PodPhase, exitCode int32) {
 	t.Helper()
 	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		var p corev1.Pod
-		if err := harness.api.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, &p); err != nil {
+		p, err := livePod(context.Background(), ns, name)
+		if err != nil {
 			return err
 		}
 		now := metav1.Now()
@@ -218,7 +267,7 @@ func setPodPhase(t *testing.T, ns, name string, phase corev1.PodPhase, exitCode 
 			p.Status.ContainerStatuses = append(p.Status.ContainerStatuses, corev1.ContainerStatus{
 				Name: c.Name, Image: c.Image, ImageID: c.Image, State: state, Ready: phase == corev1.PodRunning})
 		}
-		return harness.api.Status().Update(context.Background(), &p)
+		return harness.api.Status().Update(context.Background(), p)
 	})
 	if err != nil {
 		t.Fatalf("setting pod %s/%s %s: %v", ns, name, phase, err)
@@ -303,7 +352,7 @@ func TestEnvtestCreatesTheGang(t *testing.T) {
 			for role, n := range tc.roles {
 				for i := range n {
 					want = append(want, envtestPod{
-						Name: framework.PodName(job.Name, role, i), Role: string(role), Index: strconv.Itoa(int(i)),
+						Name: framework.PodName(job.Name, role, i, 0), Role: string(role), Index: strconv.Itoa(int(i)),
 						JobLabel: job.Name, PodGroupLabel: job.Name, SchedulerName: lockstep.SchedulerName,
 						Subdomain: job.Name, RestartPolicy: corev1.RestartPolicyNever, GPULimit: tc.gpus[role],
 					})
@@ -427,7 +476,7 @@ func TestEnvtestRestartsFailedPods(t *testing.T) {
 			}
 			pods = waitForPods(t, job, names, before, restarted...)
 			for _, p := range pods {
-				if !slices.Contains(restarted, p.Name) && p.UID != before[p.Name] {
+				if !slices.Contains(restarted, slotName(&p)) && p.UID != before[slotName(&p)] {
 					t.Errorf("pod %s was recreated; only %v should be", p.Name, restarted)
 				}
 			}

@@ -58,6 +58,13 @@ type observation struct {
 	// deleted.
 	stale            []jobPod
 	staleTerminating int
+	// staleDoomed are the pods counted in staleTerminating; abandon takes
+	// out of the count those the new gang need not wait for.
+	staleDoomed []jobPod
+	// abandoned are pods of an earlier incarnation left Terminating on an
+	// unavailable node, which the new gang, named and fenced apart, does
+	// not wait for (abandon).
+	abandoned []string
 	// lost names the members of this incarnation that are missing or being
 	// deleted by someone else (evicted, preempted, their node gone) after
 	// the gang started; nil before it started. terminatingMembers are those
@@ -68,6 +75,19 @@ type observation struct {
 	// scheduler marked preempted and that are being deleted, failed or gone
 	// (preemption.go).
 	preempted map[string]preemptionCause
+	// disrupted are the members of this incarnation, by name, that the
+	// cluster took (their DisruptionTarget condition, a kubelet eviction,
+	// their node gone dark): the reason, for a restart that is no failure
+	// of the job's.
+	disrupted map[string]string
+	// slots are the role and index of the live members, whatever their
+	// names (a pod made by an older controller keeps its name).
+	slots map[slot]bool
+	// terminatingSlots are those of terminatingMembers.
+	terminatingSlots map[slot]bool
+	// nameIncarnation is the incarnation the job's new pods are named for
+	// (framework.NameIncarnation).
+	nameIncarnation int32
 	// started says a pod of this incarnation was bound to a node. Gang
 	// scheduling binds no member before every member exists, so a member
 	// missing after that was lost, not yet to be created.
@@ -84,14 +104,26 @@ type observation struct {
 	replicas map[v1alpha1.ReplicaType]v1alpha1.ReplicaStatus
 }
 
+// slot is a member's place in the job: its role and index.
+type slot struct {
+	role  v1alpha1.ReplicaType
+	index int32
+}
+
 // observe sorts a defaulted job's pods. Under a gang restart scope, pods of
 // an earlier incarnation are set apart as stale.
 func observe(job *v1alpha1.TrainingJob, pods []*corev1.Pod, scope v1alpha1.RestartScope) observation {
 	obs := observation{
-		live:      map[string]jobPod{},
-		preempted: map[string]preemptionCause{},
-		phases:    framework.Observed{},
-		replicas:  map[v1alpha1.ReplicaType]v1alpha1.ReplicaStatus{},
+		live:             map[string]jobPod{},
+		preempted:        map[string]preemptionCause{},
+		disrupted:        map[string]string{},
+		slots:            map[slot]bool{},
+		terminatingSlots: map[slot]bool{},
+		phases:           framework.Observed{},
+		replicas:         map[v1alpha1.ReplicaType]v1alpha1.ReplicaStatus{},
+	}
+	if scope == v1alpha1.RestartScopeGang {
+		obs.nameIncarnation = job.Status.RestartCount
 	}
 	for role, spec := range job.Spec.ReplicaSpecs {
 		phases := make([]corev1.PodPhase, spec.DesiredReplicas())
@@ -102,11 +134,12 @@ func observe(job *v1alpha1.TrainingJob, pods []*corev1.Pod, scope v1alpha1.Resta
 		obs.replicas[role] = v1alpha1.ReplicaStatus{}
 	}
 	for _, p := range pods {
-		jp, known := podRole(job, p)
+		jp, known := podRole(job, p, scope)
 		earlierRun := jp.suspensions < job.Status.Suspensions
 		if earlierRun || scope == v1alpha1.RestartScopeGang && jp.incarnation < job.Status.RestartCount {
 			if p.DeletionTimestamp != nil {
 				obs.staleTerminating++
+				obs.staleDoomed = append(obs.staleDoomed, jp)
 			} else {
 				obs.stale = append(obs.stale, jp)
 			}
@@ -124,12 +157,16 @@ func observe(job *v1alpha1.TrainingJob, pods []*corev1.Pod, scope v1alpha1.Resta
 		if preempted && doomed && known {
 			obs.preempted[p.Name] = cause
 		}
+		if reason, ok := podDisruption(p); ok && known && (doomed || p.Status.Phase == corev1.PodFailed) {
+			obs.disrupted[p.Name] = reason
+		}
 		if doomed {
 			if p.DeletionTimestamp != nil {
 				obs.terminating++
 			}
 			if known {
 				obs.terminatingMembers = append(obs.terminatingMembers, p.Name)
+				obs.terminatingSlots[slot{jp.role, jp.index}] = true
 			}
 			continue
 		}
@@ -138,6 +175,7 @@ func observe(job *v1alpha1.TrainingJob, pods []*corev1.Pod, scope v1alpha1.Resta
 			continue
 		}
 		obs.live[p.Name] = jp
+		obs.slots[slot{jp.role, jp.index}] = true
 		rs := obs.replicas[jp.role]
 		phase := p.Status.Phase
 		switch phase {
@@ -169,13 +207,33 @@ func (o *observation) findLost(job *v1alpha1.TrainingJob) {
 	o.lost = slices.Clone(o.terminatingMembers)
 	for role, spec := range job.Spec.ReplicaSpecs {
 		for i := range spec.DesiredReplicas() {
-			name := framework.PodName(job.Name, role, i)
-			if _, ok := o.live[name]; !ok && !slices.Contains(o.terminatingMembers, name) {
-				o.lost = append(o.lost, name)
+			if !o.slots[slot{role, i}] && !o.terminatingSlots[slot{role, i}] {
+				o.lost = append(o.lost, framework.PodName(job.Name, role, i, o.nameIncarnation))
 			}
 		}
 	}
 	slices.Sort(o.lost)
+}
+
+// abandon stops waiting for pods of an earlier incarnation that are being
+// deleted on a node that is unavailable (gone dark, NotReady, fenced): their
+// kubelet may never confirm, and the new incarnation's pods have other
+// names and a fenced rendezvous (framework.PodName), so the gang restarts
+// on healthy nodes while they stay Terminating. A pod whose name the new
+// incarnation would reuse (a pod scope, a suspension) is still waited for:
+// the name is not free until it goes (forceDeletable).
+func (o *observation) abandon(job *v1alpha1.TrainingJob, outages map[string]nodeOutage) {
+	for _, p := range o.staleDoomed {
+		if _, out := outages[p.Spec.NodeName]; !out || p.Spec.NodeName == "" {
+			continue
+		}
+		if p.Name == framework.PodName(job.Name, p.role, p.index, o.nameIncarnation) {
+			continue
+		}
+		o.staleTerminating--
+		o.abandoned = append(o.abandoned, p.Name)
+	}
+	slices.Sort(o.abandoned)
 }
 
 // excuse takes the members whose creation the controller tried and failed
@@ -188,15 +246,25 @@ func (o *observation) excuse(neverCreated func(name string) bool) {
 }
 
 // podRole reads a pod's role and index; false when the job's spec has no
-// such pod (a role removed or scaled down while suspended).
-func podRole(job *v1alpha1.TrainingJob, p *corev1.Pod) (jobPod, bool) {
+// such pod (a role removed or scaled down while suspended) or the pod's
+// name is not the one its role, index and incarnation give it under scope.
+// A pod named for incarnation 0 is accepted in any incarnation: a
+// controller before per-incarnation names made it.
+func podRole(job *v1alpha1.TrainingJob, p *corev1.Pod, scope v1alpha1.RestartScope) (jobPod, bool) {
 	jp := podLabels(p, job.Status.RestartCount)
 	i, err := strconv.ParseInt(p.Labels[lockstep.LabelReplicaIndex], 10, 32)
 	spec, ok := job.Spec.ReplicaSpecs[jp.role]
-	if err != nil || !ok || i < 0 || int32(i) >= spec.DesiredReplicas() || p.Name != framework.PodName(job.Name, jp.role, int32(i)) {
+	if err != nil || !ok || i < 0 || int32(i) >= spec.DesiredReplicas() {
 		return jp, false
 	}
 	jp.index = int32(i)
+	inc := int32(0)
+	if scope == v1alpha1.RestartScopeGang {
+		inc = jp.incarnation
+	}
+	if p.Name != framework.PodName(job.Name, jp.role, jp.index, inc) && p.Name != framework.PodName(job.Name, jp.role, jp.index, 0) {
+		return jp, false
+	}
 	return jp, true
 }
 
@@ -257,6 +325,10 @@ type decision struct {
 	// preempted it: counted in status.preemptions, not against
 	// backoffLimit, and without the restart backoff.
 	preemption *preemptionCause
+	// disruption is set when the gang (or, under a pod scope, a pod)
+	// restarts because the cluster took a member (disruptionCause):
+	// counted in status.infrastructureRestarts, not against backoffLimit.
+	disruption *disruptionCause
 	// removeStale are pods of an earlier incarnation still to delete, and
 	// waitStale says the new gang waits for them to be gone: a gang
 	// restart is under way.
@@ -302,6 +374,13 @@ func decide(job *v1alpha1.TrainingJob, a framework.Adapter, obs observation, now
 		d.preemption = obs.preemption()
 		d.incident = d.preemption.message()
 		d.reason = v1alpha1.ReasonPreemptedByScheduler
+	case (lost || len(obs.retry) > 0) && obs.disruption() != nil:
+		// The cluster took a member (its node went dark or was deleted, the
+		// kubelet evicted it, a drain): whatever the others did next (ranks
+		// fail when a peer goes), the restart is no failure of the job's.
+		d.disruption = obs.disruption()
+		d.incident = d.disruption.message()
+		d.reason = d.disruption.reason
 	case len(obs.retry) > 0:
 		d.incident = fmt.Sprintf("%s %d failed", obs.retry[0].role, obs.retry[0].index)
 	case lost:
@@ -312,11 +391,11 @@ func decide(job *v1alpha1.TrainingJob, a framework.Adapter, obs observation, now
 	default:
 		return d
 	}
-	if bl := job.Spec.RunPolicy.BackoffLimit; bl != nil && d.preemption == nil && failures(&job.Status) >= *bl {
+	if bl := job.Spec.RunPolicy.BackoffLimit; bl != nil && d.preemption == nil && d.disruption == nil && failures(&job.Status) >= *bl {
 		msg := fmt.Sprintf("%s after %d restarts (backoffLimit %d)", d.incident, failures(&job.Status), *bl)
-		if job.Status.Preemptions > 0 {
-			msg = fmt.Sprintf("%s after %d restarts for failures and %d for preemptions, which do not count (backoffLimit %d)",
-				d.incident, failures(&job.Status), job.Status.Preemptions, *bl)
+		if other := job.Status.Preemptions + job.Status.InfrastructureRestarts; other > 0 {
+			msg = fmt.Sprintf("%s after %d restarts for failures and %d for preemptions and the infrastructure, which do not count (backoffLimit %d)",
+				d.incident, failures(&job.Status), other, *bl)
 		}
 		return decision{outcome: framework.Outcome{Result: framework.Failed, Reason: ReasonBackoffLimitExceeded, Message: msg}}
 	}
@@ -333,9 +412,19 @@ func decide(job *v1alpha1.TrainingJob, a framework.Adapter, obs observation, now
 }
 
 // failures is how many of the job's restarts were for failures, what
-// backoffLimit bounds: preemptions are restarts too, but no failure.
+// backoffLimit bounds: preemptions and the infrastructure's restarts are
+// restarts too, but no failure.
 func failures(st *v1alpha1.TrainingJobStatus) int32 {
-	return max(st.RestartCount-st.Preemptions, 0)
+	return max(st.RestartCount-st.Preemptions-st.InfrastructureRestarts, 0)
+}
+
+// recordRestart appends the restart just counted to status.restarts,
+// keeping the latest MaxRestartRecords.
+func recordRestart(st *v1alpha1.TrainingJobStatus, kind v1alpha1.RestartKind, reason string, now metav1.Time) {
+	st.Restarts = append(st.Restarts, v1alpha1.RestartRecord{RestartCount: st.RestartCount, Kind: kind, Reason: reason, Time: now})
+	if n := len(st.Restarts); n > v1alpha1.MaxRestartRecords {
+		st.Restarts = slices.Clone(st.Restarts[n-v1alpha1.MaxRestartRecords:])
+	}
 }
 
 // isFinished says whether the job has succeeded or failed for good.

@@ -30,8 +30,8 @@ func testJob(restart v1alpha1.RestartPolicy, mutate ...func(*v1alpha1.TrainingJo
 func testPod(role v1alpha1.ReplicaType, index int32, phase corev1.PodPhase, exitCode int32) *corev1.Pod {
 	p := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{
-			Name: framework.PodName("j", role, index), Namespace: "ns",
-			UID:    types.UID(framework.PodName("j", role, index)),
+			Name: framework.PodName("j", role, index, 0), Namespace: "ns",
+			UID:    types.UID(framework.PodName("j", role, index, 0)),
 			Labels: map[string]string{lockstep.LabelReplicaType: string(role), lockstep.LabelReplicaIndex: string(rune('0' + index))},
 		},
 		Status: corev1.PodStatus{Phase: phase},

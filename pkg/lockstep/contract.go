@@ -63,6 +63,26 @@ const (
 	LabelNVLinkDomain = "lockstep.dev/nvlink-domain"
 )
 
+// Variables the controller sets on every container of a job's pods, unique
+// to the pod's incarnation, which a template may not set (ReservedEnv).
+const (
+	// EnvIncarnation is the incarnation the pod was created under (the
+	// job's restartCount, LabelIncarnation): trainers namespace what they
+	// write to shared storage with it, so a rank of an earlier incarnation
+	// that still runs on a partitioned node never writes over the new one.
+	EnvIncarnation = "LOCKSTEP_INCARNATION"
+	// EnvRendezvousID is torchrun's rendezvous ID (--rdzv-id), which the
+	// controller makes unique to the incarnation for PyTorch jobs: a rank of
+	// an earlier incarnation cannot join the new rendezvous.
+	EnvRendezvousID = "PET_RDZV_ID"
+)
+
+// ReservedEnv are the variables a template may not set, with why.
+var ReservedEnv = map[string]string{
+	EnvIncarnation:  "is set by the controller to the pod's incarnation (the job's restartCount)",
+	EnvRendezvousID: "is set by the controller, unique to each incarnation of the job; set spec.elasticPolicy.rdzvId to choose its prefix",
+}
+
 // Namespace labels a cluster-admin sets; deploy/ reads them.
 const (
 	// LabelAllowPrivilegedTemplates "true" on a namespace lets its

@@ -5,11 +5,13 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -19,6 +21,7 @@ import (
 
 	"github.com/lockstep-dev/lockstep/pkg/apis/lockstep/v1alpha1"
 	"github.com/lockstep-dev/lockstep/pkg/controller"
+	jobframework "github.com/lockstep-dev/lockstep/pkg/controller/framework"
 	"github.com/lockstep-dev/lockstep/pkg/localcluster"
 	"github.com/lockstep-dev/lockstep/pkg/lockstep"
 	utiltesting "github.com/lockstep-dev/lockstep/pkg/util/testing"
@@ -124,7 +127,7 @@ func waitPods(t *testing.T, ns, job string, n int, timeout time.Duration) map[st
 func finishPod(t *testing.T, ns, name string, exitCode int32) {
 	t.Helper()
 	ctx := context.Background()
-	pod, err := cluster.Clientset.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+	pod, err := memberPod(ctx, ns, name)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -142,6 +145,29 @@ func finishPod(t *testing.T, ns, name string, exitCode int32) {
 	if _, err := cluster.Clientset.CoreV1().Pods(ns).UpdateStatus(ctx, pod, metav1.UpdateOptions{}); err != nil {
 		t.Fatalf("finishing pod %s: %v", name, err)
 	}
+}
+
+// memberPod is the pod named name or, when there is none, the live member
+// whose role and index name gives in incarnation 0: after a gang restart
+// <job>-worker-1 is incarnation 1's <job>-worker-r1-1 (framework.PodName).
+func memberPod(ctx context.Context, ns, name string) (*corev1.Pod, error) {
+	pod, err := cluster.Clientset.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+	if !apierrors.IsNotFound(err) {
+		return pod, err
+	}
+	list, lerr := cluster.Clientset.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
+	if lerr != nil {
+		return nil, lerr
+	}
+	for i := range list.Items {
+		p := &list.Items[i]
+		index, _ := strconv.Atoi(p.Labels[lockstep.LabelReplicaIndex])
+		slot := jobframework.PodName(p.Labels[lockstep.LabelJobName], v1alpha1.ReplicaType(p.Labels[lockstep.LabelReplicaType]), int32(index), 0)
+		if p.DeletionTimestamp == nil && slot == name {
+			return p, nil
+		}
+	}
+	return nil, err
 }
 
 func envOf(p corev1.Pod) map[string]string {

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -75,15 +76,20 @@ func tolerationSeconds(p *corev1.Pod, key string) (int64, bool) {
 
 // TestGangRestartsWhenANodeGoesDark takes one node of a running gang away
 // from KWOK (DarkenNode): no heartbeat, no status, pods there never
-// confirmed deleted. With upstream's node lifecycle defaults and the job's
-// default runPolicy.unreachableToleranceSeconds, the real
-// kube-controller-manager marks the node Unknown and taints it, the
-// controller restarts the gang exactly once with reason NodeUnreachable
-// naming the node, force-deletes the member stuck on it, and the gang runs
-// again whole on healthy nodes with no GPU given twice. A bystander pod on
-// the same node, deleted the plain way, stays Terminating: the harness is
-// as harsh as a real dead node. The log line "dark node: ..." is the
-// measured path.
+// confirmed deleted, the containers there, for all anyone knows, still
+// running (a partition looks the same). With upstream's node lifecycle
+// defaults and the job's default runPolicy.unreachableToleranceSeconds, the
+// real kube-controller-manager marks the node Unknown and taints it, and
+// the controller restarts the gang exactly once, an infrastructure restart
+// (reason NodeUnreachable naming the node) that backoffLimit 0 does not
+// count. The new incarnation runs whole on healthy nodes under other pod
+// names, with a rendezvous the old ranks cannot reach, while the member on
+// the dark node stays Terminating: nothing proves it stopped, so it is not
+// force-deleted. Then the node comes back with that pod still "running":
+// its kubelet (KWOK) finishes the deletion, and the new gang is untouched.
+// A bystander pod on the same node, deleted the plain way, stays
+// Terminating while the node is dark: the harness is as harsh as a real
+// dead node. The log line "dark node: ..." is the measured path.
 func TestGangRestartsWhenANodeGoesDark(t *testing.T) {
 	if !cluster.Local() {
 		t.Skip("darkens a KWOK node through its Lease: needs the local cluster")
@@ -91,6 +97,7 @@ func TestGangRestartsWhenANodeGoesDark(t *testing.T) {
 	ctx := context.Background()
 	ns := cluster.NewNamespace(t)
 	job := pytorchJob(ns, "dark", 3)
+	job.Spec.RunPolicy.BackoffLimit = ptr.To[int32](0)
 	for role, spec := range job.Spec.ReplicaSpecs {
 		// One member per node, and the pods' default grace period: with
 		// pytorchJob's 0, a plain delete removes a bound pod at once and a
@@ -106,10 +113,14 @@ func TestGangRestartsWhenANodeGoesDark(t *testing.T) {
 	victim := first["dark-worker-1"]
 	dark := victim.Spec.NodeName
 	// The pods tolerate the dark node for the job's bound, not the
-	// cluster's 300 s default, so the taint manager agrees with it.
-	for _, key := range []string{corev1.TaintNodeUnreachable, corev1.TaintNodeNotReady} {
-		if s, ok := tolerationSeconds(&victim, key); !ok || s != int64(v1alpha1.DefaultUnreachableToleranceSeconds) {
-			t.Errorf("pod %s tolerates %s for %d s (found %v), want %d", victim.Name, key, s, ok, v1alpha1.DefaultUnreachableToleranceSeconds)
+	// cluster's 300 s default, so the taint manager agrees with it; a
+	// NotReady node whose kubelet still answers gets the cluster's 300 s.
+	for key, want := range map[string]int64{
+		corev1.TaintNodeUnreachable: int64(v1alpha1.DefaultUnreachableToleranceSeconds),
+		corev1.TaintNodeNotReady:    int64(v1alpha1.NotReadyToleranceSeconds),
+	} {
+		if s, ok := tolerationSeconds(&victim, key); !ok || s != want {
+			t.Errorf("pod %s tolerates %s for %d s (found %v), want %d", victim.Name, key, s, ok, want)
 		}
 	}
 
@@ -172,8 +183,13 @@ func TestGangRestartsWhenANodeGoesDark(t *testing.T) {
 		v1alpha1.DefaultUnreachableToleranceSeconds, unreachableAt.Sub(darkened).Round(time.Second),
 		restartedAt.Sub(darkened).Round(100*time.Millisecond), whole.Sub(darkened).Round(100*time.Millisecond))
 
-	if final.Status.RestartCount != 1 {
-		t.Errorf("restartCount = %d after one dark node, want exactly 1", final.Status.RestartCount)
+	// One restart, the infrastructure's: backoffLimit 0 did not fail the job.
+	if final.Status.RestartCount != 1 || final.Status.InfrastructureRestarts != 1 || hasCondition(v1alpha1.JobFailed, "")(final) {
+		t.Errorf("restartCount %d, infrastructureRestarts %d, failed %v after one dark node under backoffLimit 0; want 1, 1 and not failed",
+			final.Status.RestartCount, final.Status.InfrastructureRestarts, hasCondition(v1alpha1.JobFailed, "")(final))
+	}
+	if r := final.Status.Restarts; len(r) != 1 || r[0].Kind != v1alpha1.RestartInfrastructure || r[0].Reason != controller.ReasonNodeUnreachable || r[0].RestartCount != 1 {
+		t.Errorf("status.restarts %+v, want one Infrastructure restart %s making restartCount 1", r, controller.ReasonNodeUnreachable)
 	}
 	c := meta.FindStatusCondition(final.Status.Conditions, string(v1alpha1.JobRestarting))
 	if c == nil || !strings.Contains(c.Message, controller.ReasonNodeUnreachable) || !strings.Contains(c.Message, dark) {
@@ -192,24 +208,33 @@ func TestGangRestartsWhenANodeGoesDark(t *testing.T) {
 	if !named {
 		t.Errorf("no %s event naming node %s on the job: %v", controller.ReasonNodeUnreachable, dark, events)
 	}
+	// The new incarnation: other names, its own rendezvous, healthy nodes.
+	newMaster := ""
 	for _, p := range second {
 		if p.Spec.NodeName == dark {
 			t.Errorf("pod %s of the restarted gang was placed on the dark node %s", p.Name, dark)
 		}
-	}
-	// Every pod of the first gang is gone, the one stuck on the dark node
-	// included: the controller force-deleted it.
-	list, err := cluster.Clientset.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: lockstep.LabelJobName + "=" + job.Name})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(list.Items) != 4 {
-		t.Errorf("%d pods of the job, want the 4 of the new gang", len(list.Items))
-	}
-	for _, p := range list.Items {
-		if first[p.Name].UID == p.UID {
-			t.Errorf("pod %s of the first gang (node %s) still exists, deleting since %v", p.Name, p.Spec.NodeName, p.DeletionTimestamp)
+		env := envOf(p)
+		if _, old := first[p.Name]; old || env[lockstep.EnvIncarnation] != "1" {
+			t.Errorf("pod %s of the new gang: named like the old one (%v) or %s=%q, want a name and variable of incarnation 1",
+				p.Name, old, lockstep.EnvIncarnation, env[lockstep.EnvIncarnation])
 		}
+		newMaster = env["MASTER_ADDR"]
+	}
+	// The old member on the dark node: still there, Terminating, nobody
+	// having confirmed or forced it; its environment names incarnation 0
+	// and a rendezvous the new gang does not serve.
+	stuck, err := cluster.Clientset.CoreV1().Pods(ns).Get(ctx, victim.Name, metav1.GetOptions{})
+	switch {
+	case err != nil || stuck.UID != victim.UID:
+		t.Fatalf("the old member %s on the dark node: %v (uid %v), want it still Terminating: nothing proved it stopped", victim.Name, err, stuck.GetUID())
+	case stuck.DeletionTimestamp == nil:
+		t.Errorf("the old member %s on the dark node is not being deleted", victim.Name)
+	}
+	oldEnv := envOf(*stuck)
+	if oldEnv[lockstep.EnvIncarnation] != "0" || oldEnv["MASTER_ADDR"] == newMaster || newMaster == "" {
+		t.Errorf("old member: %s=%q, MASTER_ADDR %q; the new gang's MASTER_ADDR %q: want incarnation 0 and another rendezvous",
+			lockstep.EnvIncarnation, oldEnv[lockstep.EnvIncarnation], oldEnv["MASTER_ADDR"], newMaster)
 	}
 	// The node is still dark: the gang did not wait for it.
 	n, err := cluster.Clientset.CoreV1().Nodes().Get(ctx, dark, metav1.GetOptions{})
@@ -221,7 +246,7 @@ func TestGangRestartsWhenANodeGoesDark(t *testing.T) {
 	}
 	// The bystander's grace period ran out long ago (the restart alone
 	// waits the job's 30 s): nobody confirmed its deletion, as on a real
-	// dead node; the controller force-deletes only its own pods.
+	// dead node.
 	p, err := cluster.Clientset.CoreV1().Pods(ns).Get(ctx, bystander.Name, metav1.GetOptions{})
 	switch {
 	case err != nil:
@@ -230,5 +255,32 @@ func TestGangRestartsWhenANodeGoesDark(t *testing.T) {
 		t.Errorf("bystander deletion timestamp %v, want one in the past", p.DeletionTimestamp)
 	}
 	checkGPUs(t)
+
+	// The node comes back, the old member's container "still running":
+	// its kubelet sees the pod deleted and finishes it. The new gang runs
+	// on untouched, and nothing is counted again.
+	if err := cluster.RestoreNode(ctx, dark); err != nil {
+		t.Fatal(err)
+	}
+	err = localcluster.Poll(ctx, 250*time.Millisecond, 3*time.Minute, "the old member on the returned node cleaned up", func(ctx context.Context) (bool, error) {
+		p, err := cluster.Clientset.CoreV1().Pods(ns).Get(ctx, victim.Name, metav1.GetOptions{})
+		return apierrors.IsNotFound(err) || err == nil && p.UID != victim.UID, nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	after := waitJob(t, ns, job.Name, 30*time.Second, "job Running", hasCondition(v1alpha1.JobRunning, ""))
+	if after.Status.RestartCount != 1 || hasCondition(v1alpha1.JobRestarting, "")(after) {
+		t.Errorf("after the node came back: restartCount %d, Restarting %v; want 1 and false", after.Status.RestartCount, hasCondition(v1alpha1.JobRestarting, "")(after))
+	}
+	now, err := jobPodsOf(ctx, ns, job.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, p := range second {
+		if now[name].UID != p.UID {
+			t.Errorf("pod %s of the running gang changed when the old node came back", name)
+		}
+	}
 	short.check(t)
 }

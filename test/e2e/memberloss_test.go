@@ -227,8 +227,8 @@ func TestGangRestartSurvivesControllerCrash(t *testing.T) {
 // TestGangRestartsWhenANodeIsLost deletes the node one rank of a running
 // gang runs on, as a node that died and was removed would be: the
 // apiserver's pod garbage collector deletes the orphaned pod, the
-// controller restarts the whole gang once, and the gang is placed again
-// whole on the nodes that remain.
+// controller restarts the whole gang once, an infrastructure restart, and
+// the gang is placed again whole on the nodes that remain.
 func TestGangRestartsWhenANodeIsLost(t *testing.T) {
 	ctx := context.Background()
 	ns := cluster.NewNamespace(t)
@@ -277,6 +277,12 @@ func TestGangRestartsWhenANodeIsLost(t *testing.T) {
 	})
 	if final.Status.RestartCount != 1 {
 		t.Errorf("restartCount = %d after one lost node, want exactly 1", final.Status.RestartCount)
+	}
+	// The garbage collector marks the pod DisruptionTarget (DeletionByPodGC)
+	// before it deletes it: the cluster's doing, not counted against
+	// backoffLimit.
+	if r := final.Status.Restarts; final.Status.InfrastructureRestarts != 1 || len(r) != 1 || r[0].Kind != v1alpha1.RestartInfrastructure {
+		t.Errorf("infrastructureRestarts %d, restarts %+v; want one Infrastructure restart", final.Status.InfrastructureRestarts, r)
 	}
 	for _, p := range second {
 		if p.Spec.NodeName == lost {

@@ -33,8 +33,9 @@ func wantRefused(t *testing.T, what string, err error, want string) {
 
 // TestTemplatePolicyRefuses creates TrainingJobs through the apiserver with
 // deploy/'s lockstep-trainingjob-templates policy applied: each template
-// that binds its pods, picks another scheduler, names another gang or takes
-// the host is refused, naming the field; the namespace label lets a
+// that binds its pods, picks another scheduler, names another gang, sets
+// the controller's per-incarnation variables or takes the host is refused,
+// naming the field; the namespace label lets a
 // cluster-admin allow the host-sharing ones.
 func TestTemplatePolicyRefuses(t *testing.T) {
 	t.Parallel()
@@ -77,6 +78,13 @@ func TestTemplatePolicyRefuses(t *testing.T) {
 		}},
 		{"pod-group", "spec.replicaSpecs[Worker].template.metadata.labels[scheduling.x-k8s.io/pod-group]: must be unset or the job's name", func(p *corev1.PodTemplateSpec) {
 			p.Labels = map[string]string{lockstep.PodGroupLabel: "someone-elses-gang"}
+		}},
+		// The fence between incarnations is the controller's to set.
+		{"rendezvous-id", "spec.replicaSpecs[Worker].template.spec.containers[pytorch].env[" + lockstep.EnvRendezvousID + "]: must not be set", func(p *corev1.PodTemplateSpec) {
+			p.Spec.Containers[0].Env = append(p.Spec.Containers[0].Env, corev1.EnvVar{Name: lockstep.EnvRendezvousID, Value: "mine"})
+		}},
+		{"incarnation", "spec.replicaSpecs[Worker].template.spec.initContainers[restore].env[" + lockstep.EnvIncarnation + "]: must not be set", func(p *corev1.PodTemplateSpec) {
+			p.Spec.InitContainers = []corev1.Container{{Name: "restore", Image: "restore", Env: []corev1.EnvVar{{Name: lockstep.EnvIncarnation, Value: "0"}}}}
 		}},
 	} {
 		err := cluster.Client.Create(ctx, job(tc.name, tc.mutate))

@@ -68,17 +68,54 @@ func TestEffectiveRestartScope(t *testing.T) {
 
 func TestPodNaming(t *testing.T) {
 	job := makeJob(v1alpha1.FrameworkPyTorch).Role(v1alpha1.ReplicaMaster, 1, tpl("pytorch")).DefaultedObj()
-	if got := PodName("train", v1alpha1.ReplicaEvaluator, 3); got != "train-evaluator-3" {
-		t.Errorf("PodName = %q", got)
+	long := strings.Repeat("a", v1alpha1.MaxNameLength)
+	cases := []struct {
+		job   string
+		role  v1alpha1.ReplicaType
+		index int32
+		inc   int32
+		want  string
+	}{
+		{"train", v1alpha1.ReplicaEvaluator, 3, 0, "train-evaluator-3"},
+		{"train", v1alpha1.ReplicaWorker, 12, 1, "train-worker-r1-12"},
+		{"train", v1alpha1.ReplicaMaster, 0, 250, "train-master-r250-0"},
+		// 47 + 15 = 62: fits.
+		{long, v1alpha1.ReplicaEvaluator, 9999, 0, long + "-evaluator-9999"},
+		// Too long for a DNS label: the end stays, the job's name gives way
+		// to a hash of the whole name.
+		{long, v1alpha1.ReplicaEvaluator, 9999, 2147483647, strings.Repeat("a", 22) + "-4f3a7c1e-evaluator-r2147483647-9999"},
 	}
-	if got := PodAddress(job, v1alpha1.ReplicaMaster, 0); got != "train-master-0.train.ml.svc" {
+	seen := map[string]bool{}
+	for _, tc := range cases {
+		got := PodName(tc.job, tc.role, tc.index, tc.inc)
+		if len(got) > 63 {
+			t.Errorf("PodName(%q, %s, %d, %d) = %q: %d characters, longer than a DNS label", tc.job, tc.role, tc.index, tc.inc, got, len(got))
+		}
+		if !strings.HasSuffix(got, tc.want[strings.Index(tc.want, "-"+strings.ToLower(string(tc.role))):]) {
+			t.Errorf("PodName(%q, %s, %d, %d) = %q, want the role, incarnation and index last", tc.job, tc.role, tc.index, tc.inc, got)
+		}
+		if !strings.Contains(tc.want, "-4f3a7c1e-") && got != tc.want {
+			t.Errorf("PodName(%q, %s, %d, %d) = %q, want %q", tc.job, tc.role, tc.index, tc.inc, got, tc.want)
+		}
+		seen[got] = true
+	}
+	// Every incarnation of a long-named job's pod has its own name.
+	for inc := int32(0); inc < 2000; inc++ {
+		name := PodName(long, v1alpha1.ReplicaWorker, 7, inc)
+		if len(name) > 63 || seen[name] {
+			t.Fatalf("incarnation %d: %q (%d characters) is too long or not unique", inc, name, len(name))
+		}
+		seen[name] = true
+	}
+	if got := PodAddress(job, v1alpha1.ReplicaMaster, 0, 0); got != "train-master-0.train.ml.svc" {
 		t.Errorf("PodAddress = %q", got)
+	}
+	if got := PodAddress(job, v1alpha1.ReplicaMaster, 0, 3); got != "train-master-r3-0.train.ml.svc" {
+		t.Errorf("PodAddress in incarnation 3 = %q", got)
 	}
 }
 
 func TestPodTemplateErrors(t *testing.T) {
-	long := makeJob(v1alpha1.FrameworkJAX).Role(v1alpha1.ReplicaWorker, 2, tpl("jax")).DefaultedObj()
-	long.Name = strings.Repeat("a", 56)
 	cases := []struct {
 		name  string
 		job   *v1alpha1.TrainingJob
@@ -88,7 +125,6 @@ func TestPodTemplateErrors(t *testing.T) {
 	}{
 		{"missing role", makeJob(v1alpha1.FrameworkJAX).Role(v1alpha1.ReplicaWorker, 2, tpl("jax")).DefaultedObj(), v1alpha1.ReplicaMaster, 0, "has no Master replicas"},
 		{"index out of range", makeJob(v1alpha1.FrameworkJAX).Role(v1alpha1.ReplicaWorker, 2, tpl("jax")).DefaultedObj(), v1alpha1.ReplicaWorker, 2, "out of range"},
-		{"hostname too long", long, v1alpha1.ReplicaWorker, 1, "longer than 63"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

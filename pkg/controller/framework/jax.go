@@ -41,7 +41,8 @@ func (JAX) Rank(_ *v1alpha1.TrainingJob, role v1alpha1.ReplicaType, index int32)
 func (JAX) DefaultRestartScope() v1alpha1.RestartScope { return v1alpha1.RestartScopeGang }
 
 func (JAX) PodTemplate(job *v1alpha1.TrainingJob, role v1alpha1.ReplicaType, index int32) (*corev1.PodTemplateSpec, error) {
-	pod, err := basePod(job, role, index)
+	inc := NameIncarnation(JAX{}, job)
+	pod, err := basePod(job, role, index, inc)
 	if err != nil {
 		return nil, err
 	}
@@ -49,7 +50,7 @@ func (JAX) PodTemplate(job *v1alpha1.TrainingJob, role v1alpha1.ReplicaType, ind
 	setEnvAll(&pod.Spec,
 		env("PYTHONUNBUFFERED", "1"),
 		env("COORDINATOR_PORT", itoa(rolePort(job, v1alpha1.ReplicaWorker, jaxContainer, jaxPortName, jaxPort))),
-		env("COORDINATOR_ADDRESS", PodHost(job, v1alpha1.ReplicaWorker, 0)),
+		env("COORDINATOR_ADDRESS", PodHost(job, v1alpha1.ReplicaWorker, 0, inc)),
 		env("NUM_PROCESSES", itoa(job.Spec.TotalReplicas())),
 		env("PROCESS_ID", itoa(index)),
 	)

@@ -80,8 +80,9 @@ func (*MPI) Roles() []v1alpha1.ReplicaType {
 // dies, and a new Launcher needs every Worker's sshd.
 func (*MPI) DefaultRestartScope() v1alpha1.RestartScope { return v1alpha1.RestartScopeGang }
 
-func (*MPI) PodTemplate(job *v1alpha1.TrainingJob, role v1alpha1.ReplicaType, index int32) (*corev1.PodTemplateSpec, error) {
-	pod, err := basePod(job, role, index)
+func (m *MPI) PodTemplate(job *v1alpha1.TrainingJob, role v1alpha1.ReplicaType, index int32) (*corev1.PodTemplateSpec, error) {
+	inc := NameIncarnation(m, job)
+	pod, err := basePod(job, role, index, inc)
 	if err != nil {
 		return nil, err
 	}
@@ -195,8 +196,9 @@ func (*MPI) Rank(job *v1alpha1.TrainingJob, role v1alpha1.ReplicaType, index int
 }
 
 // Hostfile is the hostfile the Launcher reads.
-func (*MPI) Hostfile(job *v1alpha1.TrainingJob) string {
+func (m *MPI) Hostfile(job *v1alpha1.TrainingJob) string {
 	p := mpiPolicy(job)
+	inc := NameIncarnation(m, job)
 	var b strings.Builder
 	line := func(host string) {
 		if p.Implementation == v1alpha1.MPIImplementationOpenMPI {
@@ -206,10 +208,10 @@ func (*MPI) Hostfile(job *v1alpha1.TrainingJob) string {
 		}
 	}
 	if *p.RunLauncherAsWorker {
-		line(PodAddress(job, v1alpha1.ReplicaLauncher, 0))
+		line(PodAddress(job, v1alpha1.ReplicaLauncher, 0, inc))
 	}
 	for i := range replicasOf(job, v1alpha1.ReplicaWorker) {
-		line(PodAddress(job, v1alpha1.ReplicaWorker, i))
+		line(PodAddress(job, v1alpha1.ReplicaWorker, i, inc))
 	}
 	return b.String()
 }

@@ -20,7 +20,7 @@ const (
 // pkg/controller.v1/paddlepaddle/envvar.go):
 //
 //	PYTHONUNBUFFERED=1
-//	PADDLE_JOB_ID       the job's name
+//	PADDLE_JOB_ID       the job's name (-r<incarnation> after a gang restart)
 //	PADDLE_NNODES       pods
 //	PADDLE_MASTER       the rendezvous endpoint <address>:<port>: Worker 0
 //	                    (collective) or Master 0 (parameter server) and its
@@ -53,7 +53,8 @@ func (Paddle) Rank(_ *v1alpha1.TrainingJob, role v1alpha1.ReplicaType, index int
 func (Paddle) DefaultRestartScope() v1alpha1.RestartScope { return v1alpha1.RestartScopePod }
 
 func (Paddle) PodTemplate(job *v1alpha1.TrainingJob, role v1alpha1.ReplicaType, index int32) (*corev1.PodTemplateSpec, error) {
-	pod, err := basePod(job, role, index)
+	inc := NameIncarnation(Paddle{}, job)
+	pod, err := basePod(job, role, index, inc)
 	if err != nil {
 		return nil, err
 	}
@@ -67,7 +68,7 @@ func (Paddle) PodTemplate(job *v1alpha1.TrainingJob, role v1alpha1.ReplicaType, 
 
 	vars := []corev1.EnvVar{
 		env("PYTHONUNBUFFERED", "1"),
-		env("PADDLE_JOB_ID", job.Name),
+		env("PADDLE_JOB_ID", paddleJobID(job, inc)),
 		env("PADDLE_NNODES", itoa(job.Spec.TotalReplicas())),
 	}
 	if role == endpoint && index == 0 {
@@ -80,7 +81,7 @@ func (Paddle) PodTemplate(job *v1alpha1.TrainingJob, role v1alpha1.ReplicaType, 
 			env("PADDLE_MASTER", "$(POD_IP_DUMMY):"+port),
 		)
 	} else {
-		vars = append(vars, env("PADDLE_MASTER", PodHost(job, endpoint, 0)+":"+port))
+		vars = append(vars, env("PADDLE_MASTER", PodHost(job, endpoint, 0, inc)+":"+port))
 	}
 	if parameterServer {
 		if role == v1alpha1.ReplicaMaster {
@@ -102,4 +103,14 @@ func (p Paddle) Outcome(job *v1alpha1.TrainingJob, pods Observed) Outcome {
 		rule = allSucceeded(job, v1alpha1.ReplicaMaster)
 	}
 	return decide(p.Roles(), pods, rule)
+}
+
+// paddleJobID is PADDLE_JOB_ID: the job's name, as in Kubeflow, and under a
+// gang restart scope -r<inc> after a restart, so that launchers of an
+// earlier incarnation never meet the new one's at the master.
+func paddleJobID(job *v1alpha1.TrainingJob, inc int32) string {
+	if inc > 0 {
+		return job.Name + "-r" + itoa(inc)
+	}
+	return job.Name
 }

@@ -2,6 +2,7 @@ package framework
 
 import (
 	"fmt"
+	"hash/fnv"
 	"strconv"
 	"strings"
 
@@ -14,10 +15,45 @@ import (
 // maxHostname is the longest pod hostname: a DNS label.
 const maxHostname = 63
 
-// PodName is the name, and hostname, of pod index of role:
-// <job>-<role in lower case>-<index>, as in Kubeflow.
-func PodName(jobName string, role v1alpha1.ReplicaType, index int32) string {
-	return jobName + "-" + strings.ToLower(string(role)) + "-" + strconv.Itoa(int(index))
+// NameIncarnation is the incarnation a job's new pods are named and
+// addressed for: the job's restartCount under a gang restart scope, where
+// every restart makes a new incarnation of the whole gang, and 0 under a
+// pod scope, where a retried pod takes its predecessor's name once that is
+// gone and no incarnation runs whole.
+func NameIncarnation(a Adapter, job *v1alpha1.TrainingJob) int32 {
+	if EffectiveRestartScope(a, job) != v1alpha1.RestartScopeGang {
+		return 0
+	}
+	return job.Status.RestartCount
+}
+
+// PodName is the name, and hostname, of pod index of role in incarnation
+// inc (NameIncarnation): <job>-<role in lower case>-<index>, as in Kubeflow,
+// for incarnation 0, and <job>-<role>-r<inc>-<index> after a gang restart.
+// The names of two incarnations differ, so a gang restarts on healthy
+// nodes while pods of the one before are still Terminating on a node that
+// stopped answering, and every address in the environment (MASTER_ADDR,
+// TF_CONFIG, the MPI hostfile) names pods of the pod's own incarnation: a
+// rank of incarnation N that still runs cannot reach, or join, incarnation
+// N+1. The index stays last, for scripts that read it off the hostname.
+// Names that would not fit a DNS label (a long job name, a high
+// incarnation) keep their end and give up the end of the job's name for a
+// hash of the whole, so they stay distinct.
+func PodName(jobName string, role v1alpha1.ReplicaType, index, inc int32) string {
+	tail := "-" + strings.ToLower(string(role))
+	if inc > 0 {
+		tail += "-r" + strconv.Itoa(int(inc))
+	}
+	tail += "-" + strconv.Itoa(int(index))
+	name := jobName + tail
+	if len(name) <= maxHostname {
+		return name
+	}
+	h := fnv.New32a()
+	h.Write([]byte(name))
+	hash := fmt.Sprintf("-%08x", h.Sum32())
+	keep := max(maxHostname-len(tail)-len(hash), 1)
+	return jobName[:min(keep, len(jobName))] + hash + tail
 }
 
 // ServiceName is the job's headless Service, which is also every pod's
@@ -29,17 +65,18 @@ func ServiceName(jobName string) string { return jobName }
 // that resolves from any namespace (the resolver's search path adds the
 // cluster domain). TF_CONFIG and MPI hostfiles use it, as their Kubeflow
 // operators write DNS names there.
-func PodAddress(job *v1alpha1.TrainingJob, role v1alpha1.ReplicaType, index int32) string {
-	return PodName(job.Name, role, index) + "." + ServiceName(job.Name) + "." + job.Namespace + ".svc"
+func PodAddress(job *v1alpha1.TrainingJob, role v1alpha1.ReplicaType, index, inc int32) string {
+	return PodName(job.Name, role, index, inc) + "." + ServiceName(job.Name) + "." + job.Namespace + ".svc"
 }
 
 // PodHost is the bare name Kubeflow's PyTorch, XGBoost, JAX and Paddle
 // operators put in the environment (MASTER_ADDR=<job>-master-0), so scripts
-// that print or compare it see what they always saw. It resolves because
+// that print or compare it see what they always saw (in incarnation 0;
+// later ones name their own pods, PodName). It resolves because
 // the controller adds the job's Service domain to every pod's DNS search
 // list (JobSearchDomain).
-func PodHost(job *v1alpha1.TrainingJob, role v1alpha1.ReplicaType, index int32) string {
-	return PodName(job.Name, role, index)
+func PodHost(job *v1alpha1.TrainingJob, role v1alpha1.ReplicaType, index, inc int32) string {
+	return PodName(job.Name, role, index, inc)
 }
 
 // JobSearchDomain is the DNS search domain under which a job's pods find
@@ -69,8 +106,9 @@ func NewHeadlessService(job *v1alpha1.TrainingJob, selector map[string]string) *
 }
 
 // basePod copies the template of pod index of role and makes the pod
-// resolvable through the job's Service.
-func basePod(job *v1alpha1.TrainingJob, role v1alpha1.ReplicaType, index int32) (*corev1.PodTemplateSpec, error) {
+// resolvable through the job's Service under its name in incarnation inc
+// (NameIncarnation).
+func basePod(job *v1alpha1.TrainingJob, role v1alpha1.ReplicaType, index, inc int32) (*corev1.PodTemplateSpec, error) {
 	spec, ok := job.Spec.ReplicaSpecs[role]
 	if !ok {
 		return nil, fmt.Errorf("job %s/%s has no %s replicas", job.Namespace, job.Name, role)
@@ -81,12 +119,8 @@ func basePod(job *v1alpha1.TrainingJob, role v1alpha1.ReplicaType, index int32) 
 	if len(spec.Template.Spec.Containers) == 0 {
 		return nil, fmt.Errorf("job %s/%s: %s template has no containers", job.Namespace, job.Name, role)
 	}
-	name := PodName(job.Name, role, index)
-	if len(name) > maxHostname {
-		return nil, fmt.Errorf("job %s/%s: pod hostname %q is longer than %d characters; shorten the job name", job.Namespace, job.Name, name, maxHostname)
-	}
 	pod := spec.Template.DeepCopy()
-	pod.Spec.Hostname = name
+	pod.Spec.Hostname = PodName(job.Name, role, index, inc)
 	pod.Spec.Subdomain = ServiceName(job.Name)
 	return pod, nil
 }

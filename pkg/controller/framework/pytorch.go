@@ -7,6 +7,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/lockstep-dev/lockstep/pkg/apis/lockstep/v1alpha1"
+	"github.com/lockstep-dev/lockstep/pkg/lockstep"
 )
 
 // Kubeflow's PyTorchJob defaults: the container that gets the port, the
@@ -34,7 +35,8 @@ const (
 //	  PET_RDZV_ENDPOINT   rdzvHost or Worker 0's address, ":", rdzvPort or Worker's pytorchjob-port
 //	  PET_RDZV_BACKEND    rdzvBackend, c10d
 //	  PET_NNODES          "minReplicas:maxReplicas"
-//	  PET_MAX_RESTARTS, PET_NPROC_PER_NODE, PET_RDZV_ID, PET_RDZV_CONF (k=v,k=v), PET_STANDALONE when set
+//	  PET_RDZV_ID         RendezvousID: rdzvId (or the job's UID), unique to the incarnation
+//	  PET_MAX_RESTARTS, PET_NPROC_PER_NODE, PET_RDZV_CONF (k=v,k=v), PET_STANDALONE when set
 //	not elastic:
 //	  PET_NNODES          pods
 type PyTorch struct{}
@@ -52,16 +54,17 @@ func (PyTorch) Roles() []v1alpha1.ReplicaType {
 func (PyTorch) DefaultRestartScope() v1alpha1.RestartScope { return v1alpha1.RestartScopeGang }
 
 func (PyTorch) PodTemplate(job *v1alpha1.TrainingJob, role v1alpha1.ReplicaType, index int32) (*corev1.PodTemplateSpec, error) {
-	pod, err := basePod(job, role, index)
+	inc := NameIncarnation(PyTorch{}, job)
+	pod, err := basePod(job, role, index, inc)
 	if err != nil {
 		return nil, err
 	}
 	ensurePort(&pod.Spec, pytorchContainer, pytorchPortName, pytorchPort)
-	setEnvAll(&pod.Spec, pytorchEnv(job, role, index)...)
+	setEnvAll(&pod.Spec, pytorchEnv(job, role, index, inc)...)
 	return pod, nil
 }
 
-func pytorchEnv(job *v1alpha1.TrainingJob, role v1alpha1.ReplicaType, index int32) []corev1.EnvVar {
+func pytorchEnv(job *v1alpha1.TrainingJob, role v1alpha1.ReplicaType, index, inc int32) []corev1.EnvVar {
 	s := &job.Spec
 	total := s.TotalReplicas()
 	vars := []corev1.EnvVar{env("PYTHONUNBUFFERED", "1")}
@@ -72,7 +75,7 @@ func pytorchEnv(job *v1alpha1.TrainingJob, role v1alpha1.ReplicaType, index int3
 	}
 	if s.HasRole(v1alpha1.ReplicaMaster) {
 		port := itoa(rolePort(job, v1alpha1.ReplicaMaster, pytorchContainer, pytorchPortName, pytorchPort))
-		addr := PodHost(job, v1alpha1.ReplicaMaster, 0)
+		addr := PodHost(job, v1alpha1.ReplicaMaster, 0, inc)
 		rank, _ := PyTorch{}.Rank(job, role, index)
 		// WORLD_SIZE counts processes. "auto", "cpu" and "gpu" count as
 		// one per pod, as in Kubeflow: torchrun recomputes it per process.
@@ -96,7 +99,7 @@ func pytorchEnv(job *v1alpha1.TrainingJob, role v1alpha1.ReplicaType, index int3
 	if e == nil {
 		return append(vars, env("PET_NNODES", itoa(total)))
 	}
-	host := PodHost(job, v1alpha1.ReplicaWorker, 0)
+	host := PodHost(job, v1alpha1.ReplicaWorker, 0, inc)
 	if e.RDZVHost != nil {
 		host = *e.RDZVHost
 	}
@@ -127,9 +130,7 @@ func pytorchEnv(job *v1alpha1.TrainingJob, role v1alpha1.ReplicaType, index int3
 	if s.NprocPerNode != nil {
 		vars = append(vars, env("PET_NPROC_PER_NODE", nproc))
 	}
-	if e.RDZVID != nil {
-		vars = append(vars, env("PET_RDZV_ID", *e.RDZVID))
-	}
+	vars = append(vars, env(lockstep.EnvRendezvousID, RendezvousID(job, inc)))
 	if len(e.RDZVConf) > 0 {
 		pairs := make([]string, len(e.RDZVConf))
 		for i, c := range e.RDZVConf {
@@ -141,6 +142,26 @@ func pytorchEnv(job *v1alpha1.TrainingJob, role v1alpha1.ReplicaType, index int3
 		vars = append(vars, env("PET_STANDALONE", ""))
 	}
 	return vars
+}
+
+// RendezvousID is an elastic job's PET_RDZV_ID in incarnation inc
+// (NameIncarnation): spec.elasticPolicy.rdzvId, or the job's UID when it
+// names none (Kubeflow leaves it unset, and torchrun then uses "none" for
+// every job and every incarnation), with -r<inc> after a gang restart. The
+// c10d rendezvous is keyed by it, so a rank of an earlier incarnation that
+// still runs and reaches the endpoint cannot join the new group.
+func RendezvousID(job *v1alpha1.TrainingJob, inc int32) string {
+	id := string(job.UID)
+	if e := job.Spec.ElasticPolicy; e != nil && e.RDZVID != nil {
+		id = *e.RDZVID
+	}
+	if id == "" {
+		id = job.Name
+	}
+	if inc > 0 {
+		id += "-r" + itoa(inc)
+	}
+	return id
 }
 
 // Rank is RANK: Master 0, Worker i → i+1. Without a Master (elastic) the

@@ -118,6 +118,7 @@ func TestPyTorchEnv(t *testing.T) {
 				"PET_RDZV_BACKEND", "c10d",
 				"PET_NNODES", "2:4",
 				"PET_MAX_RESTARTS", "100",
+				"PET_RDZV_ID", "train",
 			),
 		},
 		{
@@ -154,6 +155,7 @@ func TestPyTorchEnv(t *testing.T) {
 				"PET_RDZV_ENDPOINT", "train-worker-0:23456",
 				"PET_RDZV_BACKEND", "c10d",
 				"PET_NNODES", "3:3",
+				"PET_RDZV_ID", "train",
 			),
 		},
 		{

@@ -137,7 +137,7 @@ func TestRankMatchesEnvironment(t *testing.T) {
 		for _, role := range mpi.Roles() {
 			for i := range replicasOf(job, role) {
 				rank, ok := mpi.Rank(job, role, i)
-				if !ok || int(rank) >= len(lines) || !strings.HasPrefix(lines[rank], PodAddress(job, role, i)+" ") {
+				if !ok || int(rank) >= len(lines) || !strings.HasPrefix(lines[rank], PodAddress(job, role, i, 0)+" ") {
 					t.Errorf("%s %d: Rank %d, %v; hostfile %q", role, i, rank, ok, lines)
 				}
 			}

@@ -67,7 +67,7 @@ func TestPodsResolveThroughService(t *testing.T) {
 			for _, role := range a.Roles() {
 				for i := range replicasOf(job, role) {
 					pod := podTemplate(t, a, job, role, i)
-					want := [2]string{PodName(job.Name, role, i), ServiceName(job.Name)}
+					want := [2]string{PodName(job.Name, role, i, NameIncarnation(a, job)), ServiceName(job.Name)}
 					if diff := cmp.Diff(want, [2]string{pod.Spec.Hostname, pod.Spec.Subdomain}); diff != "" {
 						t.Errorf("%s %d [hostname subdomain] (-want,+got):\n%s", role, i, diff)
 					}

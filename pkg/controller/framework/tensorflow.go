@@ -61,7 +61,8 @@ func (TensorFlow) Rank(job *v1alpha1.TrainingJob, role v1alpha1.ReplicaType, ind
 func (TensorFlow) DefaultRestartScope() v1alpha1.RestartScope { return v1alpha1.RestartScopePod }
 
 func (t TensorFlow) PodTemplate(job *v1alpha1.TrainingJob, role v1alpha1.ReplicaType, index int32) (*corev1.PodTemplateSpec, error) {
-	pod, err := basePod(job, role, index)
+	inc := NameIncarnation(TensorFlow{}, job)
+	pod, err := basePod(job, role, index, inc)
 	if err != nil {
 		return nil, err
 	}
@@ -71,7 +72,7 @@ func (t TensorFlow) PodTemplate(job *v1alpha1.TrainingJob, role v1alpha1.Replica
 	if job.Spec.TotalReplicas() == 1 {
 		return pod, nil
 	}
-	config, err := t.tfConfig(job, role, index)
+	config, err := t.tfConfig(job, role, index, inc)
 	if err != nil {
 		return nil, err
 	}
@@ -90,7 +91,7 @@ type tfTask struct {
 	Index int32  `json:"index"`
 }
 
-func (t TensorFlow) tfConfig(job *v1alpha1.TrainingJob, role v1alpha1.ReplicaType, index int32) (string, error) {
+func (t TensorFlow) tfConfig(job *v1alpha1.TrainingJob, role v1alpha1.ReplicaType, index, inc int32) (string, error) {
 	cluster := map[string][]string{}
 	for _, r := range t.Roles() {
 		if r == v1alpha1.ReplicaEvaluator || !job.Spec.HasRole(r) {
@@ -100,7 +101,7 @@ func (t TensorFlow) tfConfig(job *v1alpha1.TrainingJob, role v1alpha1.ReplicaTyp
 		n := replicasOf(job, r)
 		hosts := make([]string, 0, n)
 		for i := range n {
-			hosts = append(hosts, fmt.Sprintf("%s:%d", PodAddress(job, r, i), port))
+			hosts = append(hosts, fmt.Sprintf("%s:%d", PodAddress(job, r, i, inc), port))
 		}
 		cluster[strings.ToLower(string(r))] = hosts
 	}

@@ -55,7 +55,8 @@ func (XGBoost) Rank(job *v1alpha1.TrainingJob, role v1alpha1.ReplicaType, index 
 func (XGBoost) DefaultRestartScope() v1alpha1.RestartScope { return v1alpha1.RestartScopePod }
 
 func (XGBoost) PodTemplate(job *v1alpha1.TrainingJob, role v1alpha1.ReplicaType, index int32) (*corev1.PodTemplateSpec, error) {
-	pod, err := basePod(job, role, index)
+	inc := NameIncarnation(XGBoost{}, job)
+	pod, err := basePod(job, role, index, inc)
 	if err != nil {
 		return nil, err
 	}
@@ -64,7 +65,7 @@ func (XGBoost) PodTemplate(job *v1alpha1.TrainingJob, role v1alpha1.ReplicaType,
 	rank, _ := XGBoost{}.Rank(job, role, index)
 	vars := []corev1.EnvVar{
 		env("MASTER_PORT", itoa(rolePort(job, v1alpha1.ReplicaMaster, xgboostContainer, xgboostPortName, xgboostPort))),
-		env("MASTER_ADDR", PodHost(job, v1alpha1.ReplicaMaster, 0)),
+		env("MASTER_ADDR", PodHost(job, v1alpha1.ReplicaMaster, 0, inc)),
 		env("WORLD_SIZE", itoa(total)),
 		env("RANK", itoa(rank)),
 		env("PYTHONUNBUFFERED", "0"),
@@ -72,7 +73,7 @@ func (XGBoost) PodTemplate(job *v1alpha1.TrainingJob, role v1alpha1.ReplicaType,
 	if total > 1 {
 		addrs := make([]string, total-1)
 		for i := range addrs {
-			addrs[i] = PodHost(job, v1alpha1.ReplicaWorker, int32(i))
+			addrs[i] = PodHost(job, v1alpha1.ReplicaWorker, int32(i), inc)
 		}
 		vars = append(vars,
 			env("WORKER_PORT", itoa(rolePort(job, v1alpha1.ReplicaWorker, xgboostContainer, xgboostPortName, xgboostPort))),

@@ -1,6 +1,7 @@
 package coscheduling
 
 import (
+	"context"
 	"fmt"
 
 	corev1 "k8s.io/api/core/v1"
@@ -24,13 +25,25 @@ import (
 // binding a gang, the new leader then counts only the members it places
 // itself, never reaches minMember, and the gang stays part bound for good
 // (each try times out at Permit).
+//
+// It also stops counting a bound member once it is being deleted, as
+// upstream stops once it is gone: a member Terminating on a node that
+// stopped answering may stay so for good, and the gang's next incarnation
+// (other pod names, the same PodGroup) must reach minMember with pods that
+// will run, not with the dead ones.
 func countLateBindings(mgr *core.PodGroupManager, pods cache.SharedIndexInformer) error {
 	countBound := core.AddPodFactory(mgr)
 	_, err := pods.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		UpdateFunc: func(oldObj, newObj any) {
 			old, ok := oldObj.(*corev1.Pod)
 			pod, ok2 := newObj.(*corev1.Pod)
-			if ok && ok2 && BecameBound(old, pod) {
+			switch {
+			case !ok || !ok2:
+			case pod.DeletionTimestamp != nil:
+				if old.DeletionTimestamp == nil && pod.Spec.NodeName != "" {
+					mgr.Unreserve(context.Background(), pod)
+				}
+			case BecameBound(old, pod):
 				countBound(pod)
 			}
 		},

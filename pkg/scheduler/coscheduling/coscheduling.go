@@ -5,8 +5,9 @@
 //
 //   - EventsToRegister carry QueueingHints and include the events that free
 //     capacity (package requeue);
-//   - the manager counts the gang members another leader bound
-//     (countLateBindings);
+//   - the manager counts the gang members another leader bound, and no
+//     longer counts a bound member once it is being deleted
+//     (countLateBindings); PreFilter counts no such member as a sibling;
 //   - PreFilter lets a PodGroup of one member through, and sums the
 //     cluster's free capacity for minResources without copying every node
 //     (prefilter.go);
@@ -216,7 +217,7 @@ func (c *Coscheduling) PostFilter(ctx context.Context, _ fwk.CycleState, pod *v1
 	// One member fitting nowhere says its siblings likely do not either.
 	c.rejectWaiting(ctx, pod.Namespace, pg.Name, "optimistic rejection in PostFilter")
 	if c.backoff != nil {
-		if members, err := podgroupindex.Members(c.pods, pod.Namespace, pg.Name); err == nil && len(members) >= int(pg.Spec.MinMember) {
+		if members, err := liveMembers(c.pods, pod.Namespace, pg.Name); err == nil && len(members) >= int(pg.Spec.MinMember) {
 			c.backoff.add(pgName)
 		}
 	}

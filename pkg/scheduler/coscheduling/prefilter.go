@@ -3,11 +3,13 @@ package coscheduling
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+	corev1informers "k8s.io/client-go/informers/core/v1"
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
@@ -60,7 +62,7 @@ func (c *Coscheduling) preFilter(ctx context.Context, pod *v1.Pod, pgName string
 	if c.backoff != nil && c.backoff.has(pgName) {
 		return fmt.Errorf("podGroup %v failed recently", pgName)
 	}
-	members, err := podgroupindex.Members(c.pods, pod.Namespace, pg.Name)
+	members, err := liveMembers(c.pods, pod.Namespace, pg.Name)
 	if err != nil {
 		return fmt.Errorf("podLister list pods failed: %w", err)
 	}
@@ -216,4 +218,17 @@ func (e *expiring) delete(gang string) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	delete(e.until, gang)
+}
+
+// liveMembers are the gang's pods that are not being deleted. Upstream
+// counts every pod of the group; a member Terminating on a node that
+// stopped answering (it may stay so for good) is no sibling the gang can
+// run with, and counting it would let the next incarnation of the gang
+// (other pod names, the same PodGroup) past the quorum short of a member.
+func liveMembers(pods corev1informers.PodInformer, ns, name string) ([]*v1.Pod, error) {
+	members, err := podgroupindex.Members(pods, ns, name)
+	if err != nil {
+		return nil, err
+	}
+	return slices.DeleteFunc(slices.Clone(members), func(p *v1.Pod) bool { return p.DeletionTimestamp != nil }), nil
 }

@@ -47,6 +47,9 @@ func (j *TrainingJob) Default() {
 	if s.RunPolicy.UnreachableToleranceSeconds == nil {
 		s.RunPolicy.UnreachableToleranceSeconds = ptr.To(DefaultUnreachableToleranceSeconds)
 	}
+	if s.RunPolicy.UnreachableForceDeleteSeconds == nil {
+		s.RunPolicy.UnreachableForceDeleteSeconds = ptr.To(DefaultUnreachableForceDeleteSeconds)
+	}
 	if e := s.ElasticPolicy; e != nil {
 		// Kubeflow's rule: a missing bound copies the other; with neither,
 		// both are the Worker replicas.

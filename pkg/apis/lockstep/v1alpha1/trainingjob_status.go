@@ -30,10 +30,12 @@ type TrainingJobStatus struct {
 	TotalReplicas int32 `json:"totalReplicas,omitempty"`
 
 	// RestartCount is how often the job (Gang) or one of its pods (Pod) was
-	// restarted, for any reason, preemptions included. Under a gang scope it
-	// is also the gang's incarnation: each pod carries the count it was
-	// created under (lockstep.dev/incarnation). runPolicy.backoffLimit bounds
-	// the failures among them, restartCount - preemptions.
+	// restarted, for any reason, preemptions and infrastructure included.
+	// Under a gang scope it is also the gang's incarnation: each pod carries
+	// the count it was created under (lockstep.dev/incarnation,
+	// LOCKSTEP_INCARNATION) and is named for it. runPolicy.backoffLimit
+	// bounds the failures among them, restartCount - preemptions -
+	// infrastructureRestarts.
 	// +optional
 	RestartCount int32 `json:"restartCount,omitempty"`
 
@@ -48,6 +50,26 @@ type TrainingJobStatus struct {
 	// +kubebuilder:validation:Minimum=0
 	// +optional
 	Preemptions int32 `json:"preemptions,omitempty"`
+
+	// InfrastructureRestarts counts the restarts the cluster caused: a
+	// member's node stopped answering or was deleted, or the member was
+	// evicted by the kubelet (node pressure), the taint manager, the pod
+	// garbage collector or the Eviction API (a drain), as its
+	// DisruptionTarget condition says. Like preemptions they are in
+	// restartCount but not counted against runPolicy.backoffLimit, as a
+	// Job's podFailurePolicy ignores DisruptionTarget; unlike them they are
+	// spaced by the restart backoff, since a flapping node may take the
+	// next incarnation down too.
+	// +kubebuilder:validation:Minimum=0
+	// +optional
+	InfrastructureRestarts int32 `json:"infrastructureRestarts,omitempty"`
+
+	// Restarts are the latest restarts, oldest first, at most
+	// MaxRestartRecords: which kind each was and why.
+	// +kubebuilder:validation:MaxItems=10
+	// +listType=atomic
+	// +optional
+	Restarts []RestartRecord `json:"restarts,omitempty"`
 
 	// RestartBackoff is where the restart backoff stands: when the pods of
 	// the latest restart are created again. Unset before the first restart.
@@ -79,6 +101,35 @@ type TrainingJobStatus struct {
 	// ObservedGeneration is the spec generation the status describes.
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+}
+
+// RestartKind is what caused a restart: the job's own failure (counted
+// against runPolicy.backoffLimit), a preemption, or the infrastructure.
+//
+// +kubebuilder:validation:Enum=Failure;Preemption;Infrastructure
+type RestartKind string
+
+const (
+	RestartFailure        RestartKind = "Failure"
+	RestartPreemption     RestartKind = "Preemption"
+	RestartInfrastructure RestartKind = "Infrastructure"
+)
+
+// MaxRestartRecords is how many restarts status.restarts keeps.
+const MaxRestartRecords = 10
+
+// RestartRecord is one restart of a job.
+type RestartRecord struct {
+	// RestartCount is the job's restartCount this restart made: the
+	// incarnation its new pods run under.
+	RestartCount int32 `json:"restartCount"`
+	// Kind is what caused it.
+	Kind RestartKind `json:"kind"`
+	// Reason is the Restarting condition's reason for it (NodeUnreachable,
+	// PreemptedByScheduler, TerminationByKubelet, Restarting, ...).
+	Reason string `json:"reason"`
+	// Time is when it was recorded.
+	Time metav1.Time `json:"time"`
 }
 
 // RestartBackoffStatus is the state of a job's restart backoff.

@@ -23,7 +23,36 @@ func RefusedTemplateFields() []string {
 		"spec.schedulerName",
 		"metadata.labels[" + lockstep.PodGroupLabel + "]",
 		"metadata.labels[" + lockstep.LabelJobName + "]",
+		"spec.containers[*].env[" + lockstep.EnvIncarnation + "]",
+		"spec.containers[*].env[" + lockstep.EnvRendezvousID + "]",
 	}
+}
+
+// ValidateReservedEnv refuses templates that set a variable the controller
+// makes unique per incarnation (lockstep.ReservedEnv): the fence between a
+// gang's incarnations (docs/controller.md, "Incarnations") would otherwise
+// be either silently overridden or lost. The controller checks it too, so
+// a cluster without the template policy refuses the job the same way.
+func (j *TrainingJob) ValidateReservedEnv() field.ErrorList {
+	var errs field.ErrorList
+	for _, role := range sortedRoles(j.Spec.ReplicaSpecs) {
+		p := field.NewPath("spec", "replicaSpecs").Key(string(role)).Child("template", "spec")
+		spec := j.Spec.ReplicaSpecs[role].Template.Spec
+		for _, cs := range []struct {
+			name       string
+			containers []corev1.Container
+		}{{"initContainers", spec.InitContainers}, {"containers", spec.Containers}} {
+			for _, c := range cs.containers {
+				for _, e := range c.Env {
+					why, reserved := lockstep.ReservedEnv[e.Name]
+					if reserved {
+						errs = append(errs, field.Forbidden(p.Child(cs.name).Key(c.Name).Child("env").Key(e.Name), why))
+					}
+				}
+			}
+		}
+	}
+	return errs
 }
 
 // PrivilegedTemplateFields are the template fields refused unless the
@@ -46,7 +75,7 @@ func PrivilegedTemplateFields() []string {
 // PrivilegedTemplateFields unless allowPrivileged (the namespace's
 // lockstep.LabelAllowPrivilegedTemplates is "true").
 func (j *TrainingJob) ValidateTemplates(allowPrivileged bool) field.ErrorList {
-	var errs field.ErrorList
+	errs := j.ValidateReservedEnv()
 	for _, role := range sortedRoles(j.Spec.ReplicaSpecs) {
 		tpl := j.Spec.ReplicaSpecs[role].Template
 		p := field.NewPath("spec", "replicaSpecs").Key(string(role)).Child("template")

@@ -30,6 +30,19 @@ func TestValidateTemplates(t *testing.T) {
 			p.Labels = map[string]string{"scheduling.x-k8s.io/pod-group": "train", "lockstep.dev/job-name": "train"}
 		})},
 		{
+			name: "rendezvous ID", job: worker(func(p *corev1.PodTemplateSpec) {
+				p.Spec.Containers[0].Env = []corev1.EnvVar{{Name: "PET_RDZV_ID", Value: "mine"}}
+			}),
+			want: "spec.replicaSpecs[Worker].template.spec.containers[" + validPyTorch().Spec.ReplicaSpecs[ReplicaWorker].Template.Spec.Containers[0].Name +
+				"].env[PET_RDZV_ID]: Forbidden: is set by the controller, unique to each incarnation",
+		},
+		{
+			name: "incarnation in an init container", job: worker(func(p *corev1.PodTemplateSpec) {
+				p.Spec.InitContainers = []corev1.Container{{Name: "restore", Env: []corev1.EnvVar{{Name: "LOCKSTEP_INCARNATION", Value: "0"}}}}
+			}),
+			want: "spec.replicaSpecs[Worker].template.spec.initContainers[restore].env[LOCKSTEP_INCARNATION]: Forbidden: is set by the controller",
+		},
+		{
 			name: "nodeName", job: worker(func(p *corev1.PodTemplateSpec) { p.Spec.NodeName = "gpu-1" }),
 			want: "spec.replicaSpecs[Worker].template.spec.nodeName: Forbidden: must not be set",
 		},

@@ -225,12 +225,33 @@ type RunPolicy struct {
 	// not-ready tolerations, unless the template tolerates those taints
 	// itself. 0 restarts as soon as the node is marked unreachable or
 	// NotReady. Defaults to 30, well under the cluster's 300 s default
-	// toleration: a gang cannot use a dead rank.
+	// toleration: a gang cannot use a dead rank. A node whose kubelet still
+	// answers but reports NotReady (a container runtime or CNI that is not
+	// ready) is given at least the cluster's 300 s: its kubelet still
+	// reports the containers, and one that really stopped fails its pod.
 	// +kubebuilder:default=30
 	// +kubebuilder:validation:Minimum=0
 	// +kubebuilder:validation:Maximum=3600
 	// +optional
 	UnreachableToleranceSeconds *int32 `json:"unreachableToleranceSeconds,omitempty"`
+
+	// UnreachableForceDeleteSeconds is how long the job's pods that are
+	// being deleted on a node whose kubelet stopped posting status (Ready
+	// Unknown with the node.kubernetes.io/unreachable taint) wait, counted
+	// from the taint's timeAdded, before the controller force-deletes
+	// them. Until then nobody but their kubelet may say their containers
+	// stopped: a node cut off from the API server only (a ToR reboot, a
+	// management-network blip) still runs them, and its kubelet kills them
+	// and confirms once it reconnects. A gang does not wait for them: its
+	// next incarnation has other pod names and a fenced rendezvous
+	// (docs/controller.md). A node tainted node.kubernetes.io/out-of-service
+	// is proof at once. Defaults to 600, twice the cluster's 300 s eviction
+	// default; 0 force-deletes as soon as the node is unreachable.
+	// +kubebuilder:default=600
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=604800
+	// +optional
+	UnreachableForceDeleteSeconds *int32 `json:"unreachableForceDeleteSeconds,omitempty"`
 }
 
 // RestartBackoff spaces the restarts of a job, as the Job controller spaces
@@ -281,6 +302,18 @@ const (
 	DefaultUnreachableToleranceSeconds int32 = 30
 	MaxUnreachableToleranceSeconds     int32 = 3600
 )
+
+// DefaultUnreachableForceDeleteSeconds is
+// runPolicy.unreachableForceDeleteSeconds when unset;
+// MaxUnreachableForceDeleteSeconds its bound (a week).
+const (
+	DefaultUnreachableForceDeleteSeconds int32 = 600
+	MaxUnreachableForceDeleteSeconds     int32 = 7 * 24 * 3600
+)
+
+// NotReadyToleranceSeconds is the least a member waits on a node whose
+// kubelet answers but reports NotReady: the cluster's DefaultTolerationSeconds.
+const NotReadyToleranceSeconds int32 = 300
 
 // IsSuspended says whether runPolicy.suspend is true.
 func (s *TrainingJobSpec) IsSuspended() bool {

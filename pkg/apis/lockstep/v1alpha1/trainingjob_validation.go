@@ -229,6 +229,10 @@ func (r *RunPolicy) validate(p *field.Path, totalReplicas int32) field.ErrorList
 		errs = append(errs, field.Invalid(p.Child("unreachableToleranceSeconds"), *v,
 			fmt.Sprintf("must be between 0 and %d seconds (0 restarts as soon as the node is marked unreachable)", MaxUnreachableToleranceSeconds)))
 	}
+	if v := r.UnreachableForceDeleteSeconds; v != nil && (*v < 0 || *v > MaxUnreachableForceDeleteSeconds) {
+		errs = append(errs, field.Invalid(p.Child("unreachableForceDeleteSeconds"), *v,
+			fmt.Sprintf("must be between 0 and %d seconds (0 force-deletes the job's pods as soon as their node is unreachable)", MaxUnreachableForceDeleteSeconds)))
+	}
 	if sp := r.SchedulingPolicy; sp != nil {
 		p := p.Child("schedulingPolicy")
 		if v := sp.MinAvailable; v != nil {

@@ -161,6 +161,32 @@ func TestValidationRules(t *testing.T) {
 			}(),
 		},
 		{
+			name: "unreachableForceDeleteSeconds negative",
+			job: func() *TrainingJob {
+				j := validPyTorch()
+				j.Spec.RunPolicy = &RunPolicy{UnreachableForceDeleteSeconds: ptr.To[int32](-1)}
+				return j
+			}(),
+			want: "unreachableForceDeleteSeconds",
+		},
+		{
+			name: "unreachableForceDeleteSeconds above a week",
+			job: func() *TrainingJob {
+				j := validPyTorch()
+				j.Spec.RunPolicy = &RunPolicy{UnreachableForceDeleteSeconds: ptr.To(MaxUnreachableForceDeleteSeconds + 1)}
+				return j
+			}(),
+			want: "unreachableForceDeleteSeconds",
+		},
+		{
+			name: "unreachableForceDeleteSeconds zero (force-delete at once)",
+			job: func() *TrainingJob {
+				j := validPyTorch()
+				j.Spec.RunPolicy = &RunPolicy{UnreachableForceDeleteSeconds: ptr.To[int32](0)}
+				return j
+			}(),
+		},
+		{
 			name: "unreachableToleranceSeconds an hour",
 			job: func() *TrainingJob {
 				j := validPyTorch()
@@ -542,6 +568,7 @@ func TestTotalReplicas(t *testing.T) {
 func withRestartDefaults(p *RunPolicy) *RunPolicy {
 	p.BackoffLimit = ptr.To(DefaultBackoffLimit)
 	p.UnreachableToleranceSeconds = ptr.To(DefaultUnreachableToleranceSeconds)
+	p.UnreachableForceDeleteSeconds = ptr.To(DefaultUnreachableForceDeleteSeconds)
 	p.RestartBackoff = &RestartBackoff{
 		InitialSeconds:    ptr.To(DefaultRestartInitialSeconds),
 		MaxSeconds:        ptr.To(DefaultRestartMaxSeconds),
