@@ -176,6 +176,11 @@ func (r *ComputeDomainStandIn) Reconcile(ctx context.Context, req ctrl.Request) 
 		}
 	}
 	want := domainStatus(cd, claims.Items, cliques)
+	if want.Status == computedomain.StatusReady {
+		if err := r.releasePods(ctx, cd, claims.Items); err != nil {
+			return ctrl.Result{}, err
+		}
+	}
 	if equality.Semantic.DeepEqual(want, cd.Status) {
 		return ctrl.Result{}, nil
 	}
@@ -191,6 +196,50 @@ func (r *ComputeDomainStandIn) Reconcile(ctx context.Context, req ctrl.Request) 
 	}
 	klog.FromContext(ctx).V(2).Info("ComputeDomain status", "computeDomain", req, "status", want.Status, "nodes", len(want.Nodes))
 	return ctrl.Result{}, nil
+}
+
+// releasePods lets the pods that claim a channel of the ready domain cd
+// start: NVIDIA's driver holds such a pod in ContainerCreating (its
+// NodePrepareResources) until numNodes of the domain's IMEX daemons are
+// ready, so a domain sized for more nodes than its gang runs on hangs the
+// gang. KWOK starts no pod claiming the channel before it carries
+// lockstep.AnnotationSimulatedChannelReady (deploy/kwok/stages.yaml).
+func (r *ComputeDomainStandIn) releasePods(ctx context.Context, cd *computedomain.ComputeDomain, claims []resourcev1.ResourceClaim) error {
+	patch := []byte(fmt.Sprintf(`{"metadata":{"annotations":{%q:"true"}}}`, lockstep.AnnotationSimulatedChannelReady))
+	for _, ref := range channelHolders(cd.UID, claims) {
+		pod := &corev1.Pod{}
+		err := r.Client.Get(ctx, client.ObjectKey{Namespace: cd.Namespace, Name: ref.Name}, pod)
+		switch {
+		case apierrors.IsNotFound(err):
+			continue
+		case err != nil:
+			return err
+		case pod.UID != ref.UID || pod.Annotations[lockstep.AnnotationSimulatedChannelReady] != "":
+			continue
+		}
+		if err := r.Client.Patch(ctx, pod, client.RawPatch(types.MergePatchType, patch)); client.IgnoreNotFound(err) != nil {
+			return fmt.Errorf("releasing pod %s/%s to its ComputeDomain's channel: %w", pod.Namespace, pod.Name, err)
+		}
+	}
+	return nil
+}
+
+// channelHolders are the pods a channel of domain uid is allocated and
+// reserved for.
+func channelHolders(uid types.UID, claims []resourcev1.ResourceClaim) []resourcev1.ResourceClaimConsumerReference {
+	var refs []resourcev1.ResourceClaimConsumerReference
+	for i := range claims {
+		c := &claims[i]
+		if c.Status.Allocation == nil || !slices.Contains(channelDomains(c), uid) {
+			continue
+		}
+		for _, ref := range c.Status.ReservedFor {
+			if ref.Resource == "pods" && ref.APIGroup == "" {
+				refs = append(refs, ref)
+			}
+		}
+	}
+	return refs
 }
 
 // ensureTemplate creates the domain's channel claim template.

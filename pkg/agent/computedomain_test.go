@@ -67,4 +67,19 @@ func TestDomainStatus(t *testing.T) {
 			}
 		})
 	}
+	// The pods released once the domain is ready: those its allocated
+	// channels are reserved for, not another domain's, not a claim's
+	// that is not allocated yet.
+	pod := func(c resourcev1.ResourceClaim, name string) resourcev1.ResourceClaim {
+		c.Status.ReservedFor = []resourcev1.ResourceClaimConsumerReference{{Resource: "pods", Name: name, UID: types.UID(name + "-uid")}}
+		return c
+	}
+	holders := channelHolders("cd-1", []resourcev1.ResourceClaim{
+		pod(claim("cd-1", "a1", true), "w0"), pod(claim("cd-1", "", true), "pending"),
+		pod(claim("cd-2", "a2", true), "other"), pod(claim("cd-1", "b1", true), "w1"),
+	})
+	want := []resourcev1.ResourceClaimConsumerReference{{Resource: "pods", Name: "w0", UID: "w0-uid"}, {Resource: "pods", Name: "w1", UID: "w1-uid"}}
+	if diff := cmp.Diff(want, holders); diff != "" {
+		t.Errorf("channelHolders (-want,+got):\n%s", diff)
+	}
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	resourcev1 "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -42,10 +43,16 @@ import (
 // reason ComputeDomainAPIMissing), looking at them again every
 // computeDomainRetry, so installing the driver needs no restart.
 //
-// RBAC (deploy/default/controller.yaml): ComputeDomains get, list, watch,
-// create.
+// The domain is sized for the gang's GPU pods (gpuGangPods) and, its spec
+// being immutable, deleted and created again between incarnations when the
+// size the job wants changes (a job resized while suspended): only while
+// the job has no pod at all, so no pod ever holds a channel of a domain
+// on its way out.
 //
-// +kubebuilder:rbac:groups=resource.nvidia.com,resources=computedomains,verbs=get;list;watch;create
+// RBAC (deploy/default/controller.yaml): ComputeDomains get, list, watch,
+// create, delete (its own only: deploy/default/controller-policy.yaml).
+//
+// +kubebuilder:rbac:groups=resource.nvidia.com,resources=computedomains,verbs=get;list;watch;create;delete
 
 // Reasons of the ComputeDomainReady condition (and its events).
 const (
@@ -61,6 +68,9 @@ const (
 	// ReasonComputeDomainCreated is the event of a domain created, or
 	// created again after it was deleted under the job.
 	ReasonComputeDomainCreated = "ComputeDomainCreated"
+	// ReasonComputeDomainResized is the event and condition reason of a
+	// domain deleted to be created again for another size.
+	ReasonComputeDomainResized = "ComputeDomainResized"
 )
 
 // computeDomainRetry is how often a job held for its ComputeDomain (the
@@ -69,16 +79,45 @@ const (
 const computeDomainRetry = 10 * time.Second
 
 // computeDomainClaim is the name of the channel claim in the pods' spec.
-const computeDomainClaim = "compute-domain-channel"
+const computeDomainClaim = lockstep.ComputeDomainChannelClaim
 
 // computeDomainPlan is the ComputeDomain a job wants.
 type computeDomainPlan struct {
 	// name is the ComputeDomain's; template that of the channel claim
 	// template the driver makes for it.
 	name, template string
-	// numNodes is how many nodes the domain spans: the job's GPU pods, one
-	// per node, as each node offers the domain one default channel.
+	// numNodes is how many nodes the domain waits for: the GPU pods the
+	// job's gang needs (gpuGangPods), one per node, as each node offers the
+	// domain one default channel.
 	numNodes int
+}
+
+// gpuGangPods is how many of the job's pods that ask for GPUs will run
+// when its gang runs: those of its GPU roles the gang needs (an elastic
+// job's minReplicas Workers), and with schedulingPolicy.minAvailable at
+// least minAvailable less the pods without GPUs (which of the gang's pods
+// start is the scheduler's choice).
+//
+// NVIDIA's driver holds every pod claiming a domain's channel until
+// numNodes of the domain's IMEX daemons are ready, and lets more join
+// (numNodes acts as a minimum: kubernetes-sigs/dra-driver-nvidia-gpu
+// #368). A domain sized for the full replica count hangs a gang that runs
+// with fewer: an elastic job below maxReplicas, a job whose minAvailable
+// is below its replicas, a slice scaled down then restarted.
+func gpuGangPods(job *v1alpha1.TrainingJob, claims claimGPUs) (all, gang int) {
+	other := 0
+	for role, rs := range job.Spec.ReplicaSpecs {
+		if claims.podGPUs(&rs.Template.Spec) > 0 {
+			all += int(rs.DesiredReplicas())
+			gang += int(gangReplicas(job, role))
+		} else {
+			other += int(rs.DesiredReplicas())
+		}
+	}
+	if sp := job.Spec.RunPolicy; sp != nil && sp.SchedulingPolicy != nil && sp.SchedulingPolicy.MinAvailable != nil {
+		gang = min(gang, max(int(*sp.SchedulingPolicy.MinAvailable)-other, 0))
+	}
+	return all, max(gang, 1)
 }
 
 // planComputeDomain decides whether job gets a ComputeDomain under topo:
@@ -90,16 +129,11 @@ func planComputeDomain(job *v1alpha1.TrainingJob, topo lockstep.TopologyConfig, 
 	if !nvlinkJob(job, topo) {
 		return computeDomainPlan{}, false
 	}
-	gpuPods := 0
-	for _, rs := range job.Spec.ReplicaSpecs {
-		if claims.podGPUs(&rs.Template.Spec) > 0 {
-			gpuPods += int(rs.DesiredReplicas())
-		}
-	}
+	gpuPods, gang := gpuGangPods(job, claims)
 	if gpuPods < 2 {
 		return computeDomainPlan{}, false
 	}
-	return computeDomainPlan{name: job.Name + "-compute-domain", template: job.Name + "-channel", numNodes: gpuPods}, true
+	return computeDomainPlan{name: job.Name + "-compute-domain", template: job.Name + "-channel", numNodes: gang}, true
 }
 
 // nvlinkJob says whether job may get a ComputeDomain: its constraint names
@@ -155,7 +189,7 @@ func (r *TrainingJobReconciler) watchComputeDomainAPI(mgr manager.Manager, c con
 // old domain is still being deleted, or a claim template the pods name
 // does not exist yet, so whether they need a domain is unknown. Pods that
 // run are left alone.
-func (r *TrainingJobReconciler) ensureComputeDomain(ctx context.Context, job *v1alpha1.TrainingJob, claims claimGPUs) (held bool, err error) {
+func (r *TrainingJobReconciler) ensureComputeDomain(ctx context.Context, job *v1alpha1.TrainingJob, claims claimGPUs, pods []*corev1.Pod) (held bool, err error) {
 	if len(claims.missing) > 0 && nvlinkJob(job, r.Topology) {
 		// Not a failure: the template is usually applied beside the job,
 		// and may come a moment later. Created without it, the pods could
@@ -184,6 +218,19 @@ func (r *TrainingJobReconciler) ensureComputeDomain(ctx context.Context, job *v1
 	err = r.Client.Get(ctx, client.ObjectKey{Namespace: job.Namespace, Name: plan.name}, u)
 	switch {
 	case apierrors.IsNotFound(err):
+		// The claim template of a domain deleted to be resized goes after
+		// it, with the garbage collector: created beside it, the new
+		// domain's template would be taken for the old one's and go too.
+		old := &resourcev1.ResourceClaimTemplate{}
+		err := r.Client.Get(ctx, client.ObjectKey{Namespace: job.Namespace, Name: plan.template}, old)
+		switch {
+		case err == nil && slices.ContainsFunc(old.OwnerReferences, func(o metav1.OwnerReference) bool { return o.Kind == computedomain.GVK.Kind }):
+			r.setComputeDomainCondition(ctx, job, metav1.ConditionFalse, ReasonComputeDomainDeleting,
+				fmt.Sprintf("the claim template %s of the job's previous ComputeDomain is being deleted; the domain is created again once it is gone", plan.template))
+			return true, nil
+		case client.IgnoreNotFound(err) != nil:
+			return false, fmt.Errorf("getting ResourceClaimTemplate %s/%s: %w", job.Namespace, plan.template, err)
+		}
 		return false, r.createComputeDomain(ctx, job, plan)
 	case err != nil:
 		return false, fmt.Errorf("getting ComputeDomain %s/%s: %w", job.Namespace, plan.name, err)
@@ -203,14 +250,45 @@ func (r *TrainingJobReconciler) ensureComputeDomain(ctx context.Context, job *v1
 		r.setComputeDomainCondition(ctx, job, metav1.ConditionFalse, ReasonComputeDomainDeleting,
 			fmt.Sprintf("ComputeDomain %s is being deleted; it is created again once it is gone", plan.name))
 		return true, nil
+	case cd.Spec.NumNodes != plan.numNodes && len(pods) == 0:
+		// Between incarnations, with no pod to hold a channel of it.
+		if err := r.Client.Delete(ctx, u, client.Preconditions{UID: &cd.UID}); client.IgnoreNotFound(err) != nil {
+			return false, fmt.Errorf("deleting ComputeDomain %s/%s to resize it: %w", job.Namespace, plan.name, err)
+		}
+		msg := fmt.Sprintf("ComputeDomain %s waits for %d nodes and the job's gang now runs %d GPU pods: it is deleted and created again for %d",
+			plan.name, cd.Spec.NumNodes, plan.numNodes, plan.numNodes)
+		r.Recorder.Event(job, corev1.EventTypeNormal, ReasonComputeDomainResized, msg)
+		r.setComputeDomainCondition(ctx, job, metav1.ConditionFalse, ReasonComputeDomainResized, msg)
+		return true, nil
 	case cd.Ready():
 		r.setComputeDomainCondition(ctx, job, metav1.ConditionTrue, ReasonComputeDomainReady,
 			fmt.Sprintf("ComputeDomain %s is ready on %d nodes", plan.name, cd.ReadyNodes()))
 	default:
-		r.setComputeDomainCondition(ctx, job, metav1.ConditionFalse, ReasonComputeDomainNotReady,
-			fmt.Sprintf("ComputeDomain %s: %d of %d nodes ready", plan.name, cd.ReadyNodes(), cd.Spec.NumNodes))
+		msg := fmt.Sprintf("ComputeDomain %s: %d of %d nodes ready", plan.name, cd.ReadyNodes(), cd.Spec.NumNodes)
+		if waiting := podsWaitingForChannel(pods); waiting > 0 {
+			// NVIDIA's driver holds them in ContainerCreating until
+			// numNodes daemons are ready: say so, with the numbers.
+			msg += fmt.Sprintf("; %d bound pods wait for its IMEX channel (ContainerCreating) until %d more nodes join",
+				waiting, max(cd.Spec.NumNodes-cd.ReadyNodes(), 0))
+		}
+		r.setComputeDomainCondition(ctx, job, metav1.ConditionFalse, ReasonComputeDomainNotReady, msg)
 	}
 	return false, nil
+}
+
+// podsWaitingForChannel counts the pods bound to a node, not being deleted
+// and not running yet, that claim the domain's channel.
+func podsWaitingForChannel(pods []*corev1.Pod) int {
+	n := 0
+	for _, p := range pods {
+		if p.Spec.NodeName == "" || p.DeletionTimestamp != nil || p.Status.Phase != corev1.PodPending {
+			continue
+		}
+		if slices.ContainsFunc(p.Spec.ResourceClaims, func(rc corev1.PodResourceClaim) bool { return rc.Name == computeDomainClaim }) {
+			n++
+		}
+	}
+	return n
 }
 
 // createComputeDomain creates the job's ComputeDomain, owned by the job.

@@ -13,6 +13,11 @@ import (
 	utiltesting "github.com/lockstep-dev/lockstep/pkg/util/testing"
 )
 
+func with(j *v1alpha1.TrainingJob, mutate func(*v1alpha1.TrainingJob)) *v1alpha1.TrainingJob {
+	mutate(j)
+	return j
+}
+
 func TestPlanComputeDomain(t *testing.T) {
 	job := func(level string, policy v1alpha1.ComputeDomainPolicy, masterGPUs, workers int32) *v1alpha1.TrainingJob {
 		j := utiltesting.MakeTrainingJob("train", "ml").Framework(v1alpha1.FrameworkPyTorch).
@@ -43,6 +48,20 @@ func TestPlanComputeDomain(t *testing.T) {
 			topo: lockstep.TopologyConfig{Levels: []lockstep.Level{{Name: "clique", LabelKey: "example.com/clique"}}}},
 		{name: "an NVLink level of another name", job: job("rack", "", 4, 3),
 			topo: lockstep.TopologyConfig{Levels: []lockstep.Level{{Name: "rack", LabelKey: "example.com/rack", NVLink: true}}}, want: want(4)},
+		// Sized for what runs: the driver holds every pod until numNodes
+		// IMEX daemons are ready.
+		{name: "elastic: the minimum Workers and the Master", job: with(job("clique", "", 4, 6), func(j *v1alpha1.TrainingJob) {
+			j.Spec.ElasticPolicy = &v1alpha1.ElasticPolicy{MinReplicas: ptr.To[int32](2), MaxReplicas: ptr.To[int32](6)}
+		}), topo: lockstep.DefaultTopologyConfig(), want: want(3)},
+		{name: "minAvailable below the replicas", job: with(job("clique", "", 4, 7), func(j *v1alpha1.TrainingJob) {
+			j.Spec.RunPolicy = &v1alpha1.RunPolicy{SchedulingPolicy: &v1alpha1.SchedulingPolicy{MinAvailable: ptr.To[int32](5)}}
+		}), topo: lockstep.DefaultTopologyConfig(), want: want(5)},
+		{name: "minAvailable counts a GPU-less master as one of its pods", job: with(job("clique", "", 0, 7), func(j *v1alpha1.TrainingJob) {
+			j.Spec.RunPolicy = &v1alpha1.RunPolicy{SchedulingPolicy: &v1alpha1.SchedulingPolicy{MinAvailable: ptr.To[int32](5)}}
+		}), topo: lockstep.DefaultTopologyConfig(), want: want(4)},
+		{name: "minAvailable of one: a domain of one node", job: with(job("clique", "", 4, 3), func(j *v1alpha1.TrainingJob) {
+			j.Spec.RunPolicy = &v1alpha1.RunPolicy{SchedulingPolicy: &v1alpha1.SchedulingPolicy{MinAvailable: ptr.To[int32](1)}}
+		}), topo: lockstep.DefaultTopologyConfig(), want: want(1)},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -318,7 +318,7 @@ func (r *TrainingJobReconciler) ensureRunning(ctx context.Context, job *v1alpha1
 		return ctrl.Result{}, err
 	}
 	// Before any pod: the pods claim its channel (computedomain.go).
-	cdHeld, err := r.ensureComputeDomain(ctx, job, claims)
+	cdHeld, err := r.ensureComputeDomain(ctx, job, claims, pods)
 	if err != nil {
 		return ctrl.Result{}, err
 	}

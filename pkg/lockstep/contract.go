@@ -184,6 +184,15 @@ const (
 	// pod stages on it, so it is never started, finished or confirmed
 	// deleted, as on a node whose kubelet died (deploy/kwok/stages.yaml).
 	AnnotationSimulatedNodeDark = "lockstep.dev/simulated-node-dark"
+	// AnnotationSimulatedChannelReady on a pod on a fake node that claims
+	// a ComputeDomain's IMEX channel says the domain is ready: the fake
+	// agent, playing NVIDIA's driver, sets it once numNodes of the domain's
+	// nodes have joined, and KWOK starts no such pod before, as the driver
+	// holds the pod's NodePrepareResources (deploy/kwok/stages.yaml).
+	AnnotationSimulatedChannelReady = "lockstep.dev/simulated-channel-ready"
+	// ComputeDomainChannelClaim is the name of the pod claim through which
+	// a TrainingJob's pods claim their ComputeDomain's channel.
+	ComputeDomainChannelClaim = "compute-domain-channel"
 )
 
 // ConstraintMode says how strictly a gang keeps to its topology level.

@@ -13,10 +13,13 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/lockstep-dev/lockstep/pkg/apis/lockstep/v1alpha1"
 	"github.com/lockstep-dev/lockstep/pkg/computedomain"
+	"github.com/lockstep-dev/lockstep/pkg/controller"
 	"github.com/lockstep-dev/lockstep/pkg/localcluster"
 	"github.com/lockstep-dev/lockstep/pkg/lockstep"
 	utiltesting "github.com/lockstep-dev/lockstep/pkg/util/testing"
@@ -34,7 +37,9 @@ import (
 // runs without either. A job on four trays whose GPUs NVIDIA's DRA driver
 // serves, claiming them through a template, gets a ComputeDomain too, and
 // its status.placement lists each pod's GPUs and channel as its claims
-// were allocated.
+// were allocated. Domains are sized for what runs: an elastic job at its
+// minimum and a job resized while suspended reach Running, where a domain
+// of the full replica count would hold their pods for good.
 func TestComputeDomainGB200(t *testing.T) {
 	if !cluster.Local() {
 		t.Skip("starts a local cluster of its own; this run uses $KUBECONFIG's")
@@ -206,6 +211,109 @@ func TestComputeDomainGB200(t *testing.T) {
 			if err := gb.Client.Delete(ctx, j, client.PropagationPolicy(metav1.DeletePropagationBackground)); err != nil {
 				t.Fatal(err)
 			}
+		}
+	})
+
+	// NVIDIA's driver holds every pod claiming a domain's channel until
+	// numNodes of its IMEX daemons are ready, and so does the harness's
+	// stand-in (deploy/kwok/stages.yaml): a domain sized for more nodes
+	// than the gang runs on would hang it in ContainerCreating.
+	domainOf := func(t *testing.T, job string) *computedomain.ComputeDomain {
+		t.Helper()
+		u := computedomain.NewObject()
+		if err := gb.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: job + "-compute-domain"}, u); err != nil {
+			t.Fatal(err)
+		}
+		cd, err := computedomain.FromUnstructured(u)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return cd
+	}
+	runningWithDomain := func(j *v1alpha1.TrainingJob) bool {
+		return meta.IsStatusConditionTrue(j.Status.Conditions, string(v1alpha1.JobRunning)) &&
+			meta.IsStatusConditionTrue(j.Status.Conditions, v1alpha1.ConditionComputeDomainReady)
+	}
+	t.Run("an elastic job at its minimum gets a domain of what runs", func(t *testing.T) {
+		// Eight Workers, a clique holds six trays: the gang of two runs, and
+		// Workers join it while there is room, in its clique.
+		elastic := utiltesting.MakeTrainingJob("nvl-elastic", ns).Framework(v1alpha1.FrameworkPyTorch).
+			Role(v1alpha1.ReplicaWorker, 8, tpl).RunPolicy(v1alpha1.RunPolicy{}).
+			ElasticPolicy(v1alpha1.ElasticPolicy{MinReplicas: ptr.To[int32](2), MaxReplicas: ptr.To[int32](8)}).
+			Topology(lockstep.LevelClique, v1alpha1.TopologyRequired).Obj()
+		if err := gb.Client.Create(ctx, elastic); err != nil {
+			t.Fatal(err)
+		}
+		waitJobIn(t, gb, ns, elastic.Name, 2*time.Minute, "the elastic job running with its ComputeDomain ready", runningWithDomain)
+		if cd := domainOf(t, elastic.Name); cd.Spec.NumNodes != 2 || !cd.Ready() {
+			t.Errorf("ComputeDomain numNodes %d (ready %v), want the gang's 2 minReplicas Workers", cd.Spec.NumNodes, cd.Ready())
+		}
+		running := 0
+		for _, p := range jobPodsIn(t, gb, ns, elastic.Name) {
+			if p.Status.Phase == corev1.PodRunning {
+				running++
+			}
+		}
+		if running < 2 || running > 6 {
+			t.Errorf("%d Workers running, want the gang's 2 to a clique's 6", running)
+		}
+		if err := gb.Client.Delete(ctx, elastic, client.PropagationPolicy(metav1.DeletePropagationBackground)); err != nil {
+			t.Fatal(err)
+		}
+	})
+
+	t.Run("a job resized while suspended gets a domain of its new size", func(t *testing.T) {
+		resized := pytorchGang(ns, "nvl-resized", 3, tpl).Topology(lockstep.LevelClique, v1alpha1.TopologyRequired).Obj()
+		if err := gb.Client.Create(ctx, resized); err != nil {
+			t.Fatal(err)
+		}
+		waitJobIn(t, gb, ns, resized.Name, 2*time.Minute, "the job running with its ComputeDomain ready", runningWithDomain)
+		first := domainOf(t, resized.Name)
+		if first.Spec.NumNodes != 4 {
+			t.Fatalf("ComputeDomain numNodes %d, want the job's 4 GPU pods", first.Spec.NumNodes)
+		}
+		edit := func(mutate func(*v1alpha1.TrainingJob)) {
+			t.Helper()
+			err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+				j := &v1alpha1.TrainingJob{}
+				if err := gb.Client.Get(ctx, client.ObjectKeyFromObject(resized), j); err != nil {
+					return err
+				}
+				mutate(j)
+				return gb.Client.Update(ctx, j)
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+		edit(func(j *v1alpha1.TrainingJob) { j.Spec.RunPolicy.Suspend = ptr.To(true) })
+		err := localcluster.Poll(ctx, 200*time.Millisecond, time.Minute, "the suspended job's pods gone", func(ctx context.Context) (bool, error) {
+			return len(jobPodsIn(t, gb, ns, resized.Name)) == 0, nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		edit(func(j *v1alpha1.TrainingJob) {
+			w := j.Spec.ReplicaSpecs[v1alpha1.ReplicaWorker]
+			w.Replicas = ptr.To[int32](1)
+			j.Spec.ReplicaSpecs[v1alpha1.ReplicaWorker] = w
+		})
+		edit(func(j *v1alpha1.TrainingJob) { j.Spec.RunPolicy.Suspend = ptr.To(false) })
+		waitJobIn(t, gb, ns, resized.Name, 2*time.Minute, "the resized job running with its ComputeDomain ready", runningWithDomain)
+		second := domainOf(t, resized.Name)
+		if second.UID == first.UID || second.Spec.NumNodes != 2 {
+			t.Errorf("ComputeDomain %s numNodes %d after the resize (first %s, %d), want a new one for the 2 GPU pods",
+				second.UID, second.Spec.NumNodes, first.UID, first.Spec.NumNodes)
+		}
+		events, err := gb.Events(ctx, ns, "TrainingJob", resized.Name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !slices.ContainsFunc(events, func(e corev1.Event) bool { return e.Reason == controller.ReasonComputeDomainResized }) {
+			t.Errorf("no %s event on the job: %v", controller.ReasonComputeDomainResized, events)
+		}
+		if err := gb.Client.Delete(ctx, resized, client.PropagationPolicy(metav1.DeletePropagationBackground)); err != nil {
+			t.Fatal(err)
 		}
 	})
 

@@ -327,8 +327,12 @@ func TestControllerFailover(t *testing.T) {
 		leader := rs.leader(t)
 		job := jobs[kill%len(jobs)]
 		before := waitPods(t, ns, job, ranks[job], time.Minute)
-		victim := fmt.Sprintf("%s-worker-%d", job, rng.IntN(ranks[job]-1))
-		if err := cluster.Clientset.CoreV1().Pods(ns).Delete(ctx, victim, metav1.DeleteOptions{}); err != nil {
+		// The worker's name in the job's current incarnation.
+		victim, err := memberPod(ctx, ns, fmt.Sprintf("%s-worker-%d", job, rng.IntN(ranks[job]-1)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := cluster.Clientset.CoreV1().Pods(ns).Delete(ctx, victim.Name, metav1.DeleteOptions{}); err != nil {
 			t.Fatal(err)
 		}
 		incidents[job]++
@@ -361,7 +365,7 @@ func TestControllerFailover(t *testing.T) {
 			t.Fatalf("restarting %s: %v", leader, err)
 		}
 		t.Logf("kill %d: %s killed after %s lost %s (restart recorded first: %v); gang %d recreated and Running %s after the kill%s",
-			kill, leader, job, victim, recorded, incidents[job], time.Since(killedAt).Round(100*time.Millisecond),
+			kill, leader, job, victim.Name, recorded, incidents[job], time.Since(killedAt).Round(100*time.Millisecond),
 			map[bool]string{true: "; job " + arrived + " arrived leaderless and runs", false: ""}[arrived != ""])
 	}
 	for _, j := range jobs {
