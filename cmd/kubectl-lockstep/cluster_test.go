@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+	resourcev1 "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -22,14 +23,25 @@ import (
 )
 
 // fakeCluster is a connector serving objs from fake clients: core objects
-// from a fake clientset, ours and PodGroups from a fake dynamic client.
+// from a fake clientset, ours, PodGroups and DRA objects from a fake dynamic
+// client.
 func fakeCluster(t *testing.T, objs ...runtime.Object) connector {
+	t.Helper()
+	return fakeClusterReacting(t, nil, objs...)
+}
+
+// fakeClusterReacting is fakeCluster with react, when not nil, called on
+// each fake dynamic client made, to add reactors (errors the API returns).
+func fakeClusterReacting(t *testing.T, react func(*dynamicfake.FakeDynamicClient), objs ...runtime.Object) connector {
 	t.Helper()
 	scheme := runtime.NewScheme()
 	if err := v1alpha1.AddToScheme(scheme); err != nil {
 		t.Fatal(err)
 	}
 	if err := schedv1alpha1.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	if err := resourcev1.AddToScheme(scheme); err != nil {
 		t.Fatal(err)
 	}
 	var core, custom []runtime.Object
@@ -46,11 +58,11 @@ func fakeCluster(t *testing.T, objs ...runtime.Object) connector {
 		if flags.Namespace != nil && *flags.Namespace != "" {
 			ns = *flags.Namespace
 		}
-		return &cluster{
-			core:      kubefake.NewClientset(core...).CoreV1(),
-			dynamic:   dynamicfake.NewSimpleDynamicClient(scheme, custom...),
-			namespace: ns,
-		}, nil
+		dyn := dynamicfake.NewSimpleDynamicClient(scheme, custom...)
+		if react != nil {
+			react(dyn)
+		}
+		return &cluster{core: kubefake.NewClientset(core...).CoreV1(), dynamic: dyn, namespace: ns}, nil
 	}
 }
 

@@ -1,6 +1,7 @@
 package main
 
 import (
+	resourcev1 "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/lockstep-dev/lockstep/pkg/apis/lockstep/v1alpha1"
@@ -20,4 +21,15 @@ func nodeTopologiesResource() schema.GroupVersionResource {
 
 func podGroupsResource() schema.GroupVersionResource {
 	return schema.GroupVersionResource{Group: "scheduling.x-k8s.io", Version: "v1alpha1", Resource: "podgroups"}
+}
+
+// The DRA objects NVIDIA's driver publishes GPUs in and pods claim them
+// through are read through the dynamic client too, so that the plugin needs
+// no client of the resource.k8s.io group.
+func resourceSlicesResource() schema.GroupVersionResource {
+	return resourcev1.SchemeGroupVersion.WithResource("resourceslices")
+}
+
+func resourceClaimsResource() schema.GroupVersionResource {
+	return resourcev1.SchemeGroupVersion.WithResource("resourceclaims")
 }

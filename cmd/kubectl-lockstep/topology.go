@@ -56,6 +56,12 @@ scheduler can still place: the total minus the GPUs requested by the
 non-terminated pods bound to the node, and never more than the GPUs its
 NodeTopology reports healthy and unallocated.
 
+Nodes whose GPUs NVIDIA's DRA driver serves advertise no nvidia.com/gpu:
+their total is the GPUs their gpu.nvidia.com ResourceSlices publish (joined
+to their NodeTopology's GPUs by UUID), and the GPUs allocated
+ResourceClaims hold are taken from it. Without permission to list
+ResourceSlices and ResourceClaims such nodes count no GPUs, with a warning.
+
 Levels are node label keys, narrowest first. They default to the
 scheduler's defaults (topograph's fabric tiers and GPU feature discovery's
 NVLink clique); --levels names others and --topology-config reads them from
@@ -79,7 +85,7 @@ out.`,
 			if err != nil {
 				return err
 			}
-			return runTopology(cmd.Context(), cmd.OutOrStdout(), c, cfg.Levels, o)
+			return runTopology(cmd.Context(), cmd.OutOrStdout(), cmd.ErrOrStderr(), c, cfg.Levels, o)
 		},
 	}
 	kubeFlags.AddFlags(cmd.Flags())
@@ -99,7 +105,7 @@ type topologyOutput struct {
 	Domains []*capacity.Domain `json:"domains"`
 }
 
-func runTopology(ctx context.Context, out io.Writer, c *cluster, levels []topology.Level, o topologyOptions) error {
+func runTopology(ctx context.Context, out, errOut io.Writer, c *cluster, levels []topology.Level, o topologyOptions) error {
 	nodes, err := c.core.Nodes().List(ctx, metav1.ListOptions{LabelSelector: o.selector})
 	if err != nil {
 		return fmt.Errorf("listing nodes: %w", err)
@@ -122,7 +128,16 @@ func runTopology(ctx context.Context, out io.Writer, c *cluster, levels []topolo
 	if err != nil {
 		return err
 	}
-	tree, err := capacity.Build(levels, capacityNodes(nodes.Items, pods.Items, topos))
+	dra, warning, err := c.listDRAGPUs(ctx, nodes.Items)
+	if err != nil {
+		return err
+	}
+	if warning != "" {
+		fmt.Fprintln(errOut, warning)
+	}
+	counted := capacityNodes(nodes.Items, pods.Items, topos)
+	dra.count(counted, topos)
+	tree, err := capacity.Build(levels, counted)
 	if err != nil {
 		return fmt.Errorf("building the domain tree: %w", err)
 	}
@@ -141,7 +156,9 @@ func runTopology(ctx context.Context, out io.Writer, c *cluster, levels []topolo
 	return printTopologyTable(out, result.Domains, o.level == "", tree.Root.Unhealthy != nil)
 }
 
-// capacityNodes counts each node's GPUs as the scheduler does.
+// capacityNodes counts each node's GPUs as the scheduler does on nodes
+// whose GPUs NVIDIA's device plugin advertises; draGPUs.count counts those
+// of the nodes NVIDIA's DRA driver serves.
 func capacityNodes(nodes []corev1.Node, pods []corev1.Pod, topos map[string]*v1alpha1.NodeTopology) []capacity.Node {
 	requested := map[string]int{}
 	for i := range pods {

@@ -57,16 +57,16 @@ func GPUResourceSlice(node *corev1.Node, hw *topology.NodeTopology, id topology.
 	devices := make([]resourcev1.Device, len(hw.GPUs))
 	for i, g := range hw.GPUs {
 		attrs := map[resourcev1.QualifiedName]resourcev1.DeviceAttribute{
-			"type":                  {StringValue: ptr("gpu")},
-			"uuid":                  {StringValue: ptr(g.UUID)},
-			"productName":           {StringValue: ptr(id.Name)},
-			"brand":                 {StringValue: ptr(id.Brand)},
-			"architecture":          {StringValue: ptr(id.Architecture)},
-			"cudaComputeCapability": {VersionValue: ptr(semver(id.ComputeCapability))},
-			"driverVersion":         {VersionValue: ptr(semver(fakeDriverVersion))},
-			"cudaDriverVersion":     {VersionValue: ptr(semver(fakeCUDADriverVersion))},
-			"pcieBusID":             {StringValue: ptr(nvlibBusID(g.PCIBusID))},
-			"addressingMode":        {StringValue: ptr(id.AddressingMode)},
+			lockstep.DRATypeAttribute: {StringValue: ptr(lockstep.DRATypeGPU)},
+			"uuid":                    {StringValue: ptr(g.UUID)},
+			"productName":             {StringValue: ptr(id.Name)},
+			"brand":                   {StringValue: ptr(id.Brand)},
+			"architecture":            {StringValue: ptr(id.Architecture)},
+			"cudaComputeCapability":   {VersionValue: ptr(semver(id.ComputeCapability))},
+			"driverVersion":           {VersionValue: ptr(semver(fakeDriverVersion))},
+			"cudaDriverVersion":       {VersionValue: ptr(semver(fakeCUDADriverVersion))},
+			"pcieBusID":               {StringValue: ptr(nvlibBusID(g.PCIBusID))},
+			"addressingMode":          {StringValue: ptr(id.AddressingMode)},
 		}
 		if i < len(id.PCIeRoots) {
 			attrs[lockstep.DRAPCIeRootAttribute] = resourcev1.DeviceAttribute{StringValue: ptr(id.PCIeRoots[i])}

@@ -13,6 +13,7 @@ import (
 	resourcev1 "k8s.io/api/resource/v1"
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
@@ -178,6 +179,9 @@ func (r *FakeReconciler) Reconcile(ctx context.Context, req reconcile.Request) (
 	} else {
 		status, problems, err = r.devicePluginStatus(ctx, node, hw, sel, podPtrs, current)
 	}
+	if err == nil {
+		status.Conditions = []metav1.Condition{DynamicResourcesCondition(pods.Items, simulatedKubeletListing(node, podPtrs))}
+	}
 	if err != nil {
 		return reconcile.Result{}, err
 	}
@@ -277,6 +281,10 @@ func (r *FakeReconciler) draStatus(ctx context.Context, node *corev1.Node, profi
 	if err != nil {
 		return v1alpha1.NodeTopologyStatus{}, nil, err
 	}
+	if !simulatedKubeletServesDynamicResources(node) {
+		// The plugin prepared the claims; the kubelet does not say so.
+		allocs = nil
+	}
 	return v1alpha1.NodeTopologyStatus{Allocations: allocs, FreeGPUs: int32(freeGPUs(hw, allocs))}, problems, nil
 }
 
@@ -335,4 +343,30 @@ func allocatedGPUs(allocs []v1alpha1.GPUAllocation) int {
 		n += len(a.GPUs)
 	}
 	return n
+}
+
+// simulatedKubeletServesDynamicResources reports whether the kubelet the
+// fake agent plays on node lists the devices it prepared for claims: as a
+// 1.34 kubelet does by default, unless the node is annotated otherwise
+// (lockstep.AnnotationSimulatedKubeletWithoutDynamicResources).
+func simulatedKubeletServesDynamicResources(node *corev1.Node) bool {
+	return node.Annotations[lockstep.AnnotationSimulatedKubeletWithoutDynamicResources] != "true"
+}
+
+// simulatedKubeletListing is the containers the played kubelet's
+// pod-resources answer lists (discovery.PodResources.DynamicResources):
+// every container of its running pods, with the devices of a container's
+// claims when it serves them.
+func simulatedKubeletListing(node *corev1.Node, pods []*corev1.Pod) map[string]bool {
+	serves := simulatedKubeletServesDynamicResources(node)
+	listed := map[string]bool{}
+	for _, p := range pods {
+		if p.Status.Phase != corev1.PodRunning {
+			continue
+		}
+		for _, c := range p.Spec.Containers {
+			listed[p.Namespace+"/"+p.Name+"/"+c.Name] = serves && len(c.Resources.Claims) > 0
+		}
+	}
+	return listed
 }

@@ -105,6 +105,7 @@ func (p *Publisher) publish(ctx context.Context, node *corev1.Node, spec v1alpha
 	age := now.Sub(nt.Status.HeartbeatTime.Time)
 	status.Agent = p.Mode
 	status.HeartbeatTime = nt.Status.HeartbeatTime
+	status.Conditions = withTransitionTimes(nt.Status.Conditions, status.Conditions, now)
 	if apiequality.Semantic.DeepEqual(nt.Status, status) && age >= 0 && age < p.HeartbeatInterval {
 		return p.HeartbeatInterval - age, wrote, nil
 	}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/klog/v2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -97,7 +98,23 @@ func (a *RealAgent) publish(ctx context.Context, report *discovery.Report) (time
 	for _, p := range pods.Items {
 		uids[p.Namespace+"/"+p.Name] = string(p.UID)
 	}
-	spec, status := FromReport(report, uids)
+	// Devices prepared for claims are GPUs once joined to the node's
+	// ResourceSlice by UUID. Without the slice they stay unresolved, as a
+	// MIG device does: the scheduler reads claims itself.
+	resolved := *report
+	gpuOf, err := claimDeviceGPUs(ctx, a.Client, a.NodeName, &report.Topology, report.Allocations)
+	if err != nil {
+		klog.FromContext(ctx).Error(err, "GPUs held through ResourceClaims left out of the allocations", "node", a.NodeName)
+	}
+	var unresolved []string
+	resolved.Allocations, unresolved = discovery.ResolveClaimDevices(report.Allocations, a.NodeName, gpuOf)
+	if len(unresolved) > 0 && err == nil {
+		klog.FromContext(ctx).V(2).Info("Devices prepared for claims that are no GPU of the node's ResourceSlice", "node", a.NodeName, "devices", unresolved)
+	}
+	spec, status := FromReport(&resolved, uids)
+	if report.DynamicResources != nil {
+		status.Conditions = []metav1.Condition{DynamicResourcesCondition(pods.Items, report.DynamicResources)}
+	}
 	return a.Publisher.Publish(ctx, node, spec, status)
 }
 

@@ -190,6 +190,14 @@ const (
 	// nodes have joined, and KWOK starts no such pod before, as the driver
 	// holds the pod's NodePrepareResources (deploy/kwok/stages.yaml).
 	AnnotationSimulatedChannelReady = "lockstep.dev/simulated-channel-ready"
+	// AnnotationSimulatedKubeletWithoutDynamicResources set to "true" on a
+	// fake node makes the fake agent play a kubelet whose pod-resources
+	// API lists no devices prepared for claims (one before Kubernetes
+	// 1.34, or with KubeletPodResourcesDynamicResources off): the node's
+	// NodeTopology reports no GPU held through DRA, and its
+	// DynamicResourcesReported condition is False while a container using
+	// claims runs there. The scheduler must then follow the claims alone.
+	AnnotationSimulatedKubeletWithoutDynamicResources = "lockstep.dev/simulated-kubelet-without-dynamic-resources"
 	// ComputeDomainChannelClaim is the name of the pod claim through which
 	// a TrainingJob's pods claim their ComputeDomain's channel.
 	ComputeDomainChannelClaim = "compute-domain-channel"

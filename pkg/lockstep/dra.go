@@ -17,6 +17,11 @@ const (
 	// DRAGPUDevicePrefix starts the name of a whole GPU's device,
 	// "gpu-<minor>".
 	DRAGPUDevicePrefix = "gpu-"
+	// DRATypeAttribute is the attribute saying what a device is, and
+	// DRATypeGPU its value on a whole GPU (not "mig" or "vfio"), which the
+	// DeviceClass selects.
+	DRATypeAttribute = "type"
+	DRATypeGPU       = "gpu"
 	// DRAUUIDAttribute is the attribute holding a device's NVML UUID, the
 	// key that joins a device to the GPU of the same UUID in a NodeTopology.
 	DRAUUIDAttribute = "uuid"

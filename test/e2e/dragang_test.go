@@ -42,6 +42,13 @@ func addDRANodes(t *testing.T, pool string, n, perLeaf int) []string {
 // test ends.
 func addDRANodesTo(t *testing.T, c *framework.Cluster, pool, profile string, n, perLeaf int) []string {
 	t.Helper()
+	return addDRANodesWith(t, c, pool, profile, n, perLeaf, nil)
+}
+
+// addDRANodesWith is addDRANodesTo with each node changed by change (nil
+// for none) before it is created.
+func addDRANodesWith(t *testing.T, c *framework.Cluster, pool, profile string, n, perLeaf int, change func(*corev1.Node)) []string {
+	t.Helper()
 	ctx := context.Background()
 	model := *c.Model
 	p := clustermodel.Pool{Name: pool, Profile: profile, GPUDriver: lockstep.GPUDriverDRA, Nodes: n,
@@ -66,6 +73,11 @@ func addDRANodesTo(t *testing.T, c *framework.Cluster, pool, profile string, n, 
 	}
 	model.Pools = []clustermodel.Pool{p}
 	nodes := model.Nodes()
+	if change != nil {
+		for _, node := range nodes {
+			change(node)
+		}
+	}
 	if err := c.CreateNodes(ctx, nodes); err != nil {
 		t.Fatal(err)
 	}

@@ -125,12 +125,13 @@ func Discover(ctx context.Context, opts Options) (report *Report, err error) {
 	report.Topology.NICs = buildNICs(hcas, locations, opts.HCAs)
 
 	if opts.PodResourcesSocket != "" {
-		if allocs, err := ListGPUAllocations(ctx, opts.PodResourcesSocket, opts.ResourceName); err != nil {
+		if answer, err := ListGPUAllocations(ctx, opts.PodResourcesSocket, opts.ResourceName, lockstep.DRAGPUDriver); err != nil {
 			w.add("GPU allocations unknown: %v", err)
 			report.Unavailable = append(report.Unavailable, SourcePodResources)
 		} else {
 			var unresolved []string
-			report.Allocations, unresolved = ResolveGPUs(allocs, report.Topology.GPUs)
+			report.Allocations, unresolved = ResolveGPUs(answer.Allocations, report.Topology.GPUs)
+			report.DynamicResources = answer.DynamicResources
 			if len(unresolved) > 0 {
 				w.add("allocated %s devices that are no GPU of this node: %v", opts.ResourceName, unresolved)
 			}

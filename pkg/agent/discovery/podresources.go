@@ -30,8 +30,9 @@ const (
 	podResourcesMaxMessage = 16 << 20
 )
 
-// Allocation is the devices of one resource the kubelet has handed to one
-// container.
+// Allocation is the GPUs the kubelet has handed to one container: devices
+// of a device plugin's resource, and devices a DRA driver prepared for the
+// container's ResourceClaims.
 type Allocation struct {
 	Namespace string `json:"namespace"`
 	Pod       string `json:"pod"`
@@ -40,17 +41,49 @@ type Allocation struct {
 	// "::<n>" replica suffix when the GPU is shared by time-slicing or MPS,
 	// MIG device UUIDs ("MIG-…"), or NVML indices under the plugin's index
 	// id strategy.
-	DeviceIDs []string `json:"deviceIDs"`
-	// GPUs are the NVML indices of DeviceIDs, set by ResolveGPUs; a shared
-	// GPU appears once.
+	DeviceIDs []string `json:"deviceIDs,omitempty"`
+	// ClaimDevices are the GPU DRA driver's devices the kubelet prepared
+	// for the container's ResourceClaims (the pod-resources API's
+	// DynamicResources), named as the claim's allocation names them. Their
+	// GPUs are known once joined to the node's ResourceSlice by UUID
+	// (ResolveClaimDevices): the driver names devices after minor numbers,
+	// not NVML indices.
+	ClaimDevices []ClaimDevice `json:"claimDevices,omitempty"`
+	// GPUs are the NVML indices of DeviceIDs and ClaimDevices, set by
+	// ResolveGPUs and ResolveClaimDevices; a shared GPU appears once.
 	GPUs []int `json:"gpus,omitempty"`
 }
 
+// ClaimDevice is a device prepared for a ResourceClaim.
+type ClaimDevice struct {
+	// Claim is the claim's namespace/name.
+	Claim  string `json:"claim"`
+	Pool   string `json:"pool"`
+	Device string `json:"device"`
+}
+
+// PodResources is what the agent reads of the kubelet's pod-resources
+// answer.
+type PodResources struct {
+	// Allocations are the containers holding devices of the resource or
+	// the DRA driver asked for, sorted by namespace, pod and container.
+	Allocations []Allocation
+	// DynamicResources has every container the kubelet listed, by
+	// "namespace/pod/container", and says whether the kubelet listed
+	// devices prepared for its claims. A kubelet whose
+	// KubeletPodResourcesDynamicResources feature is off (alpha before
+	// Kubernetes 1.34, beta and on by default since) lists none even for
+	// containers that use claims: DynamicResourcesCondition tells that
+	// apart from a container without claims, which the API's pod spec
+	// shows.
+	DynamicResources map[string]bool
+}
+
 // ListGPUAllocations asks the kubelet's pod-resources API, served on the
-// unix socket socketPath, which devices of resourceName each container
-// holds. Containers holding none are left out. The result is sorted by
-// namespace, pod and container.
-func ListGPUAllocations(ctx context.Context, socketPath, resourceName string) ([]Allocation, error) {
+// unix socket socketPath, which devices of resourceName (device plugin)
+// and which devices of draDriver (DRA; "" for none) each container holds.
+// Containers holding none are left out of the allocations.
+func ListGPUAllocations(ctx context.Context, socketPath, resourceName, draDriver string) (*PodResources, error) {
 	abs, err := filepath.Abs(socketPath)
 	if err != nil {
 		return nil, fmt.Errorf("pod-resources socket %q: %w", socketPath, err)
@@ -74,8 +107,13 @@ func ListGPUAllocations(ctx context.Context, socketPath, resourceName string) ([
 	if err != nil {
 		return nil, fmt.Errorf("listing pod resources from %s: %w", abs, err)
 	}
+	return ReadPodResources(resp, resourceName, draDriver), nil
+}
 
-	var allocs []Allocation
+// ReadPodResources reads a pod-resources List answer: see
+// ListGPUAllocations.
+func ReadPodResources(resp *podresourcesv1.ListPodResourcesResponse, resourceName, draDriver string) *PodResources {
+	out := &PodResources{DynamicResources: map[string]bool{}}
 	for _, pod := range resp.GetPodResources() {
 		for _, c := range pod.GetContainers() {
 			var ids []string
@@ -84,19 +122,30 @@ func ListGPUAllocations(ctx context.Context, socketPath, resourceName string) ([
 					ids = append(ids, d.GetDeviceIds()...)
 				}
 			}
-			if len(ids) == 0 {
+			var claimed []ClaimDevice
+			for _, dr := range c.GetDynamicResources() {
+				for _, r := range dr.GetClaimResources() {
+					if draDriver == "" || r.GetDriverName() != draDriver {
+						continue
+					}
+					claimed = append(claimed, ClaimDevice{
+						Claim: dr.GetClaimNamespace() + "/" + dr.GetClaimName(),
+						Pool:  r.GetPoolName(), Device: r.GetDeviceName(),
+					})
+				}
+			}
+			out.DynamicResources[pod.GetNamespace()+"/"+pod.GetName()+"/"+c.GetName()] = len(c.GetDynamicResources()) > 0
+			if len(ids) == 0 && len(claimed) == 0 {
 				continue
 			}
-			allocs = append(allocs, Allocation{
-				Namespace: pod.GetNamespace(),
-				Pod:       pod.GetName(),
-				Container: c.GetName(),
-				DeviceIDs: ids,
+			out.Allocations = append(out.Allocations, Allocation{
+				Namespace: pod.GetNamespace(), Pod: pod.GetName(), Container: c.GetName(),
+				DeviceIDs: ids, ClaimDevices: claimed,
 			})
 		}
 	}
-	sort.Slice(allocs, func(i, j int) bool {
-		a, b := allocs[i], allocs[j]
+	sort.Slice(out.Allocations, func(i, j int) bool {
+		a, b := out.Allocations[i], out.Allocations[j]
 		if a.Namespace != b.Namespace {
 			return a.Namespace < b.Namespace
 		}
@@ -105,7 +154,34 @@ func ListGPUAllocations(ctx context.Context, socketPath, resourceName string) ([
 		}
 		return a.Container < b.Container
 	})
-	return allocs, nil
+	return out
+}
+
+// ResolveClaimDevices returns allocs with the GPUs of their claim devices
+// in node's pool added, through gpuOf (device name to NVML index, the
+// join of the node's ResourceSlice to its GPUs by UUID). It also returns
+// the devices it could not resolve: another pool's, or one the join does
+// not know (a MIG device, a slice not published yet).
+func ResolveClaimDevices(allocs []Allocation, node string, gpuOf map[string]int) (resolved []Allocation, unresolved []string) {
+	resolved = make([]Allocation, len(allocs))
+	for i, a := range allocs {
+		a.GPUs = append([]int(nil), a.GPUs...)
+		seen := topology.GPUSet(0)
+		for _, g := range a.GPUs {
+			seen |= topology.NewGPUSet(g)
+		}
+		for _, d := range a.ClaimDevices {
+			g, ok := gpuOf[d.Device]
+			if d.Pool != node || !ok || g < 0 || g >= topology.MaxGPUs {
+				unresolved = append(unresolved, d.Pool+"/"+d.Device)
+				continue
+			}
+			a.GPUs = appendGPU(a.GPUs, &seen, g)
+		}
+		sort.Ints(a.GPUs)
+		resolved[i] = a
+	}
+	return resolved, unresolved
 }
 
 // ResolveGPUs returns allocs with GPUs set from each device id: a GPU UUID,
@@ -122,6 +198,7 @@ func ResolveGPUs(allocs []Allocation, gpus []topology.GPU) (resolved []Allocatio
 	resolved = make([]Allocation, len(allocs))
 	for i, a := range allocs {
 		a.DeviceIDs = append([]string(nil), a.DeviceIDs...)
+		a.ClaimDevices = append([]ClaimDevice(nil), a.ClaimDevices...)
 		a.GPUs = nil
 		seen := topology.GPUSet(0)
 		for _, id := range a.DeviceIDs {
@@ -130,15 +207,22 @@ func ResolveGPUs(allocs []Allocation, gpus []topology.GPU) (resolved []Allocatio
 				unresolved = append(unresolved, id)
 				continue
 			}
-			if !seen.Has(g) {
-				seen |= topology.NewGPUSet(g)
-				a.GPUs = append(a.GPUs, g)
-			}
+			a.GPUs = appendGPU(a.GPUs, &seen, g)
 		}
 		sort.Ints(a.GPUs)
 		resolved[i] = a
 	}
 	return resolved, unresolved
+}
+
+// appendGPU appends GPU g to gpus unless seen has it: a GPU shared by
+// replicas or named by two devices counts once.
+func appendGPU(gpus []int, seen *topology.GPUSet, g int) []int {
+	if seen.Has(g) {
+		return gpus
+	}
+	*seen |= topology.NewGPUSet(g)
+	return append(gpus, g)
 }
 
 func gpuOfDeviceID(id string, byUUID map[string]int, count int) (int, bool) {

@@ -2,6 +2,8 @@ package discovery_test
 
 import (
 	"context"
+	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -9,6 +11,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protojson"
 	podresourcesv1 "k8s.io/kubelet/pkg/apis/podresources/v1"
 
 	"github.com/lockstep-dev/lockstep/pkg/agent/discovery"
@@ -41,10 +44,11 @@ func TestListGPUAllocations(t *testing.T) {
 	node := profileNode(t, "hgx-h100")
 	socket := discoverytest.ServePodResources(t, &discoverytest.PodResourcesServer{Pods: kubeletPods(node.GPUs)})
 
-	got, err := discovery.ListGPUAllocations(context.Background(), socket, lockstep.GPUResource)
+	answer, err := discovery.ListGPUAllocations(context.Background(), socket, lockstep.GPUResource, lockstep.DRAGPUDriver)
 	if err != nil {
 		t.Fatalf("ListGPUAllocations: %v", err)
 	}
+	got := answer.Allocations
 	want := []discovery.Allocation{
 		{Namespace: "batch", Pod: "by-index", Container: "job", DeviceIDs: []string{"5"}},
 		{Namespace: "infer", Pod: "server", Container: "triton", DeviceIDs: []string{"MIG-0c0a1c2e-8a3b-5c7d-9e1f-2a3b4c5d6e7f"}},
@@ -92,7 +96,7 @@ func TestListGPUAllocationsFails(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := discovery.ListGPUAllocations(context.Background(), tc.socket(t), lockstep.GPUResource)
+			_, err := discovery.ListGPUAllocations(context.Background(), tc.socket(t), lockstep.GPUResource, lockstep.DRAGPUDriver)
 			if err == nil || !strings.Contains(err.Error(), tc.wantText) {
 				t.Errorf("ListGPUAllocations error = %v, want one saying %q", err, tc.wantText)
 			}
@@ -133,5 +137,105 @@ func TestDiscoverAllocations(t *testing.T) {
 	}
 	if diff := cmp.Diff([]discovery.Source{discovery.SourcePodResources}, report.Unavailable); diff != "" {
 		t.Errorf("without a kubelet: unavailable sources (-want,+got):\n%s", diff)
+	}
+}
+
+// recordedDRAAnswer is testdata/podresources-dra.json: a pod-resources List
+// answer in the kubelet's v1 wire format (protojson), as a 1.34 kubelet
+// gives it on a node of NVIDIA's DRA driver: a trainer whose container
+// holds two GPUs of one claim and a ComputeDomain channel of another, a
+// second container without claims, a GPU of a claim shared by name, a MIG
+// device, and a DaemonSet pod holding nothing.
+func recordedDRAAnswer(t *testing.T) *podresourcesv1.ListPodResourcesResponse {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("testdata", "podresources-dra.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp := &podresourcesv1.ListPodResourcesResponse{}
+	if err := protojson.Unmarshal(b, resp); err != nil {
+		t.Fatalf("testdata/podresources-dra.json: %v", err)
+	}
+	return resp
+}
+
+// TestListGPUAllocationsDynamicResources reads the recorded answer over the
+// kubelet's socket: the GPU driver's devices by claim, pool and name
+// (other drivers' left out), every container the kubelet lists with
+// whether it listed claims' devices for it, and, joined by the node's
+// ResourceSlice (devices named after minor numbers, not NVML indexes), the
+// GPUs they are.
+func TestListGPUAllocationsDynamicResources(t *testing.T) {
+	resp := recordedDRAAnswer(t)
+	socket := discoverytest.ServePodResources(t, &discoverytest.PodResourcesServer{Pods: resp.GetPodResources()})
+	answer, err := discovery.ListGPUAllocations(context.Background(), socket, lockstep.GPUResource, lockstep.DRAGPUDriver)
+	if err != nil {
+		t.Fatalf("ListGPUAllocations: %v", err)
+	}
+	want := []discovery.Allocation{
+		{Namespace: "infer", Pod: "mig-user", Container: "triton", ClaimDevices: []discovery.ClaimDevice{
+			{Claim: "infer/mig-user-mig-r4t5y", Pool: "gpu-node-1", Device: "gpu-2-mig-1g10gb-19-0"}}},
+		{Namespace: "infer", Pod: "shared-a", Container: "server", ClaimDevices: []discovery.ClaimDevice{
+			{Claim: "infer/shared-gpu", Pool: "gpu-node-1", Device: "gpu-0"}}},
+		{Namespace: "ml", Pod: "trainer-0", Container: "pytorch", ClaimDevices: []discovery.ClaimDevice{
+			{Claim: "ml/trainer-0-gpus-x7k2p", Pool: "gpu-node-1", Device: "gpu-3"},
+			{Claim: "ml/trainer-0-gpus-x7k2p", Pool: "gpu-node-1", Device: "gpu-7"}}},
+	}
+	if diff := cmp.Diff(want, answer.Allocations); diff != "" {
+		t.Errorf("allocations (-want,+got):\n%s", diff)
+	}
+	wantListed := map[string]bool{
+		"gpu-operator/dcgm-exporter-7xk2m/exporter": false,
+		"infer/mig-user/triton":                     true,
+		"infer/shared-a/server":                     true,
+		"ml/trainer-0/log-shipper":                  false,
+		"ml/trainer-0/pytorch":                      true,
+	}
+	if diff := cmp.Diff(wantListed, answer.DynamicResources); diff != "" {
+		t.Errorf("containers listed, with claims' devices (-want,+got):\n%s", diff)
+	}
+
+	// gpu-N is the GPU of minor number N: here the reverse of NVML order.
+	gpuOf := map[string]int{}
+	for minor := range 8 {
+		gpuOf[fmt.Sprintf("gpu-%d", minor)] = 7 - minor
+	}
+	resolved, unresolved := discovery.ResolveClaimDevices(answer.Allocations, "gpu-node-1", gpuOf)
+	wantGPUs := [][]int{nil, {7}, {0, 4}}
+	for i, a := range resolved {
+		if diff := cmp.Diff(wantGPUs[i], a.GPUs); diff != "" {
+			t.Errorf("%s/%s GPUs (-want,+got):\n%s", a.Namespace, a.Pod, diff)
+		}
+	}
+	if diff := cmp.Diff([]string{"gpu-node-1/gpu-2-mig-1g10gb-19-0"}, unresolved); diff != "" {
+		t.Errorf("unresolved devices (-want,+got):\n%s", diff)
+	}
+	// Another node's pool is not this node's GPUs.
+	if _, unresolved := discovery.ResolveClaimDevices(answer.Allocations[1:2], "gpu-node-2", gpuOf); len(unresolved) != 1 {
+		t.Errorf("a device of another node's pool resolved: unresolved %v", unresolved)
+	}
+}
+
+// TestReadPodResourcesWithoutDynamicResources: the same answer from a
+// kubelet whose KubeletPodResourcesDynamicResources feature is off lists
+// the containers without claims' devices.
+func TestReadPodResourcesWithoutDynamicResources(t *testing.T) {
+	resp := recordedDRAAnswer(t)
+	for _, p := range resp.GetPodResources() {
+		for _, c := range p.GetContainers() {
+			c.DynamicResources = nil
+		}
+	}
+	answer := discovery.ReadPodResources(resp, lockstep.GPUResource, lockstep.DRAGPUDriver)
+	if len(answer.Allocations) != 0 {
+		t.Errorf("allocations %v from an answer without devices", answer.Allocations)
+	}
+	if len(answer.DynamicResources) != 5 {
+		t.Errorf("listed %d containers, want 5", len(answer.DynamicResources))
+	}
+	for key, listed := range answer.DynamicResources {
+		if listed {
+			t.Errorf("container %s listed with claims' devices", key)
+		}
 	}
 }

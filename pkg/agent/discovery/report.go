@@ -17,8 +17,13 @@ type Report struct {
 	// down or filtered out and so are not among Topology.NICs.
 	HCAs []HCA
 	// Allocations are the GPUs the kubelet has handed to containers; nil
-	// when Options.PodResourcesSocket is empty.
+	// when Options.PodResourcesSocket is empty. Devices the DRA driver
+	// prepared for claims are resolved to GPUs by the agent, which reads
+	// the node's ResourceSlice (ResolveClaimDevices).
 	Allocations []Allocation
+	// DynamicResources is PodResources.DynamicResources: nil when the
+	// kubelet was not asked.
+	DynamicResources map[string]bool
 	// Warnings are what discovery worked around: unsupported or failed
 	// queries it had a fallback for, inconsistent answers, missing sysfs
 	// entries. Each names the GPU or device concerned.

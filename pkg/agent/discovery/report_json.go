@@ -15,19 +15,22 @@ type reportJSON struct {
 	GPUHealth   []GPUHealth               `json:"gpuHealth"`
 	HCAs        []HCA                     `json:"hcas,omitempty"`
 	Allocations []Allocation              `json:"allocations,omitempty"`
-	Warnings    []string                  `json:"warnings,omitempty"`
-	Unavailable []Source                  `json:"unavailable,omitempty"`
+	// DynamicResources is omitted when empty, as when not asked.
+	DynamicResources map[string]bool `json:"dynamicResources,omitempty"`
+	Warnings         []string        `json:"warnings,omitempty"`
+	Unavailable      []Source        `json:"unavailable,omitempty"`
 }
 
 // MarshalJSON writes the report with its topology in API form.
 func (r Report) MarshalJSON() ([]byte, error) {
 	return json.Marshal(reportJSON{
-		Topology:    v1alpha1.SpecFromTopology(&r.Topology, ""),
-		GPUHealth:   r.GPUHealth,
-		HCAs:        r.HCAs,
-		Allocations: r.Allocations,
-		Warnings:    r.Warnings,
-		Unavailable: r.Unavailable,
+		Topology:         v1alpha1.SpecFromTopology(&r.Topology, ""),
+		GPUHealth:        r.GPUHealth,
+		HCAs:             r.HCAs,
+		Allocations:      r.Allocations,
+		DynamicResources: r.DynamicResources,
+		Warnings:         r.Warnings,
+		Unavailable:      r.Unavailable,
 	})
 }
 
@@ -42,6 +45,6 @@ func (r *Report) UnmarshalJSON(b []byte) error {
 	if err != nil {
 		return fmt.Errorf("report topology: %w", err)
 	}
-	*r = Report{Topology: *node, GPUHealth: in.GPUHealth, HCAs: in.HCAs, Allocations: in.Allocations, Warnings: in.Warnings, Unavailable: in.Unavailable}
+	*r = Report{Topology: *node, GPUHealth: in.GPUHealth, HCAs: in.HCAs, Allocations: in.Allocations, DynamicResources: in.DynamicResources, Warnings: in.Warnings, Unavailable: in.Unavailable}
 	return nil
 }

@@ -3,6 +3,8 @@ package discovery
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 
 	"github.com/lockstep-dev/lockstep/pkg/topology"
@@ -51,6 +53,21 @@ func (r *Report) Sanitize() *Report {
 			pods[key] = fmt.Sprintf("pod-%d", len(pods))
 		}
 	}
+	// Containers the kubelet listed without devices name pods too; in
+	// order, so that a report sanitizes the same way every time.
+	for _, key := range slices.Sorted(maps.Keys(r.DynamicResources)) {
+		parts := strings.SplitN(key, "/", 3)
+		if len(parts) != 3 {
+			continue
+		}
+		if _, ok := namespaces[parts[0]]; !ok {
+			namespaces[parts[0]] = fmt.Sprintf("ns-%d", len(namespaces))
+		}
+		if _, ok := pods[parts[0]+"/"+parts[1]]; !ok {
+			pods[parts[0]+"/"+parts[1]] = fmt.Sprintf("pod-%d", len(pods))
+		}
+	}
+	claims := map[string]string{}
 	replace := strings.NewReplacer(pairs...)
 	for _, a := range r.Allocations {
 		s := Allocation{
@@ -62,7 +79,24 @@ func (r *Report) Sanitize() *Report {
 		for _, id := range a.DeviceIDs {
 			s.DeviceIDs = append(s.DeviceIDs, replace.Replace(id))
 		}
+		for _, d := range a.ClaimDevices {
+			if _, ok := claims[d.Claim]; !ok {
+				claims[d.Claim] = fmt.Sprintf("%s/claim-%d", namespaces[a.Namespace], len(claims))
+			}
+			// Pools are node names, which the report does not keep.
+			s.ClaimDevices = append(s.ClaimDevices, ClaimDevice{Claim: claims[d.Claim], Pool: "node", Device: d.Device})
+		}
 		out.Allocations = append(out.Allocations, s)
+	}
+	if r.DynamicResources != nil {
+		out.DynamicResources = make(map[string]bool, len(r.DynamicResources))
+		for key, listed := range r.DynamicResources {
+			parts := strings.SplitN(key, "/", 3)
+			if len(parts) != 3 {
+				continue
+			}
+			out.DynamicResources[namespaces[parts[0]]+"/"+pods[parts[0]+"/"+parts[1]]+"/"+parts[2]] = listed
+		}
 	}
 	for _, h := range r.GPUHealth {
 		h.UUID = replace.Replace(h.UUID)

@@ -254,6 +254,23 @@ func (b *Books) Drop(key string) bool {
 	return b.core.Drop(key)
 }
 
+// OpenPlansOf returns the keys of gang's plans (every size class) that
+// still have open slots.
+func (b *Books) OpenPlansOf(gang string) []string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var out []string
+	for _, key := range b.core.Keys() {
+		if GangOf(key) != gang {
+			continue
+		}
+		if h, ok := b.core.Get(key); ok && !h.Complete() {
+			out = append(out, key)
+		}
+	}
+	return out
+}
+
 // ReserveSlot gives pod slot want of its gang's plan when it is open on
 // node, else another open slot there (placement.Books.ReserveSlot).
 func (b *Books) ReserveSlot(key string, pod types.UID, node string, want int) (Assignment, bool) {

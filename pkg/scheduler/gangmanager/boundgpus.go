@@ -78,3 +78,26 @@ func (m *Manager) TakeReported(logger klog.Logger, nt *v1alpha1.NodeTopology) {
 		}
 	}
 }
+
+// TakeClaimed hands the books the GPUs a pod's allocated ResourceClaims
+// hold on node (nodeview.View.ClaimedGPUs): for a pod that claims its
+// GPUs, the allocator's choice is the truth, and the plan's prediction
+// the books kept until then hid GPUs it did not take (the allocator does
+// not see other gangs' open slots, and picks the first free device). The
+// agent may report it late or never (a kubelet that does not serve
+// DynamicResources). As for TakeReported, gangs turned away are retried
+// when the guess held GPUs the claim does not.
+func (m *Manager) TakeClaimed(logger klog.Logger, pod *v1.Pod, node string, gpus topology.GPUSet) {
+	before, known := m.Books.AssignmentOf(pod.UID)
+	if !known || !m.Books.Report(pod.UID, node, gpus) {
+		return
+	}
+	if before.GPUs == gpus {
+		logger.V(5).Info("A pod's ResourceClaims were allocated the GPUs predicted", "pod", klog.KObj(pod), "node", node, "gpus", gpus.String())
+		return
+	}
+	logger.V(2).Info("A pod's ResourceClaims were allocated other GPUs than predicted; they replace the prediction", "pod", klog.KObj(pod), "node", node, "gpus", gpus.String(), "predicted", before.GPUs.String())
+	if before.GPUs&^gpus != 0 {
+		m.RetryTurnedAway("")
+	}
+}

@@ -329,11 +329,14 @@ func draNode(core *placement.Books, pn *placement.Node, row *snapshotRow, gang s
 	if view.taken != nil {
 		free = freeExcept(pool.join, view.taken[row.name])
 	}
-	held := row.booked
+	// The claims (free) hold what pods hold, in-flight allocations
+	// included; the books add the plans' open slots. Their record of
+	// reserved pods is a prediction the allocator need not have followed.
+	except := ""
 	if ownOpen {
-		held = core.HeldOn(pn.Name, gang)
+		except = gang
 	}
-	pn.FreeGPUs = free & row.gpus.free &^ held
+	pn.FreeGPUs = free & row.gpus.free &^ core.OpenHeldOn(pn.Name, except)
 	pn.DRA, pn.DRAOneRoot = pool.join.order, view.oneRoot
 }
 
@@ -353,16 +356,32 @@ func (v *draView) plans(row *snapshotRow) bool {
 	return row.dra != nil && row.gpus != nil && row.gpuCount == 0
 }
 
-// ClaimedFree is a DRA node's free GPU count for a plan's validity: what
-// the agent reports free less what other plans and reserved pods hold
-// (the plan's own open slots excepted). Allocations DynamicResources made
-// since the agent's last report are its Filter's to catch.
+// ClaimedFree is a DRA node's free GPU count for a plan's validity: the
+// GPUs whose devices no claim holds (the DRA view, as plans read it, with
+// DynamicResources' in-flight allocations), that the agent reports
+// healthy and free, less the open slots of other plans. Reserved pods
+// count by their claims, not by the books: a member reserved into a slot
+// whose prediction the allocator did not follow (slots go by rank) would
+// otherwise count twice, and its own gang's plan be dropped as not
+// fitting. The agent's
+// report alone is not enough: a kubelet that does not serve
+// DynamicResources reports no DRA allocation, and one that does reports
+// it on its next read, so a plan whose slots another claim took would
+// survive until planTTL.
 func (v *View) ClaimedFree(node, gang string) int {
 	gpus, ok := v.gpus.get(node)
 	if !ok {
 		return 0
 	}
-	return (gpus.free &^ v.heldOn(node, gang)).Len()
+	unclaimed, ok := v.unclaimedGPUs(node)
+	if !ok {
+		return (gpus.free &^ v.heldOn(node, gang)).Len()
+	}
+	// As draNode: the claims say what pods hold; the books add open slots.
+	core := v.held.LockCore()
+	open := core.OpenHeldOn(node, gang)
+	v.held.UnlockCore()
+	return (gpus.free & unclaimed &^ open).Len()
 }
 
 // draViewFor returns the DRA view a plan for a pod asking req reads, nil

@@ -3,6 +3,7 @@ package nodeview
 import (
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	v1 "k8s.io/api/core/v1"
@@ -17,6 +18,7 @@ import (
 	"github.com/lockstep-dev/lockstep/pkg/scheduler/gangmanager"
 	"github.com/lockstep-dev/lockstep/pkg/scheduler/schedtesting"
 	"github.com/lockstep-dev/lockstep/pkg/topology"
+	"github.com/lockstep-dev/lockstep/pkg/topology/placement"
 	utiltesting "github.com/lockstep-dev/lockstep/pkg/util/testing"
 )
 
@@ -107,11 +109,22 @@ func TestDRASnapshot(t *testing.T) {
 			want: map[string]string{"d1": "1,2,3,4,6,7", "d2": "0,1,2,3,4,5,6,7"},
 		},
 		{
-			name: "GPUs the books hold for another gang",
+			name: "GPUs another gang's open slot holds",
 			change: func(_ *testing.T, p *draWorld, _ *schedtesting.FakeDRA) {
-				p.books.Assign("other", "d2", topology.NewGPUSet(4, 5, 6, 7))
+				p.books.Add("ns/other#4", &placement.Plan{Members: []placement.Assignment{{Node: "d2", GPUs: topology.NewGPUSet(4, 5, 6, 7)}}}, time.Unix(0, 0))
 			},
 			want: map[string]string{"d1": "0,1,2,3,4,5,6,7", "d2": "0,1,2,3"},
+		},
+		{
+			// A pod's claims say what it holds: the books' record of it, a
+			// plan's prediction the allocator need not have followed, hides
+			// nothing more.
+			name: "GPUs the books record for a pod",
+			change: func(_ *testing.T, p *draWorld, dra *schedtesting.FakeDRA) {
+				p.books.Assign("other", "d2", topology.NewGPUSet(4, 5))
+				dra.Devices.Insert(structured.MakeDeviceID(lockstep.DRAGPUDriver, "d2", "gpu-0"), structured.MakeDeviceID(lockstep.DRAGPUDriver, "d2", "gpu-1"))
+			},
+			want: map[string]string{"d1": "0,1,2,3,4,5,6,7", "d2": "2,3,4,5,6,7"},
 		},
 		{
 			name: "GPUs the agent reports allocated or unhealthy",

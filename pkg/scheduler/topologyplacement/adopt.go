@@ -16,12 +16,22 @@ const EventGPUAnnotationIgnored = "GPUAnnotationIgnored"
 // books do not know the pod (a previous leader bound it, or its Binding's
 // answer was lost and Unreserve forgot it), its node's agent has not
 // reported its allocation yet, and adoption allows it; a pod whose
-// annotation it refuses gets a Warning event once.
+// annotation it refuses gets a Warning event once. A pod the books know
+// has its claims followed instead (followClaims), and a pod that claims
+// its GPUs adopts nothing: its claims hold them.
 func (p *TopologyPlacement) adoptBoundGPUs(pod *v1.Pod) {
 	if _, known := p.gangs.Books.AssignmentOf(pod.UID); known {
+		p.followClaims(pod)
 		return
 	}
-	gpus, ignored := gangmanager.Adoption(pod, p.view.Request(pod).ResourceGPUs(), p.ourProfile, p.nodeGPUCount(pod.Spec.NodeName))
+	req := p.view.Request(pod)
+	if req.Claimed {
+		// Its devices are its claims', which the DRA view keeps from
+		// planners: the annotation, a plan's prediction, is no truth to
+		// adopt.
+		return
+	}
+	gpus, ignored := gangmanager.Adoption(pod, req.ResourceGPUs(), p.ourProfile, p.nodeGPUCount(pod.Spec.NodeName))
 	if ignored != "" {
 		// Once per pod and annotation: the handler sees every status write.
 		if p.ignored.AddNew(string(pod.UID) + "/" + pod.Annotations[lockstep.AnnotationGPUs]) {

@@ -55,6 +55,10 @@ func (p *TopologyPlacement) Bind(ctx context.Context, state fwk.CycleState, pod 
 	// Whatever the way out, including to DefaultBinder, the count PreBind
 	// may have started ends.
 	defer p.binds.done(pod.UID)
+	// DynamicResources' PreBind has written the pod's allocations: its
+	// GPUs are what they hold, not what the plan predicted, in the books
+	// and in the annotation.
+	p.followClaims(pod)
 	a, ok := p.gangs.Books.AssignmentOf(pod.UID)
 	if !ok {
 		if s, err := stateOf(state); err == nil && s.plan != nil {

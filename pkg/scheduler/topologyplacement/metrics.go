@@ -48,7 +48,11 @@ const (
 	dropExpired         dropReason = "expired"
 	dropNodeUnavailable dropReason = "node_unavailable"
 	dropUnreserved      dropReason = "member_unreserved"
+	dropGangDeleted     dropReason = "gang_deleted"
 )
+
+// dropReasons are every dropReason, each a series from the start.
+var dropReasons = []dropReason{dropExpired, dropNodeUnavailable, dropUnreserved, dropGangDeleted}
 
 // message is what the gang's members waiting at Permit are rejected with.
 func (r dropReason) message() string {
@@ -59,6 +63,8 @@ func (r dropReason) message() string {
 		return "planned node lost or taken"
 	case dropUnreserved:
 		return "a member of the gang was unreserved"
+	case dropGangDeleted:
+		return "its PodGroup was deleted"
 	}
 	return string(r)
 }
@@ -122,7 +128,7 @@ func newPluginMetrics() *pluginMetrics {
 			Namespace:      metricsNamespace,
 			Subsystem:      metricsSubsystem,
 			Name:           "plans_invalidated_total",
-			Help:           "Plans dropped before their gang completed, by reason: expired (planTTL), node_unavailable (a planned node gone, cordoned or taken) or member_unreserved (Permit timeout, bind failure).",
+			Help:           "Plans dropped before their gang completed, by reason: expired (planTTL), node_unavailable (a planned node gone, cordoned or taken), member_unreserved (Permit timeout, bind failure) or gang_deleted (its PodGroup deleted).",
 			StabilityLevel: metrics.ALPHA,
 		}, []string{"reason"}),
 		plansHeld: metrics.NewGauge(&metrics.GaugeOpts{
@@ -271,7 +277,7 @@ func registerMetrics(register func(metrics.Registerable) error) (*pluginMetrics,
 	}
 	// Zeros for every reason, so that rate() and alerts see the series
 	// before the first invalidation.
-	for _, r := range []dropReason{dropExpired, dropNodeUnavailable, dropUnreserved} {
+	for _, r := range dropReasons {
 		m.plansInvalidated.WithLabelValues(string(r))
 	}
 	for _, r := range nodeview.ExclusionReasons {

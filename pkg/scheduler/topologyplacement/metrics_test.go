@@ -326,6 +326,18 @@ func TestPlansInvalidatedByReason(t *testing.T) {
 			},
 			want: dropNodeUnavailable,
 		},
+		{
+			// A suspended or evicted job's PodGroup goes before its pods
+			// are all reserved: its open slot frees its GPUs at once.
+			name: "PodGroup deleted",
+			drop: func(p *metricsPlugin, _ fwk.CycleState) {
+				p.podGroupEvents(ctx).OnDelete(utiltesting.MakePodGroup("g", "ns", 2).Obj())
+				if held := p.gangs.Books.HeldOn("b", ""); held != 0 {
+					t.Errorf("books hold %s on b, the deleted gang's open slot", held)
+				}
+			},
+			want: dropGangDeleted,
+		},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -342,7 +354,7 @@ func TestPlansInvalidatedByReason(t *testing.T) {
 			p.invalidate("ns/g#8", tc.want)
 			got := observed(t, p.reg, "lockstep_scheduler_plans_invalidated_total")
 			want := map[string]float64{}
-			for _, r := range []dropReason{dropExpired, dropNodeUnavailable, dropUnreserved} {
+			for _, r := range dropReasons {
 				want["lockstep_scheduler_plans_invalidated_total{reason="+string(r)+"}"] = 0
 			}
 			want["lockstep_scheduler_plans_invalidated_total{reason="+string(tc.want)+"}"] = 1

@@ -227,6 +227,9 @@ func build(ctx context.Context, args *Args, handle framework.Handle) (*TopologyP
 		if err := register(handle.SharedInformerFactory().Resource().V1().ResourceClaims().Informer(), onClaims); err != nil {
 			return nil, err
 		}
+		if _, err := handle.SharedInformerFactory().Resource().V1().ResourceClaims().Informer().AddEventHandler(p.claimEvents()); err != nil {
+			return nil, fmt.Errorf("following ResourceClaims into the books: %w", err)
+		}
 	}
 	go func() {
 		if err := objCache.Start(ctx); err != nil {
@@ -264,7 +267,8 @@ func build(ctx context.Context, args *Args, handle framework.Handle) (*TopologyP
 
 // podGroupEvents follows PodGroups. A deleted PodGroup (a suspended or
 // evicted job's) ends its drain now, not at the next sweep or the stall,
-// and its gang's verdicts are forgotten. A PodGroup created or changed
+// its plans' open slots go (dropPlansOf), and its gang's verdicts are
+// forgotten. A PodGroup created or changed
 // retires its gang's verdict: gangSpec reads this informer's cache.
 func (p *TopologyPlacement) podGroupEvents(ctx context.Context) cache.ResourceEventHandlerFuncs {
 	return cache.ResourceEventHandlerFuncs{
@@ -286,6 +290,7 @@ func (p *TopologyPlacement) podGroupEvents(ctx context.Context) cache.ResourceEv
 			}
 			if pg, ok := obj.(*schedv1alpha1.PodGroup); ok {
 				p.releaseDrainsOf(ctx, pg.Namespace+"/"+pg.Name, "its PodGroup was deleted")
+				p.dropPlansOf(pg.Namespace + "/" + pg.Name)
 				p.gangs.Verdicts.ForgetGang(pg.Namespace + "/" + pg.Name)
 			}
 		},
@@ -483,7 +488,19 @@ func (p *TopologyPlacement) forgetDeletedGangs(ctx context.Context) {
 		if apierrors.IsNotFound(err) {
 			p.gangs.ForgetFirstSeen(key)
 			p.releaseDrain(ctx, key)
+			p.dropPlansOf(gangmanager.GangOf(key))
 		}
+	}
+}
+
+// dropPlansOf drops the plans of a deleted gang that still have open
+// slots: nothing will take them, and until planTTL they hid their GPUs
+// from every other gang (a suspended job's, an evicted one's). Plans whose
+// members are all reserved go with their pods.
+func (p *TopologyPlacement) dropPlansOf(gang string) {
+	for _, key := range p.gangs.Books.OpenPlansOf(gang) {
+		p.logger.V(2).Info("Dropping the plan of a deleted gang", "plugin", Name, "podGroup", key)
+		p.invalidate(key, dropGangDeleted)
 	}
 }
 

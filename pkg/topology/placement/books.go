@@ -464,6 +464,21 @@ func (b *Books) HeldOn(node, except string) topology.GPUSet {
 	return held | b.podsOn[node]
 }
 
+// OpenHeldOn is HeldOn without the reserved and assigned pods: the GPUs on
+// node that plans other than except's hold for open slots. Where claims say
+// which GPUs pods hold (DRA, where the allocator's choice may not be the
+// plan's), the pods' GPUs are their claims', and the books' record of them
+// would count the same pod twice: its claim's devices and its slot's.
+func (b *Books) OpenHeldOn(node, except string) topology.GPUSet {
+	held := b.held[node]
+	if h, ok := b.gangs[except]; ok {
+		for _, i := range h.OpenSlotsOn(node) {
+			held &^= h.plan.Members[i].GPUs
+		}
+	}
+	return held
+}
+
 // Booked is HeldOn for a gang without open slots: every GPU on node that
 // plans hold or reserved and assigned pods were given.
 func (b *Books) Booked(node string) topology.GPUSet {
@@ -488,6 +503,11 @@ func (b *Books) Holding() (plans, gpus int) {
 		gpus += held.Len()
 	}
 	return plans, gpus
+}
+
+// Keys returns the keys of every plan, sorted.
+func (b *Books) Keys() []string {
+	return slices.Sorted(maps.Keys(b.gangs))
 }
 
 // Expired returns the keys of incomplete plans older than ttl at now,

@@ -196,7 +196,38 @@ type NodeTopologyStatus struct {
 	// Agent names the agent mode that publishes the object (real or fake).
 	// +optional
 	Agent string `json:"agent,omitempty"`
+	// Conditions are the agent's observations about its sources:
+	// DynamicResourcesReported says whether the kubelet reports the devices
+	// it prepared for ResourceClaims, without which Allocations leave out
+	// the GPUs pods hold through DRA.
+	// +listType=map
+	// +listMapKey=type
+	// +kubebuilder:validation:MaxItems=8
+	// +optional
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
 }
+
+// NodeTopologyDynamicResourcesReported is the condition type saying
+// whether the node's kubelet reports, in its pod-resources API, the devices
+// it prepared for pods' ResourceClaims (DynamicResources, behind the
+// kubelet's KubeletPodResourcesDynamicResources feature: alpha before
+// Kubernetes 1.34, beta and on by default since). When it does not, the
+// allocations of the NodeTopology leave out the GPUs pods hold through DRA,
+// and only the claims say which those are (the scheduler reads the claims).
+const NodeTopologyDynamicResourcesReported = "DynamicResourcesReported"
+
+// Reasons of the DynamicResourcesReported condition.
+const (
+	// ReasonKubeletReportsDynamicResources: the kubelet listed devices for
+	// a container that uses claims.
+	ReasonKubeletReportsDynamicResources = "KubeletReportsDynamicResources"
+	// ReasonKubeletOmitsDynamicResources: running containers use claims
+	// and the kubelet listed devices for none of them.
+	ReasonKubeletOmitsDynamicResources = "KubeletOmitsDynamicResources"
+	// ReasonNoClaimedContainers: no running container of the node uses a
+	// claim, so nothing tells.
+	ReasonNoClaimedContainers = "NoClaimedContainers"
+)
 
 // GPUHealthState says why a GPU cannot be used.
 //
