@@ -9,6 +9,7 @@ import (
 
 	"github.com/lockstep-dev/lockstep/pkg/apis/lockstep/v1alpha1"
 	"github.com/lockstep-dev/lockstep/pkg/localcluster"
+	"github.com/lockstep-dev/lockstep/pkg/scheduler/topologyplacement"
 	"github.com/lockstep-dev/lockstep/test/e2e/framework"
 )
 
@@ -83,8 +84,13 @@ func TestMetrics(t *testing.T) {
 				t.Errorf("%s missing", name)
 			}
 		}
-		if got := len(after.Find("lockstep_scheduler_plans_invalidated_total", nil)); got != 3 {
-			t.Errorf("%d plans_invalidated_total series, want one per reason (3)", got)
+		for _, reason := range topologyplacement.PlanDropReasons() {
+			if got := len(after.Find("lockstep_scheduler_plans_invalidated_total", map[string]string{"reason": reason})); got != 1 {
+				t.Errorf("%d plans_invalidated_total{reason=%q} series, want one", got, reason)
+			}
+		}
+		if got, want := len(after.Find("lockstep_scheduler_plans_invalidated_total", nil)), len(topologyplacement.PlanDropReasons()); got != want {
+			t.Errorf("%d plans_invalidated_total series, want one per reason (%d)", got, want)
 		}
 	})
 

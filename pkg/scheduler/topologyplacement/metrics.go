@@ -54,6 +54,17 @@ const (
 // dropReasons are every dropReason, each a series from the start.
 var dropReasons = []dropReason{dropExpired, dropNodeUnavailable, dropUnreserved, dropGangDeleted}
 
+// PlanDropReasons are the reason label values of
+// lockstep_scheduler_plans_invalidated_total, every one a series from the
+// start.
+func PlanDropReasons() []string {
+	out := make([]string, len(dropReasons))
+	for i, r := range dropReasons {
+		out[i] = string(r)
+	}
+	return out
+}
+
 // message is what the gang's members waiting at Permit are rejected with.
 func (r dropReason) message() string {
 	switch r {
