@@ -13,6 +13,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -31,6 +32,7 @@ import (
 	psapolicy "k8s.io/pod-security-admission/policy"
 
 	"github.com/lockstep-dev/lockstep/pkg/apis/lockstep/v1alpha1"
+	"github.com/lockstep-dev/lockstep/pkg/controller/framework"
 	"github.com/lockstep-dev/lockstep/pkg/lockstep"
 )
 
@@ -100,6 +102,7 @@ func TestOverlays(t *testing.T) {
 				{"agent label allow-list is the contract's", checkAgentLabels},
 				{"agents are system-critical", checkAgentPriority},
 				{"template policy names the template rules", checkTemplatePolicy},
+				{"checkpoint policies name the contract", checkCheckpointPolicies},
 				{"metrics authenticated and fenced", checkMetrics},
 			} {
 				t.Run(check.name, func(t *testing.T) {
@@ -335,12 +338,17 @@ func checkRestricted(r *rendered) []error {
 
 // policies are the ValidatingAdmissionPolicies every overlay must install
 // and bind with Deny, and the ServiceAccount each is held to ("" when it
-// applies to every caller).
+// applies to every caller, podBound for every pod-bound token).
 var policies = map[string]string{
 	"lockstep-topology-agent-own-node":  "lockstep-agent:lockstep-topology-agent",
 	"lockstep-controller-owned-objects": "lockstep-system:lockstep-controller",
 	"lockstep-trainingjob-templates":    "",
+	"lockstep-checkpoint-reports":       podBound,
 }
+
+// podBound stands for the callers the checkpoint policy holds: any
+// ServiceAccount token bound to a pod, which the kubelet mounts.
+const podBound = "pod-bound"
 
 func (r *rendered) policy(name string) *admissionv1.ValidatingAdmissionPolicy {
 	for _, o := range r.objects {
@@ -380,6 +388,9 @@ func checkPolicies(r *rendered) []error {
 			continue
 		}
 		want := "'system:serviceaccount:" + sa + "'"
+		if sa == podBound {
+			want = "'authentication.kubernetes.io/pod-name' in request.userInfo.extra"
+		}
 		if !slices.ContainsFunc(p.Spec.MatchConditions, func(c admissionv1.MatchCondition) bool {
 			return strings.Contains(c.Expression, want)
 		}) {
@@ -517,6 +528,40 @@ func checkMetrics(r *rendered) []error {
 		if !fenced[ns+"/"+tmpl.Labels["app.kubernetes.io/name"]] {
 			errs = append(errs, fmt.Errorf("%s serves a metrics port that no NetworkPolicy limits to namespaces labelled %s=true", name, lockstep.LabelMetricsScraper))
 		}
+	}
+	return errs
+}
+
+// checkCheckpointPolicies: the checkpoint policy holds the contract's
+// annotation and its size bound, and the controller's policy binds only the
+// reporter Role the controller names (framework.CheckpointReporterName).
+func checkCheckpointPolicies(r *rendered) []error {
+	var errs []error
+	text := func(name string) string {
+		p := r.policy(name)
+		if p == nil {
+			return ""
+		}
+		var b strings.Builder
+		for _, c := range p.Spec.MatchConditions {
+			b.WriteString(c.Expression + "\n")
+		}
+		for _, v := range p.Spec.Variables {
+			b.WriteString(v.Expression + "\n")
+		}
+		for _, v := range p.Spec.Validations {
+			b.WriteString(v.Expression + "\n" + v.Message + v.MessageExpression + "\n")
+		}
+		return b.String()
+	}
+	reports := text("lockstep-checkpoint-reports")
+	for _, want := range []string{"'" + lockstep.AnnotationCheckpoint + "'", "'" + lockstep.LabelJobName + "'", strconv.Itoa(lockstep.MaxCheckpointReport)} {
+		if !strings.Contains(reports, want) {
+			errs = append(errs, fmt.Errorf("checkpoint policy does not name %s", want))
+		}
+	}
+	if suffix := strings.TrimPrefix(framework.CheckpointReporterName("JOB"), "JOB"); !strings.Contains(text("lockstep-controller-owned-objects"), "variables.newJob + '"+suffix+"'") {
+		errs = append(errs, fmt.Errorf("controller policy does not bind only the reporter Role <job>%s", suffix))
 	}
 	return errs
 }

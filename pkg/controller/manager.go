@@ -3,6 +3,7 @@ package controller
 import (
 	autoscalingv2 "k8s.io/api/autoscaling/v2"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/selection"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -36,6 +37,10 @@ func ManagerCache() (cache.Options, client.Options) {
 			&corev1.ConfigMap{}: {Label: ours},
 			// The elastic jobs' autoscalers.
 			&autoscalingv2.HorizontalPodAutoscaler{}: {Label: ours},
+			// The jobs' checkpoint reporter Roles and bindings
+			// (checkpoint.go).
+			&rbacv1.Role{}:        {Label: ours},
+			&rbacv1.RoleBinding{}: {Label: ours},
 		}},
 		client.Options{Cache: &client.CacheOptions{DisableFor: []client.Object{&corev1.Secret{}}, Unstructured: true}}
 }

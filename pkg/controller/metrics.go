@@ -38,10 +38,14 @@ func RegisterMetrics(reg prometheus.Registerer, reader client.Reader) error {
 // jobStatePending labels jobs the controller has not yet given a state.
 const jobStatePending = "Pending"
 
-// jobStates collects the number of TrainingJobs by framework and state.
+// jobStates collects the number of TrainingJobs by framework and state,
+// and the age of each unfinished job's last checkpoint, from one list of
+// the cache per scrape.
 type jobStates struct {
-	reader client.Reader
-	desc   *prometheus.Desc
+	reader        client.Reader
+	desc          *prometheus.Desc
+	checkpointAge *prometheus.Desc
+	now           func() time.Time
 }
 
 func newJobStates(reader client.Reader) *jobStates {
@@ -50,10 +54,17 @@ func newJobStates(reader client.Reader) *jobStates {
 		desc: prometheus.NewDesc("lockstep_controller_jobs",
 			"TrainingJobs by framework and state (the latest condition; Pending before the first reconcile).",
 			[]string{"framework", "state"}, nil),
+		checkpointAge: prometheus.NewDesc("lockstep_controller_checkpoint_age_seconds",
+			"How long ago each unfinished TrainingJob's last reported checkpoint (status.checkpoint.time) was: the work an eviction or a restart would lose now.",
+			[]string{"namespace", "job"}, nil),
+		now: time.Now,
 	}
 }
 
-func (c *jobStates) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
+func (c *jobStates) Describe(ch chan<- *prometheus.Desc) {
+	ch <- c.desc
+	ch <- c.checkpointAge
+}
 
 func (c *jobStates) Collect(ch chan<- prometheus.Metric) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -65,6 +76,15 @@ func (c *jobStates) Collect(ch chan<- prometheus.Metric) {
 	}
 	for key, n := range countJobStates(jobs.Items) {
 		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, float64(n), string(key.framework), key.state)
+	}
+	now := c.now()
+	for i := range jobs.Items {
+		j := &jobs.Items[i]
+		if j.Status.Checkpoint == nil || isFinished(&j.Status) {
+			continue
+		}
+		age := max(now.Sub(j.Status.Checkpoint.Time.Time).Seconds(), 0)
+		ch <- prometheus.MustNewConstMetric(c.checkpointAge, prometheus.GaugeValue, age, j.Namespace, j.Name)
 	}
 }
 

@@ -5,10 +5,12 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
@@ -83,5 +85,47 @@ func TestJobsGaugeReportsAnUnreadableCache(t *testing.T) {
 	}
 	if _, err := reg.Gather(); err == nil || !strings.Contains(err.Error(), "cache stopped") {
 		t.Errorf("Gather error = %v, want the cache's", err)
+	}
+}
+
+// TestCheckpointAgeGauge: each unfinished job that reported a checkpoint
+// has its age at the scrape; finished jobs and jobs that never reported
+// have none.
+func TestCheckpointAgeGauge(t *testing.T) {
+	scheme := runtime.NewScheme()
+	if err := v1alpha1.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	now := time.Date(2026, 12, 4, 19, 0, 0, 0, time.UTC)
+	job := func(name string, state v1alpha1.JobState, ago time.Duration) client.Object {
+		st := v1alpha1.TrainingJobStatus{State: state}
+		if ago >= 0 {
+			st.Checkpoint = &v1alpha1.CheckpointStatus{Step: 1, Time: metav1.NewTime(now.Add(-ago)), Location: "s3://b/1"}
+		}
+		if state == v1alpha1.JobSucceeded {
+			st.Conditions = []metav1.Condition{{Type: string(v1alpha1.JobSucceeded), Status: metav1.ConditionTrue}}
+		}
+		return utiltesting.MakeTrainingJob(name, "ns").Framework(v1alpha1.FrameworkPyTorch).WithStatus(st).Obj()
+	}
+	reader := fake.NewClientBuilder().WithScheme(scheme).WithObjects(
+		job("fresh", v1alpha1.JobRunning, time.Minute),
+		job("stale", v1alpha1.JobRestarting, 2*time.Hour),
+		job("never", v1alpha1.JobRunning, -1),
+		job("done", v1alpha1.JobSucceeded, time.Hour),
+	).Build()
+	c := newJobStates(reader)
+	c.now = func() time.Time { return now }
+	reg := prometheus.NewPedanticRegistry()
+	if err := reg.Register(c); err != nil {
+		t.Fatal(err)
+	}
+	want := `
+# HELP lockstep_controller_checkpoint_age_seconds How long ago each unfinished TrainingJob's last reported checkpoint (status.checkpoint.time) was: the work an eviction or a restart would lose now.
+# TYPE lockstep_controller_checkpoint_age_seconds gauge
+lockstep_controller_checkpoint_age_seconds{job="fresh",namespace="ns"} 60
+lockstep_controller_checkpoint_age_seconds{job="stale",namespace="ns"} 7200
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "lockstep_controller_checkpoint_age_seconds"); err != nil {
+		t.Error(err)
 	}
 }

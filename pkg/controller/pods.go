@@ -87,6 +87,13 @@ func (r *TrainingJobReconciler) desiredPod(job *v1alpha1.TrainingJob, a framewor
 		addChannelClaim(&pod.Spec, plan.template, claims)
 	}
 	setIncarnationEnv(&pod.Spec, job.Status.RestartCount)
+	setResumeEnv(&pod.Spec, job.Status.Checkpoint)
+	if o := job.Spec.RunPolicy.RestartOverheadSeconds; o != nil && *o > 0 {
+		if pod.Annotations == nil {
+			pod.Annotations = map[string]string{}
+		}
+		pod.Annotations[lockstep.AnnotationRestartOverhead] = strconv.Itoa(int(*o))
+	}
 	pod.Spec.SchedulerName = r.SchedulerName
 	pod.Spec.RestartPolicy = corev1.RestartPolicyNever
 	unreachableTolerations(&pod.Spec, unreachableTolerance(job))

@@ -153,17 +153,19 @@ func (v *vanishedPods) forget(uid types.UID) {
 }
 
 // podEvents enqueues the job that controls a pod, as Owns does, and first
-// notes a deleted or updated pod's preemption condition, so that the
-// reconcile the event causes knows why the pod went even when the cache no
-// longer holds it.
+// notes a deleted or updated pod's preemption condition and checkpoint
+// reports, so that the reconcile the event causes knows why the pod went,
+// and what it last reported, even when the cache no longer holds it.
 type podEvents struct {
 	handler.EventHandler
 	vanished *vanishedPods
+	reports  *heardReports
 }
 
 func (h podEvents) Update(ctx context.Context, e event.UpdateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
 	if p, ok := e.ObjectNew.(*corev1.Pod); ok {
 		h.vanished.note(p)
+		h.reports.note(p)
 	}
 	h.EventHandler.Update(ctx, e, q)
 }
@@ -171,6 +173,7 @@ func (h podEvents) Update(ctx context.Context, e event.UpdateEvent, q workqueue.
 func (h podEvents) Delete(ctx context.Context, e event.DeleteEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
 	if p, ok := e.Object.(*corev1.Pod); ok {
 		h.vanished.note(p)
+		h.reports.note(p)
 	}
 	h.EventHandler.Delete(ctx, e, q)
 }

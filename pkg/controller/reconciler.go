@@ -57,7 +57,8 @@ const DefaultClusterDomain = "cluster.local"
 // +kubebuilder:rbac:groups=lockstep.dev,resources=trainingjobs,verbs=get;list;watch;delete
 // +kubebuilder:rbac:groups=lockstep.dev,resources=trainingjobs/status,verbs=get;update;patch
 // +kubebuilder:rbac:groups=lockstep.dev,resources=nodetopologies,verbs=get;list;watch
-// +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch;create;delete
+// +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch;create;delete;patch
+// +kubebuilder:rbac:groups=rbac.authorization.k8s.io,resources=roles;rolebindings,verbs=get;list;watch;create;update
 // +kubebuilder:rbac:groups="",resources=services;configmaps;secrets,verbs=get;list;watch;create;update
 // +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",resources=events,verbs=create;patch
@@ -107,6 +108,11 @@ type TrainingJobReconciler struct {
 	// vanished are the preempted members the pod events showed
 	// (preemption.go).
 	vanished vanishedPods
+	// checkpointWarnings are the bad checkpoint reports warned about, and
+	// heardReports the reporting pods the pod events showed
+	// (checkpoint.go).
+	checkpointWarnings checkpointWarnings
+	heardReports       heardReports
 }
 
 // SetupWithManager registers the reconciler, watching jobs, their pods and
@@ -134,6 +140,7 @@ func (r *TrainingJobReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Watches(&corev1.Pod{}, podEvents{
 			EventHandler: handler.EnqueueRequestForOwner(mgr.GetScheme(), mgr.GetRESTMapper(), &v1alpha1.TrainingJob{}, handler.OnlyControllerOwner()),
 			vanished:     &r.vanished,
+			reports:      &r.heardReports,
 		}).
 		Owns(&autoscalingv2.HorizontalPodAutoscaler{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		// The PodGroup controller rewrites status as pods change; only a
@@ -193,6 +200,8 @@ func (r *TrainingJobReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 		r.failedCreates.forget(job.UID)
 		r.vanished.forget(job.UID)
 		r.rearms.forget(job.UID)
+		r.checkpointWarnings.forget(job.UID)
+		r.heardReports.forget(job.UID)
 		return ctrl.Result{}, r.releaseWorkloads(ctx, req.Namespace, req.Name)
 	}
 	ctx = ctrl.LoggerInto(ctx, ctrl.LoggerFrom(ctx).WithValues("job", klog.KObj(job)))
@@ -206,6 +215,9 @@ func (r *TrainingJobReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
+	// Before any decision: a restart decided below hands the checkpoint its
+	// failing ranks reported on their way out to the next incarnation.
+	r.foldCheckpoints(ctx, job, pods, framework.EffectiveRestartScope(adapter, job))
 	// Pods being deleted on a node that stopped answering never go on their
 	// own, whatever the job's state: force-deleted once the proof holds
 	// (nodeloss.go).
@@ -297,13 +309,24 @@ func (r *TrainingJobReconciler) rejectInvalid(ctx context.Context, job *v1alpha1
 
 // ensureRunning runs an active job: its objects, then the decision on its
 // pods, then the pods the decision leaves missing.
-func (r *TrainingJobReconciler) ensureRunning(ctx context.Context, job *v1alpha1.TrainingJob, a framework.Adapter, pods []*corev1.Pod) (ctrl.Result, error) {
+func (r *TrainingJobReconciler) ensureRunning(ctx context.Context, job *v1alpha1.TrainingJob, a framework.Adapter, pods []*corev1.Pod) (res ctrl.Result, err error) {
 	pg, err := r.ensurePodGroup(ctx, job)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
 	if err := r.ensureService(ctx, job); err != nil {
 		return ctrl.Result{}, err
+	}
+	// The ranks' right to report checkpoints is not worth holding the job
+	// for: it runs without, said on the job and retried.
+	if reporterErr := r.ensureCheckpointReporter(ctx, job, a); reporterErr != nil {
+		r.Recorder.Eventf(job, corev1.EventTypeWarning, ReasonCheckpointReporterFailed,
+			"The job's pods cannot report checkpoints for now: %v", reporterErr)
+		defer func() {
+			if err == nil && (res.RequeueAfter == 0 || res.RequeueAfter > checkpointReporterRetry) {
+				res.RequeueAfter = checkpointReporterRetry
+			}
+		}()
 	}
 	if err := r.ensureAuxObjects(ctx, job, a); err != nil {
 		return ctrl.Result{}, err

@@ -81,6 +81,8 @@ const (
 var ReservedEnv = map[string]string{
 	EnvIncarnation:  "is set by the controller to the pod's incarnation (the job's restartCount)",
 	EnvRendezvousID: "is set by the controller, unique to each incarnation of the job; set spec.elasticPolicy.rdzvId to choose its prefix",
+	EnvResumeFrom:   "is set by the controller to the job's last reported checkpoint (status.checkpoint.location)",
+	EnvResumeStep:   "is set by the controller to the job's last reported checkpoint's step (status.checkpoint.step)",
 }
 
 // Namespace labels a cluster-admin sets; deploy/ reads them.

@@ -112,6 +112,14 @@ func TestGangRestartsWhenANodeGoesDark(t *testing.T) {
 	short := watchRunningShort(t, ns, job.Name, 4)
 	victim := first["dark-worker-1"]
 	dark := victim.Spec.NodeName
+	// The master reports a checkpoint, which the next incarnation resumes
+	// from; the member about to be cut off keeps its credentials.
+	master := first["dark-master-0"]
+	if err := reportCheckpoint(ctx, rankClient(t, master), ns, master.Name, 500, time.Now(), "s3://ckpt/dark/500"); err != nil {
+		t.Fatalf("master reporting a checkpoint: %v", err)
+	}
+	waitCheckpoint(t, ns, job.Name, 500)
+	oldRank := rankClient(t, victim)
 	// The pods tolerate the dark node for the job's bound, not the
 	// cluster's 300 s default, so the taint manager agrees with it; a
 	// NotReady node whose kubelet still answers gets the cluster's 300 s.
@@ -220,6 +228,17 @@ func TestGangRestartsWhenANodeGoesDark(t *testing.T) {
 				p.Name, old, lockstep.EnvIncarnation, env[lockstep.EnvIncarnation])
 		}
 		newMaster = env["MASTER_ADDR"]
+		if env[lockstep.EnvResumeFrom] != "s3://ckpt/dark/500" || env[lockstep.EnvResumeStep] != "500" {
+			t.Errorf("pod %s of the new gang resumes from %q at step %q, want the master's report s3://ckpt/dark/500 at 500",
+				p.Name, env[lockstep.EnvResumeFrom], env[lockstep.EnvResumeStep])
+		}
+	}
+	// The old member, still running for all anyone knows, cannot report
+	// for the new incarnation: it is not among the pods the job's reporter
+	// Role names (or its token died with its pod), and its incarnation's
+	// reports are not read.
+	if err := reportCheckpoint(ctx, oldRank, ns, victim.Name, 600, time.Now(), "s3://ckpt/dark/old-600"); !apierrors.IsForbidden(err) && !apierrors.IsUnauthorized(err) {
+		t.Errorf("the old member reporting a checkpoint after the restart: %v, want Forbidden or Unauthorized", err)
 	}
 	// The old member on the dark node: still there, Terminating, nobody
 	// having confirmed or forced it; its environment names incarnation 0
@@ -270,6 +289,9 @@ func TestGangRestartsWhenANodeGoesDark(t *testing.T) {
 		t.Fatal(err)
 	}
 	after := waitJob(t, ns, job.Name, 30*time.Second, "job Running", hasCondition(v1alpha1.JobRunning, ""))
+	if c := after.Status.Checkpoint; c == nil || c.Step != 500 || c.Incarnation != 0 {
+		t.Errorf("status.checkpoint %+v, want the master's report of incarnation 0 at step 500", c)
+	}
 	if after.Status.RestartCount != 1 || hasCondition(v1alpha1.JobRestarting, "")(after) {
 		t.Errorf("after the node came back: restartCount %d, Restarting %v; want 1 and false", after.Status.RestartCount, hasCondition(v1alpha1.JobRestarting, "")(after))
 	}

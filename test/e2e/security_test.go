@@ -86,6 +86,10 @@ func TestTemplatePolicyRefuses(t *testing.T) {
 		{"incarnation", "spec.replicaSpecs[Worker].template.spec.initContainers[restore].env[" + lockstep.EnvIncarnation + "]: must not be set", func(p *corev1.PodTemplateSpec) {
 			p.Spec.InitContainers = []corev1.Container{{Name: "restore", Image: "restore", Env: []corev1.EnvVar{{Name: lockstep.EnvIncarnation, Value: "0"}}}}
 		}},
+		// So is the checkpoint to resume from (docs/controller.md, Checkpoints).
+		{"resume-from", "spec.replicaSpecs[Worker].template.spec.containers[pytorch].env[" + lockstep.EnvResumeFrom + "]: must not be set", func(p *corev1.PodTemplateSpec) {
+			p.Spec.Containers[0].Env = append(p.Spec.Containers[0].Env, corev1.EnvVar{Name: lockstep.EnvResumeFrom, Value: "s3://mine"})
+		}},
 	} {
 		err := cluster.Client.Create(ctx, job(tc.name, tc.mutate))
 		wantRefused(t, "TrainingJob with "+tc.name, err, tc.want)

@@ -203,3 +203,8 @@ func replicasOf(job *v1alpha1.TrainingJob, role v1alpha1.ReplicaType) int32 {
 	}
 	return spec.DesiredReplicas()
 }
+
+// CheckpointReporterName names the Role and RoleBinding that let a job's
+// pods report checkpoints on themselves (docs/controller.md,
+// "Checkpoints").
+func CheckpointReporterName(jobName string) string { return jobName + "-checkpoint-reporter" }

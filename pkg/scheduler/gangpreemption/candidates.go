@@ -11,6 +11,7 @@ import (
 	"maps"
 	"math/bits"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -40,6 +41,9 @@ type Reader struct {
 	// breaks one is evicted only when nothing else makes room
 	// (placement.Victim.PDBViolations). Nil weighs none.
 	PDBs policylisters.PodDisruptionBudgetLister
+	// Now is the preemption's time: a checkpoint report further ahead of it
+	// than lockstep.CheckpointClockSkew is not believed (workLost).
+	Now time.Time
 }
 
 // Candidates returns the running work of lower priority than the
@@ -76,10 +80,12 @@ func (r Reader) Candidates(preemptor *v1.Pod, priority int32, snap *placement.Sn
 				continue
 			}
 			key := pod.Namespace + "/" + pod.Name
-			out = append(out, placement.Victim{
+			v := placement.Victim{
 				Key: key, Priority: corev1helpers.PodPriority(pod), Started: startedAt(pod),
 				Pods: []placement.VictimPod{gpus.victimPod(pod, ni.Node().Name, inSnap)},
-			})
+			}
+			r.workLost(&v, pod)
+			out = append(out, v)
 			podsOf[key] = []*v1.Pod{pod}
 		}
 	}
@@ -134,6 +140,7 @@ func (r Reader) gangVictim(key string, priority int32, gpus *victimGPUs, inSnap 
 			starts = append(starts, started)
 		}
 		v.Pods = append(v.Pods, gpus.victimPod(pod, node, inSnap))
+		r.workLost(&v, pod)
 		pods = append(pods, pod)
 	}
 	if len(pods) == 0 {
@@ -145,6 +152,29 @@ func (r Reader) gangVictim(key string, priority int32, gpus *victimGPUs, inSnap 
 	}
 	v.Started = placement.GangStarted(starts, minMember)
 	return v, pods, true
+}
+
+// workLost reads what evicting pod loses into v, one of whose pods it is:
+// its checkpoint report (lockstep.AnnotationCheckpoint), the newest of the
+// victim's pods' (any rank's checkpoint is the job's: every rank resumes
+// from it), and its stated restart overhead
+// (lockstep.AnnotationRestartOverhead), the largest. The pods are those of
+// the incarnation that runs: an earlier one's are being deleted and left
+// out. A report that does not parse, or claims a time ahead of r.Now by
+// more than lockstep.CheckpointClockSkew, is not believed, as the
+// controller does not (it warns on the job): such a victim is costed by
+// its run time.
+func (r Reader) workLost(v *placement.Victim, pod *v1.Pod) {
+	if raw, ok := pod.Annotations[lockstep.AnnotationCheckpoint]; ok {
+		if c, err := lockstep.ParseCheckpoint(raw); err == nil && c.Believable(r.Now) && c.Time.After(v.Checkpointed) {
+			v.Checkpointed = c.Time
+		}
+	}
+	if raw, ok := pod.Annotations[lockstep.AnnotationRestartOverhead]; ok {
+		if s, err := strconv.ParseInt(raw, 10, 32); err == nil && s > 0 {
+			v.RestartOverhead = max(v.RestartOverhead, time.Duration(s)*time.Second)
+		}
+	}
 }
 
 // startedAt is when the pod started running, zero when it has not.

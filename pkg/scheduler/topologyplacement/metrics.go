@@ -195,7 +195,7 @@ func newPluginMetrics() *pluginMetrics {
 			Namespace:      metricsNamespace,
 			Subsystem:      metricsSubsystem,
 			Name:           "preemption_lost_gpu_hours_total",
-			Help:           "GPU-hours the victims of gang preemption had run when they were evicted: the work lost to their restart, at most, as they restart from their last checkpoint.",
+			Help:           "GPU-hours of work the victims of preemption lost when they were evicted: GPUs times the time since their last checkpoint (their start when they never reported one), plus their stated restart overhead.",
 			StabilityLevel: metrics.ALPHA,
 		}),
 		preemptionPDBViolations: metrics.NewCounter(&metrics.CounterOpts{

@@ -364,7 +364,7 @@ func (p *TopologyPlacement) holdExpired(ctx context.Context, gang string, stuck 
 
 // victims reads the candidates of the plugin's preemptions.
 func (p *TopologyPlacement) victims() gangpreemption.Reader {
-	return gangpreemption.Reader{View: p.view, Gangs: p.gangs, MinMember: p.minMember, PDBs: p.pdbs}
+	return gangpreemption.Reader{View: p.view, Gangs: p.gangs, MinMember: p.minMember, PDBs: p.pdbs, Now: p.clock.Now()}
 }
 
 // minMember is the minMember of gang ("namespace/podgroup") as its

@@ -848,3 +848,51 @@ func TestPendingMembersCostTheirRunningWork(t *testing.T) {
 		})
 	}
 }
+
+// TestPreemptionCostsWorkSinceCheckpoint: of two gangs, old (run 10 h) and
+// young (run 1 h), the one whose eviction loses less work since its last
+// checkpoint report is evicted; a report that does not parse or is ahead
+// of the clock is not believed, and a stated restart overhead is added.
+func TestPreemptionCostsWorkSinceCheckpoint(t *testing.T) {
+	now := time.Unix(100000, 0)
+	report := func(ago time.Duration) string {
+		return lockstep.Checkpoint{Step: 1, Time: now.Add(-ago), Location: "s3://b/1"}.Format()
+	}
+	old, young := []string{"old-0", "old-1"}, []string{"young-0", "young-1"}
+	for _, tc := range []struct {
+		name string
+		// annotations of old-1 and young-0.
+		old, young map[string]string
+		want       []string
+	}{
+		{name: "no reports: the younger gang", want: young},
+		{name: "old checkpointed a minute ago", old: map[string]string{lockstep.AnnotationCheckpoint: report(time.Minute)}, want: old},
+		{name: "old checkpointed a minute ago, but a restart costs it two hours",
+			old: map[string]string{lockstep.AnnotationCheckpoint: report(time.Minute), lockstep.AnnotationRestartOverhead: "7200"}, want: young},
+		{name: "old's clock is ahead: not believed", old: map[string]string{lockstep.AnnotationCheckpoint: report(-5 * time.Minute)}, want: young},
+		{name: "old's report does not parse", old: map[string]string{lockstep.AnnotationCheckpoint: `{"step": 1}`}, want: young},
+		{name: "young's checkpoint predates its start; old's is 30 minutes old",
+			old: map[string]string{lockstep.AnnotationCheckpoint: report(30 * time.Minute)}, young: map[string]string{lockstep.AnnotationCheckpoint: report(5 * time.Hour)}, want: old},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			pods, groups := gangsOf(now)
+			for _, p := range pods {
+				switch p.Name {
+				case "old-1":
+					p.Annotations = tc.old
+				case "young-0":
+					p.Annotations = tc.young
+				}
+			}
+			env := newPreemptionEnv(t, pods, groups...)
+			env.clock.(*clocktesting.FakeClock).SetTime(now)
+			if _, status := env.preFilterThenPostFilter(t, env.pods["high-0"], env.nodes(t)); !status.IsSuccess() {
+				t.Fatalf("PostFilter: %v", status)
+			}
+			deleted, _ := env.evicted(t, len(tc.want))
+			if diff := cmp.Diff(tc.want, deleted); diff != "" {
+				t.Errorf("deleted pods (-want,+got):\n%s", diff)
+			}
+		})
+	}
+}

@@ -24,7 +24,16 @@ type Victim struct {
 	// started); zero when it has not, which counts as starting at
 	// Preemptor.Now: no work lost, and protected by MinRuntime.
 	Started time.Time
-	Pods    []VictimPod
+	// Checkpointed is when the victim last reported a checkpoint it can
+	// resume from (lockstep.Checkpoint.Time); zero when it never did in
+	// the incarnation that runs. Evicting it loses the work since then,
+	// not since Started (LostWork).
+	Checkpointed time.Time
+	// RestartOverhead is the time the victim says a restart costs it
+	// before it makes progress again (loading a checkpoint, warming up):
+	// lost on every eviction, whenever it checkpointed.
+	RestartOverhead time.Duration
+	Pods            []VictimPod
 	// PDBViolations counts the victim's pods whose eviction no
 	// PodDisruptionBudget allows now (upstream's "violating" victims): a
 	// set of victims that violates none is preferred to any that does, so
@@ -62,6 +71,22 @@ type VictimPod struct {
 	Channels int
 }
 
+// LostWork is how much of its GPUs' time evicting the victim at now
+// throws away: the time since it last started or checkpointed, whichever
+// is later, plus its restart overhead. A victim that never started whole
+// has lost nothing but the overhead; a checkpoint time after now (a
+// clock ahead of the scheduler's) counts as now.
+func (v *Victim) LostWork(now time.Time) time.Duration {
+	since := v.Started
+	if v.Checkpointed.After(since) {
+		since = v.Checkpointed
+	}
+	if since.IsZero() || since.After(now) {
+		since = now
+	}
+	return now.Sub(since) + max(v.RestartOverhead, 0)
+}
+
 // gpus counts the victim's GPUs.
 func (v *Victim) gpus() int {
 	n := 0
@@ -91,8 +116,9 @@ type Preemptor struct {
 // Cost is what a set of victims loses, compared in field order: the pods
 // evicted against a PodDisruptionBudget (as upstream's DefaultPreemption
 // picks the node with fewest), then the highest priority evicted, then the
-// GPU time the victims had run (work lost to a restart), then how many
-// gangs and pods are hit.
+// GPU time the victims lose (Victim.LostWork: since their last checkpoint
+// or start, plus their restart overhead), then how many gangs and pods are
+// hit.
 type Cost struct {
 	PDBViolations int
 	MaxPriority   int32
@@ -235,7 +261,7 @@ func (p Preemptor) eligible(candidates []Victim) ([]scored, string) {
 		case p.MinRuntime > 0 && p.Now.Sub(started) < p.MinRuntime:
 			protected++
 		default:
-			out = append(out, scored{v: v, gpuSeconds: float64(v.gpus()) * p.Now.Sub(started).Seconds()})
+			out = append(out, scored{v: v, gpuSeconds: float64(v.gpus()) * v.LostWork(p.Now).Seconds()})
 		}
 	}
 	// Cheapest first, and a victim that would break a budget after every
@@ -258,7 +284,7 @@ func (p Preemptor) eligible(candidates []Victim) ([]scored, string) {
 	return out, " (" + strings.Join(why, ", ") + " left alone)"
 }
 
-// scored is an eligible victim with the GPU time it has run.
+// scored is an eligible victim with the GPU time evicting it loses.
 type scored struct {
 	v          *Victim
 	gpuSeconds float64

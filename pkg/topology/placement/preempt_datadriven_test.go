@@ -30,6 +30,14 @@ func (s *script) runVictim(t *testing.T, d *datadriven.TestData) (string, error)
 		d.ScanArgs(t, "started", &at)
 		v.Started = time.Unix(0, 0).Add(at)
 	}
+	// The victim's last checkpoint, from the epoch, and its restart
+	// overhead (Victim.LostWork).
+	if d.HasArg("checkpointed") {
+		var at time.Duration
+		d.ScanArgs(t, "checkpointed", &at)
+		v.Checkpointed = time.Unix(0, 0).Add(at)
+	}
+	d.MaybeScanArgs(t, "overhead", &v.RestartOverhead)
 	// A gang's running members' starts, one per input line, as the
 	// plugin reads them: members not listed are pending and hold nothing.
 	var starts []time.Time
@@ -131,7 +139,7 @@ func (s *script) preempt(t *testing.T, d *datadriven.TestData) (string, error) {
 	} else {
 		b.WriteString("cost: ")
 	}
-	fmt.Fprintf(&b, "max priority %d, %.0f GPU-hours, %d victims\n", pre.Cost.MaxPriority, pre.Cost.GPUSeconds/3600, pre.Cost.Victims)
+	fmt.Fprintf(&b, "max priority %d, %.4g GPU-hours, %d victims\n", pre.Cost.MaxPriority, pre.Cost.GPUSeconds/3600, pre.Cost.Victims)
 	b.WriteString(describePlan(key, pre.Plan))
 	if d.HasArg("hold") {
 		var pods []string

@@ -3,6 +3,7 @@ package placement
 import (
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"slices"
 	"testing"
@@ -65,11 +66,19 @@ func FuzzPreempt(f *testing.F) {
 		}
 		checkPreemption(t, s, p, candidates, pre)
 		checkBudgetsBrokenLast(t, s, p, candidates, pre)
+		var lost float64
 		for _, v := range pre.Victims {
 			started := v.Started
 			if started.IsZero() {
 				started = now
 			}
+			// The work lost is bounded by the run time and the restart
+			// overhead, and a checkpoint never makes a victim protected.
+			w := v.LostWork(now)
+			if w < v.RestartOverhead || w > now.Sub(started)+v.RestartOverhead {
+				t.Errorf("victim %s (started %s, checkpointed %s, overhead %s) loses %s", v.Key, started, v.Checkpointed, v.RestartOverhead, w)
+			}
+			lost += float64(v.gpus()) * w.Seconds()
 			if p.MinRuntime > 0 && now.Sub(started) < p.MinRuntime {
 				t.Errorf("victim %s started %s ago, protected for %s", v.Key, now.Sub(started), p.MinRuntime)
 			}
@@ -78,6 +87,9 @@ func FuzzPreempt(f *testing.F) {
 			if fitsIn(s, p.Gang, pre.Plan.Domain, rest) {
 				t.Errorf("victim %s could be spared: the gang fits in %s without it", v.Key, pre.Plan.Domain.ID)
 			}
+		}
+		if math.Abs(lost-pre.Cost.GPUSeconds) > 1e-6*max(lost, 1) {
+			t.Errorf("cost %f GPU-seconds, the victims lose %f", pre.Cost.GPUSeconds, lost)
 		}
 		shuffled := slices.Clone(candidates)
 		rng.Shuffle(len(shuffled), func(i, j int) { shuffled[i], shuffled[j] = shuffled[j], shuffled[i] })
@@ -114,6 +126,15 @@ func randomVictims(s *Snapshot, rng *rand.Rand, now time.Time) []Victim {
 				// One in four has pods a PodDisruptionBudget protects.
 				if rng.IntN(4) == 0 {
 					out[len(out)-1].PDBViolations = 1 + rng.IntN(2)
+				}
+				// Half report checkpoints: before their start (the one
+				// they resumed from), while running, or on a clock ahead
+				// of the scheduler's; some state a restart overhead.
+				if rng.IntN(2) == 0 {
+					out[len(out)-1].Checkpointed = now.Add(time.Duration(rng.IntN(7)-5) * time.Hour)
+				}
+				if rng.IntN(4) == 0 {
+					out[len(out)-1].RestartOverhead = time.Duration(rng.IntN(3)) * 30 * time.Minute
 				}
 				open = &out[len(out)-1]
 			}

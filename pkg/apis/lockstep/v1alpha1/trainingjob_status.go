@@ -98,10 +98,51 @@ type TrainingJobStatus struct {
 	// +optional
 	Placement *Placement `json:"placement,omitempty"`
 
+	// Checkpoint is the newest checkpoint a rank of the job reported
+	// (docs/controller.md, "Checkpoints"): every incarnation created after
+	// it carries its location and step (LOCKSTEP_RESUME_FROM,
+	// LOCKSTEP_RESUME_STEP), and the scheduler costs evicting the job by
+	// the work since it. Only reports of the incarnation that runs count:
+	// a rank of an earlier one, still running on a partitioned node, may
+	// have written a checkpoint the new incarnation never agreed on.
+	// +optional
+	Checkpoint *CheckpointStatus `json:"checkpoint,omitempty"`
+
 	// ObservedGeneration is the spec generation the status describes.
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
 }
+
+// CheckpointStatus is a checkpoint report, and the rank that made it.
+type CheckpointStatus struct {
+	// Step is the training step the checkpoint holds.
+	// +kubebuilder:validation:Minimum=0
+	Step int64 `json:"step"`
+	// Time is when the rank says the checkpoint was complete.
+	Time metav1.Time `json:"time"`
+	// Location is where it is: an absolute URI.
+	// +kubebuilder:validation:MaxLength=1024
+	Location string `json:"location"`
+	// Pod is the pod that reported it.
+	Pod string `json:"pod"`
+	// ReplicaType and Index are that pod's role and index.
+	ReplicaType ReplicaType `json:"replicaType"`
+	Index       int32       `json:"index"`
+	// Incarnation is the incarnation (restartCount) the pod ran under.
+	Incarnation int32 `json:"incarnation"`
+	// Source is how it was reported: the pod's lockstep.dev/checkpoint
+	// annotation, or its container's termination message.
+	// +kubebuilder:validation:Enum=Annotation;TerminationMessage
+	Source CheckpointSource `json:"source"`
+}
+
+// CheckpointSource is how a checkpoint was reported.
+type CheckpointSource string
+
+const (
+	CheckpointFromAnnotation         CheckpointSource = "Annotation"
+	CheckpointFromTerminationMessage CheckpointSource = "TerminationMessage"
+)
 
 // RestartKind is what caused a restart: the job's own failure (counted
 // against runPolicy.backoffLimit), a preemption, or the infrastructure.

@@ -25,6 +25,8 @@ func RefusedTemplateFields() []string {
 		"metadata.labels[" + lockstep.LabelJobName + "]",
 		"spec.containers[*].env[" + lockstep.EnvIncarnation + "]",
 		"spec.containers[*].env[" + lockstep.EnvRendezvousID + "]",
+		"spec.containers[*].env[" + lockstep.EnvResumeFrom + "]",
+		"spec.containers[*].env[" + lockstep.EnvResumeStep + "]",
 	}
 }
 

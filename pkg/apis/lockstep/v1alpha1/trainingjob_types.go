@@ -252,6 +252,17 @@ type RunPolicy struct {
 	// +kubebuilder:validation:Maximum=604800
 	// +optional
 	UnreachableForceDeleteSeconds *int32 `json:"unreachableForceDeleteSeconds,omitempty"`
+
+	// RestartOverheadSeconds is how long the job takes after a restart
+	// before it makes progress again (loading its checkpoint, compiling,
+	// warming up). The scheduler adds it to the work an eviction of the
+	// job loses, the GPU time since its last checkpoint
+	// (status.checkpoint), when it chooses what to preempt
+	// (docs/scheduler.md, "Preemption"). Defaults to 0.
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=86400
+	// +optional
+	RestartOverheadSeconds *int32 `json:"restartOverheadSeconds,omitempty"`
 }
 
 // RestartBackoff spaces the restarts of a job, as the Job controller spaces
