@@ -88,14 +88,9 @@ func checkpointReports(job *v1alpha1.TrainingJob, pods []*corev1.Pod, scope v1al
 			c, err := lockstep.ParseCheckpoint(raw)
 			add(v1alpha1.CheckpointFromAnnotation, raw, c, err)
 		}
-		for _, cs := range p.Status.ContainerStatuses {
-			for _, t := range []*corev1.ContainerStateTerminated{cs.LastTerminationState.Terminated, cs.State.Terminated} {
-				if t == nil {
-					continue
-				}
-				if c, found, err := lockstep.CheckpointInMessage(t.Message); found {
-					add(v1alpha1.CheckpointFromTerminationMessage, cs.Name+": "+t.Message, c, err)
-				}
+		for _, m := range terminationMessages(p) {
+			if c, found, err := lockstep.CheckpointInMessage(m.message); found {
+				add(v1alpha1.CheckpointFromTerminationMessage, m.container+": "+m.message, c, err)
 			}
 		}
 	}
@@ -108,14 +103,25 @@ func hasReport(p *corev1.Pod) bool {
 	if _, ok := p.Annotations[lockstep.AnnotationCheckpoint]; ok {
 		return true
 	}
+	return slices.ContainsFunc(terminationMessages(p), func(m terminationMessage) bool {
+		return strings.Contains(m.message, lockstep.CheckpointMessagePrefix)
+	})
+}
+
+// terminationMessage is a container's termination message, of its last
+// run or its current state.
+type terminationMessage struct{ container, message string }
+
+func terminationMessages(p *corev1.Pod) []terminationMessage {
+	var out []terminationMessage
 	for _, cs := range p.Status.ContainerStatuses {
 		for _, t := range []*corev1.ContainerStateTerminated{cs.LastTerminationState.Terminated, cs.State.Terminated} {
-			if t != nil && strings.Contains(t.Message, lockstep.CheckpointMessagePrefix) {
-				return true
+			if t != nil && t.Message != "" {
+				out = append(out, terminationMessage{cs.Name, t.Message})
 			}
 		}
 	}
-	return false
+	return out
 }
 
 // heardReports keeps, per job, the last state the pod events showed of
@@ -275,18 +281,9 @@ func setResumeEnv(spec *corev1.PodSpec, c *v1alpha1.CheckpointStatus) {
 	if c == nil {
 		return
 	}
-	vars := []corev1.EnvVar{
-		{Name: lockstep.EnvResumeFrom, Value: c.Location},
-		{Name: lockstep.EnvResumeStep, Value: strconv.FormatInt(c.Step, 10)},
-	}
-	for _, cs := range [][]corev1.Container{spec.InitContainers, spec.Containers} {
-		for i := range cs {
-			cs[i].Env = slices.DeleteFunc(cs[i].Env, func(e corev1.EnvVar) bool {
-				return e.Name == lockstep.EnvResumeFrom || e.Name == lockstep.EnvResumeStep
-			})
-			cs[i].Env = append(cs[i].Env, vars...)
-		}
-	}
+	setControllerEnv(spec,
+		corev1.EnvVar{Name: lockstep.EnvResumeFrom, Value: c.Location},
+		corev1.EnvVar{Name: lockstep.EnvResumeStep, Value: strconv.FormatInt(c.Step, 10)})
 }
 
 // checkpointReporter is the Role and RoleBinding that let the job's pods

@@ -112,10 +112,19 @@ func (r *TrainingJobReconciler) desiredPod(job *v1alpha1.TrainingJob, a framewor
 // the pod is created under, for trainers to namespace what they write.
 // Templates may not set it (v1alpha1.ValidateReservedEnv).
 func setIncarnationEnv(spec *corev1.PodSpec, incarnation int32) {
-	v := corev1.EnvVar{Name: lockstep.EnvIncarnation, Value: strconv.Itoa(int(incarnation))}
+	setControllerEnv(spec, corev1.EnvVar{Name: lockstep.EnvIncarnation, Value: strconv.Itoa(int(incarnation))})
+}
+
+// setControllerEnv sets vars on every container, init containers included,
+// replacing any of the same names: the variables the controller owns
+// (lockstep.ReservedEnv).
+func setControllerEnv(spec *corev1.PodSpec, vars ...corev1.EnvVar) {
 	for _, cs := range [][]corev1.Container{spec.InitContainers, spec.Containers} {
 		for i := range cs {
-			cs[i].Env = append(slices.DeleteFunc(cs[i].Env, func(e corev1.EnvVar) bool { return e.Name == v.Name }), v)
+			cs[i].Env = slices.DeleteFunc(cs[i].Env, func(e corev1.EnvVar) bool {
+				return slices.ContainsFunc(vars, func(v corev1.EnvVar) bool { return v.Name == e.Name })
+			})
+			cs[i].Env = append(cs[i].Env, vars...)
 		}
 	}
 }
