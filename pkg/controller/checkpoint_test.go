@@ -214,6 +214,7 @@ func TestDesiredPodResumes(t *testing.T) {
 			j.Spec.RunPolicy = &v1alpha1.RunPolicy{}
 		}
 		j.Spec.RunPolicy.RestartOverheadSeconds = ptr.To[int32](120)
+		j.Spec.RunPolicy.PreemptionNoticeSeconds = ptr.To[int32](90)
 		spec := j.Spec.ReplicaSpecs[v1alpha1.ReplicaWorker]
 		spec.Template.Spec.InitContainers = []corev1.Container{{Name: "restore", Image: "img"}}
 		j.Spec.ReplicaSpecs[v1alpha1.ReplicaWorker] = spec
@@ -231,6 +232,9 @@ func TestDesiredPodResumes(t *testing.T) {
 	}
 	if got := pod.Annotations[lockstep.AnnotationRestartOverhead]; got != "120" {
 		t.Errorf("%s = %q, want 120", lockstep.AnnotationRestartOverhead, got)
+	}
+	if got := lockstep.NoticeOf(pod.Annotations); got != 90*time.Second {
+		t.Errorf("the scheduler reads a notice of %s off the pod, want the job's 90s", got)
 	}
 	job.Status.Checkpoint = &v1alpha1.CheckpointStatus{Step: 4200, Time: metav1.NewTime(t0), Location: "s3://b/4200"}
 	pod, err = r.desiredPod(job, a, v1alpha1.ReplicaWorker, 0, claimGPUs{})

@@ -88,12 +88,8 @@ func (r *TrainingJobReconciler) desiredPod(job *v1alpha1.TrainingJob, a framewor
 	}
 	setIncarnationEnv(&pod.Spec, job.Status.RestartCount)
 	setResumeEnv(&pod.Spec, job.Status.Checkpoint)
-	if o := job.Spec.RunPolicy.RestartOverheadSeconds; o != nil && *o > 0 {
-		if pod.Annotations == nil {
-			pod.Annotations = map[string]string{}
-		}
-		pod.Annotations[lockstep.AnnotationRestartOverhead] = strconv.Itoa(int(*o))
-	}
+	setSecondsAnnotation(pod, lockstep.AnnotationRestartOverhead, job.Spec.RunPolicy.RestartOverheadSeconds)
+	setSecondsAnnotation(pod, lockstep.AnnotationPreemptionNoticeSeconds, job.Spec.RunPolicy.PreemptionNoticeSeconds)
 	pod.Spec.SchedulerName = r.SchedulerName
 	pod.Spec.RestartPolicy = corev1.RestartPolicyNever
 	unreachableTolerations(&pod.Spec, unreachableTolerance(job))
@@ -298,4 +294,16 @@ func (r *TrainingJobReconciler) forEach(pods []*corev1.Pod, write func(*corev1.P
 	}
 	wg.Wait()
 	return done, dup, errors.Join(errs...)
+}
+
+// setSecondsAnnotation sets annotation on pod to seconds, a runPolicy field
+// the scheduler reads off the job's pods, when it is set above 0.
+func setSecondsAnnotation(pod *corev1.Pod, annotation string, seconds *int32) {
+	if seconds == nil || *seconds <= 0 {
+		return
+	}
+	if pod.Annotations == nil {
+		pod.Annotations = map[string]string{}
+	}
+	pod.Annotations[annotation] = strconv.Itoa(int(*seconds))
 }

@@ -431,11 +431,11 @@ func (r *TrainingJobReconciler) ensureAdmitted(ctx context.Context, job *v1alpha
 		return ctrl.Result{}, err
 	}
 	if !d.Run {
-		var res ctrl.Result
-		if !r.queue.served.Load() {
+		res, err := r.ensureSuspended(ctx, job, pods, d.HeldReason, d.HeldMessage)
+		if !r.queue.served.Load() && (res.RequeueAfter == 0 || queueAPIPoll < res.RequeueAfter) {
 			res.RequeueAfter = queueAPIPoll
 		}
-		return res, r.ensureSuspended(ctx, job, pods, d.HeldReason, d.HeldMessage)
+		return res, err
 	}
 	limitToAdmitted(job, d.Allowed)
 	r.ensureResizingCondition(job, d.ResizePending, refused)

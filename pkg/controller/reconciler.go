@@ -246,7 +246,7 @@ func (r *TrainingJobReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 			res, err = r.ensureFinished(ctx, job, pods)
 		}
 	case job.Spec.IsSuspended():
-		err = r.ensureSuspended(ctx, job, pods, ReasonSuspended, "the job is suspended: its pods are deleted")
+		res, err = r.ensureSuspended(ctx, job, pods, ReasonSuspended, "the job is suspended: its pods are deleted")
 	case queueName(job) != "":
 		res, err = r.ensureAdmitted(ctx, job, adapter, pods)
 	default:
@@ -315,6 +315,9 @@ func (r *TrainingJobReconciler) ensureRunning(ctx context.Context, job *v1alpha1
 		return ctrl.Result{}, err
 	}
 	if err := r.ensureService(ctx, job); err != nil {
+		return ctrl.Result{}, err
+	}
+	if err := r.clearSuspendNotices(ctx, pods); err != nil {
 		return ctrl.Result{}, err
 	}
 	// The ranks' right to report checkpoints is not worth holding the job
@@ -619,7 +622,10 @@ func (r *TrainingJobReconciler) ensureFinished(ctx context.Context, job *v1alpha
 // by Kueue: reason and message say which) and resets its start time, so
 // activeDeadlineSeconds counts from the resume. Deleting a suspended job's
 // pods is no failure: no restart is counted.
-func (r *TrainingJobReconciler) ensureSuspended(ctx context.Context, job *v1alpha1.TrainingJob, pods []*corev1.Pod, reason, message string) error {
+//
+// A job that asked for notice (runPolicy.preemptionNoticeSeconds) gets it
+// first (suspendNotice): the result says when to look again.
+func (r *TrainingJobReconciler) ensureSuspended(ctx context.Context, job *v1alpha1.TrainingJob, pods []*corev1.Pod, reason, message string) (ctrl.Result, error) {
 	c := meta.FindStatusCondition(job.Status.Conditions, string(v1alpha1.JobSuspended))
 	suspending := c == nil || c.Status != metav1.ConditionTrue
 	if suspending || c.Reason != reason || c.Message != message {
@@ -634,9 +640,9 @@ func (r *TrainingJobReconciler) ensureSuspended(ctx context.Context, job *v1alph
 			job.Status.Suspensions++
 			if err := r.Client.Status().Update(ctx, job); err != nil {
 				if apierrors.IsConflict(err) {
-					return errStaleJob
+					return ctrl.Result{}, errStaleJob
 				}
-				return fmt.Errorf("recording suspension of %s: %w", klog.KObj(job), err)
+				return ctrl.Result{}, fmt.Errorf("recording suspension of %s: %w", klog.KObj(job), err)
 			}
 		}
 		r.Recorder.Event(job, corev1.EventTypeNormal, reason, "Suspended: "+message)
@@ -651,9 +657,12 @@ func (r *TrainingJobReconciler) ensureSuspended(ctx context.Context, job *v1alph
 		}
 	}
 	if len(live) == 0 || !r.expectations.Satisfied(job.UID, pods) {
-		return nil
+		return ctrl.Result{}, nil
 	}
-	return r.deletePods(ctx, job, live)
+	if left, err := r.suspendNotice(ctx, job, live); err != nil || left > 0 {
+		return ctrl.Result{RequeueAfter: left}, err
+	}
+	return ctrl.Result{}, r.deletePods(ctx, job, live)
 }
 
 // recordReplicas copies the pod counts into the status.

@@ -471,4 +471,13 @@ func TestTrainingJobInvalidRejected(t *testing.T) {
 	if msg := err.Error(); !strings.Contains(msg, "spec.replicaSpecs") || !strings.Contains(msg, "exactly one replica") {
 		t.Errorf("error %q should name spec.replicaSpecs and the rule", msg)
 	}
+
+	// A notice out of range (at most an hour: the preemptor's hold
+	// covers it).
+	job = pytorchJob(ns, "long-notice", 0)
+	job.Spec.RunPolicy.PreemptionNoticeSeconds = ptr.To[int32](7200)
+	err = cluster.Client.Create(context.Background(), job)
+	if err == nil || !strings.Contains(err.Error(), "spec.runPolicy.preemptionNoticeSeconds") || !strings.Contains(err.Error(), "3600") {
+		t.Errorf("a job asking for 7200 s of notice: %v; want refused naming spec.runPolicy.preemptionNoticeSeconds and its 3600 s bound", err)
+	}
 }

@@ -20,6 +20,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/retry"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	schedv1alpha1 "sigs.k8s.io/scheduler-plugins/apis/scheduling/v1alpha1"
 
@@ -338,8 +339,9 @@ func TestKueueTopologyAnnotations(t *testing.T) {
 
 // TestKueuePreemptionHoldsAndRequeues: in a 32-GPU ClusterQueue that
 // preempts lower priorities, a high-priority 4 x 8-GPU job evicts a running
-// low-priority one. The controller deletes the low job's pods whole (no
-// restart counted), holds it with reason Evicted, and gives its quota back
+// low-priority one that asked for notice. The controller gives the low
+// job's pods the notice, deletes them whole once its rank reports a
+// checkpoint (no restart counted), holds it with reason Evicted, and gives its quota back
 // (QuotaReserved=False, Requeued=True), so Kueue admits the high job; when
 // that finishes, the low one is admitted again and placed whole.
 func TestKueuePreemptionHoldsAndRequeues(t *testing.T) {
@@ -354,11 +356,20 @@ func TestKueuePreemptionHoldsAndRequeues(t *testing.T) {
 		}
 		t.Cleanup(func() { _ = cluster.Client.Delete(context.Background(), pc) })
 	}
-	createJob(t, gangJob(ns, "low", 3, 8).PriorityClass(ns+"-low").Queue("lq").Obj())
+	lowJob := gangJob(ns, "low", 3, 8).PriorityClass(ns + "-low").Queue("lq").Obj()
+	lowJob.Spec.RunPolicy.PreemptionNoticeSeconds = ptr.To[int32](600)
+	createJob(t, lowJob)
 	waitWorkload(t, ns, "low", "Workload of low admitted", func(u *unstructured.Unstructured) bool { return conditionTrue(u, kueue.ConditionAdmitted) })
-	waitPods(t, ns, "low", 4, time.Minute)
+	lowPods := waitPods(t, ns, "low", 4, time.Minute)
 
 	createJob(t, gangJob(ns, "high", 3, 8).PriorityClass(ns+"-high").Queue("lq").Obj())
+	// Kueue's eviction gives the same notice as the scheduler's: the pods
+	// stay until a rank answers (the notice is ten minutes).
+	waitNotice(t, ns, podUIDs(lowPods), lockstep.NoticeBySuspend, false)
+	master := lowPods["low-master-0"]
+	if err := reportCheckpoint(ctx, rankClient(t, master), ns, master.Name, 900, time.Now(), "s3://ckpt/low/900"); err != nil {
+		t.Fatalf("low's rank answering the notice: %v", err)
+	}
 	held := waitJob(t, ns, "low", time.Minute, "low held after eviction", heldFor(kueue.HeldEvicted))
 	t.Logf("low: %s", meta.FindStatusCondition(held.Status.Conditions, string(v1alpha1.JobSuspended)).Message)
 	requeued := waitWorkload(t, ns, "low", "Workload of low requeued", func(u *unstructured.Unstructured) bool {
@@ -378,7 +389,13 @@ func TestKueuePreemptionHoldsAndRequeues(t *testing.T) {
 	// high's workers still hold their GPUs until cleanPodPolicy removes
 	// them; low is admitted once high's Workload is finished.
 	waitWorkload(t, ns, "low", "Workload of low admitted again", func(u *unstructured.Unstructured) bool { return conditionTrue(u, kueue.ConditionAdmitted) })
-	t.Logf("low placed again in %s", oneLeaf(t, waitPods(t, ns, "low", 4, time.Minute)))
+	again := waitPods(t, ns, "low", 4, time.Minute)
+	t.Logf("low placed again in %s", oneLeaf(t, again))
+	for _, p := range again {
+		if env := envOf(p); env[lockstep.EnvResumeFrom] != "s3://ckpt/low/900" {
+			t.Errorf("low's pod %s resumes from %q, want its answer to the notice, s3://ckpt/low/900", p.Name, env[lockstep.EnvResumeFrom])
+		}
+	}
 	low := waitJob(t, ns, "low", 30*time.Second, "low running again", hasCondition(v1alpha1.JobRunning, ""))
 	if low.Status.RestartCount != 0 {
 		t.Errorf("low restartCount %d after preemption, want 0: an eviction is no failure", low.Status.RestartCount)

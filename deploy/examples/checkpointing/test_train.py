@@ -50,6 +50,37 @@ class ResumeTest(unittest.TestCase):
             train.path_of("s3://bucket/x")
 
 
+class NoticeTest(unittest.TestCase):
+    NOTICE = '{"by":"team/urgent","time":"2026-12-07T10:00:00Z","deadline":"2026-12-07T10:02:00Z"}'
+
+    def write(self, d, annotations):
+        path = os.path.join(d, "annotations")
+        with open(path, "w") as f:
+            # As the kubelet writes metadata.annotations: key="value", the
+            # value quoted by Go's %q.
+            f.write("\n".join('%s=%s' % (k, json.dumps(v)) for k, v in sorted(annotations.items())))
+        return path
+
+    def test_no_file_no_notice(self):
+        self.assertIsNone(train.NoticeWatch("/nonexistent/annotations").new_notice())
+
+    def test_a_notice_is_new_once(self):
+        with tempfile.TemporaryDirectory() as d:
+            path = self.write(d, {"lockstep.dev/preemption-notice": self.NOTICE, "other": 'a "quoted" value'})
+            watch = train.NoticeWatch(path)
+            n = watch.new_notice()
+            self.assertEqual(n["by"], "team/urgent")
+            self.assertIsNone(watch.new_notice(), "the same notice is answered once")
+            self.write(d, {"other": "x"})
+            self.assertIsNone(watch.new_notice())
+            self.write(d, {"lockstep.dev/preemption-notice": self.NOTICE})
+            self.assertIsNotNone(watch.new_notice(), "a notice withdrawn and given again is new")
+
+    def test_a_malformed_notice_is_none(self):
+        for raw in ["", "{", '{"by":"x"}', "[1]"]:
+            self.assertIsNone(train.notice_of({"lockstep.dev/preemption-notice": raw}), raw)
+
+
 class AnnotateTest(unittest.TestCase):
     def test_patch_of_the_pods_own_annotation(self):
         with tempfile.TemporaryDirectory() as d:

@@ -13,6 +13,14 @@ termination message, and two environment variables.
     annotation with the ServiceAccount token the kubelet mounts (the job's
     Role allows that and nothing else), or, on its way out, writes the
     report to its termination message, which needs no permission at all.
+  * When the job asked for notice (runPolicy.preemptionNoticeSeconds), the
+    scheduler (before a preemption) or the controller (before a suspension,
+    Kueue's eviction included) annotates the pods with
+    lockstep.dev/preemption-notice and waits for a fresh report. The pods
+    mount their annotations through a downward-API volume, which the
+    kubelet keeps current; rank 0 reads it every --notice-every steps, and
+    a new notice makes every rank checkpoint and report at once, then train
+    on until the pods are deleted (SIGTERM) or the notice is withdrawn.
   * A new incarnation finds the last report in LOCKSTEP_RESUME_FROM and
     LOCKSTEP_RESUME_STEP and loads it.
 
@@ -21,6 +29,7 @@ plain Python, so test_train.py runs it without torch.
 """
 
 import argparse
+import ast
 import datetime
 import json
 import os
@@ -32,8 +41,64 @@ import urllib.request
 
 ANNOTATION = "lockstep.dev/checkpoint"
 MESSAGE_PREFIX = ANNOTATION + "="
+NOTICE_ANNOTATION = "lockstep.dev/preemption-notice"
 SERVICE_ACCOUNT = "/var/run/secrets/kubernetes.io/serviceaccount"
 TERMINATION_LOG = "/dev/termination-log"
+ANNOTATIONS_FILE = "/etc/lockstep/annotations"
+
+
+def read_annotations(path=ANNOTATIONS_FILE):
+    """The pod's annotations from a downward-API file (metadata.annotations):
+    one key="value" line each, the value quoted as Go's %q quotes it. A
+    missing file is no annotations."""
+    try:
+        with open(path) as f:
+            text = f.read()
+    except FileNotFoundError:
+        return {}
+    out = {}
+    for line in text.splitlines():
+        key, sep, quoted = line.partition("=")
+        if not sep or not quoted.startswith('"'):
+            continue
+        # Go's %q escapes are a subset of a Python string literal's.
+        out[key] = ast.literal_eval(quoted)
+    return out
+
+
+def notice_of(annotations):
+    """The preemption notice in annotations: {"by", "time", "deadline"},
+    or None when there is none (or it is not one)."""
+    raw = annotations.get(NOTICE_ANNOTATION)
+    if not raw:
+        return None
+    try:
+        n = json.loads(raw)
+    except ValueError:
+        return None
+    if not isinstance(n, dict) or not all(isinstance(n.get(k), str) and n[k] for k in ("by", "time", "deadline")):
+        return None
+    return n
+
+
+class NoticeWatch:
+    """Says once per notice that it is new: a notice is answered with one
+    checkpoint, and training goes on until the pods are deleted."""
+
+    def __init__(self, path=ANNOTATIONS_FILE):
+        self.path = path
+        self.answered = None
+
+    def new_notice(self):
+        n = notice_of(read_annotations(self.path))
+        if n is None:
+            # Withdrawn (a suspended job resumed in time): a later one is new.
+            self.answered = None
+            return None
+        if n["time"] == self.answered:
+            return None
+        self.answered = n["time"]
+        return n
 
 
 def report(step, location, when=None):
@@ -147,6 +212,7 @@ def train(args):
             print("resumed from %s at step %d" % point, flush=True)
     stop = StopFlag()
     signal.signal(signal.SIGTERM, stop)
+    watch = NoticeWatch(args.annotations)
     incarnation = os.environ.get("LOCKSTEP_INCARNATION", "0")
     while step < args.steps:
         x = torch.randn(64, 1024, device=device)
@@ -155,11 +221,15 @@ def train(args):
         loss.backward()
         opt.step()
         step += 1
-        # Every rank stops at the same step: one that saw SIGTERM tells all.
-        flag = torch.tensor([1.0 if stop.set else 0.0], device=device)
+        noticed = rank == 0 and step % args.notice_every == 0 and watch.new_notice() is not None
+        if noticed:
+            print("preemption notice at step %d: checkpointing now" % step, flush=True)
+        # Every rank stops, or checkpoints, at the same step: one that saw
+        # SIGTERM, or rank 0 that saw a notice, tells all.
+        flag = torch.tensor([1.0 if stop.set else 0.0, 1.0 if noticed else 0.0], device=device)
         dist.all_reduce(flag)
-        stopping = flag.item() > 0
-        if step % args.every == 0 or stopping or step == args.steps:
+        stopping, noticed = flag[0].item() > 0, flag[1].item() > 0
+        if step % args.every == 0 or stopping or noticed or step == args.steps:
             dist.barrier()
             if rank == 0:
                 path = checkpoint_path(args.dir, incarnation, step)
@@ -185,9 +255,18 @@ def main(argv=None):
     p.add_argument("--dir", default="/ckpt", help="shared checkpoint directory")
     p.add_argument("--every", type=int, default=500, help="checkpoint every this many steps")
     p.add_argument("--steps", type=int, default=100000)
+    p.add_argument("--annotations", default=ANNOTATIONS_FILE,
+                   help="the pod's annotations, a downward-API volume file")
+    p.add_argument("--notice-every", type=int, default=10,
+                   help="look for a preemption notice every this many steps")
+    p.add_argument("--print-notice", metavar="FILE",
+                   help="print the notice in a downward-API annotations file and exit (no torch needed)")
     p.add_argument("--print-report", nargs=2, metavar=("STEP", "PATH"),
                    help="print the report for a checkpoint and exit (no torch needed)")
     args = p.parse_args(argv)
+    if args.print_notice:
+        print(json.dumps(notice_of(read_annotations(args.print_notice))))
+        return 0
     if args.print_report:
         print(report(int(args.print_report[0]), location_of(args.print_report[1])))
         return 0

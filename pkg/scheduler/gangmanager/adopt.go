@@ -14,13 +14,18 @@ import (
 )
 
 // VictimOf reads pod as a victim of gang preemption that is still going: a
-// pod being deleted, not finished, whose DisruptionTarget condition
+// pod not finished, being deleted or given notice
+// (lockstep.AnnotationPreemptionNotice), whose DisruptionTarget condition
 // (reason PreemptionByScheduler) carries the message the scheduler writes
-// (lockstep.Preemption) with the preemptor's plan. A pod marked but not
-// deleted is not one: its eviction failed, or the scheduler that marked it
-// died before the delete, and it is running work like any other.
+// (lockstep.Preemption) with the preemptor's plan. A pod marked but
+// neither deleted nor given notice is not one: its eviction failed, or
+// the scheduler that marked it died before the delete, and it is running
+// work like any other.
 func VictimOf(pod *v1.Pod) (lockstep.Preemption, bool) {
-	if pod.DeletionTimestamp == nil || pod.Status.Phase == v1.PodSucceeded || pod.Status.Phase == v1.PodFailed {
+	if pod.Status.Phase == v1.PodSucceeded || pod.Status.Phase == v1.PodFailed {
+		return lockstep.Preemption{}, false
+	}
+	if _, noticed := lockstep.NoticeOn(pod.Annotations); pod.DeletionTimestamp == nil && !noticed {
 		return lockstep.Preemption{}, false
 	}
 	for _, c := range pod.Status.Conditions {
@@ -33,6 +38,25 @@ func VictimOf(pod *v1.Pod) (lockstep.Preemption, bool) {
 	return lockstep.Preemption{}, false
 }
 
+// WaitsOutNotice reports whether pod is a victim of a scheduler's preemption
+// waiting out its notice: given lockstep.AnnotationPreemptionNotice by a
+// scheduler (not a suspension's) and the DisruptionTarget condition of a
+// preemption, not deleted yet, and when its notice says it goes at the
+// latest, its grace period included. It is going as surely as a pod being
+// deleted: no preemption may count its room again.
+func WaitsOutNotice(pod *v1.Pod) (time.Time, bool) {
+	n, ok := lockstep.NoticeOn(pod.Annotations)
+	if !ok || n.By == lockstep.NoticeBySuspend || pod.DeletionTimestamp != nil || pod.Status.Phase == v1.PodSucceeded || pod.Status.Phase == v1.PodFailed {
+		return time.Time{}, false
+	}
+	for _, c := range pod.Status.Conditions {
+		if c.Type == v1.DisruptionTarget && c.Status == v1.ConditionTrue && c.Reason == v1.PodReasonPreemptionByScheduler {
+			return n.Deadline.Add(Grace(pod)), true
+		}
+	}
+	return time.Time{}, false
+}
+
 // pendingVictim is a victim seen terminating that the books do not hold.
 type pendingVictim struct {
 	preemption lockstep.Preemption
@@ -40,6 +64,25 @@ type pendingVictim struct {
 	// deleted is when the pod's grace period ends (its deletion
 	// timestamp), zero while it is not being deleted.
 	deleted time.Time
+	// notice is the notice it waits out, while it is not being deleted.
+	notice *lockstep.Notice
+	uid    types.UID
+}
+
+// Noticed is a victim's pod that waits out its notice, given by a
+// scheduler before this one: the evictor takes it over (Evictor.Resume).
+type Noticed struct {
+	UID        types.UID
+	Pod        string
+	Notice     lockstep.Notice
+	Preemption lockstep.Preemption
+}
+
+// Adopted is what AdoptPending rebuilt: the gangs whose holds it made or
+// grew, and the victims' pods still waiting out a notice.
+type Adopted struct {
+	Gangs   []string
+	Noticed []Noticed
 }
 
 // ObservePod notes a pod that is a terminating victim of a preemption
@@ -62,9 +105,14 @@ func (m *Manager) ObservePod(pod *v1.Pod) {
 	if m.pending == nil {
 		m.pending = map[types.UID]pendingVictim{}
 	}
-	v := pendingVictim{preemption: p, pod: pod.Namespace + "/" + pod.Name}
+	v := pendingVictim{preemption: p, pod: pod.Namespace + "/" + pod.Name, uid: pod.UID}
 	if pod.DeletionTimestamp != nil {
 		v.deleted = pod.DeletionTimestamp.Time
+	} else if n, ok := lockstep.NoticeOn(pod.Annotations); ok {
+		// Deleted at the notice's deadline at the latest, then given its
+		// grace period.
+		v.notice = &n
+		v.deleted = n.Deadline.Add(Grace(pod))
 	}
 	m.pending[pod.UID] = v
 	m.victims[pod.UID] = v.pod
@@ -87,13 +135,14 @@ func (m *Manager) HasPending() bool {
 //
 // A rebuilt hold waits for its victims no longer than a fresh one: until
 // the last of their grace periods ends (their deletion timestamps; now for
-// one not being deleted yet) and stall after (Books.BoundHold).
-func (m *Manager) AdoptPending(domain func(id string) (*topology.Domain, bool), now time.Time, stall time.Duration) []string {
+// one not being deleted yet; a noticed one's notice deadline and grace
+// period) and stall after (Books.BoundHold).
+func (m *Manager) AdoptPending(domain func(id string) (*topology.Domain, bool), now time.Time, stall time.Duration) Adopted {
 	m.mu.Lock()
 	pending := m.pending
 	m.pending = nil
 	m.mu.Unlock()
-	var gangs []string
+	var out Adopted
 	until := map[string]time.Time{}
 	for _, uid := range slices.Sorted(maps.Keys(pending)) {
 		v := pending[uid]
@@ -101,8 +150,11 @@ func (m *Manager) AdoptPending(domain func(id string) (*topology.Domain, bool), 
 		if !ok {
 			continue
 		}
-		if m.Books.AdoptVictim(v.preemption.Plan, d, v.preemption.Priority, uid, now) && !slices.Contains(gangs, v.preemption.Plan) {
-			gangs = append(gangs, v.preemption.Plan)
+		if m.Books.AdoptVictim(v.preemption.Plan, d, v.preemption.Priority, uid, now) && !slices.Contains(out.Gangs, v.preemption.Plan) {
+			out.Gangs = append(out.Gangs, v.preemption.Plan)
+		}
+		if v.notice != nil && m.Books.EvictedFor(uid) {
+			out.Noticed = append(out.Noticed, Noticed{UID: uid, Pod: v.pod, Notice: *v.notice, Preemption: v.preemption})
 		}
 		end := now
 		if v.deleted.After(end) {
@@ -112,10 +164,20 @@ func (m *Manager) AdoptPending(domain func(id string) (*topology.Domain, bool), 
 			until[v.preemption.Plan] = end
 		}
 	}
-	for _, gang := range gangs {
+	for _, gang := range out.Gangs {
 		m.Books.BoundHold(gang, until[gang].Add(stall))
 	}
-	return gangs
+	return out
+}
+
+// Grace is the termination grace period the kubelet gives pod when it is
+// deleted with the default options.
+func Grace(pod *v1.Pod) time.Duration {
+	grace := int64(v1.DefaultTerminationGracePeriodSeconds)
+	if pod.Spec.TerminationGracePeriodSeconds != nil {
+		grace = *pod.Spec.TerminationGracePeriodSeconds
+	}
+	return time.Duration(grace) * time.Second
 }
 
 // VictimGone records that pod is gone: it leaves the hold it is a victim

@@ -139,7 +139,7 @@ func TestAdoptEqualsTheLostState(t *testing.T) {
 	for _, pod := range []*v1.Pod{victim("low-0", "a0", "a"), victim("low-1", "a1", "a")} {
 		rebuilt.ObservePod(pod)
 	}
-	if diff := cmp.Diff([]string{"ns/high#8"}, rebuilt.AdoptPending(tree.Find, clock.Now(), time.Hour)); diff != "" {
+	if diff := cmp.Diff([]string{"ns/high#8"}, rebuilt.AdoptPending(tree.Find, clock.Now(), time.Hour).Gangs); diff != "" {
 		t.Errorf("gangs adopted (-want,+got):\n%s", diff)
 	}
 	rebuilt.Nominate("ns/high#8", "uid-high-0", "ns/high-0", "a0")
@@ -233,6 +233,41 @@ func TestAdoptBoundsRebuiltHolds(t *testing.T) {
 		t.Errorf("overdue before the last grace period and the stall ended: %v", stuck)
 	}
 	if diff := cmp.Diff([]string{"uid-low-0", "uid-low-1"}, m.Books.Overdue("ns/high#8", ends.Add(stall))); diff != "" {
+		t.Errorf("overdue at the bound (-want,+got):\n%s", diff)
+	}
+}
+
+// TestAdoptNoticedVictims: a victim given notice and not deleted yet is
+// going: its hold is rebuilt, bounded by the notice's deadline, its grace
+// period and a stall, and it is handed to the evictor to finish. One
+// marked without notice or deletion (its eviction failed) is not.
+func TestAdoptNoticedVictims(t *testing.T) {
+	tree := twoLeaves(t)
+	m, clock, _ := testManager()
+	const stall = 4 * time.Minute
+	n := lockstep.Notice{By: "ns/high", Time: clock.Now().Add(-10 * time.Second), Deadline: clock.Now().Add(50 * time.Second)}
+	noticed := func(pod *v1.Pod) {
+		pod.DeletionTimestamp = nil
+		pod.Annotations = map[string]string{lockstep.AnnotationPreemptionNotice: n.Format()}
+	}
+	failed := func(pod *v1.Pod) { pod.DeletionTimestamp = nil }
+	m.ObservePod(victim("low-0", "a0", "a", noticed))
+	m.ObservePod(victim("stale", "a1", "a", failed))
+	got := m.AdoptPending(tree.Find, clock.Now(), stall)
+	want := Adopted{
+		Gangs: []string{"ns/high#8"},
+		Noticed: []Noticed{{UID: "uid-low-0", Pod: "ns/low-0", Notice: n, Preemption: lockstep.Preemption{
+			Preemptor: "ns/high", Priority: 100, Domain: "leaf=a", Plan: "ns/high#8", DomainID: "leaf=a",
+		}}},
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("adopted (-want,+got):\n%s", diff)
+	}
+	bound := n.Deadline.Add(30 * time.Second).Add(stall)
+	if stuck := m.Books.Overdue("ns/high#8", bound.Add(-time.Second)); len(stuck) != 0 {
+		t.Errorf("overdue before the notice, the grace period and the stall ended: %v", stuck)
+	}
+	if diff := cmp.Diff([]string{"uid-low-0"}, m.Books.Overdue("ns/high#8", bound)); diff != "" {
 		t.Errorf("overdue at the bound (-want,+got):\n%s", diff)
 	}
 }

@@ -73,6 +73,11 @@ func (r Reader) Candidates(preemptor *v1.Pod, priority int32, snap *placement.Sn
 			if corev1helpers.PodPriority(pod) >= priority || pod.DeletionTimestamp != nil || r.Gangs.Books.EvictedFor(pod.UID) {
 				continue
 			}
+			if _, noticed := gangmanager.WaitsOutNotice(pod); noticed {
+				// Going already, for a pod outside gangs (a gang's
+				// victims are in the books).
+				continue
+			}
 			if g := gangmanager.GangKey(pod); g != "" {
 				if g != own {
 					gangs[g] = true
@@ -123,7 +128,7 @@ func (r Reader) gangVictim(key string, priority int32, gpus *victimGPUs, inSnap 
 			continue
 		}
 		prio := corev1helpers.PodPriority(pod)
-		if prio >= priority || r.Gangs.Books.EvictedFor(pod.UID) {
+		if _, noticed := gangmanager.WaitsOutNotice(pod); prio >= priority || noticed || r.Gangs.Books.EvictedFor(pod.UID) {
 			return placement.Victim{}, nil, false
 		}
 		if len(pods) == 0 || prio > v.Priority {
@@ -154,6 +159,29 @@ func (r Reader) gangVictim(key string, priority int32, gpus *victimGPUs, inSnap 
 	return v, pods, true
 }
 
+// Noticed is victim key, whose pods a scheduler before this one gave
+// notice, as far as its eviction is measured (Evictor.Resume): its GPUs
+// by count, when it started running whole, its last checkpoint and
+// restart overhead.
+func (r Reader) Noticed(key string, pods []*v1.Pod) placement.Victim {
+	v := placement.Victim{Key: key}
+	var starts []time.Time
+	for _, pod := range pods {
+		n := min(r.View.Request(pod).GPUs, 64)
+		v.Pods = append(v.Pods, placement.VictimPod{Node: pod.Spec.NodeName, GPUs: topology.GPUSet(1<<n - 1)})
+		if s := startedAt(pod); !s.IsZero() {
+			starts = append(starts, s)
+		}
+		r.workLost(&v, pod)
+	}
+	minMember, ok := r.MinMember(key)
+	if !ok || gangmanager.GangKey(pods[0]) == "" {
+		minMember = len(pods)
+	}
+	v.Started = placement.GangStarted(starts, minMember)
+	return v
+}
+
 // workLost reads what evicting pod loses into v, one of whose pods it is:
 // its checkpoint report (lockstep.AnnotationCheckpoint), the newest of the
 // victim's pods' (any rank's checkpoint is the job's: every rank resumes
@@ -164,9 +192,13 @@ func (r Reader) gangVictim(key string, priority int32, gpus *victimGPUs, inSnap 
 // more than lockstep.CheckpointClockSkew, is not believed, as the
 // controller does not (it warns on the job): such a victim is costed by
 // its run time.
-func (r Reader) workLost(v *placement.Victim, pod *v1.Pod) {
+func (r Reader) workLost(v *placement.Victim, pod *v1.Pod) { readWork(v, pod, r.Now) }
+
+// readWork is workLost at now; the evictor reads it again when it
+// evicts.
+func readWork(v *placement.Victim, pod *v1.Pod, now time.Time) {
 	if raw, ok := pod.Annotations[lockstep.AnnotationCheckpoint]; ok {
-		if c, err := lockstep.ParseCheckpoint(raw); err == nil && c.Believable(r.Now) && c.Time.After(v.Checkpointed) {
+		if c, err := lockstep.ParseCheckpoint(raw); err == nil && c.Believable(now) && c.Time.After(v.Checkpointed) {
 			v.Checkpointed = c.Time
 		}
 	}

@@ -2,6 +2,7 @@ package gangpreemption
 
 import (
 	"context"
+	"reflect"
 	"slices"
 	"sync"
 	"testing"
@@ -18,7 +19,12 @@ import (
 	clienttesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/klog/v2/ktesting"
+	clocktesting "k8s.io/utils/clock/testing"
 	"k8s.io/utils/ptr"
+
+	"github.com/lockstep-dev/lockstep/pkg/lockstep"
+	"github.com/lockstep-dev/lockstep/pkg/topology"
+	"github.com/lockstep-dev/lockstep/pkg/topology/placement"
 )
 
 func victim(name string, grace *int64) *v1.Pod {
@@ -47,7 +53,7 @@ func TestEvict(t *testing.T) {
 	var mu sync.Mutex
 	notGoing, failures := []string{}, 0
 	e := &Evictor{
-		Client: cs, Recorder: events.NewFakeRecorder(10),
+		Client: cs, Recorder: events.NewFakeRecorder(10), Clock: clocktesting.NewFakeClock(time.Now()),
 		NotGoing: func(_ context.Context, pod *v1.Pod) {
 			mu.Lock()
 			defer mu.Unlock()
@@ -55,7 +61,11 @@ func TestEvict(t *testing.T) {
 		},
 		Failed: func() { mu.Lock(); defer mu.Unlock(); failures++ },
 	}
-	e.Evict(logger, victim("preemptor", nil), []*v1.Pod{running, gone, refused}, "preempted")
+	var victims []Victim
+	for _, pod := range []*v1.Pod{running, gone, refused} {
+		victims = append(victims, Victim{Work: placement.Victim{Key: "ns/" + pod.Name}, Pods: []*v1.Pod{pod}})
+	}
+	e.Evict(logger, victim("preemptor", nil), victims, lockstep.Preemption{Preemptor: "ns/preemptor", Priority: 10})
 	// Evict returns at once; the writes go on off the scheduling thread.
 	if err := wait.PollUntilContextTimeout(context.Background(), 10*time.Millisecond, wait.ForeverTestTimeout, true, func(context.Context) (bool, error) {
 		mu.Lock()
@@ -93,6 +103,137 @@ func TestEvict(t *testing.T) {
 	if _, err := cs.CoreV1().Pods("ns").Get(context.Background(), "refused", metav1.GetOptions{}); err != nil {
 		t.Errorf("the victim whose mark was refused: %v; want it left running", err)
 	}
+}
+
+// noticed is a victim pod whose job asked for notice seconds.
+func noticed(name string, seconds string) *v1.Pod {
+	p := victim(name, nil)
+	p.Annotations = map[string]string{lockstep.AnnotationPreemptionNoticeSeconds: seconds}
+	return p
+}
+
+// TestEvictWithNotice: a victim whose job asked for notice is marked
+// (condition and annotation) and deleted only when a rank reports a
+// checkpoint that answers the notice, or the notice runs out; the work it
+// lost is measured then, the time spent answering included. A notice
+// taken over from an earlier scheduler keeps its deadline.
+func TestEvictWithNotice(t *testing.T) {
+	logger, _ := ktesting.NewTestContext(t)
+	start := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
+	clock := clocktesting.NewFakeClock(start)
+	a0, a1, b, c := noticed("a-0", "60"), noticed("a-1", "60"), noticed("b", "30"), noticed("c", "60")
+	cs := clientsetfake.NewClientset(a0, a1, b, c)
+	var mu sync.Mutex
+	var lost []float64
+	e := &Evictor{
+		Client: cs, Recorder: refRecorder{t: t, EventRecorder: events.NewFakeRecorder(10)}, Clock: clock,
+		NotGoing: func(context.Context, *v1.Pod) {},
+		Failed:   func() { t.Error("an eviction failed") },
+		Lost:     func(s float64) { mu.Lock(); defer mu.Unlock(); lost = append(lost, s) },
+	}
+	gpus := []placement.VictimPod{{GPUs: topology.NewGPUSet(0, 1, 2, 3)}, {GPUs: topology.NewGPUSet(0, 1, 2, 3)}}
+	by := lockstep.Preemption{Preemptor: "ns/high", Priority: 100}
+	e.Evict(logger, victim("preemptor", nil), []Victim{
+		{Work: placement.Victim{Key: "ns/a", Started: start.Add(-2 * time.Hour), Pods: gpus}, Pods: []*v1.Pod{a0, a1}},
+		{Work: placement.Victim{Key: "ns/b", Started: start.Add(-time.Hour), Checkpointed: start.Add(-5 * time.Minute), Pods: gpus[:1]}, Pods: []*v1.Pod{b}},
+	}, by)
+	get := func(name string) (*v1.Pod, bool) {
+		pod, err := cs.CoreV1().Pods("ns").Get(context.Background(), name, metav1.GetOptions{})
+		return pod, err == nil
+	}
+	until := func(what string, done func() bool) {
+		t.Helper()
+		if err := wait.PollUntilContextTimeout(context.Background(), time.Millisecond, wait.ForeverTestTimeout, true, func(context.Context) (bool, error) {
+			return done(), nil
+		}); err != nil {
+			t.Fatalf("waiting for %s", what)
+		}
+	}
+	given := func(name string) (lockstep.Notice, bool) {
+		pod, ok := get(name)
+		if !ok {
+			return lockstep.Notice{}, false
+		}
+		n, ok := lockstep.NoticeOn(pod.Annotations)
+		_, marked := preemptedBy(pod)
+		return n, ok && marked
+	}
+	until("every pod to be given notice", func() bool {
+		_, a0ok := given("a-0")
+		_, a1ok := given("a-1")
+		_, bok := given("b")
+		return a0ok && a1ok && bok
+	})
+	n, _ := given("a-0")
+	if diff := cmp.Diff(lockstep.Notice{By: "ns/high", Time: start, Deadline: start.Add(time.Minute)}, n); diff != "" {
+		t.Errorf("notice (-want,+got):\n%s", diff)
+	}
+
+	// A report from before the notice does not answer it.
+	clock.Step(10 * time.Second)
+	pod, _ := get("a-1")
+	pod.Annotations[lockstep.AnnotationCheckpoint] = lockstep.Checkpoint{Step: 7, Time: start.Add(-time.Second), Location: "s3://b/7"}.Format()
+	e.Heard(pod, false)
+	if _, ok := get("a-1"); !ok {
+		t.Fatal("evicted on a report older than the notice")
+	}
+	// One rank's fresh report answers for the victim: both pods go at once.
+	pod.Annotations[lockstep.AnnotationCheckpoint] = lockstep.Checkpoint{Step: 8, Time: start.Add(10 * time.Second), Location: "s3://b/8"}.Format()
+	e.Heard(pod, false)
+	until("the answered victim's pods to be deleted", func() bool {
+		_, a0ok := get("a-0")
+		_, a1ok := get("a-1")
+		return !a0ok && !a1ok
+	})
+	if _, ok := get("b"); !ok {
+		t.Fatal("a victim that has not answered was evicted before its notice ran out")
+	}
+	// b never answers: it goes when its 30 s run out.
+	clock.Step(19 * time.Second)
+	if _, ok := get("b"); !ok {
+		t.Fatal("evicted before the notice ran out")
+	}
+	clock.Step(time.Second)
+	until("the silent victim to be deleted at its deadline", func() bool { _, ok := get("b"); return !ok })
+
+	// A notice a scheduler before this one gave, run out while none
+	// listened: evicted at once.
+	resumed := lockstep.Notice{By: "ns/high", Time: clock.Now().Add(-2 * time.Minute), Deadline: clock.Now().Add(-time.Minute)}
+	e.Resume(logger, Victim{Work: placement.Victim{Key: "ns/c", Started: resumed.Time, Pods: gpus[:1]}, Pods: []*v1.Pod{c}}, resumed, by)
+	until("the taken-over victim to be deleted", func() bool { _, ok := get("c"); return !ok })
+
+	mu.Lock()
+	defer mu.Unlock()
+	// a: 8 GPUs x the 10 s it spent answering; b: 4 GPUs x the 5 min
+	// before its notice and the 30 s of it; c: 4 GPUs x 2 min.
+	if diff := cmp.Diff([]float64{80, 4 * 330, 4 * 120}, lost); diff != "" {
+		t.Errorf("GPU-seconds lost (-want,+got):\n%s", diff)
+	}
+}
+
+// refRecorder fails the test on an event whose related object is a nil
+// pointer, which the real recorder dereferences (it panics taking its
+// reference).
+type refRecorder struct {
+	t *testing.T
+	events.EventRecorder
+}
+
+func (r refRecorder) Eventf(regarding, related runtime.Object, eventtype, reason, action, note string, args ...any) {
+	if related != nil && reflect.ValueOf(related).IsNil() {
+		r.t.Errorf("event %s on %v names a nil related object", reason, regarding)
+	}
+	r.EventRecorder.Eventf(regarding, related, eventtype, reason, action, note, args...)
+}
+
+// preemptedBy reads the preemption condition off pod.
+func preemptedBy(pod *v1.Pod) (lockstep.Preemption, bool) {
+	for _, c := range pod.Status.Conditions {
+		if c.Type == v1.DisruptionTarget && c.Reason == v1.PodReasonPreemptionByScheduler {
+			return lockstep.ParsePreemption(c.Message)
+		}
+	}
+	return lockstep.Preemption{}, false
 }
 
 func TestLongestGrace(t *testing.T) {

@@ -195,7 +195,7 @@ func newPluginMetrics() *pluginMetrics {
 			Namespace:      metricsNamespace,
 			Subsystem:      metricsSubsystem,
 			Name:           "preemption_lost_gpu_hours_total",
-			Help:           "GPU-hours of work the victims of preemption lost when they were evicted: GPUs times the time since their last checkpoint (their start when they never reported one), plus their stated restart overhead.",
+			Help:           "GPU-hours of work the victims of preemption lost, counted when they were deleted (after any notice): GPUs times the time since their last checkpoint (their start when they never reported one; the notice when a checkpoint answered it), plus their stated restart overhead.",
 			StabilityLevel: metrics.ALPHA,
 		}),
 		preemptionPDBViolations: metrics.NewCounter(&metrics.CounterOpts{

@@ -29,6 +29,7 @@ package topologyplacement
 import (
 	"context"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -51,6 +52,7 @@ import (
 	"github.com/lockstep-dev/lockstep/pkg/apis/lockstep/v1alpha1"
 	"github.com/lockstep-dev/lockstep/pkg/lockstep"
 	"github.com/lockstep-dev/lockstep/pkg/scheduler/gangmanager"
+	"github.com/lockstep-dev/lockstep/pkg/scheduler/gangpreemption"
 	"github.com/lockstep-dev/lockstep/pkg/scheduler/nodeview"
 	"github.com/lockstep-dev/lockstep/pkg/scheduler/podgroupindex"
 	"github.com/lockstep-dev/lockstep/pkg/scheduler/requeue"
@@ -70,6 +72,9 @@ type TopologyPlacement struct {
 	// waiting pods (its event recorder reports as that profile).
 	handle framework.Handle
 	clock  clock.WithDelayedExecution
+	// evict carries out the plugin's preemptions (evictor).
+	evict       *gangpreemption.Evictor
+	evictorOnce sync.Once
 	// reader serves NodeTopology and PodGroup objects from an informer cache.
 	reader client.Reader
 	client client.Client
@@ -319,6 +324,7 @@ func (p *TopologyPlacement) podEvents(ctx context.Context) cache.ResourceEventHa
 			if !ok {
 				return
 			}
+			p.evictor().Heard(pod, false)
 			if old, ok := oldObj.(*v1.Pod); !ok || gangmanager.MemberChanged(old, pod) {
 				p.gangs.Verdicts.GangChanged(gangmanager.GangKey(pod))
 			}
@@ -345,6 +351,7 @@ func (p *TopologyPlacement) podEvents(ctx context.Context) cache.ResourceEventHa
 			if pod, ok := obj.(*v1.Pod); ok {
 				p.gangs.Books.ForgetPod(pod.UID)
 				p.binds.done(pod.UID)
+				p.evictor().Heard(pod, true)
 				p.victimGone(ctx, pod)
 				p.gangs.PodGone(pod.UID)
 				p.ignored.Remove(string(pod.UID) + "/" + pod.Annotations[lockstep.AnnotationGPUs])

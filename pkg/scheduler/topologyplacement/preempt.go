@@ -174,6 +174,7 @@ func (p *TopologyPlacement) preemptForGang(ctx context.Context, state fwk.CycleS
 	}
 	var victims []*v1.Pod
 	var uids []string
+	evicted := evictedOf(pre, podsOf)
 	for _, v := range pre.Victims {
 		for _, vp := range podsOf[v.Key] {
 			victims = append(victims, vp)
@@ -186,10 +187,10 @@ func (p *TopologyPlacement) preemptForGang(ctx context.Context, state fwk.CycleS
 		return preemption{outcome: preemptionNoRoom, reason: fmt.Sprintf("%s is held for a gang of equal or higher priority", pre.Plan.Domain.DisplayID())}
 	}
 	// The hold waits for its victims no longer than the longest of their
-	// grace periods and a drain stall after: a victim stuck terminating
-	// (its node dark, a finalizer) must not keep the domain closed to
-	// equal- and lower-priority work for ever (expireHolds).
-	p.gangs.Books.BoundHold(s.gang, now.Add(gangpreemption.LongestGrace(victims)+p.gangs.DrainStall()))
+	// notices and grace periods and a drain stall after: a victim stuck
+	// terminating (its node dark, a finalizer) must not keep the domain
+	// closed to equal- and lower-priority work for ever (expireHolds).
+	p.gangs.Books.BoundHold(s.gang, now.Add(gangpreemption.LongestNotice(evicted)+gangpreemption.LongestGrace(victims)+p.gangs.DrainStall()))
 	p.gangs.NameVictims(victims)
 	p.metrics.drainedNodes.Set(float64(p.gangs.Books.DrainedNodes()))
 	if len(released) > 0 {
@@ -197,16 +198,16 @@ func (p *TopologyPlacement) preemptForGang(ctx context.Context, state fwk.CycleS
 		p.gangs.RetryTurnedAway(s.gang)
 	}
 	preemptor := gangmanager.GangKey(pod)
-	msg := lockstep.Preemption{
+	by := lockstep.Preemption{
 		Preemptor: preemptor, Priority: s.waiting.priority, Domain: pre.Plan.Domain.DisplayID(),
 		Plan: s.gang, DomainID: pre.Plan.Domain.ID,
-	}.Message()
+	}
 	names, _, broken := p.countVictims(pre, podsOf)
 	logger.V(2).Info("Preempting for the gang", "podGroup", s.gang, "priority", s.waiting.priority, "domain", pre.Plan.Domain.ID,
 		"victims", names, "pods", len(victims), "gpuSeconds", pre.Cost.GPUSeconds, "pdbViolations", pre.Cost.PDBViolations)
 	p.handle.EventRecorder().Eventf(pod, nil, v1.EventTypeNormal, gangpreemption.EventPreempting, "Preempting",
 		"Preempting %s in %s for gang %s (priority %d)%s", strings.Join(names, ", "), pre.Plan.Domain.DisplayID(), preemptor, s.waiting.priority, broken)
-	p.evictor().Evict(logger, pod, victims, msg)
+	p.evictor().Evict(logger, pod, evicted, by)
 	return preemption{outcome: preemptionPreempted, node: p.holdNomination(pod, s.gang, s.req.GPUs, pre.Plan)}
 }
 
@@ -243,7 +244,9 @@ func (p *TopologyPlacement) adoptVictims(ctx context.Context, nodes []fwk.NodeIn
 	if err != nil {
 		return
 	}
-	for _, key := range p.gangs.AdoptPending(tree.Find, p.clock.Now(), p.gangs.DrainStall()) {
+	adopted := p.gangs.AdoptPending(tree.Find, p.clock.Now(), p.gangs.DrainStall())
+	p.resumeNotices(klog.FromContext(ctx), adopted.Noticed)
+	for _, key := range adopted.Gangs {
 		klog.FromContext(ctx).V(2).Info("Rebuilt the hold of a preemption from its victims", "plugin", Name, "podGroup", key)
 		ns, name, _ := gangmanager.SplitPlanKey(key)
 		members, err := p.gangs.GangPods(ns, name)
@@ -257,6 +260,54 @@ func (p *TopologyPlacement) adoptVictims(ctx context.Context, nodes []fwk.NodeIn
 		}
 	}
 	p.metrics.drainedNodes.Set(float64(p.gangs.Books.DrainedNodes()))
+}
+
+// resumeNotices takes over the notices a scheduler before this one gave
+// victims (gangmanager.Noticed), a victim at a time: its pods, as the
+// informer has them, are evicted at the notice's deadline or when they
+// answer it (gangpreemption.Evictor.Resume). A victim's pods are grouped
+// as placement.Preempt chose them: a gang's by its PodGroup, a pod
+// outside gangs alone.
+func (p *TopologyPlacement) resumeNotices(logger klog.Logger, noticed []gangmanager.Noticed) {
+	if len(noticed) == 0 {
+		return
+	}
+	lister := p.handle.SharedInformerFactory().Core().V1().Pods().Lister()
+	type group struct {
+		pods   []*v1.Pod
+		notice lockstep.Notice
+		by     lockstep.Preemption
+	}
+	groups := map[string]*group{}
+	var keys []string
+	for _, n := range noticed {
+		ns, name, _ := strings.Cut(n.Pod, "/")
+		pod, err := lister.Pods(ns).Get(name)
+		if err != nil || pod.UID != n.UID {
+			continue
+		}
+		key := gangmanager.GangKey(pod)
+		if key == "" {
+			key = n.Pod
+		}
+		g := groups[key]
+		if g == nil {
+			g = &group{notice: n.Notice, by: n.Preemption}
+			groups[key] = g
+			keys = append(keys, key)
+		}
+		g.pods = append(g.pods, pod)
+		// One victim, one notice: the earliest deadline given any of its
+		// pods counts.
+		if n.Notice.Deadline.Before(g.notice.Deadline) {
+			g.notice = n.Notice
+		}
+	}
+	for _, key := range keys {
+		g := groups[key]
+		logger.V(2).Info("Taking over the notice a victim of gang preemption was given", "plugin", Name, "victim", key, "deadline", g.notice.Deadline)
+		p.evictor().Resume(logger, gangpreemption.Victim{Work: p.victims().Noticed(key, g.pods), Pods: g.pods}, g.notice, g.by)
+	}
 }
 
 // decideUnplanned is PreFilter's decision for a gang member whose PreFilter
@@ -383,12 +434,26 @@ func (p *TopologyPlacement) minMember(gang string) (int, bool) {
 
 // evictor evicts the victims of the plugin's preemptions through the
 // framework's client: a victim that is not going ends its part of the
-// hold (victimGone).
+// hold (victimGone), and what each victim lost is counted when it is
+// evicted (preemption_lost_gpu_hours_total), after any notice.
 func (p *TopologyPlacement) evictor() *gangpreemption.Evictor {
-	return &gangpreemption.Evictor{
-		Client: p.handle.ClientSet(), Recorder: p.handle.EventRecorder(),
-		NotGoing: p.victimGone, Failed: p.metrics.evictionErrors.Inc,
+	p.evictorOnce.Do(func() {
+		p.evict = &gangpreemption.Evictor{
+			Client: p.handle.ClientSet(), Recorder: p.handle.EventRecorder(), Clock: p.clock,
+			NotGoing: p.victimGone, Failed: p.metrics.evictionErrors.Inc,
+			Lost: func(gpuSeconds float64) { p.metrics.preemptionGPUHours.Add(gpuSeconds / 3600) },
+		}
+	})
+	return p.evict
+}
+
+// evictedOf is what the evictor is given of pre's victims.
+func evictedOf(pre *placement.Preemption, podsOf map[string][]*v1.Pod) []gangpreemption.Victim {
+	out := make([]gangpreemption.Victim, len(pre.Victims))
+	for i, v := range pre.Victims {
+		out[i] = gangpreemption.Victim{Work: v, Pods: podsOf[v.Key]}
 	}
+	return out
 }
 
 // countVictims counts the victims of pre, a preemption about to be carried
@@ -405,7 +470,6 @@ func (p *TopologyPlacement) countVictims(pre *placement.Preemption, podsOf map[s
 		p.metrics.preemptionVictims.WithLabelValues(kind).Inc()
 		pods = append(pods, podsOf[v.Key]...)
 	}
-	p.metrics.preemptionGPUHours.Add(pre.Cost.GPUSeconds / 3600)
 	return names, pods, p.brokenBudgets(pre, podsOf)
 }
 

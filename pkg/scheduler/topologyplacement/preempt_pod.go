@@ -26,11 +26,14 @@ import (
 // evicted whole, through placement.Preempt, when no pod outside gangs
 // makes room (preemptForPod). Nor is a pod evicted for a gang's hold
 // already (it is going, and counting it twice would let two preemptors
-// count on the same room), or one that started less than
+// count on the same room; or it waits out a notice), or one that started less than
 // preemptionMinRuntime ago: the guard that protects gangs protects pods.
 func (p *TopologyPlacement) eligibleAlone(_ fwk.NodeInfo, victim fwk.PodInfo, _ *v1.Pod) bool {
 	pod := victim.GetPod()
 	if gangmanager.GangKey(pod) != "" || p.gangs.Books.EvictedFor(pod.UID) {
+		return false
+	}
+	if _, noticed := gangmanager.WaitsOutNotice(pod); noticed {
 		return false
 	}
 	if minRuntime := p.args.PreemptionMinRuntime.Duration; minRuntime > 0 {
@@ -89,8 +92,8 @@ func (p *TopologyPlacement) preemptForPod(ctx context.Context, state fwk.CycleSt
 }
 
 // victimsGoing names a pod evicted for pod by preemption that still
-// terminates on pod's nominated node within its bound, or "" when none
-// does.
+// terminates, or waits out its notice, on pod's nominated node within its
+// bound, or "" when none does.
 func (p *TopologyPlacement) victimsGoing(pod *v1.Pod) string {
 	node := pod.Status.NominatedNodeName
 	if node == "" {
@@ -104,10 +107,19 @@ func (p *TopologyPlacement) victimsGoing(pod *v1.Pod) string {
 	now := p.clock.Now()
 	for _, pi := range ni.GetPods() {
 		v := pi.GetPod()
-		if v.DeletionTimestamp == nil || corev1helpers.PodPriority(v) >= prio || !preemptedByScheduler(v) {
+		if corev1helpers.PodPriority(v) >= prio || !preemptedByScheduler(v) {
 			continue
 		}
-		if now.Before(v.DeletionTimestamp.Add(p.gangs.DrainStall())) {
+		// Terminating, or waiting out its notice (and then its grace
+		// period).
+		until, noticed := gangmanager.WaitsOutNotice(v)
+		switch {
+		case v.DeletionTimestamp != nil:
+			until = v.DeletionTimestamp.Time
+		case !noticed:
+			continue
+		}
+		if now.Before(until.Add(p.gangs.DrainStall())) {
 			return v.Namespace + "/" + v.Name
 		}
 	}
@@ -177,11 +189,11 @@ func (p *TopologyPlacement) preemptGangsForPod(ctx context.Context, pod *v1.Pod,
 	node := pre.Plan.Members[0].Node
 	names, victims, broken := p.countVictims(pre, podsOf)
 	preemptor := pod.Namespace + "/" + pod.Name
-	msg := lockstep.Preemption{Preemptor: preemptor, Priority: prio, Domain: node}.Message()
+	by := lockstep.Preemption{Preemptor: preemptor, Priority: prio, Domain: node}
 	logger.V(2).Info("Preempting whole gangs for a pod outside gangs", "priority", prio, "node", node,
 		"victims", names, "pods", len(victims), "gpuSeconds", pre.Cost.GPUSeconds, "pdbViolations", pre.Cost.PDBViolations)
 	p.handle.EventRecorder().Eventf(pod, nil, v1.EventTypeNormal, gangpreemption.EventPreempting, "Preempting",
 		"Preempting %s for pod %s (priority %d) on %s: no pod outside gangs frees enough%s", strings.Join(names, ", "), preemptor, prio, node, broken)
-	p.evictor().Evict(logger, pod, victims, msg)
+	p.evictor().Evict(logger, pod, evictedOf(pre, podsOf), by)
 	return preemption{outcome: preemptionPreempted, node: node}
 }

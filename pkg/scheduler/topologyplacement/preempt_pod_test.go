@@ -218,3 +218,33 @@ func TestPreemptionBreaksBudgetsLast(t *testing.T) {
 		})
 	}
 }
+
+// A victim waiting out its notice on the pod's nominated node is going
+// too: the pod waits for it (until the notice, its grace period and a
+// drain stall have passed) rather than preempt a second set, and neither
+// upstream's preemption nor a gang's counts its room again.
+func TestPodWaitsForANoticedVictim(t *testing.T) {
+	now := time.Unix(1000, 0)
+	victim := singlePod("noticed", "n0", 8, 10, now, time.Hour)
+	victim.Annotations = map[string]string{lockstep.AnnotationPreemptionNotice: lockstep.Notice{By: "ns/urgent", Time: now, Deadline: now.Add(time.Minute)}.Format()}
+	victim.Status.Conditions = []v1.PodCondition{{Type: v1.DisruptionTarget, Status: v1.ConditionTrue, Reason: v1.PodReasonPreemptionByScheduler}}
+	high := singlePod("urgent", "", 1, 100, now, 0)
+	high.Status.NominatedNodeName = "n0"
+	env := newPreemptionEnv(t, []*v1.Pod{victim, high})
+	env.handle.snapshot = internalcache.NewSnapshot([]*v1.Pod{victim}, []*v1.Node{gpuNode("n0", 8)})
+	if got := env.victimsGoing(high); got != "ns/noticed" {
+		t.Errorf("victimsGoing = %q, want ns/noticed", got)
+	}
+	pi, err := framework.NewPodInfo(victim)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if env.eligibleAlone(nil, pi, nil) {
+		t.Error("a victim waiting out its notice is eligible for upstream's preemption")
+	}
+	// The notice, the default 30 s grace period and a drain stall.
+	env.clock.(interface{ SetTime(time.Time) }).SetTime(now.Add(time.Minute + 30*time.Second + env.gangs.DrainStall()))
+	if got := env.victimsGoing(high); got != "" {
+		t.Errorf("victimsGoing past the bound = %q, want none", got)
+	}
+}

@@ -87,8 +87,23 @@ func (v *Victim) LostWork(now time.Time) time.Duration {
 	return now.Sub(since) + max(v.RestartOverhead, 0)
 }
 
-// gpus counts the victim's GPUs.
-func (v *Victim) gpus() int {
+// LostWorkNoticed is LostWork at evicted for a victim that was given
+// notice at noticed (zero: none). A checkpoint reported at or after the
+// notice answers it and holds the state the victim had when told, so the
+// time it spent saving is lost work too: an answer ten seconds after the
+// notice loses those ten seconds, not nothing. A victim that did not
+// answer loses the work since its last checkpoint or start, as without
+// notice.
+func (v *Victim) LostWorkNoticed(noticed, evicted time.Time) time.Duration {
+	w := *v
+	if !noticed.IsZero() && !w.Checkpointed.Before(noticed) {
+		w.Checkpointed = noticed
+	}
+	return w.LostWork(evicted)
+}
+
+// GPUs counts the victim's GPUs.
+func (v *Victim) GPUs() int {
 	n := 0
 	for _, p := range v.Pods {
 		n += p.GPUs.Len()
@@ -261,7 +276,7 @@ func (p Preemptor) eligible(candidates []Victim) ([]scored, string) {
 		case p.MinRuntime > 0 && p.Now.Sub(started) < p.MinRuntime:
 			protected++
 		default:
-			out = append(out, scored{v: v, gpuSeconds: float64(v.gpus()) * v.LostWork(p.Now).Seconds()})
+			out = append(out, scored{v: v, gpuSeconds: float64(v.GPUs()) * v.LostWork(p.Now).Seconds()})
 		}
 	}
 	// Cheapest first, and a victim that would break a budget after every

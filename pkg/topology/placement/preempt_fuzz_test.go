@@ -78,7 +78,7 @@ func FuzzPreempt(f *testing.F) {
 			if w < v.RestartOverhead || w > now.Sub(started)+v.RestartOverhead {
 				t.Errorf("victim %s (started %s, checkpointed %s, overhead %s) loses %s", v.Key, started, v.Checkpointed, v.RestartOverhead, w)
 			}
-			lost += float64(v.gpus()) * w.Seconds()
+			lost += float64(v.GPUs()) * w.Seconds()
 			if p.MinRuntime > 0 && now.Sub(started) < p.MinRuntime {
 				t.Errorf("victim %s started %s ago, protected for %s", v.Key, now.Sub(started), p.MinRuntime)
 			}

@@ -263,6 +263,20 @@ type RunPolicy struct {
 	// +kubebuilder:validation:Maximum=86400
 	// +optional
 	RestartOverheadSeconds *int32 `json:"restartOverheadSeconds,omitempty"`
+
+	// PreemptionNoticeSeconds asks for notice before the job's pods are
+	// evicted: the scheduler, before evicting the job for a higher-priority
+	// gang, and the controller, before deleting the pods of a job that is
+	// suspended (by its spec or by Kueue), annotate every pod with
+	// lockstep.dev/preemption-notice and wait until a rank reports a
+	// checkpoint made since (status.checkpoint's protocol), a pod goes,
+	// or the notice runs out; then the pods are deleted with their
+	// termination grace period. The preemptor's hold covers the wait
+	// (docs/controller.md, "Preemption notice"). Defaults to 0: no notice.
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=3600
+	// +optional
+	PreemptionNoticeSeconds *int32 `json:"preemptionNoticeSeconds,omitempty"`
 }
 
 // RestartBackoff spaces the restarts of a job, as the Job controller spaces
