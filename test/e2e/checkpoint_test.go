@@ -136,27 +136,7 @@ func TestPreemptionCostsLostWork(t *testing.T) {
 
 	// A's next incarnation waits for room; when it comes it resumes from
 	// the report. Its pods carry it as soon as they exist.
-	err := localcluster.Poll(ctx, 100*time.Millisecond, time.Minute, "a's next incarnation created", func(ctx context.Context) (bool, error) {
-		pods, err := jobPodsOf(ctx, ns, "a")
-		if err != nil {
-			return false, nil
-		}
-		for _, p := range pods {
-			if p.UID == a.UID {
-				continue
-			}
-			env := envOf(p)
-			if env[lockstep.EnvResumeFrom] != "s3://ckpt/a/7200" || env[lockstep.EnvResumeStep] != "7200" || env[lockstep.EnvIncarnation] != "1" {
-				t.Errorf("a's new pod %s: %s=%q %s=%q %s=%q, want s3://ckpt/a/7200, 7200, 1", p.Name,
-					lockstep.EnvResumeFrom, env[lockstep.EnvResumeFrom], lockstep.EnvResumeStep, env[lockstep.EnvResumeStep], lockstep.EnvIncarnation, env[lockstep.EnvIncarnation])
-			}
-			return true, nil
-		}
-		return false, nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	waitResume(t, ns, "a", a.UID, 1, "s3://ckpt/a/7200", 7200)
 }
 
 // TestCheckpointReportsAreHeldToTheRanksOwnPod uses a rank's real

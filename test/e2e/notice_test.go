@@ -6,7 +6,6 @@ import (
 	"regexp"
 	"slices"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -162,7 +161,7 @@ func TestPreemptionNotice(t *testing.T) {
 	waitPods(t, ns, "urgent", 1, time.Minute)
 	waitJob(t, ns, "a", time.Minute, "a preempted", preempted(ns+"/urgent", highPriority))
 	checkUntouched(t, ns, "b", podUIDs(bPods))
-	waitResume(t, ns, "a", a.UID, "s3://ckpt/a/4200", 4200)
+	waitResume(t, ns, "a", a.UID, 1, "s3://ckpt/a/4200", 4200)
 
 	// B never answers.
 	createJob(t, checkpointingJob(ns, "urgent-2", 0, 8, high, false))
@@ -177,8 +176,8 @@ func TestPreemptionNotice(t *testing.T) {
 }
 
 // waitResume waits for job's next incarnation (a pod other than old) and
-// checks it resumes from location at step.
-func waitResume(t *testing.T, ns, job string, old types.UID, location string, step int64) {
+// checks it is incarnation and resumes from location at step.
+func waitResume(t *testing.T, ns, job string, old types.UID, incarnation int, location string, step int64) {
 	t.Helper()
 	err := localcluster.Poll(context.Background(), 100*time.Millisecond, time.Minute, job+"'s next incarnation created", func(ctx context.Context) (bool, error) {
 		pods, err := jobPodsOf(ctx, ns, job)
@@ -190,9 +189,10 @@ func waitResume(t *testing.T, ns, job string, old types.UID, location string, st
 				continue
 			}
 			env := envOf(p)
-			if env[lockstep.EnvResumeFrom] != location || env[lockstep.EnvResumeStep] != fmt.Sprint(step) {
-				t.Errorf("%s's new pod %s: %s=%q %s=%q, want %s, %d", job, p.Name,
-					lockstep.EnvResumeFrom, env[lockstep.EnvResumeFrom], lockstep.EnvResumeStep, env[lockstep.EnvResumeStep], location, step)
+			if env[lockstep.EnvResumeFrom] != location || env[lockstep.EnvResumeStep] != fmt.Sprint(step) || env[lockstep.EnvIncarnation] != fmt.Sprint(incarnation) {
+				t.Errorf("%s's new pod %s: %s=%q %s=%q %s=%q, want %s, %d, %d", job, p.Name,
+					lockstep.EnvResumeFrom, env[lockstep.EnvResumeFrom], lockstep.EnvResumeStep, env[lockstep.EnvResumeStep],
+					lockstep.EnvIncarnation, env[lockstep.EnvIncarnation], location, step, incarnation)
 			}
 			return true, nil
 		}
@@ -250,7 +250,7 @@ func TestSuspendGivesNotice(t *testing.T) {
 	}
 	setSuspend(t, job, false)
 	for _, p := range waitPods(t, ns, "s", 2, time.Minute) {
-		if env := envOf(p); env[lockstep.EnvResumeFrom] != "s3://ckpt/s/77" || !strings.HasPrefix(env[lockstep.EnvResumeStep], "77") {
+		if env := envOf(p); env[lockstep.EnvResumeFrom] != "s3://ckpt/s/77" || env[lockstep.EnvResumeStep] != "77" {
 			t.Errorf("resumed pod %s: %s=%q %s=%q, want s3://ckpt/s/77, 77", p.Name, lockstep.EnvResumeFrom, env[lockstep.EnvResumeFrom], lockstep.EnvResumeStep, env[lockstep.EnvResumeStep])
 		}
 		if _, ok := p.Annotations[lockstep.AnnotationPreemptionNotice]; ok {
