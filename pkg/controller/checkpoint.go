@@ -13,6 +13,7 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	"github.com/lockstep-dev/lockstep/pkg/apis/lockstep/v1alpha1"
@@ -76,6 +77,9 @@ func checkpointReports(job *v1alpha1.TrainingJob, pods []*corev1.Pod, scope v1al
 		}
 		index, _ := strconv.ParseInt(p.Labels[lockstep.LabelReplicaIndex], 10, 32)
 		base := v1alpha1.CheckpointStatus{Pod: p.Name, ReplicaType: jp.role, Index: int32(index), Incarnation: jp.incarnation}
+		if rank, err := strconv.ParseInt(p.Annotations[lockstep.AnnotationRank], 10, 32); err == nil {
+			base.Rank = ptr.To(int32(rank))
+		}
 		add := func(source v1alpha1.CheckpointSource, raw string, c lockstep.Checkpoint, err error) {
 			if previous && err == nil && !fence.IsZero() && !c.Time.Before(fence) {
 				return

@@ -34,6 +34,12 @@ func reporting(p *corev1.Pod, incarnation int32, raw string) *corev1.Pod {
 	return p
 }
 
+// ranked gives pod its global rank annotation.
+func ranked(p *corev1.Pod, rank int) *corev1.Pod {
+	p.Annotations[lockstep.AnnotationRank] = fmt.Sprint(rank)
+	return p
+}
+
 // created sets pod's creation time.
 func created(p *corev1.Pod, at time.Time) *corev1.Pod {
 	p.CreationTimestamp = metav1.NewTime(at)
@@ -82,10 +88,14 @@ func TestFoldCheckpoints(t *testing.T) {
 			restarts: 2, scope: v1alpha1.RestartScopeGang,
 			pods: []*corev1.Pod{
 				reporting(testPod(v1alpha1.ReplicaMaster, 0, corev1.PodRunning, 0), 2, report(200, at(-10*time.Minute), "s3://b/200")),
-				reporting(testPod(v1alpha1.ReplicaWorker, 0, corev1.PodRunning, 0), 2, report(300, at(-time.Minute), "s3://b/300")),
+				ranked(reporting(testPod(v1alpha1.ReplicaWorker, 0, corev1.PodRunning, 0), 2, report(300, at(-time.Minute), "s3://b/300")), 1),
 				reporting(testPod(v1alpha1.ReplicaWorker, 1, corev1.PodRunning, 0), 2, ""),
 			},
-			want: status(worker0, v1alpha1.ReplicaWorker, 0, 2, 300, at(-time.Minute), "s3://b/300", v1alpha1.CheckpointFromAnnotation),
+			want: func() *v1alpha1.CheckpointStatus {
+				st := status(worker0, v1alpha1.ReplicaWorker, 0, 2, 300, at(-time.Minute), "s3://b/300", v1alpha1.CheckpointFromAnnotation)
+				st.Rank = ptr.To[int32](1)
+				return st
+			}(),
 		},
 		{
 			name:     "a report no newer than the status is not taken",

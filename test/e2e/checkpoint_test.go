@@ -83,6 +83,29 @@ func waitCheckpoint(t *testing.T, ns, job string, step int64) *v1alpha1.Training
 	})
 }
 
+// jobTableRow is what kubectl get shows of TrainingJob ns/name: the API
+// server's Table of it (the CRD's printer columns), by column name.
+func jobTableRow(t *testing.T, ns, name string) map[string]any {
+	t.Helper()
+	raw, err := cluster.Clientset.Discovery().RESTClient().Get().
+		AbsPath("/apis", v1alpha1.GroupVersion.Group, v1alpha1.GroupVersion.Version, "namespaces", ns, "trainingjobs", name).
+		SetHeader("Accept", "application/json;as=Table;v=v1;g=meta.k8s.io").DoRaw(context.Background())
+	if err != nil {
+		t.Fatalf("getting TrainingJob %s/%s as a table: %v", ns, name, err)
+	}
+	var table metav1.Table
+	if err := json.Unmarshal(raw, &table); err != nil || len(table.Rows) != 1 {
+		t.Fatalf("table of TrainingJob %s/%s: %v (%d rows)", ns, name, err, len(table.Rows))
+	}
+	out := map[string]any{}
+	for i, c := range table.ColumnDefinitions {
+		if i < len(table.Rows[0].Cells) {
+			out[c.Name] = table.Rows[0].Cells[i]
+		}
+	}
+	return out
+}
+
 // onlyPod is the one pod of pods.
 func onlyPod(t *testing.T, pods map[string]corev1.Pod) corev1.Pod {
 	t.Helper()
@@ -122,10 +145,14 @@ func TestPreemptionCostsLostWork(t *testing.T) {
 		t.Fatalf("rank of b reporting its checkpoint: %v", err)
 	}
 	ckpt := waitCheckpoint(t, ns, "a", 7200).Status.Checkpoint
-	if ckpt.Location != "s3://ckpt/a/7200" || ckpt.Pod != a.Name || ckpt.Source != v1alpha1.CheckpointFromAnnotation {
-		t.Errorf("a's status.checkpoint %+v, want s3://ckpt/a/7200 reported by %s in its annotation", ckpt, a.Name)
+	if ckpt.Location != "s3://ckpt/a/7200" || ckpt.Pod != a.Name || ckpt.Rank == nil || *ckpt.Rank != 0 || ckpt.Source != v1alpha1.CheckpointFromAnnotation {
+		t.Errorf("a's status.checkpoint %+v, want s3://ckpt/a/7200 reported by %s (rank 0) in its annotation", ckpt, a.Name)
 	}
 	waitCheckpoint(t, ns, "b", 300)
+	// kubectl get shows it (the CRD's printer columns, served as a Table).
+	if row := jobTableRow(t, ns, "a"); row["Checkpoint"] != float64(7200) || row["Restarts"] != nil && row["Restarts"] != float64(0) {
+		t.Errorf("kubectl get trainingjob a: %v, want Checkpoint 7200 and no restarts", row)
+	}
 	fillRest(t, ns, high)
 
 	createJob(t, checkpointingJob(ns, "urgent", 0, 8, high, false))

@@ -7,6 +7,7 @@ import (
 	"maps"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
@@ -17,7 +18,6 @@ import (
 	"k8s.io/apimachinery/pkg/util/strategicpatch"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/events"
-	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
 	apipod "k8s.io/kubernetes/pkg/api/v1/pod"
 	"k8s.io/utils/clock"
@@ -38,10 +38,10 @@ const (
 	EventHoldExpired = "PreemptionHoldExpired"
 )
 
-// evictionWorkers bounds the victims evicted at once: a 64-pod gang's
-// status patches and deletes go out in a few rounds, not 128 requests at
-// once against the API server's priority-and-fairness share of the
-// scheduler.
+// evictionWorkers bounds the victim pods written at once, over every
+// victim of every preemption (Evictor.each): a 64-pod gang's status
+// patches and deletes go out in a few rounds, not 128 requests at once
+// against the API server's priority-and-fairness share of the scheduler.
 const evictionWorkers = 16
 
 // Evictor evicts the victims of a preemption. One serves a scheduler:
@@ -63,6 +63,25 @@ type Evictor struct {
 	mu sync.Mutex
 	// noticed are the victims waiting out a notice, by their pods' UIDs.
 	noticed map[types.UID]*notice
+	// writing holds a token per victim pod being written (each).
+	writing     chan struct{}
+	writingOnce sync.Once
+}
+
+// each runs write for every pod, at most evictionWorkers at once across
+// the evictor, and returns when all are done.
+func (e *Evictor) each(pods []*v1.Pod, write func(*v1.Pod)) {
+	e.writingOnce.Do(func() { e.writing = make(chan struct{}, evictionWorkers) })
+	var wg sync.WaitGroup
+	for _, pod := range pods {
+		e.writing <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer func() { <-e.writing; wg.Done() }()
+			write(pod)
+		}()
+	}
+	wg.Wait()
 }
 
 // Victim is one victim of a preemption: a gang's live pods or a single
@@ -175,7 +194,7 @@ func (e *Evictor) waiting(uid types.UID) bool {
 // (unless a scheduler before this one did) and waits.
 func (e *Evictor) start(n *notice) {
 	if n.notice.Time.IsZero() {
-		n.marked, n.why = true, "no notice"
+		n.marked, n.why = true, "its job asked for no notice"
 		go n.evict()
 		return
 	}
@@ -210,11 +229,12 @@ type notice struct {
 	victim    Victim
 	msg       string
 	notice    lockstep.Notice
-	timer     clock.Timer
-
-	mu sync.Mutex
-	// latest are the victim's pods as last heard of.
+	// latest are the victim's pods as last heard of, under the evictor's
+	// mu.
 	latest map[types.UID]*v1.Pod
+
+	mu    sync.Mutex
+	timer clock.Timer
 	// marked is set once every pod carries the notice; why, once the
 	// victim is due (evict).
 	marked bool
@@ -243,8 +263,7 @@ func (n *notice) mark() {
 	ctx := klog.NewContext(context.Background(), n.logger)
 	var mu sync.Mutex
 	var marked []*v1.Pod
-	workqueue.ParallelizeUntil(ctx, evictionWorkers, len(n.victim.Pods), func(i int) {
-		pod := n.victim.Pods[i]
+	n.e.each(n.victim.Pods, func(pod *v1.Pod) {
 		if err := n.e.markPreempted(ctx, pod, n.msg); err != nil {
 			n.e.notEvicted(ctx, pod, err, "Could not mark a victim of gang preemption; not deleting it")
 			return
@@ -304,14 +323,10 @@ func (n *notice) evict() {
 		}
 		readWork(&work, pod, now)
 	}
-	lost := work.LostWorkNoticed(n.notice.Time, now)
-	gpuSeconds := float64(work.GPUs()) * lost.Seconds()
-	if n.e.Lost != nil {
-		n.e.Lost(gpuSeconds)
-	}
+	gpuSeconds := float64(work.GPUs()) * work.LostWorkNoticed(n.notice.Time, now).Seconds()
 	what := fmt.Sprintf("%s; %s lost %.0f GPU-seconds of work (%s)", n.msg, n.victim.Work.Key, gpuSeconds, n.why)
-	workqueue.ParallelizeUntil(ctx, evictionWorkers, len(n.victim.Pods), func(i int) {
-		victim := n.victim.Pods[i]
+	var deleted atomic.Bool
+	n.e.each(n.victim.Pods, func(victim *v1.Pod) {
 		if n.notice.Time.IsZero() {
 			if err := n.e.markPreempted(ctx, victim, n.msg); err != nil {
 				// Deleted without the condition, the controller would
@@ -325,9 +340,15 @@ func (n *notice) evict() {
 			n.e.notEvicted(ctx, victim, err, "Could not delete a victim of gang preemption")
 			return
 		}
+		deleted.Store(true)
 		n.logger.V(2).Info("Evicted a victim of gang preemption", "victim", klog.KObj(victim), "node", victim.Spec.NodeName, "why", n.why, "gpuSecondsLost", gpuSeconds)
 		n.e.Recorder.Eventf(victim, n.preemptor, v1.EventTypeNormal, EventPreempted, "Preempting", "%s", what)
 	})
+	// Work is lost only where the victim went; one whose pods were all
+	// gone already, or could not be deleted, is not counted here.
+	if deleted.Load() && n.e.Lost != nil {
+		n.e.Lost(gpuSeconds)
+	}
 }
 
 // notEvicted says that victim could not be marked or deleted: err, unless

@@ -128,6 +128,10 @@ type CheckpointStatus struct {
 	// ReplicaType and Index are that pod's role and index.
 	ReplicaType ReplicaType `json:"replicaType"`
 	Index       int32       `json:"index"`
+	// Rank is that pod's global rank (its lockstep.dev/rank annotation),
+	// for frameworks that number ranks; unset otherwise.
+	// +optional
+	Rank *int32 `json:"rank,omitempty"`
 	// Incarnation is the incarnation (restartCount) the pod ran under.
 	Incarnation int32 `json:"incarnation"`
 	// Source is how it was reported: the pod's lockstep.dev/checkpoint

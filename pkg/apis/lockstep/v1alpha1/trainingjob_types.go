@@ -26,6 +26,9 @@ import (
 // +kubebuilder:printcolumn:name="Framework",type=string,JSONPath=`.spec.framework`
 // +kubebuilder:printcolumn:name="Replicas",type=integer,JSONPath=`.status.totalReplicas`
 // +kubebuilder:printcolumn:name="Efficiency",type=string,JSONPath=`.status.placement.efficiency`
+// +kubebuilder:printcolumn:name="Restarts",type=integer,JSONPath=`.status.restartCount`
+// +kubebuilder:printcolumn:name="Checkpoint",type=integer,JSONPath=`.status.checkpoint.step`,description="The step of the last checkpoint a rank reported"
+// +kubebuilder:printcolumn:name="Checkpointed",type=date,JSONPath=`.status.checkpoint.time`,priority=1
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 // +kubebuilder:validation:XValidation:rule="self.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$') && size(self.metadata.name) <= 47",message="the name must be a DNS label of at most 47 characters starting with a letter: it names the job's Service, and pod hostnames <name>-<role>-<index> must fit in 63"
 type TrainingJob struct {
