@@ -7,6 +7,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -58,7 +59,11 @@ func (r *TrainingJobReconciler) suspendNotice(ctx context.Context, job *v1alpha1
 	}
 	for _, p := range live {
 		if given && n.Answered(p.Annotations, now) {
-			return 0, nil
+			// The answer is in status.checkpoint (folded before any
+			// decision) before a pod that carries it goes: a controller
+			// that dies between the deletion and the status write would
+			// otherwise lose the checkpoint the notice was for.
+			return 0, r.recordAnswer(ctx, job)
 		}
 	}
 	if left := n.Deadline.Sub(now); !given || left > 0 {
@@ -71,6 +76,18 @@ func (r *TrainingJobReconciler) suspendNotice(ctx context.Context, job *v1alpha1
 		return max(left, time.Second), nil
 	}
 	return 0, nil
+}
+
+// recordAnswer writes the job's status, which holds the checkpoint that
+// answered its notice.
+func (r *TrainingJobReconciler) recordAnswer(ctx context.Context, job *v1alpha1.TrainingJob) error {
+	if err := r.Client.Status().Update(ctx, job); err != nil {
+		if apierrors.IsConflict(err) {
+			return errStaleJob
+		}
+		return fmt.Errorf("recording the checkpoint that answered the notice of %s: %w", client.ObjectKeyFromObject(job), err)
+	}
+	return nil
 }
 
 // clearSuspendNotices takes the notice of a suspension off the pods of a

@@ -36,6 +36,8 @@ func TestSuspendNotice(t *testing.T) {
 		// carries ("" none).
 		want  time.Duration
 		given map[string]string
+		// answered: the checkpoint that answered is written first.
+		answered bool
 	}{
 		{name: "no notice asked: delete now", pods: []*corev1.Pod{noticePod("a", nil)}, given: map[string]string{"a": ""}},
 		{
@@ -51,7 +53,7 @@ func TestSuspendNotice(t *testing.T) {
 		{
 			name: "answered: delete now", notice: ptr.To[int32](120),
 			pods:  []*corev1.Pod{noticePod("a", map[string]string{lockstep.AnnotationPreemptionNotice: own(suspendedAt), lockstep.AnnotationCheckpoint: answer})},
-			given: map[string]string{"a": own(suspendedAt)},
+			given: map[string]string{"a": own(suspendedAt)}, answered: true,
 		},
 		{
 			name: "a report from before the notice is no answer", notice: ptr.To[int32](120),
@@ -83,16 +85,22 @@ func TestSuspendNotice(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			var objs []client.Object
-			for _, p := range tc.pods {
-				objs = append(objs, p.DeepCopy())
-			}
-			c := fake.NewClientBuilder().WithScheme(fakeScheme(t)).WithObjects(objs...).Build()
-			r := fakeReconciler(c)
 			job := testJob(v1alpha1.RestartOnFailure, func(j *v1alpha1.TrainingJob) {
 				j.Spec.RunPolicy = &v1alpha1.RunPolicy{Suspend: ptr.To(true), PreemptionNoticeSeconds: tc.notice}
 				j.Status.Conditions = []metav1.Condition{{Type: string(v1alpha1.JobSuspended), Status: metav1.ConditionTrue, LastTransitionTime: metav1.NewTime(suspendedAt)}}
 			})
+			objs := []client.Object{job.DeepCopy()}
+			for _, p := range tc.pods {
+				objs = append(objs, p.DeepCopy())
+			}
+			c := fake.NewClientBuilder().WithScheme(fakeScheme(t)).WithStatusSubresource(&v1alpha1.TrainingJob{}).WithObjects(objs...).Build()
+			r := fakeReconciler(c)
+			if err := c.Get(context.Background(), client.ObjectKeyFromObject(job), job); err != nil {
+				t.Fatal(err)
+			}
+			// As folded before any decision.
+			folded := &v1alpha1.CheckpointStatus{Step: 9, Time: metav1.NewTime(t0), Location: "s3://b/9", Pod: "a"}
+			job.Status.Checkpoint = folded
 			left, err := r.suspendNotice(context.Background(), job, tc.pods)
 			if err != nil {
 				t.Fatal(err)
@@ -110,6 +118,13 @@ func TestSuspendNotice(t *testing.T) {
 			}
 			if diff := cmp.Diff(tc.given, got); diff != "" {
 				t.Errorf("notices on the pods (-want,+got):\n%s", diff)
+			}
+			var stored v1alpha1.TrainingJob
+			if err := c.Get(context.Background(), client.ObjectKeyFromObject(job), &stored); err != nil {
+				t.Fatal(err)
+			}
+			if written := stored.Status.Checkpoint != nil; written != tc.answered {
+				t.Errorf("status.checkpoint written before the pods go: %v, want %v", written, tc.answered)
 			}
 		})
 	}

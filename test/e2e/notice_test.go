@@ -12,6 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/lockstep-dev/lockstep/pkg/apis/lockstep/v1alpha1"
 	"github.com/lockstep-dev/lockstep/pkg/controller"
@@ -244,9 +245,14 @@ func TestSuspendGivesNotice(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	suspended := waitJob(t, ns, "s", 30*time.Second, "Suspended", hasCondition(v1alpha1.JobSuspended, controller.ReasonSuspended))
-	if c := suspended.Status.Checkpoint; c == nil || c.Step != 77 {
-		t.Errorf("status.checkpoint %+v, want the answer at step 77", c)
+	waitJob(t, ns, "s", 30*time.Second, "Suspended", hasCondition(v1alpha1.JobSuspended, controller.ReasonSuspended))
+	// The controller writes the answer before it deletes the pods.
+	var after v1alpha1.TrainingJob
+	if err := cluster.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "s"}, &after); err != nil {
+		t.Fatal(err)
+	}
+	if c := after.Status.Checkpoint; c == nil || c.Step != 77 {
+		t.Errorf("status.checkpoint %+v once the pods went, want the answer at step 77", c)
 	}
 	setSuspend(t, job, false)
 	for _, p := range waitPods(t, ns, "s", 2, time.Minute) {
