@@ -185,7 +185,12 @@ const (
 	// node went dark (the e2e harness's DarkenNode): KWOK plays none of our
 	// pod stages on it, so it is never started, finished or confirmed
 	// deleted, as on a node whose kubelet died (deploy/kwok/stages.yaml).
+	// On the node itself it replaces the node's queued heartbeat with a
+	// stage that only records EventSimulatedNodeDark.
 	AnnotationSimulatedNodeDark = "lockstep.dev/simulated-node-dark"
+	// EventSimulatedNodeDark is the reason of the event KWOK records on a
+	// node annotated AnnotationSimulatedNodeDark.
+	EventSimulatedNodeDark = "SimulatedNodeDark"
 	// AnnotationSimulatedChannelReady on a pod on a fake node that claims
 	// a ComputeDomain's IMEX channel says the domain is ready: the fake
 	// agent, playing NVIDIA's driver, sets it once numNodes of the domain's

@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/retry"
 
+	"github.com/lockstep-dev/lockstep/pkg/localcluster"
 	"github.com/lockstep-dev/lockstep/pkg/lockstep"
 )
 
@@ -46,12 +47,44 @@ const darkLeaseSeconds = int32(24 * 60 * 60)
 // lockstep.dev/simulated-node-dark, which our stages never play on. A pod
 // bound to the node after it went dark, before the node lifecycle
 // controller taints it NoSchedule, may still be started by KWOK.
+//
+// KWOK also plays a stage it queued before the Lease was taken, with the
+// node as it was then: the node's next heartbeat (lockstep-node-heartbeat,
+// 5 to 15 minutes out) would mark the dead node Ready again with its
+// living conditions. So the node is annotated dark first, which makes
+// KWOK replace that heartbeat with lockstep-node-dark, and its
+// SimulatedNodeDark event says it did, before the Lease is taken.
 func (c *Cluster) DarkenNode(ctx context.Context, name string) error {
 	if err := c.markPodsDark(ctx, name, true); err != nil {
 		return err
 	}
+	// Event times are whole seconds; an event of an earlier darkening of
+	// the node is older.
+	since := time.Now().Truncate(time.Second)
+	if err := c.markNodeDark(ctx, name, true); err != nil {
+		return err
+	}
+	err := localcluster.Poll(ctx, 100*time.Millisecond, time.Minute, "KWOK dropping the stages it queued for node "+name+" (its "+lockstep.EventSimulatedNodeDark+" event)", func(ctx context.Context) (bool, error) {
+		events, err := c.Events(ctx, corev1.NamespaceDefault, "Node", name)
+		if err != nil {
+			return false, nil
+		}
+		for _, e := range events {
+			at := e.LastTimestamp.Time
+			if at.IsZero() {
+				at = e.EventTime.Time
+			}
+			if e.Reason == lockstep.EventSimulatedNodeDark && !at.Before(since) {
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	if err != nil {
+		return err
+	}
 	leases := c.Clientset.CoordinationV1().Leases(corev1.NamespaceNodeLease)
-	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		lease, err := leases.Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
 			return err
@@ -71,17 +104,34 @@ func (c *Cluster) DarkenNode(ctx context.Context, name string) error {
 	return nil
 }
 
-// RestoreNode hands a node DarkenNode darkened back to KWOK: its Lease is
-// deleted, KWOK creates a new one within its renew interval and serves the
-// node again, and the node lifecycle controller marks it Ready and lifts
-// the taints. Pods left on it are KWOK's again too (a Terminating one goes
-// at once).
+// RestoreNode hands a node DarkenNode darkened back to KWOK: its dark
+// annotation is removed, then its Lease is deleted, KWOK creates a new one
+// within its renew interval and serves the node again (looking at it
+// afresh once it holds the Lease, when lockstep-node-ready marks it
+// Ready), and the node lifecycle controller lifts the taints. Pods left on
+// it are KWOK's again too (a Terminating one goes at once).
 func (c *Cluster) RestoreNode(ctx context.Context, name string) error {
+	if err := c.markNodeDark(ctx, name, false); err != nil {
+		return err
+	}
 	err := c.Clientset.CoordinationV1().Leases(corev1.NamespaceNodeLease).Delete(ctx, name, metav1.DeleteOptions{})
 	if err != nil && !apierrors.IsNotFound(err) {
 		return fmt.Errorf("handing node %s back to KWOK: %w", name, err)
 	}
 	return c.markPodsDark(ctx, name, false)
+}
+
+// markNodeDark sets or removes lockstep.dev/simulated-node-dark on a node.
+func (c *Cluster) markNodeDark(ctx context.Context, node string, dark bool) error {
+	value := `"true"`
+	if !dark {
+		value = "null"
+	}
+	patch := []byte(fmt.Sprintf(`{"metadata":{"annotations":{%q:%s}}}`, lockstep.AnnotationSimulatedNodeDark, value))
+	if _, err := c.Clientset.CoreV1().Nodes().Patch(ctx, node, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		return fmt.Errorf("marking node %s dark=%t: %w", node, dark, err)
+	}
+	return nil
 }
 
 // markPodsDark sets or removes lockstep.dev/simulated-node-dark on the pods
