@@ -142,10 +142,19 @@ func TestPreemptionNotice(t *testing.T) {
 	if left := n.Deadline.Sub(n.Time); left != time.Minute {
 		t.Errorf("notice of %s, want the job's 60s", left)
 	}
-	// The trainer spends 10 s writing its checkpoint; all the while its
-	// pod is left running.
-	time.Sleep(10 * time.Second)
-	checkUntouched(t, ns, "a", podUIDs(aPods))
+	// The trainer spends 10 s writing its checkpoint: the notice is 10 s
+	// old by the scheduler's own stamp, and at every look until then the
+	// victim's pods are still there, none being deleted.
+	saved := n.Time.Add(10 * time.Second)
+	if err := localcluster.Poll(ctx, 200*time.Millisecond, time.Minute, "the rank's 10 s of saving, its pods left running", func(ctx context.Context) (bool, error) {
+		checkUntouched(t, ns, "a", podUIDs(aPods))
+		return !time.Now().Before(saved) || t.Failed(), nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if t.Failed() {
+		t.FailNow()
+	}
 	if err := reportCheckpoint(ctx, rank, ns, a.Name, 4200, time.Now(), "s3://ckpt/a/4200"); err != nil {
 		t.Fatalf("rank of a answering the notice: %v", err)
 	}

@@ -17,8 +17,10 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
+	corelisters "k8s.io/client-go/listers/core/v1"
 	policylisters "k8s.io/client-go/listers/policy/v1"
 	corev1helpers "k8s.io/component-helpers/scheduling/corev1"
+	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
 
 	"github.com/lockstep-dev/lockstep/pkg/lockstep"
@@ -157,6 +159,47 @@ func (r Reader) gangVictim(key string, priority int32, gpus *victimGPUs, inSnap 
 	}
 	v.Started = placement.GangStarted(starts, minMember)
 	return v, pods, true
+}
+
+// Resume hands e the notices a scheduler before this one gave victims
+// (gangmanager.Noticed), a victim at a time (Evictor.Resume), with their
+// pods as pods lists them. A victim's pods are grouped as placement.Preempt
+// chose them: a gang's by its PodGroup, a pod outside gangs alone; the
+// earliest deadline any of them was given counts.
+func (r Reader) Resume(logger klog.Logger, e *Evictor, pods corelisters.PodLister, noticed []gangmanager.Noticed) {
+	type group struct {
+		pods   []*v1.Pod
+		notice lockstep.Notice
+		by     lockstep.Preemption
+	}
+	groups := map[string]*group{}
+	var keys []string
+	for _, n := range noticed {
+		ns, name, _ := strings.Cut(n.Pod, "/")
+		pod, err := pods.Pods(ns).Get(name)
+		if err != nil || pod.UID != n.UID {
+			continue
+		}
+		key := gangmanager.GangKey(pod)
+		if key == "" {
+			key = n.Pod
+		}
+		g := groups[key]
+		if g == nil {
+			g = &group{notice: n.Notice, by: n.Preemption}
+			groups[key] = g
+			keys = append(keys, key)
+		}
+		g.pods = append(g.pods, pod)
+		if n.Notice.Deadline.Before(g.notice.Deadline) {
+			g.notice = n.Notice
+		}
+	}
+	for _, key := range keys {
+		g := groups[key]
+		logger.V(2).Info("Taking over the notice a victim of gang preemption was given", "victim", key, "deadline", g.notice.Deadline)
+		e.Resume(logger, Victim{Work: r.Noticed(key, g.pods), Pods: g.pods}, g.notice, g.by)
+	}
 }
 
 // Noticed is victim key, whose pods a scheduler before this one gave

@@ -263,51 +263,13 @@ func (p *TopologyPlacement) adoptVictims(ctx context.Context, nodes []fwk.NodeIn
 }
 
 // resumeNotices takes over the notices a scheduler before this one gave
-// victims (gangmanager.Noticed), a victim at a time: its pods, as the
-// informer has them, are evicted at the notice's deadline or when they
-// answer it (gangpreemption.Evictor.Resume). A victim's pods are grouped
-// as placement.Preempt chose them: a gang's by its PodGroup, a pod
-// outside gangs alone.
+// victims (gangmanager.Noticed): gangpreemption.Reader.Resume evicts each
+// at its notice's deadline or when it answers it.
 func (p *TopologyPlacement) resumeNotices(logger klog.Logger, noticed []gangmanager.Noticed) {
 	if len(noticed) == 0 {
 		return
 	}
-	lister := p.handle.SharedInformerFactory().Core().V1().Pods().Lister()
-	type group struct {
-		pods   []*v1.Pod
-		notice lockstep.Notice
-		by     lockstep.Preemption
-	}
-	groups := map[string]*group{}
-	var keys []string
-	for _, n := range noticed {
-		ns, name, _ := strings.Cut(n.Pod, "/")
-		pod, err := lister.Pods(ns).Get(name)
-		if err != nil || pod.UID != n.UID {
-			continue
-		}
-		key := gangmanager.GangKey(pod)
-		if key == "" {
-			key = n.Pod
-		}
-		g := groups[key]
-		if g == nil {
-			g = &group{notice: n.Notice, by: n.Preemption}
-			groups[key] = g
-			keys = append(keys, key)
-		}
-		g.pods = append(g.pods, pod)
-		// One victim, one notice: the earliest deadline given any of its
-		// pods counts.
-		if n.Notice.Deadline.Before(g.notice.Deadline) {
-			g.notice = n.Notice
-		}
-	}
-	for _, key := range keys {
-		g := groups[key]
-		logger.V(2).Info("Taking over the notice a victim of gang preemption was given", "plugin", Name, "victim", key, "deadline", g.notice.Deadline)
-		p.evictor().Resume(logger, gangpreemption.Victim{Work: p.victims().Noticed(key, g.pods), Pods: g.pods}, g.notice, g.by)
-	}
+	p.victims().Resume(logger, p.evictor(), p.handle.SharedInformerFactory().Core().V1().Pods().Lister(), noticed)
 }
 
 // decideUnplanned is PreFilter's decision for a gang member whose PreFilter
